@@ -1,0 +1,333 @@
+/* spec.c: kernel specs — names, defaults, validation, the canonical text form, and instantiation of a template
+ * into source text. The canonical text is the key under which the database stores a kernel, so format and
+ * parse must stay exact inverses. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spec.h"
+
+#ifndef ATTN_VERSION
+#define ATTN_VERSION "0"
+#endif
+
+static const char *const algo_names[] = {"auto", "flash", "smallcache", "lowrank"};
+static const char *const target_names[] = {"auto", "cpu", "cuda"};
+static const char *const dtype_names[] = {"f32", "f16", "bf16"};
+static const char *const feature_names[] = {"taylor", "random"};
+
+static int lookup(const char *const *names, int count, const char *s) {
+  if (!s) return -1;
+  for (int i = 0; i < count; i++)
+    if (strcmp(names[i], s) == 0) return i;
+  return -1;
+}
+
+const char *attn_algo_name(attn_algo a) { return (unsigned)a < 4 ? algo_names[a] : "?"; }
+const char *attn_target_name(attn_target t) { return (unsigned)t < 3 ? target_names[t] : "?"; }
+const char *attn_dtype_name(attn_dtype t) { return (unsigned)t < 3 ? dtype_names[t] : "?"; }
+int attn_algo_parse(const char *s) { return lookup(algo_names, 4, s); }
+int attn_target_parse(const char *s) { return lookup(target_names, 3, s); }
+int attn_dtype_parse(const char *s) {
+  if (s && strcmp(s, "fp32") == 0) return ATTN_F32;
+  if (s && strcmp(s, "fp16") == 0) return ATTN_F16;
+  return lookup(dtype_names, 3, s);
+}
+size_t attn_dtype_size(attn_dtype t) { return t == ATTN_F32 ? 4 : 2; }
+
+int attn_d_supported(attn_target t, int d) {
+  if (t == ATTN_TARGET_CUDA) return d >= 16 && d <= 256 && d % 16 == 0;
+  return d >= 8 && d <= 256 && d % 8 == 0;
+}
+
+long attn_taylor_rank(int d, int g, long limit) {
+  /* C(d+g, g) built incrementally: C(d+i, i) = C(d+i-1, i-1) * (d+i) / i stays integral at every step. */
+  long r = 1;
+  for (int i = 1; i <= g; i++) {
+    if (r > limit / (d + i) + 1) return -1;
+    r = r * (d + i) / i;
+    if (r > limit) return -1;
+  }
+  return r;
+}
+
+/* Defaults: block sizes that keep the flash working set (2·Br·d + 2·Bc·d + Br·Bc floats) within a core's L2 on
+ * the CPU, and within one thread block's shared memory on a GPU (the tuner searches around them). */
+attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal) {
+  attn_spec s;
+  memset(&s, 0, sizeof s);
+  s.algo = algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : algo;
+  s.target = target == ATTN_TARGET_CUDA ? ATTN_TARGET_CUDA : ATTN_TARGET_CPU;
+  s.dtype = s.target == ATTN_TARGET_CPU ? ATTN_F32 : dtype;
+  s.d = d;
+  s.causal = causal ? 1 : 0;
+  s.feature = ATTN_FEAT_TAYLOR;
+  if (s.target == ATTN_TARGET_CPU) {
+    s.br = 64;
+    s.bc = d <= 128 ? 128 : 64;
+    if (s.algo == ATTN_ALGO_SMALLCACHE) { s.br = 64; s.bc = 64; s.tile = 32; }
+  } else {
+    s.warps = 4;
+    s.stages = 2;
+    s.br = 64;
+    s.bc = d <= 128 ? 64 : 32;
+    if (dtype == ATTN_F32) s.bc = 32;
+    if (s.algo == ATTN_ALGO_SMALLCACHE) { s.bc = 64; s.tile = 32; }
+    snprintf(s.arch, sizeof s.arch, "sm_80");
+  }
+  if (s.algo == ATTN_ALGO_LOWRANK) {
+    s.feature = ATTN_FEAT_RANDOM;
+    s.rank = 256;
+    s.degree = 2;
+    s.seed = 1;
+  }
+  return s;
+}
+
+static int fail(char *err, size_t len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t len, int code, const char *fmt, ...) {
+  if (err && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static int arch_number(const char *arch) {
+  if (strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3])) return -1;
+  char *end;
+  long v = strtol(arch + 3, &end, 10);
+  if (v < 50 || v > 200 || (*end && strcmp(end, "a") != 0)) return -1;
+  return (int)v;
+}
+
+int attn_spec_check(const attn_spec *s, char *err, size_t len) {
+  if (!s) return fail(err, len, ATTN_EINVAL, "spec is NULL");
+  if (s->algo != ATTN_ALGO_FLASH && s->algo != ATTN_ALGO_SMALLCACHE && s->algo != ATTN_ALGO_LOWRANK)
+    return fail(err, len, ATTN_EINVAL, "algorithm must be flash, smallcache or lowrank");
+  if (s->target != ATTN_TARGET_CPU && s->target != ATTN_TARGET_CUDA)
+    return fail(err, len, ATTN_EINVAL, "target must be cpu or cuda");
+  const char *tn = attn_target_name(s->target);
+  if ((unsigned)s->dtype > ATTN_BF16) return fail(err, len, ATTN_EINVAL, "unknown dtype %d", (int)s->dtype);
+  if (s->target == ATTN_TARGET_CPU && s->dtype != ATTN_F32)
+    return fail(err, len, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
+                attn_dtype_name(s->dtype));
+  if (!attn_d_supported(s->target, s->d))
+    return fail(err, len, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256",
+                s->d, tn, s->target == ATTN_TARGET_CUDA ? 16 : 8, s->target == ATTN_TARGET_CUDA ? 16 : 8);
+  if (s->br < 1 || s->br > 1024 || s->bc < 1 || s->bc > 1024)
+    return fail(err, len, ATTN_EINVAL, "block sizes Br=%d Bc=%d must be in 1..1024", s->br, s->bc);
+  if (s->causal != 0 && s->causal != 1) return fail(err, len, ATTN_EINVAL, "causal must be 0 or 1");
+  if (s->unroll < 0 || s->unroll > 16) return fail(err, len, ATTN_EINVAL, "unroll=%d must be in 0..16", s->unroll);
+  if (s->tile < 0 || s->tile > 1024) return fail(err, len, ATTN_EINVAL, "tile=%d must be in 0..1024", s->tile);
+  if (s->target == ATTN_TARGET_CUDA) {
+    if (s->warps < 1 || s->warps > 16) return fail(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
+    if (s->stages < 1 || s->stages > 4) return fail(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
+    if (s->br % 16 || s->bc % 16)
+      return fail(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
+    if (s->algo == ATTN_ALGO_FLASH && s->br % (16 * s->warps) != 0 && s->dtype != ATTN_F32)
+      return fail(err, len, ATTN_EINVAL, "Br=%d must be a multiple of 16 rows per warp x %d warps", s->br, s->warps);
+    if (arch_number(s->arch) < 0)
+      return fail(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
+  } else {
+    if (s->warps != 0 || s->stages != 0 || s->arch[0])
+      return fail(err, len, ATTN_EINVAL, "warps, stages and arch apply to cuda kernels only");
+  }
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    if (s->feature == ATTN_FEAT_TAYLOR) {
+      if (s->degree < 2 || s->degree > 8 || s->degree % 2)
+        return fail(err, len, ATTN_EINVAL,
+                    "Taylor degree g=%d must be even in 2..8 (an even degree keeps the polynomial of exp positive)",
+                    s->degree);
+      if (attn_taylor_rank(s->d, s->degree, 1L << 16) < 0)
+        return fail(err, len, ATTN_EUNSUPPORTED,
+                    "Taylor features of degree %d for d=%d have rank C(d+g,g) > 65536: use random features",
+                    s->degree, s->d);
+    } else if (s->feature == ATTN_FEAT_RANDOM) {
+      if (s->rank < 1 || s->rank > 65536)
+        return fail(err, len, ATTN_EINVAL, "random features rank=%d must be in 1..65536", s->rank);
+    } else {
+      return fail(err, len, ATTN_EINVAL, "unknown feature map %d", (int)s->feature);
+    }
+  }
+  return ATTN_OK;
+}
+
+int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
+  return snprintf(buf, len,
+                  "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
+                  "degree=%d rank=%d seed=%u",
+                  attn_algo_name(s->algo), attn_target_name(s->target), attn_dtype_name(s->dtype), s->d, s->br,
+                  s->bc, s->causal, s->unroll, s->warps, s->stages, s->arch[0] ? s->arch : "-", s->tile,
+                  (unsigned)s->feature < 2 ? feature_names[s->feature] : "?", s->degree, s->rank, s->seed);
+}
+
+static int parse_int(const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi) return -1;
+  *out = x;
+  return 0;
+}
+
+int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
+  if (!text || !s) return fail(err, len, ATTN_EINVAL, "spec text is NULL");
+  char buf[512];
+  if (strlen(text) >= sizeof buf) return fail(err, len, ATTN_EINVAL, "spec text is too long");
+  strcpy(buf, text);
+  attn_spec t;
+  memset(&t, 0, sizeof t);
+  char *save = NULL;
+  int pos = 0;
+  for (char *tok = strtok_r(buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save), pos++) {
+    if (pos == 0 || pos == 1 || pos == 2) {
+      int v = pos == 0 ? attn_algo_parse(tok) : pos == 1 ? attn_target_parse(tok) : attn_dtype_parse(tok);
+      if (v < 0 || (pos < 2 && v == 0))
+        return fail(err, len, ATTN_EINVAL, "spec '%s': unknown %s '%s'", text,
+                    pos == 0 ? "algorithm" : pos == 1 ? "target" : "dtype", tok);
+      if (pos == 0) t.algo = (attn_algo)v;
+      else if (pos == 1) t.target = (attn_target)v;
+      else t.dtype = (attn_dtype)v;
+      continue;
+    }
+    char *eq = strchr(tok, '=');
+    if (!eq) return fail(err, len, ATTN_EINVAL, "spec '%s': '%s' is not key=value", text, tok);
+    *eq = '\0';
+    const char *key = tok, *val = eq + 1;
+    long x = 0;
+    static const struct { const char *key; size_t off; } ints[] = {
+        {"d", offsetof(attn_spec, d)},           {"br", offsetof(attn_spec, br)},
+        {"bc", offsetof(attn_spec, bc)},         {"causal", offsetof(attn_spec, causal)},
+        {"unroll", offsetof(attn_spec, unroll)}, {"warps", offsetof(attn_spec, warps)},
+        {"stages", offsetof(attn_spec, stages)}, {"tile", offsetof(attn_spec, tile)},
+        {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)}};
+    int done = 0;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+      if (strcmp(key, ints[i].key) != 0) continue;
+      if (parse_int(val, INT_MIN, INT_MAX, &x))
+        return fail(err, len, ATTN_EINVAL, "spec '%s': %s=%s is not an integer", text, key, val);
+      *(int *)((char *)&t + ints[i].off) = (int)x;
+      done = 1;
+    }
+    if (done) continue;
+    if (strcmp(key, "seed") == 0) {
+      if (parse_int(val, 0, UINT_MAX, &x))
+        return fail(err, len, ATTN_EINVAL, "spec '%s': seed=%s is not an unsigned integer", text, val);
+      t.seed = (unsigned)x;
+    } else if (strcmp(key, "arch") == 0) {
+      if (strlen(val) >= sizeof t.arch) return fail(err, len, ATTN_EINVAL, "spec '%s': arch too long", text);
+      if (strcmp(val, "-") != 0) strcpy(t.arch, val);
+    } else if (strcmp(key, "feature") == 0) {
+      int f = lookup(feature_names, 2, val);
+      if (f < 0) return fail(err, len, ATTN_EINVAL, "spec '%s': unknown feature map '%s'", text, val);
+      t.feature = (attn_feature)f;
+    } else {
+      return fail(err, len, ATTN_EINVAL, "spec '%s': unknown key '%s'", text, key);
+    }
+  }
+  if (pos < 3) return fail(err, len, ATTN_EINVAL, "spec '%s': expected 'ALGO TARGET DTYPE key=value...'", text);
+  int rc = attn_spec_check(&t, err, len);
+  if (rc != ATTN_OK) return rc;
+  *s = t;
+  return ATTN_OK;
+}
+
+int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
+  char extra[128] = "";
+  if (s->algo == ATTN_ALGO_SMALLCACHE) snprintf(extra, sizeof extra, " tile=%d", s->tile);
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    if (s->feature == ATTN_FEAT_TAYLOR)
+      snprintf(extra, sizeof extra, " taylor g=%d r=%ld", s->degree, attn_taylor_rank(s->d, s->degree, 1L << 16));
+    else
+      snprintf(extra, sizeof extra, " random r=%d", s->rank);
+  }
+  char dev[64];
+  if (s->target == ATTN_TARGET_CUDA)
+    snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s", attn_dtype_name(s->dtype), s->warps, s->stages,
+             s->arch);
+  else
+    snprintf(dev, sizeof dev, "cpu %s", attn_dtype_name(s->dtype));
+  return snprintf(buf, len, "%s d=%d Br=%d Bc=%d%s %s%s", attn_algo_name(s->algo), s->d, s->br, s->bc, extra, dev,
+                  s->causal ? " causal" : "");
+}
+
+const char *attn_spec_template(const attn_spec *s) {
+  static const char *const cpu[] = {NULL, "flash.c", "smallcache.c", "lowrank.c"};
+  static const char *const cuda[] = {NULL, "flash.cu", "smallcache.cu", "lowrank.cu"};
+  if ((unsigned)s->algo > ATTN_ALGO_LOWRANK) return NULL;
+  return s->target == ATTN_TARGET_CUDA ? cuda[s->algo] : cpu[s->algo];
+}
+
+/* A growing string; on allocation failure it stays NULL and every later append is a no-op. */
+typedef struct { char *p; size_t len, cap; } strbuf;
+
+static void sb_add(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(strbuf *b, const char *fmt, ...) {
+  if (b->cap && !b->p) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (b->len + (size_t)n + 1 > b->cap) {
+    size_t cap = (b->len + (size_t)n + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) { free(b->p); b->p = NULL; b->cap = 1; return; }
+    b->p = p;
+    b->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) {
+  if (attn_spec_check(s, err, len) != ATTN_OK) return NULL;
+  const char *file = attn_spec_template(s);
+  const char *tmpl = file ? attn_template_text(file) : NULL;
+  if (!tmpl) {
+    fail(err, len, ATTN_EUNSUPPORTED, "no template templates/%s in this build", file ? file : "?");
+    return NULL;
+  }
+  const char *abi = NULL;
+  if (s->target == ATTN_TARGET_CPU && !(abi = attn_template_text("kernel_abi.h"))) {
+    fail(err, len, ATTN_EUNSUPPORTED, "templates/kernel_abi.h is missing from this build");
+    return NULL;
+  }
+  char canon[512];
+  attn_spec_format(s, canon, sizeof canon);
+  strbuf b = {0};
+  sb_add(&b, "/* generated by attntune %s from templates/%s: %s */\n", ATTN_VERSION, file, canon);
+  sb_add(&b,
+         "#define ATTN_D %d\n#define ATTN_BR %d\n#define ATTN_BC %d\n#define ATTN_CAUSAL %d\n"
+         "#define ATTN_UNROLL %d\n#define ATTN_WARPS %d\n#define ATTN_STAGES %d\n#define ATTN_DTYPE %d\n"
+         "#define ATTN_TILE %d\n#define ATTN_FEATURE %d\n#define ATTN_DEGREE %d\n#define ATTN_RANK %d\n"
+         "#define ATTN_SEED %uu\n#define ATTN_ARCH %d\n",
+         s->d, s->br, s->bc, s->causal, s->unroll, s->warps, s->stages, (int)s->dtype, s->tile, (int)s->feature,
+         s->degree, s->rank, s->seed, s->target == ATTN_TARGET_CUDA ? arch_number(s->arch) : 0);
+  if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
+  if (abi) sb_add(&b, "%s\n", abi);
+  sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);
+  if (!b.p) {
+    fail(err, len, ATTN_ENOMEM, "out of memory generating %s", file);
+    return NULL;
+  }
+  return b.p;
+}
+
+void attn_hash_hex(const void *data, size_t len, char out[17]) {
+  const unsigned char *p = data;
+  uint64_t h = 14695981039346656037ULL;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}

@@ -1,0 +1,76 @@
+/* spec.h: a kernel specification (what a template is specialized on), its validation,
+ * its canonical text form (the key stored in the database), and instantiation into source text. */
+#ifndef ATTN_SPEC_H
+#define ATTN_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "attn.h"
+
+typedef enum { ATTN_FEAT_TAYLOR = 0, ATTN_FEAT_RANDOM = 1 } attn_feature;
+
+typedef struct attn_spec {
+  attn_algo algo;       /* FLASH, SMALLCACHE or LOWRANK; never AUTO */
+  attn_target target;   /* CPU or CUDA; never AUTO */
+  attn_dtype dtype;     /* CPU: F32 only; CUDA: F16, BF16, F32 */
+  int d;                /* head dimension */
+  int br, bc;           /* query rows and key rows per block */
+  int causal;           /* 0 or 1 */
+  /* CPU */
+  int unroll;           /* inner-loop unroll / vector hint; 0: compiler's choice */
+  /* CUDA */
+  int warps;            /* warps per thread block */
+  int stages;           /* cp.async pipeline depth (1: no pipelining) */
+  char arch[16];        /* "sm_80", "sm_90", ...; empty on CPU */
+  /* smallcache */
+  int tile;             /* side of the square tiles of the tiled products (~sqrt(M/4)); 0: derived */
+  /* lowrank */
+  attn_feature feature; /* Taylor (Alman & Song) or positive random features */
+  int degree;           /* Taylor degree g (even) */
+  int rank;             /* random features: m; Taylor: derived C(d+g, g) */
+  unsigned seed;        /* random features' seed */
+} attn_spec;
+
+/* Names and their inverses; parse functions return -1 for an unknown name. */
+const char *attn_algo_name(attn_algo a);       /* "flash", "smallcache", "lowrank", "auto" */
+const char *attn_target_name(attn_target t);   /* "cpu", "cuda", "auto" */
+const char *attn_dtype_name(attn_dtype t);     /* "f32", "f16", "bf16" */
+int attn_algo_parse(const char *s);
+int attn_target_parse(const char *s);
+int attn_dtype_parse(const char *s);
+size_t attn_dtype_size(attn_dtype t);
+
+/* Is d a supported head dimension for this target? (CPU: multiple of 8 in 8..256; CUDA: multiple of 16 in 16..256) */
+int attn_d_supported(attn_target t, int d);
+
+/* A sensible default configuration for (algo, target, dtype, d, causal). */
+attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal);
+
+/* ATTN_OK, or ATTN_EINVAL / ATTN_EUNSUPPORTED with a one-line reason in err. */
+int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
+
+/* Canonical text: "flash cpu f32 d=64 br=64 bc=128 causal=0 ..." (every field, fixed order); parse is its inverse.
+ * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
+int attn_spec_format(const attn_spec *s, char *buf, size_t len);
+int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
+
+/* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32". */
+int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
+
+/* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.
+ * count_io != 0 adds -DATTN_COUNT_IO's define. Returns malloc'd text (caller frees) or NULL with err. */
+char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t errlen);
+
+/* The text of an embedded template file ("flash.c", "flash.cu", "kernel_abi.h"), or NULL (gen/embedded_templates.c). */
+const char *attn_template_text(const char *name);
+
+/* The template file a spec instantiates: "flash.c", "smallcache.cu", ... */
+const char *attn_spec_template(const attn_spec *s);
+
+/* Taylor features' rank C(d+g, g), or -1 when it exceeds limit (to avoid overflow on large d, g). */
+long attn_taylor_rank(int d, int g, long limit);
+
+/* 64-bit FNV-1a of the bytes, as 16 hex digits plus NUL. */
+void attn_hash_hex(const void *data, size_t len, char out[17]);
+
+#endif

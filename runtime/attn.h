@@ -1,0 +1,42 @@
+/* attn.h: the public API of libattn, the attntune runtime.
+ * Open a runtime, create a plan for a problem (the tuned kernel from the database, or a default), execute it. */
+#ifndef ATTN_H
+#define ATTN_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attn_runtime attn_runtime;
+typedef struct attn_plan attn_plan;
+
+enum { ATTN_OK = 0, ATTN_EINVAL, ATTN_ENOMEM, ATTN_ENODEV, ATTN_ECOMPILE, ATTN_EDB, ATTN_ERUNTIME, ATTN_EUNSUPPORTED };
+
+typedef enum { ATTN_TARGET_AUTO, ATTN_TARGET_CPU, ATTN_TARGET_CUDA } attn_target;
+typedef enum { ATTN_F32, ATTN_F16, ATTN_BF16 } attn_dtype;
+typedef enum { ATTN_ALGO_AUTO, ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK } attn_algo;
+
+typedef struct attn_problem {
+  int batch, heads, n, d;   /* Q,K,V,O contiguous [batch][heads][n][d]; zero-initialise unused fields */
+  int n_kv, heads_kv;       /* 0: same as n / heads (decode, cross-attention, grouped-query) */
+  attn_dtype dtype;
+  int causal;               /* bottom-right aligned when n < n_kv */
+  float scale;              /* 0: 1/sqrt(d) */
+  double tolerance;         /* 0: exact algorithms only; > 0: an approximate algorithm may serve within this error */
+  attn_algo algo;           /* AUTO: the tuned choice, else a default heuristic */
+} attn_problem;
+
+/* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults. */
+int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
+int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
+int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o); /* host ptrs on CPU, device ptrs on CUDA */
+const char *attn_plan_describe(const attn_plan *plan);   /* "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" */
+void attn_plan_destroy(attn_plan *plan);                  /* NULL is fine */
+void attn_close(attn_runtime *rt);                        /* NULL is fine */
+const char *attn_strerror(int code);
+const char *attn_last_error(const attn_runtime *rt);      /* detail of the last failure: compiler log, SQL error, ... */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

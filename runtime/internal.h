@@ -1,0 +1,84 @@
+/* internal.h: libattn's insides, shared by the runtime's files, the tuner and the tests (never installed). */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include "attn.h"
+#include "spec.h"
+#include "db.h"
+#include "kernel_abi.h"
+
+#define ATTN_ERRLEN 16384
+
+typedef struct attn_cuda attn_cuda;               /* CUDA context + loaded driver API (runtime/cuda.c) */
+typedef struct attn_cpu_kernel attn_cpu_kernel;   /* a dlopen'ed CPU kernel (runtime/cpu.c) */
+typedef struct attn_cuda_kernel attn_cuda_kernel; /* a loaded CUDA module + function (runtime/cuda.c) */
+
+struct attn_runtime {
+  attn_target target;      /* CPU or CUDA (AUTO resolved at open) */
+  attn_db *db;             /* NULL when there is no database: plans use defaults */
+  char db_path[4096];
+  char cache_dir[4096];    /* compiled shared objects: $ATTN_CACHE_DIR or ~/.cache/attntune/so */
+  char device[256];        /* device name as stored in database rows */
+  int threads;             /* CPU worker threads ($ATTN_THREADS or all cores) */
+  attn_cuda *cuda;         /* NULL on CPU */
+  char last_error[ATTN_ERRLEN];
+};
+
+struct attn_plan {
+  attn_runtime *rt;
+  attn_problem p;          /* normalised: n_kv, heads_kv, scale filled in */
+  attn_spec spec;
+  char describe[512];
+  attn_cpu_kernel *cpu;
+  attn_cuda_kernel *cuda;
+};
+
+/* Records a one-line (or longer, e.g. a compiler log) detail for attn_last_error; returns code. rt may be NULL. */
+int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Validates and normalises a problem (fills n_kv, heads_kv, scale); ATTN_EINVAL with a reason otherwise. */
+int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
+
+/* A plan with an explicit spec (the tuner's entry point); origin is "tuned", "default", ... for describe. */
+int attn_plan_create_spec(attn_runtime *rt, const attn_problem *p, const attn_spec *s, int count_io,
+                          const char *origin, attn_plan **out);
+
+/* The device name the runtime files rows under for its target. */
+int attn_device_name(attn_target t, char *buf, size_t len);
+
+/* CPU backend (runtime/cpu.c, runtime/cc.c). */
+int  attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out);
+int  attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a, attn_io *io);
+void attn_cpu_unload(attn_cpu_kernel *k);
+/* 1 when the last attn_cpu_load found a compiled object in the cache instead of compiling. */
+int  attn_cpu_was_cached(const attn_cpu_kernel *k);
+
+/* CUDA backend (runtime/cuda.c, runtime/nvrtc.c): ATTN_ENODEV when no driver or device. */
+int  attn_cuda_open(attn_runtime *rt, attn_cuda **out);
+void attn_cuda_close(attn_cuda *c);
+int  attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out);
+int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p,
+                   const void *q, const void *kk, const void *v, void *o);
+void attn_cuda_unload(attn_cuda_kernel *k);
+/* NVRTC, loaded with dlopen: source → cubin for arch ("sm_80"). ATTN_ENODEV when libnvrtc is absent,
+ * ATTN_ECOMPILE with the log. *cubin and *log malloc'd (caller frees; either may be NULL on return). */
+int  attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log);
+
+/* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
+void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);
+/* ||out - ref||_F / ||ref||_F; INFINITY when out holds a NaN or Inf. */
+double attn_rel_error(const double *ref, const float *out, size_t count);
+/* Fresh uniform(-1, 1) values from a seed (xoshiro-style; reproducible per seed). */
+void   attn_fill_random(float *x, size_t count, unsigned long long seed);
+/* Poison: fills with NaN so unwritten outputs are caught. */
+void   attn_poison(float *x, size_t count);
+
+/* Half-precision conversions for host-side data (runtime/half.c), round to nearest even. */
+unsigned short attn_f32_to_f16(float x);
+float          attn_f16_to_f32(unsigned short h);
+unsigned short attn_f32_to_bf16(float x);
+float          attn_bf16_to_f32(unsigned short h);
+
+#endif
