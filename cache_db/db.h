@@ -1,4 +1,7 @@
-/* db.h: the tuning database (SQLite). The only module that speaks SQL; everything else calls these. */
+/* db.h: the tuning database (SQLite). The only module that speaks SQL; everything else calls these.
+ * One handle may be used from several threads (calls are serialized); callbacks of the *_foreach functions must
+ * not call back into the same handle. Errors: ATTN_EDB (or ATTN_EINVAL for bad arguments) with the detail in
+ * attn_db_errmsg. */
 #ifndef ATTN_DB_H
 #define ATTN_DB_H
 
@@ -9,10 +12,18 @@ typedef struct attn_db attn_db;
 
 /* Opens (create != 0: creates and migrates) the database. WAL, busy timeout, schema migrated by user_version.
  * create == 0 and no file: ATTN_EDB with "no such database". Not a SQLite file / locked past the timeout:
- * ATTN_EDB with SQLite's message in err. */
+ * ATTN_EDB with SQLite's message in err. The busy timeout is 5000 ms unless $ATTN_DB_TIMEOUT_MS says otherwise.
+ * An existing database at an older schema version is migrated whatever create says. */
 int  attn_db_open(const char *path, int create, attn_db **out, char *err, size_t errlen);
 void attn_db_close(attn_db *db);   /* NULL is fine */
 const char *attn_db_errmsg(attn_db *db);
+
+/* The schema version this build writes (PRAGMA user_version after attn_db_open). */
+int attn_db_schema_version(void);
+/* --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db (creating ~/.cache/attntune). 0, or -1 if too long. */
+int attn_db_default_path(char *buf, size_t len);
+/* The file the handle has open (absolute path), for telling two handles on one file apart. */
+const char *attn_db_filename(attn_db *db);
 
 /* What the runtime asks: the best stored configuration for a problem on a device. */
 typedef struct attn_db_query {
@@ -30,7 +41,9 @@ typedef struct attn_db_best {
 } attn_db_best;
 
 /* ATTN_OK and *out filled; ATTN_EUNSUPPORTED when no row matches (caller falls back to defaults); ATTN_EDB on error.
- * Exact (device, d, dtype, causal); measured rows before model rows; then nearest n by |log n - log n_row|. */
+ * Exact (device, d, dtype, causal); measured rows before model rows; then nearest n by |log n - log n_row|.
+ * Only status 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <= tolerance;
+ * among rows at the same distance the fastest. error is -1 when the row has none. */
 int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out);
 
 /* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch. */
@@ -39,5 +52,92 @@ int attn_db_artifact_put(attn_db *db, const char *source_hash, const char *compi
 /* ATTN_OK with *blob malloc'd (caller frees); ATTN_EUNSUPPORTED when absent. */
 int attn_db_artifact_get(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
                          const char *arch, void **blob, size_t *len);
+
+/* ---- The tuner's side: devices, kernels, runs, measurements. */
+
+/* Optional explicit transaction around many writes (import, merge): the writes inside commit together.
+ * Without one, every write below is its own committed transaction. */
+int attn_db_begin(attn_db *db);
+int attn_db_commit(attn_db *db);
+void attn_db_rollback(attn_db *db);
+
+typedef struct attn_db_device {
+  long long id;
+  const char *name;       /* "cpu:<model name>" or a GPU table name ("H100") */
+  const char *kind;       /* "cpu" | "cuda" */
+  const char *arch;       /* may be NULL */
+  const char *info;       /* JSON text; may be NULL */
+} attn_db_device;
+
+/* The id of device name, created when new. kind comes from info's "kind" ("cpu"; anything else is "cuda") or,
+ * without one, from the name ("cpu:..." is cpu); arch from info's "arch". A non-NULL info replaces the stored one. */
+int attn_db_device_id(attn_db *db, const char *name, const char *info_json, long long *id);
+/* Insert or update a device with every field given (import, merge). */
+int attn_db_device_put(attn_db *db, const attn_db_device *dev, long long *id);
+/* Calls cb for every device in id order; a nonzero return from cb stops and is returned. */
+int attn_db_device_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_device *dev), void *ctx);
+
+/* The id of a kernel by its canonical spec text ("flash cpu f32 d=64 ..."), created when new; algo, target,
+ * dtype and d are read from the text. source_hash may be NULL. */
+int attn_db_kernel_id(attn_db *db, const char *spec, const char *source_hash, long long *id);
+
+/* A tuner command: begin returns its id (status 'running'); end records the end time and final status. */
+int attn_db_run_begin(attn_db *db, long long device_id, const char *command, long long *run_id);
+int attn_db_run_end(attn_db *db, long long run_id, const char *status);
+
+typedef struct attn_db_run {
+  long long id;
+  const char *device;     /* device name, may be NULL */
+  const char *started, *ended, *command, *status;  /* ended may be NULL */
+} attn_db_run;
+/* Inserts a run with every field given (import; id is ignored, the new one is returned). */
+int attn_db_run_put(attn_db *db, const attn_db_run *run, long long *run_id);
+int attn_db_run_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_run *run), void *ctx);
+
+/* One measurement (or model estimate). Key: device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv,
+ * provenance. */
+typedef struct attn_db_meas {
+  long long id;                  /* filled by foreach / exists */
+  long long run_id;              /* 0: none */
+  long long device_id;           /* 0: resolved from device (which must then name a device; created if new) */
+  long long kernel_id;           /* 0: resolved from spec (+ source_hash) */
+  const char *device;            /* device name (filled by foreach) */
+  const char *spec;              /* kernel spec text (filled by foreach) */
+  const char *source_hash;       /* filled by foreach; may be NULL */
+  int n, n_kv, d, batch, heads, heads_kv, causal;
+  attn_dtype dtype;
+  double time_ms;
+  double gflops;                 /* <= 0 on put: computed from the shape and time_ms (0 without a time) */
+  int has_error;                 /* error is measured */
+  double error;                  /* relative error vs fp64 */
+  long long reads, writes;       /* entries moved; -1: unknown */
+  const char *status;            /* ok | wrong | compile_error | launch_error | skipped | invalid | error */
+  const char *log;               /* compiler log or message; NULL: "" */
+  const char *provenance;        /* measured | model */
+  const char *created;           /* put: NULL stores the current time; foreach: the stored time */
+  /* Filled by attn_db_meas_exists (copies that outlive the call). */
+  char status_buf[16];
+  char provenance_buf[16];
+  char created_buf[40];
+  char log_buf[512];              /* truncated; meas_foreach gives the whole log */
+} attn_db_meas;
+
+/* INSERT OR REPLACE of m (its key replaces an existing row), committed before it returns unless inside
+ * attn_db_begin. */
+int attn_db_meas_put(attn_db *db, const attn_db_meas *m);
+/* 1 when a row with m's key is stored (and, when got is not NULL, its values copied into got: id, run_id,
+ * time_ms, gflops, has_error, error, reads, writes and the *_buf fields, with status/log/provenance/created
+ * pointing at them); 0 when not; -1 on a database error. m's device_id/kernel_id may be 0 with device/spec set:
+ * an unknown device or kernel then means 0 (nothing is created). */
+int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got);
+/* Every measurement in id order (strings valid during the call only); a nonzero cb return stops and is returned.
+ * 0 when done, -1 on a database error. */
+int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
+/* Number of measurements stored, or -1. */
+long long attn_db_meas_count(attn_db *db);
+
+/* The view `best`: per (device, d, n, dtype, causal) the fastest 'ok' row, exact algorithms before approximate
+ * ones, measured before model. Ordered by device, dtype, causal, d, n. Same return convention as meas_foreach. */
+int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
 
 #endif

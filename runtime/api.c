@@ -1,0 +1,319 @@
+/* api.c: libattn's public API — runtimes, problem validation, plans (tuned row or default), execution —
+ * and the error reporting every runtime file shares. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "internal.h"
+
+/* The shared library hides everything but the public API. */
+#define ATTN_API __attribute__((visibility("default")))
+
+/* Failures before a runtime exists (or with a NULL one) still have a detail to report: kept per thread. */
+static _Thread_local char tls_error[ATTN_ERRLEN];
+
+int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  va_end(ap);
+  if (rt) memcpy(rt->last_error, tls_error, strlen(tls_error) + 1);
+  return code;
+}
+
+ATTN_API const char *attn_strerror(int code) {
+  switch (code) {
+  case ATTN_OK: return "ok";
+  case ATTN_EINVAL: return "invalid argument";
+  case ATTN_ENOMEM: return "out of memory";
+  case ATTN_ENODEV: return "no such device";
+  case ATTN_ECOMPILE: return "kernel compilation failed";
+  case ATTN_EDB: return "database error";
+  case ATTN_ERUNTIME: return "runtime error";
+  case ATTN_EUNSUPPORTED: return "not supported";
+  default: return "unknown error code";
+  }
+}
+
+ATTN_API const char *attn_last_error(const attn_runtime *rt) { return rt ? rt->last_error : tls_error; }
+
+/* ~/.cache/attntune/<leaf>, with $HOME or the password database's home. */
+static int cache_path(char *buf, size_t len, const char *leaf) {
+  const char *home = getenv("HOME");
+  if (!home || !*home) {
+    struct passwd *pw = getpwuid(getuid());
+    home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
+  }
+  int w = snprintf(buf, len, "%s/.cache/attntune/%s", home, leaf);
+  return w >= 0 && (size_t)w < len ? 0 : -1;
+}
+
+static int copy_path(char *buf, size_t len, const char *s) {
+  size_t l = strlen(s);
+  if (l >= len) return -1;
+  memcpy(buf, s, l + 1);
+  return 0;
+}
+
+int attn_device_name(attn_target t, char *buf, size_t len) {
+  if (!buf || !len) return ATTN_EINVAL;
+  if (t == ATTN_TARGET_CUDA) {
+    /* The CUDA backend files rows under the spec-table name it finds at open (rt->device); this is its fallback. */
+    snprintf(buf, len, "cuda");
+    return ATTN_OK;
+  }
+  char model[256] = "";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+      /* x86: "model name"; some ARM kernels only give "Hardware" or "CPU part". */
+      if (strncmp(line, "model name", 10) != 0 && strncmp(line, "Hardware", 8) != 0) continue;
+      char *c = strchr(line, ':');
+      if (!c) continue;
+      c++;
+      while (*c == ' ' || *c == '\t') c++;
+      size_t l = strcspn(c, "\r\n");
+      while (l && (c[l - 1] == ' ' || c[l - 1] == '\t')) l--;
+      if (l >= sizeof model) l = sizeof model - 1;
+      memcpy(model, c, l);
+      model[l] = '\0';
+      if (model[0]) break;
+    }
+    fclose(f);
+  }
+  snprintf(buf, len, "cpu:%s", model[0] ? model : "unknown");
+  return ATTN_OK;
+}
+
+ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **out) {
+  if (!out) return attn_fail(NULL, ATTN_EINVAL, "attn_open: out is NULL");
+  *out = NULL;
+  if (target != ATTN_TARGET_AUTO && target != ATTN_TARGET_CPU && target != ATTN_TARGET_CUDA)
+    return attn_fail(NULL, ATTN_EINVAL, "attn_open: unknown target %d", (int)target);
+  attn_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt) return attn_fail(NULL, ATTN_ENOMEM, "attn_open: out of memory");
+
+  const char *t = getenv("ATTN_THREADS");
+  rt->threads = t && atoi(t) > 0 ? atoi(t) : omp_get_num_procs();
+  if (rt->threads < 1) rt->threads = 1;
+
+  const char *cd = getenv("ATTN_CACHE_DIR");
+  if (cd && *cd ? copy_path(rt->cache_dir, sizeof rt->cache_dir, cd)
+                : cache_path(rt->cache_dir, sizeof rt->cache_dir, "so")) {
+    free(rt);
+    return attn_fail(NULL, ATTN_EINVAL, "attn_open: cache directory path is too long");
+  }
+  if (!db_path || !*db_path) db_path = getenv("ATTN_DB");
+  if (db_path && *db_path ? copy_path(rt->db_path, sizeof rt->db_path, db_path)
+                          : cache_path(rt->db_path, sizeof rt->db_path, "attntune.db")) {
+    free(rt);
+    return attn_fail(NULL, ATTN_EINVAL, "attn_open: database path is too long");
+  }
+
+  if (target == ATTN_TARGET_CUDA || target == ATTN_TARGET_AUTO) {
+    int rc = attn_cuda_open(rt, &rt->cuda);
+    if (rc == ATTN_OK) {
+      rt->target = ATTN_TARGET_CUDA;
+      if (!rt->device[0]) attn_device_name(ATTN_TARGET_CUDA, rt->device, sizeof rt->device);
+    } else if (target == ATTN_TARGET_CUDA) {
+      char why[1024];
+      size_t wl = strnlen(rt->last_error, sizeof why - 1);
+      memcpy(why, rt->last_error, wl);
+      why[wl] = '\0';
+      free(rt);
+      return attn_fail(NULL, rc == ATTN_ENODEV ? ATTN_ENODEV : rc, "attn_open: no CUDA device: %s", why);
+    } else {
+      rt->cuda = NULL;
+    }
+  }
+  if (!rt->cuda) {
+    rt->target = ATTN_TARGET_CPU;
+    attn_device_name(ATTN_TARGET_CPU, rt->device, sizeof rt->device);
+  }
+
+  /* A database that does not exist yet is the untuned case, not an error; one that exists must open. */
+  struct stat st;
+  if (stat(rt->db_path, &st) == 0) {
+    char err[1024] = "";
+    if (attn_db_open(rt->db_path, 0, &rt->db, err, sizeof err) != ATTN_OK) {
+      rt->db = NULL;
+      char path[4096];
+      snprintf(path, sizeof path, "%s", rt->db_path);
+      attn_close(rt);
+      return attn_fail(NULL, ATTN_EDB, "attn_open: cannot open database %s: %s", path, err[0] ? err : "unknown error");
+    }
+  } else if (errno != ENOENT) {
+    int e = errno;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", rt->db_path);
+    attn_close(rt);
+    return attn_fail(NULL, ATTN_EDB, "attn_open: cannot access database %s: %s", path, strerror(e));
+  }
+  rt->last_error[0] = '\0';
+  *out = rt;
+  return ATTN_OK;
+}
+
+ATTN_API void attn_close(attn_runtime *rt) {
+  if (!rt) return;
+  attn_db_close(rt->db);
+  if (rt->cuda) attn_cuda_close(rt->cuda);
+  free(rt);
+}
+
+int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out) {
+  if (!in) return attn_fail(rt, ATTN_EINVAL, "problem is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "output problem is NULL");
+  attn_target tg = rt ? rt->target : ATTN_TARGET_CPU;
+  attn_problem p = *in;
+  if (p.batch <= 0 || p.heads <= 0 || p.n <= 0)
+    return attn_fail(rt, ATTN_EINVAL, "batch=%d heads=%d n=%d: each must be >= 1", p.batch, p.heads, p.n);
+  if (p.n_kv < 0) return attn_fail(rt, ATTN_EINVAL, "n_kv=%d must be >= 0 (0: same as n)", p.n_kv);
+  if (p.heads_kv < 0) return attn_fail(rt, ATTN_EINVAL, "heads_kv=%d must be >= 0 (0: same as heads)", p.heads_kv);
+  if (p.n_kv == 0) p.n_kv = p.n;
+  if (p.heads_kv == 0) p.heads_kv = p.heads;
+  if (p.heads_kv > p.heads || p.heads % p.heads_kv != 0)
+    return attn_fail(rt, ATTN_EINVAL, "heads_kv=%d must divide heads=%d", p.heads_kv, p.heads);
+  if (p.d <= 0) return attn_fail(rt, ATTN_EINVAL, "d=%d must be >= 1", p.d);
+  if (!attn_d_supported(tg, p.d))
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256", p.d,
+                     attn_target_name(tg), tg == ATTN_TARGET_CUDA ? 16 : 8, tg == ATTN_TARGET_CUDA ? 16 : 8);
+  if ((unsigned)p.dtype > ATTN_BF16) return attn_fail(rt, ATTN_EINVAL, "unknown dtype %d", (int)p.dtype);
+  if (tg == ATTN_TARGET_CPU && p.dtype != ATTN_F32)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
+                     attn_dtype_name(p.dtype));
+  if ((unsigned)p.algo > ATTN_ALGO_LOWRANK) return attn_fail(rt, ATTN_EINVAL, "unknown algorithm %d", (int)p.algo);
+  if (!isfinite(p.scale)) return attn_fail(rt, ATTN_EINVAL, "scale must be finite (0: 1/sqrt(d))");
+  if (!(p.tolerance >= 0) || !isfinite(p.tolerance))
+    return attn_fail(rt, ATTN_EINVAL, "tolerance=%g must be finite and >= 0 (0: exact only)", p.tolerance);
+  /* Element counts must fit the kernels' long indexing with room to spare. */
+  double elems = (double)p.batch * p.heads * (p.n > p.n_kv ? p.n : p.n_kv) * p.d;
+  if (elems > 4.0e18) return attn_fail(rt, ATTN_EINVAL, "problem too large: %.3g elements", elems);
+  p.causal = p.causal ? 1 : 0;
+  if (p.scale == 0.0f) p.scale = (float)(1.0 / sqrt((double)p.d));
+  *out = p;
+  return ATTN_OK;
+}
+
+int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn_spec *s, int count_io,
+                          const char *origin, attn_plan **out) {
+  if (out) *out = NULL;
+  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create: runtime is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: out is NULL");
+  if (!s) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: spec is NULL");
+  attn_problem p;
+  int rc = attn_problem_normalize(rt, prob, &p);
+  if (rc != ATTN_OK) return rc;
+  char err[512];
+  rc = attn_spec_check(s, err, sizeof err);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "%s", err);
+  if (s->target != rt->target)
+    return attn_fail(rt, ATTN_EINVAL, "spec is for %s but the runtime runs on %s", attn_target_name(s->target),
+                     attn_target_name(rt->target));
+  if (s->d != p.d || s->causal != p.causal || s->dtype != p.dtype)
+    return attn_fail(rt, ATTN_EINVAL, "spec (d=%d causal=%d %s) does not match the problem (d=%d causal=%d %s)", s->d,
+                     s->causal, attn_dtype_name(s->dtype), p.d, p.causal, attn_dtype_name(p.dtype));
+  if (s->algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "lowrank is approximate: it needs a problem tolerance > 0");
+
+  attn_plan *plan = calloc(1, sizeof *plan);
+  if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create: out of memory");
+  plan->rt = rt;
+  plan->p = p;
+  plan->spec = *s;
+  rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, s, count_io, &plan->cuda)
+                                      : attn_cpu_load(rt, s, count_io, &plan->cpu);
+  if (rc != ATTN_OK) {
+    free(plan);
+    return rc;
+  }
+  char sum[384];
+  attn_spec_summary(s, sum, sizeof sum);
+  snprintf(plan->describe, sizeof plan->describe, "%s (%s)", sum, origin && *origin ? origin : "given");
+  *out = plan;
+  return ATTN_OK;
+}
+
+/* The tuned row for this problem, when the database has one that fits; 0 and *s filled, else -1. */
+static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen) {
+  if (!rt->db) return -1;
+  attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
+                     .tolerance = p->tolerance};
+  attn_db_best best;
+  memset(&best, 0, sizeof best);
+  int rc = attn_db_lookup(rt->db, &q, &best);
+  if (rc != ATTN_OK) {
+    if (rc != ATTN_EUNSUPPORTED) snprintf(origin, olen, "default: database lookup failed");
+    return -1;
+  }
+  attn_spec t;
+  char err[512];
+  if (attn_spec_parse(best.spec, &t, err, sizeof err) != ATTN_OK) {
+    snprintf(origin, olen, "default: stored row unreadable");
+    return -1;
+  }
+  /* A row for another algorithm than the one asked for, or that does not fit this problem, is not used. */
+  if ((p->algo != ATTN_ALGO_AUTO && t.algo != p->algo) || t.target != rt->target || t.d != p->d ||
+      t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
+    return -1;
+  const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
+  if (best.n == p->n || best.n <= 0)
+    snprintf(origin, olen, "%s", kind);
+  else
+    snprintf(origin, olen, "%s at n=%d", kind, best.n);
+  *s = t;
+  return 0;
+}
+
+ATTN_API int attn_plan_create(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
+  if (out) *out = NULL;
+  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create: runtime is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: out is NULL");
+  attn_problem p;
+  int rc = attn_problem_normalize(rt, prob, &p);
+  if (rc != ATTN_OK) return rc;
+  if (p.algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "lowrank is approximate: set the problem's tolerance > 0 to allow it, or ask for flash");
+  attn_spec s;
+  char origin[128] = "default";
+  if (tuned_spec(rt, &p, &s, origin, sizeof origin) != 0) {
+    attn_algo a = p.algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : p.algo;
+    /* An approximation's error is measured, never assumed: without a stored row that met the tolerance on this
+     * shape, the exact algorithm serves, and describe says why. */
+    if (a == ATTN_ALGO_LOWRANK) {
+      a = ATTN_ALGO_FLASH;
+      snprintf(origin, sizeof origin, "default: no lowrank row measured within tolerance %g", p.tolerance);
+    }
+    s = attn_spec_default(a, rt->target, p.dtype, p.d, p.causal);
+  }
+  return attn_plan_create_spec(rt, &p, &s, 0, origin, out);
+}
+
+ATTN_API int attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute: plan is NULL");
+  attn_runtime *rt = plan->rt;
+  if (!q || !k || !v || !o)
+    return attn_fail(rt, ATTN_EINVAL, "attn_execute: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "o");
+  const attn_problem *p = &plan->p;
+  if (plan->cuda) return attn_cuda_run(rt, plan->cuda, p, q, k, v, o);
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute: plan has no kernel");
+  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
+                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
+  return attn_cpu_run(rt, plan->cpu, &a, NULL);
+}
+
+ATTN_API const char *attn_plan_describe(const attn_plan *plan) { return plan ? plan->describe : "(no plan)"; }
+
+ATTN_API void attn_plan_destroy(attn_plan *plan) {
+  if (!plan) return;
+  if (plan->cpu) attn_cpu_unload(plan->cpu);
+  if (plan->cuda) attn_cuda_unload(plan->cuda);
+  free(plan);
+}

@@ -1,0 +1,252 @@
+/* cc.c: compiles generated C kernels with the system compiler and caches the shared objects by a hash of
+ * source + compiler + flags, in the cache directory and (when a database is open) as database artifacts, so that
+ * a second process, or a machine with no compiler, loads the kernel without compiling. */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "cc.h"
+
+extern char **environ;
+
+#define LOG_MAX (ATTN_ERRLEN - 3072) /* room for the message and command around it */
+
+static int mkdir_p(const char *dir) {
+  char buf[4096];
+  size_t l = strlen(dir);
+  if (l == 0 || l >= sizeof buf) return -1;
+  memcpy(buf, dir, l + 1);
+  for (char *s = buf + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *s = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+static int write_all(int fd, const void *data, size_t len) {
+  const char *p = data;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static void *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  void *buf = NULL;
+  long sz = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz)) &&
+      fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) *len = (size_t)sz;
+  return buf;
+}
+
+/* Writes bytes to a unique temporary in dir, then renames it onto path: readers never see a partial file, and two
+ * processes doing the same both succeed (the last rename wins with identical content). */
+static int install_bytes(const char *dir, const char *hash, const void *data, size_t len, const char *path) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s/%s-XXXXXX.so", dir, hash);
+  int fd = mkstemps(tmp, 3);
+  if (fd < 0) return -1;
+  int bad = write_all(fd, data, len) != 0;
+  bad |= close(fd) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Splits $CC ("ccache gcc" is allowed) into argv words; returns the count, at most max-1. */
+static int split_words(char *s, char **argv, int max) {
+  int n = 0;
+  for (char *save = NULL, *w = strtok_r(s, " \t", &save); w && n < max - 1; w = strtok_r(NULL, " \t", &save))
+    argv[n++] = w;
+  argv[n] = NULL;
+  return n;
+}
+
+/* Runs argv with stdout and stderr captured into log (NUL-terminated, truncated at cap). Returns the exit status,
+ * or -1 with errno-ish text in log when the program could not be started. */
+static int run_capture(char *const argv[], char *log, size_t cap) {
+  size_t used = 0;
+  log[0] = '\0';
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) != 0) {
+    snprintf(log, cap, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid;
+  int e = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pfd[1]);
+  if (e != 0) {
+    close(pfd[0]);
+    snprintf(log, cap, "cannot run '%s': %s", argv[0], strerror(e));
+    return -1;
+  }
+  char chunk[4096];
+  for (;;) {
+    ssize_t r = read(pfd[0], chunk, sizeof chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    size_t take = (size_t)r < cap - 1 - used ? (size_t)r : cap - 1 - used;
+    memcpy(log + used, chunk, take);
+    used += take;
+  }
+  log[used] = '\0';
+  close(pfd[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      snprintf(log + used, cap - used, "waitpid: %s", strerror(errno));
+      return -1;
+    }
+  if (WIFEXITED(status)) {
+    /* glibc's posix_spawnp reports exec failures as exit status 127 with nothing written. */
+    if (WEXITSTATUS(status) == 127 && used == 0) snprintf(log, cap, "cannot run '%s': command not found", argv[0]);
+    return WEXITSTATUS(status);
+  }
+  snprintf(log + used, cap - used, "%skilled by signal %d", used ? "\n" : "", WTERMSIG(status));
+  return 128 + WTERMSIG(status);
+}
+
+int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int force, char *path, size_t len,
+                   int *was_cached) {
+  *was_cached = 0;
+  const char *cc = getenv("CC");
+  if (!cc || !*cc) cc = "cc";
+  /* Key: the source, the compiler as named, the flags, and the CPU model (-march=native objects must not travel to
+   * another CPU through a shared home directory). */
+  size_t slen = strlen(source), klen = slen + strlen(cc) + sizeof ATTN_CC_FLAGS + strlen(rt->device) + 4;
+  char *key = malloc(klen);
+  if (!key) return attn_fail(rt, ATTN_ENOMEM, "out of memory hashing %s", label);
+  int kl = snprintf(key, klen, "%s\n%s %s\n%s", source, cc, ATTN_CC_FLAGS, rt->device);
+  char hash[17];
+  attn_hash_hex(key, (size_t)kl, hash);
+  free(key);
+  const char *dir = rt->cache_dir;
+  int w = snprintf(path, len, "%s/%s.so", dir, hash);
+  if (w < 0 || (size_t)w >= len) return attn_fail(rt, ATTN_EINVAL, "cache path too long under %s", dir);
+
+  if (!force && access(path, R_OK) == 0) {
+    *was_cached = 1;
+    return ATTN_OK;
+  }
+  if (mkdir_p(dir) != 0)
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot create cache directory %s: %s", dir, strerror(errno));
+
+  /* Artifacts are compiled with -march=native: keyed by the CPU model so another machine never loads them. */
+  const char *arch = rt->device;
+  if (rt->db && !force) {
+    void *blob = NULL;
+    size_t blen = 0;
+    if (attn_db_artifact_get(rt->db, hash, cc, ATTN_CC_FLAGS, arch, &blob, &blen) == ATTN_OK && blob && blen) {
+      int rc = install_bytes(dir, hash, blob, blen, path);
+      free(blob);
+      if (rc == 0) {
+        *was_cached = 1;
+        return ATTN_OK;
+      }
+    } else {
+      free(blob);
+    }
+  }
+
+  /* Compile: source to a unique temporary, object to a unique temporary, rename into place. */
+  char src[4200], obj[4200];
+  snprintf(src, sizeof src, "%s/%s-XXXXXX.c", dir, hash);
+  int fd = mkstemps(src, 2);
+  if (fd < 0) return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source in %s: %s", dir, strerror(errno));
+  int bad = write_all(fd, source, slen) != 0;
+  bad |= close(fd) != 0;
+  if (bad) {
+    unlink(src);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source %s: %s", src, strerror(errno));
+  }
+  snprintf(obj, sizeof obj, "%s/%s-XXXXXX.so", dir, hash);
+  fd = mkstemps(obj, 3);
+  if (fd < 0) {
+    unlink(src);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot create %s: %s", obj, strerror(errno));
+  }
+  close(fd);
+
+  char ccbuf[1024], flags[] = ATTN_CC_FLAGS;
+  snprintf(ccbuf, sizeof ccbuf, "%s", cc);
+  char *argv[64];
+  int ac = split_words(ccbuf, argv, 40);
+  if (ac == 0) {
+    unlink(src);
+    unlink(obj);
+    return attn_fail(rt, ATTN_ECOMPILE, "CC is empty");
+  }
+  ac += split_words(flags, argv + ac, 16);
+  argv[ac++] = "-o";
+  argv[ac++] = obj;
+  argv[ac++] = src;
+  argv[ac++] = "-lm";
+  argv[ac] = NULL;
+
+  char *log = malloc(LOG_MAX);
+  if (!log) {
+    unlink(src);
+    unlink(obj);
+    return attn_fail(rt, ATTN_ENOMEM, "out of memory compiling %s", label);
+  }
+  int status = run_capture(argv, log, LOG_MAX);
+  if (status != 0) {
+    char cmd[2048];
+    size_t cl = 0;
+    cmd[0] = '\0';
+    for (int i = 0; i < ac && cl < sizeof cmd; i++) {
+      int c = snprintf(cmd + cl, sizeof cmd - cl, "%s%s", i ? " " : "", argv[i]);
+      if (c < 0) break;
+      cl += (size_t)c;
+    }
+    unlink(obj);
+    unlink(src);
+    int rc = attn_fail(rt, ATTN_ECOMPILE, "compiling %s failed (%s%d): %s\n%s", label,
+                       status < 0 ? "could not start compiler, " : "exit status ", status < 0 ? -1 : status, cmd, log);
+    free(log);
+    return rc;
+  }
+  free(log);
+  unlink(src);
+  if (rename(obj, path) != 0) {
+    int e = errno;
+    unlink(obj);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot install %s: %s", path, strerror(e));
+  }
+  if (rt->db) {
+    /* Best effort: a failure to store only means the next process compiles again. */
+    size_t blen = 0;
+    void *blob = read_file(path, &blen);
+    if (blob) attn_db_artifact_put(rt->db, hash, cc, ATTN_CC_FLAGS, arch, blob, blen);
+    free(blob);
+  }
+  return ATTN_OK;
+}

@@ -1,0 +1,17 @@
+/* cc.h: the CPU backend's compiler driver and shared-object cache (runtime/cc.c). */
+#ifndef ATTN_CC_H
+#define ATTN_CC_H
+
+#include <stddef.h>
+#include "internal.h"
+
+/* Flags every CPU kernel is compiled with (part of the cache key). */
+#define ATTN_CC_FLAGS "-O3 -march=native -fPIC -shared"
+
+/* A shared object for source in the cache directory: found there, fetched from the database's artifacts, or compiled
+ * with $CC (default "cc") and renamed into place atomically. force != 0 ignores what the cache directory holds (a file
+ * that would not load). label names the kernel in messages. *was_cached: 1 unless this call compiled. */
+int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int force, char *path, size_t len,
+                   int *was_cached);
+
+#endif

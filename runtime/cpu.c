@@ -1,0 +1,141 @@
+/* cpu.c: the CPU backend — loads a compiled kernel (runtime/cc.c) with dlopen and runs its work items in parallel
+ * with OpenMP, each thread with its own scratch and I/O counter. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cc.h"
+
+struct attn_cpu_kernel {
+  void *handle;
+  attn_kernel_items_fn items;
+  attn_kernel_scratch_fn scratch;
+  attn_kernel_run_fn run;
+  int was_cached;
+};
+
+static int load_object(attn_runtime *rt, const char *path, const char *label, attn_cpu_kernel *k) {
+  k->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!k->handle) {
+    const char *e = dlerror();
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot load %s (%s): %s", label, path, e ? e : "dlopen failed");
+  }
+  attn_kernel_abi_fn abi = (attn_kernel_abi_fn)dlsym(k->handle, "attn_kernel_abi");
+  k->items = (attn_kernel_items_fn)dlsym(k->handle, "attn_kernel_items");
+  k->scratch = (attn_kernel_scratch_fn)dlsym(k->handle, "attn_kernel_scratch");
+  k->run = (attn_kernel_run_fn)dlsym(k->handle, "attn_kernel_run");
+  int rc = ATTN_OK;
+  if (!abi || !k->items || !k->scratch || !k->run)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s (%s) lacks the kernel entry points of kernel_abi.h", label, path);
+  else if (abi() != ATTN_KERNEL_ABI_VERSION)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s (%s) has kernel ABI %d, this runtime needs %d", label, path, abi(),
+                   ATTN_KERNEL_ABI_VERSION);
+  if (rc != ATTN_OK) {
+    dlclose(k->handle);
+    k->handle = NULL;
+  }
+  return rc;
+}
+
+int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out) {
+  *out = NULL;
+  char err[512] = "", label[400];
+  attn_spec_summary(s, label, sizeof label);
+  if (count_io) strncat(label, " (counting)", sizeof label - strlen(label) - 1);
+  char *src = attn_spec_source(s, count_io, err, sizeof err);
+  if (!src) {
+    int rc = attn_spec_check(s, NULL, 0);
+    return attn_fail(rt, rc != ATTN_OK ? rc : ATTN_EUNSUPPORTED, "%s: %s", label, err);
+  }
+  attn_cpu_kernel *k = calloc(1, sizeof *k);
+  if (!k) {
+    free(src);
+    return attn_fail(rt, ATTN_ENOMEM, "out of memory loading %s", label);
+  }
+  char path[4200];
+  int rc = attn_cc_object(rt, src, label, 0, path, sizeof path, &k->was_cached);
+  if (rc == ATTN_OK) {
+    rc = load_object(rt, path, label, k);
+    /* A cached object that will not load (truncated, another machine's) is rebuilt once. */
+    if (rc != ATTN_OK && k->was_cached) {
+      rc = attn_cc_object(rt, src, label, 1, path, sizeof path, &k->was_cached);
+      if (rc == ATTN_OK) rc = load_object(rt, path, label, k);
+    }
+  }
+  free(src);
+  if (rc != ATTN_OK) {
+    free(k);
+    return rc;
+  }
+  *out = k;
+  return ATTN_OK;
+}
+
+void attn_cpu_unload(attn_cpu_kernel *k) {
+  if (!k) return;
+  if (k->handle) dlclose(k->handle);
+  free(k);
+}
+
+int attn_cpu_was_cached(const attn_cpu_kernel *k) { return k ? k->was_cached : 0; }
+
+/* Per-thread scratch, kept between calls so that executing a plan allocates nothing once warm
+ * (OpenMP reuses its worker threads). */
+static _Thread_local void *tls_scratch;
+static _Thread_local size_t tls_cap;
+static pthread_key_t scratch_key; /* frees a thread's scratch when the thread exits */
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_key_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, free) == 0; }
+
+static void *scratch_get(size_t bytes) {
+  if (bytes < 64) bytes = 64;
+  if (bytes > tls_cap) {
+    pthread_once(&scratch_once, scratch_key_init);
+    free(tls_scratch);
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    tls_scratch = aligned_alloc(64, cap);
+    tls_cap = tls_scratch ? cap : 0;
+    if (scratch_key_ok) pthread_setspecific(scratch_key, tls_scratch);
+  }
+  return tls_scratch;
+}
+
+int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a, attn_io *io) {
+  if (!k || !a) return attn_fail(rt, ATTN_EINVAL, "attn_cpu_run: kernel or arguments are NULL");
+  const long items = k->items(a);
+  const size_t bytes = k->scratch(a);
+  unsigned long long reads = 0, writes = 0;
+  int failed = 0;
+  int threads = rt ? rt->threads : 1;
+  if (threads > items) threads = (int)items;
+  if (threads <= 1) {
+    void *s = items > 0 ? scratch_get(bytes) : NULL;
+    attn_io t = {0, 0};
+    if (items > 0 && !s) failed = 1;
+    for (long i = 0; i < items && !failed; i++) k->run(a, i, s, &t);
+    reads = t.reads;
+    writes = t.writes;
+  } else {
+#pragma omp parallel num_threads(threads) reduction(+ : reads, writes) reduction(| : failed)
+    {
+      void *s = scratch_get(bytes);
+      attn_io t = {0, 0};
+      if (!s) failed = 1;
+      /* Dynamic: items differ in cost (causal blocks, the last partial block). */
+#pragma omp for schedule(dynamic)
+      for (long i = 0; i < items; i++)
+        if (s) k->run(a, i, s, &t);
+      reads += t.reads;
+      writes += t.writes;
+    }
+  }
+  if (failed) return attn_fail(rt, ATTN_ENOMEM, "out of memory for %zu bytes of kernel scratch", bytes);
+  if (io) {
+    io->reads = reads; /* this call's transfers, summed over threads */
+    io->writes = writes;
+  }
+  return ATTN_OK;
+}

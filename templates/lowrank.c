@@ -1,0 +1,311 @@
+/* lowrank.c: approximate attention through a feature map phi of rank r, exp(scale <q,k>) ~ <phi(q), phi(k)>, fp32.
+ * Specialised on ATTN_D, ATTN_BR (query rows per step), ATTN_BC (key rows per step), ATTN_CAUSAL, ATTN_FEATURE
+ * (0: Taylor features of degree ATTN_DEGREE, Alman & Song's polynomial method; 1: ATTN_RANK positive random
+ * features, Performer-style, drawn from ATTN_SEED).
+ *   Taylor: x = sqrt(scale) q; phi_alpha(x) = x^alpha / sqrt(alpha!) for every multi-index |alpha| <= g, so that
+ *     <phi(x), phi(y)> = sum_{k<=g} <x,y>^k / k!; r = C(d+g, g). g even keeps that polynomial of exp positive.
+ *   Random: phi_t(x) = exp(w_t.x - |x|^2/2 - c) with w_t ~ N(0, I_d); E <phi(x), phi(y)> = exp(<x,y>) e^{-2c}/m.
+ *     The constant c (a per-row max for queries, a running max over keys for keys) cancels in the ratio below.
+ * Work item = one (batch*heads index). Keys go by blocks of BC rows into KV = phi(K)^T V (r x d) and z = phi(K)^T 1;
+ * then O = phi(Q) KV / phi(Q) z by blocks of BR query rows. Causal (bottom-right aligned): the query rows are walked
+ * in order and each row sees the prefix state of the keys it may see; a key block is folded into the state when
+ * the first query row that sees all of it comes, and a row's visible keys past the state are added exactly.
+ * I/O per item: K and V read once (2 n_kv d), Q read once and O written once (2 n d): 2 (n + n_kv) d entries.
+ * Fast memory must hold the r x (d+1) state; the random directions are generated in fast memory (not transfers). */
+#ifndef ATTN_D
+#define ATTN_D 64
+#endif
+#ifndef ATTN_BR
+#define ATTN_BR 64
+#endif
+#ifndef ATTN_BC
+#define ATTN_BC 64
+#endif
+#ifndef ATTN_CAUSAL
+#define ATTN_CAUSAL 0
+#endif
+#ifndef ATTN_FEATURE
+#define ATTN_FEATURE 1
+#endif
+#ifndef ATTN_DEGREE
+#define ATTN_DEGREE 2
+#endif
+#ifndef ATTN_RANK
+#define ATTN_RANK 256
+#endif
+#ifndef ATTN_SEED
+#define ATTN_SEED 1
+#endif
+
+#ifndef ATTN_KERNEL_ABI_H
+#include "kernel_abi.h"
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LR_D ATTN_D
+#define LR_BC ATTN_BC
+#define LR_BR ATTN_BR
+
+/* Rank of the feature map. */
+static long lr_rank(void) {
+#if ATTN_FEATURE == 0
+  long r = 1, c = 1; /* C(d+g, g) = prod_{i=1..g} (d+i)/i, exact at each step */
+  for (long i = 1; i <= ATTN_DEGREE; i++) {
+    c = c * (LR_D + i) / i;
+    r = c;
+  }
+  return r;
+#else
+  return ATTN_RANK;
+#endif
+}
+
+/* Scratch layout, in floats (each part a multiple of 16). */
+#define LR_UP(x) (((x) + 15) / 16 * 16)
+typedef struct {
+  float *kv, *z, *fk, *fq, *w, *num, *coef;
+  int *par, *var;
+} lr_scratch;
+
+static size_t lr_layout(void *base, lr_scratch *s) {
+  const size_t r = (size_t)lr_rank();
+  float *p = (float *)base;
+  size_t off = 0;
+#define LR_TAKE(field, cnt)                    \
+  do {                                         \
+    if (s) s->field = (void *)(p + off);       \
+    off += LR_UP((size_t)(cnt));               \
+  } while (0)
+  LR_TAKE(kv, r * LR_D);
+  LR_TAKE(z, r);
+  LR_TAKE(fk, (size_t)LR_BC * r);
+  LR_TAKE(fq, r);
+  LR_TAKE(num, LR_D);
+#if ATTN_FEATURE == 0
+  LR_TAKE(coef, r);
+  LR_TAKE(par, r);
+  LR_TAKE(var, r);
+#else
+  LR_TAKE(w, r * LR_D);
+#endif
+#undef LR_TAKE
+  return off;
+}
+
+int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
+long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads; }
+size_t attn_kernel_scratch(const attn_kargs *a) {
+  (void)a;
+  return lr_layout(NULL, NULL) * sizeof(float);
+}
+
+#if ATTN_FEATURE == 0
+/* Monomials of degree <= g in d variables, each built from a parent by one more factor x[var] with an index not
+ * below the parent's last one (so each multiset once); coef = 1/sqrt(multiplicity of var in the child), whose
+ * product along the chain is 1/sqrt(alpha!). Returns the number built (= r). */
+static long lr_taylor_table(int *par, int *var, float *coef) {
+  long cnt = 1, lo = 0;
+  par[0] = -1;
+  var[0] = -1;
+  coef[0] = 1.0f;
+  for (int deg = 1; deg <= ATTN_DEGREE; deg++) {
+    const long hi = cnt;
+    for (long p = lo; p < hi; p++) {
+      const int lastv = var[p];
+      int runlen = 0;
+      for (long t = p; t > 0 && var[t] == lastv; t = par[t]) runlen++;
+      for (int i = lastv < 0 ? 0 : lastv; i < LR_D; i++) {
+        par[cnt] = (int)p;
+        var[cnt] = i;
+        coef[cnt] = 1.0f / sqrtf((float)(i == lastv ? runlen + 1 : 1));
+        cnt++;
+      }
+    }
+    lo = hi;
+  }
+  return cnt;
+}
+
+/* phi(x) for x = sqrt(scale) * row; returns the log of the constant factored out (none for Taylor). */
+static float lr_phi(const float *row, float sq, const lr_scratch *s, long r, float *f) {
+  f[0] = 1.0f;
+  for (long t = 1; t < r; t++) f[t] = f[s->par[t]] * (row[s->var[t]] * sq) * s->coef[t];
+  return 0.0f;
+}
+#else
+/* splitmix64, then Box-Muller: deterministic Gaussian directions from the seed. */
+static uint64_t lr_next(uint64_t *st) {
+  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static void lr_gauss(float *w, long cnt) {
+  uint64_t st = (uint64_t)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1;
+  for (long i = 0; i < cnt; i += 2) {
+    double u1 = ((lr_next(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (lr_next(&st) >> 11) * (1.0 / 9007199254740992.0);
+    double rad = sqrt(-2.0 * log(u1));
+    w[i] = (float)(rad * cos(6.283185307179586 * u2));
+    if (i + 1 < cnt) w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
+  }
+}
+/* Exponents e_t = w_t.x - |x|^2/2 into f; returns their max. */
+static float lr_expo(const float *row, float sq, const lr_scratch *s, long r, float *f) {
+  float x[LR_D], nrm = 0.0f;
+  for (int i = 0; i < LR_D; i++) {
+    x[i] = row[i] * sq;
+    nrm += x[i] * x[i];
+  }
+  float mx = -INFINITY;
+  for (long t = 0; t < r; t++) {
+    float e = 0.0f;
+    const float *wt = s->w + t * LR_D;
+    for (int i = 0; i < LR_D; i++) e += wt[i] * x[i];
+    e -= 0.5f * nrm;
+    f[t] = e;
+    if (e > mx) mx = e;
+  }
+  return mx;
+}
+#endif
+
+/* O row = phi(q) KV / phi(q) z, plus the exact contribution of keys kb[0..extra) (features in fk) not yet in the
+ * state. */
+static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, const float *vb, long extra,
+                     float *orow) {
+#if ATTN_FEATURE == 0
+  lr_phi(qrow, sq, s, r, s->fq);
+#else
+  const float mx = lr_expo(qrow, sq, s, r, s->fq);
+  for (long t = 0; t < r; t++) s->fq[t] = expf(s->fq[t] - mx); /* per-row constant: cancels in the ratio */
+#endif
+  float den = 0.0f;
+  for (int i = 0; i < LR_D; i++) s->num[i] = 0.0f;
+  for (long t = 0; t < r; t++) {
+    const float f = s->fq[t];
+    const float *kvt = s->kv + t * LR_D;
+    for (int i = 0; i < LR_D; i++) s->num[i] += f * kvt[i];
+    den += f * s->z[t];
+  }
+  for (long j = 0; j < extra; j++) {
+    float dot = 0.0f;
+    const float *fk = s->fk + j * r;
+    for (long t = 0; t < r; t++) dot += s->fq[t] * fk[t];
+    for (int i = 0; i < LR_D; i++) s->num[i] += dot * vb[j * LR_D + i];
+    den += dot;
+  }
+  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+  for (int i = 0; i < LR_D; i++) orow[i] = s->num[i] * inv;
+}
+
+void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
+  const long bh = item;
+  const long b = bh / a->heads, h = bh % a->heads;
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  const long hk = h / (a->heads / heads_kv);
+  const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
+  const float *q = a->q + bh * n * LR_D;
+  const float *k = a->k + (b * heads_kv + hk) * n_kv * LR_D;
+  const float *v = a->v + (b * heads_kv + hk) * n_kv * LR_D;
+  float *out = a->o + bh * n * LR_D;
+  const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)LR_D);
+  const float sq = sqrtf(scale);
+  const long r = lr_rank();
+  lr_scratch s;
+  lr_layout(scratch, &s);
+#if ATTN_FEATURE == 0
+  lr_taylor_table(s.par, s.var, s.coef);
+#else
+  lr_gauss(s.w, r * LR_D);
+  float c = -INFINITY; /* the keys' running constant */
+#endif
+  memset(s.kv, 0, sizeof(float) * (size_t)(r * LR_D));
+  memset(s.z, 0, sizeof(float) * (size_t)r);
+
+  /* Current key block: keys [kb0, kb0 + kcols) read, features in fk, not yet in the state. */
+  long kb0 = 0, kcols = 0;
+
+/* Features of a key block, read into fast memory (K and V counted once each). */
+#if ATTN_FEATURE == 0
+#define LR_LOAD_BLOCK()                                                               \
+  do {                                                                                \
+    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                  \
+    ATTN_IO_READ(io, kcols * LR_D);                                                   \
+    ATTN_IO_READ(io, kcols * LR_D);                                                   \
+    for (long j = 0; j < kcols; j++) lr_phi(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r); \
+  } while (0)
+#else
+#define LR_LOAD_BLOCK()                                                                         \
+  do {                                                                                          \
+    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
+    ATTN_IO_READ(io, kcols * LR_D);                                                             \
+    ATTN_IO_READ(io, kcols * LR_D);                                                             \
+    float bm = -INFINITY;                                                                       \
+    for (long j = 0; j < kcols; j++) {                                                          \
+      float e = lr_expo(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r);                         \
+      if (e > bm) bm = e;                                                                       \
+    }                                                                                           \
+    if (bm > c) { /* rescale the state to the new constant */                                   \
+      const float f = c == -INFINITY ? 0.0f : expf(c - bm);                                     \
+      for (long t = 0; t < r * LR_D; t++) s.kv[t] *= f;                                         \
+      for (long t = 0; t < r; t++) s.z[t] *= f;                                                 \
+      c = bm;                                                                                   \
+    }                                                                                           \
+    for (long t = 0; t < kcols * r; t++) s.fk[t] = expf(s.fk[t] - c);                           \
+  } while (0)
+#endif
+/* Fold the current block into KV and z. */
+#define LR_FOLD_BLOCK()                                                  \
+  do {                                                                   \
+    for (long j = 0; j < kcols; j++) {                                   \
+      const float *fk = s.fk + j * r, *vr = v + (kb0 + j) * LR_D;        \
+      for (long t = 0; t < r; t++) {                                     \
+        float *kvt = s.kv + t * LR_D;                                    \
+        for (int i = 0; i < LR_D; i++) kvt[i] += fk[t] * vr[i];          \
+        s.z[t] += fk[t];                                                 \
+      }                                                                  \
+    }                                                                    \
+    kb0 += kcols;                                                        \
+    kcols = 0;                                                           \
+  } while (0)
+
+  if (!ATTN_CAUSAL) {
+    while (kb0 < n_kv) {
+      LR_LOAD_BLOCK();
+      LR_FOLD_BLOCK();
+    }
+  }
+  for (long i0 = 0; i0 < n; i0 += LR_BR) {
+    const long rows = n - i0 < LR_BR ? n - i0 : LR_BR;
+    ATTN_IO_READ(io, rows * LR_D);
+    for (long i = i0; i < i0 + rows; i++) {
+      long extra = 0;
+      if (ATTN_CAUSAL) {
+        const long vis = i + off + 1 < n_kv ? i + off + 1 : n_kv; /* keys 0..vis-1 visible */
+        if (vis <= 0) {
+          for (int x = 0; x < LR_D; x++) out[i * LR_D + x] = 0.0f;
+          continue;
+        }
+        /* advance: fold whole blocks the row sees entirely, load the block holding its last visible key */
+        for (;;) {
+          if (kcols == 0 && kb0 < vis) LR_LOAD_BLOCK();
+          if (kcols > 0 && kb0 + kcols <= vis) {
+            LR_FOLD_BLOCK();
+            continue;
+          }
+          break;
+        }
+        extra = vis - kb0;
+        if (extra < 0) extra = 0;
+      }
+      lr_query(q + i * LR_D, sq, &s, r, v + kb0 * LR_D, extra, out + i * LR_D);
+    }
+    ATTN_IO_WRITE(io, rows * LR_D);
+  }
+  /* Causal with keys no query row sees cannot happen (the last row sees all n_kv), so K and V are each read once. */
+#undef LR_LOAD_BLOCK
+#undef LR_FOLD_BLOCK
+}

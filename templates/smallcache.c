@@ -1,0 +1,155 @@
+/* smallcache.c: exact attention for a small fast memory (Saha & Ye's algorithm, O(n^2 d / sqrt(M)) for M < d^2),
+ * fp32, specialised on ATTN_D, ATTN_BR (query rows per work item), ATTN_TILE (side T of the square tiles), ATTN_CAUSAL.
+ *
+ * Work item = (batch*heads index, block of BR query rows). Fast memory holds a few T x T tiles (Q, K or V, the
+ * accumulator) and the row statistics m, l of the block; slow memory is Q, K, V, O and the item's scratch S
+ * (BR x n_kv floats, never n x n at once).
+ *   1. S = scale * Q_i K^T by the tiled product: for each T x T tile of S, accumulate over d in chunks of T (a T x T
+ *      tile of Q and one of K read per chunk), fold the tile into the running row max m and sum l (online softmax),
+ *      write the tile to S.
+ *   2. O_i = P V by the tiled product: for each T x T tile of O_i, accumulate over the keys in chunks of T (a tile of S
+ *      read and turned into P = exp(S - m) / l on the fly, a tile of V read), write the tile.
+ * I/O per item, with R query rows, C visible keys (causal: C = min(n_kv, max(0, i0 + R + n_kv - n))),
+ * ceil-counts nr = ceil(R/T), nc = ceil(C/T), nd = ceil(d/T), and partial tiles counted by their real sizes:
+ *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*nd + d*C*nr   (S and V tiles)
+ *   writes = R*C (S)  +  R*d (O)
+ * With R = T = B dividing n and d: 4 n^2 d / B + n^2 + n d in total, Saha & Ye's count with B = sqrt(M/4).
+ * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros. */
+#ifndef ATTN_D
+#define ATTN_D 64
+#endif
+#ifndef ATTN_BR
+#define ATTN_BR 32
+#endif
+#ifndef ATTN_BC
+#define ATTN_BC 32
+#endif
+#ifndef ATTN_CAUSAL
+#define ATTN_CAUSAL 0
+#endif
+#ifndef ATTN_TILE
+#define ATTN_TILE 0
+#endif
+
+#ifndef ATTN_KERNEL_ABI_H
+#include "kernel_abi.h"
+#endif
+#include <math.h>
+#include <string.h>
+
+#define SC_D ATTN_D
+#define SC_BR ATTN_BR
+/* tile 0: derived, the block height (the square tiling of the analysis) */
+#define SC_T (ATTN_TILE > 0 ? ATTN_TILE : ATTN_BR)
+#define SC_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
+
+long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads * ((a->n + SC_BR - 1) / SC_BR); }
+
+/* Slow scratch S (BR x n_kv), then fast memory: three T x T tiles and m, l for BR rows. */
+size_t attn_kernel_scratch(const attn_kargs *a) {
+  const size_t s = ((size_t)SC_BR * (size_t)(a->n_kv > 0 ? a->n_kv : 1) + 15) / 16 * 16;
+  return (s + 3 * (size_t)SC_T * SC_T + 2 * SC_BR + 16) * sizeof(float);
+}
+
+void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
+  const long nqb = (a->n + SC_BR - 1) / SC_BR;
+  const long bh = item / nqb, i0 = (item % nqb) * SC_BR;
+  const long b = bh / a->heads, h = bh % a->heads;
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  const long hk = h / (a->heads / heads_kv);
+  const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
+  const long R = SC_MIN(n - i0, (long)SC_BR);
+  const float *q = a->q + (bh * n + i0) * SC_D;
+  const float *k = a->k + (b * heads_kv + hk) * n_kv * SC_D;
+  const float *v = a->v + (b * heads_kv + hk) * n_kv * SC_D;
+  float *out = a->o + (bh * n + i0) * SC_D;
+  const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)SC_D);
+
+  long C = n_kv; /* keys visible to at least one row of the block */
+  if (ATTN_CAUSAL) {
+    long last = i0 + R + off;
+    C = last < 0 ? 0 : SC_MIN(last, n_kv);
+  }
+  const long ldS = n_kv > 0 ? n_kv : 1;
+  float *S = (float *)scratch; /* slow */
+  float *ta = S + ((size_t)SC_BR * ldS + 15) / 16 * 16;
+  float *tb = ta + SC_T * SC_T, *acc = tb + SC_T * SC_T;
+  float *m = acc + SC_T * SC_T, *l = m + SC_BR;
+  for (long r = 0; r < R; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+
+  /* 1. S = scale * Q K^T, tile by tile, with the online row statistics. */
+  for (long r0 = 0; r0 < R; r0 += SC_T) {
+    const long tr = SC_MIN((long)SC_T, R - r0);
+    for (long c0 = 0; c0 < C; c0 += SC_T) {
+      const long tc = SC_MIN((long)SC_T, C - c0);
+      for (long x = 0; x < tr * tc; x++) acc[x] = 0.0f;
+      for (long k0 = 0; k0 < SC_D; k0 += SC_T) {
+        const long tk = SC_MIN((long)SC_T, SC_D - k0);
+        for (long r = 0; r < tr; r++)
+          for (long kk = 0; kk < tk; kk++) ta[r * SC_T + kk] = q[(r0 + r) * SC_D + k0 + kk];
+        ATTN_IO_READ(io, tr * tk);
+        for (long c = 0; c < tc; c++)
+          for (long kk = 0; kk < tk; kk++) tb[c * SC_T + kk] = k[(c0 + c) * SC_D + k0 + kk];
+        ATTN_IO_READ(io, tc * tk);
+        for (long r = 0; r < tr; r++)
+          for (long c = 0; c < tc; c++) {
+            float s = 0.0f;
+            for (long kk = 0; kk < tk; kk++) s += ta[r * SC_T + kk] * tb[c * SC_T + kk];
+            acc[r * tc + c] += s;
+          }
+      }
+      for (long r = 0; r < tr; r++) {
+        const long i = i0 + r0 + r;
+        float mx = m[r0 + r];
+        for (long c = 0; c < tc; c++) {
+          float s = acc[r * tc + c] * scale;
+          if (ATTN_CAUSAL && c0 + c > i + off) s = -INFINITY;
+          acc[r * tc + c] = s;
+          if (s > mx) mx = s;
+        }
+        if (mx == -INFINITY) continue; /* nothing visible yet in this row */
+        float sum = 0.0f;
+        for (long c = 0; c < tc; c++) sum += expf(acc[r * tc + c] - mx);
+        l[r0 + r] = l[r0 + r] * expf(m[r0 + r] - mx) + sum;
+        m[r0 + r] = mx;
+      }
+      for (long r = 0; r < tr; r++) memcpy(S + (r0 + r) * ldS + c0, acc + r * tc, sizeof(float) * (size_t)tc);
+      ATTN_IO_WRITE(io, tr * tc);
+    }
+  }
+  for (long r = 0; r < R; r++) l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* 0: a row with no visible key */
+
+  /* 2. O = P V, P = exp(S - m) / l applied to each S tile as it is read. */
+  for (long r0 = 0; r0 < R; r0 += SC_T) {
+    const long tr = SC_MIN((long)SC_T, R - r0);
+    for (long d0 = 0; d0 < SC_D; d0 += SC_T) {
+      const long td = SC_MIN((long)SC_T, SC_D - d0);
+      for (long x = 0; x < tr * td; x++) acc[x] = 0.0f;
+      for (long c0 = 0; c0 < C; c0 += SC_T) {
+        const long tc = SC_MIN((long)SC_T, C - c0);
+        for (long r = 0; r < tr; r++) {
+          const float mr = m[r0 + r] == -INFINITY ? 0.0f : m[r0 + r];
+          for (long c = 0; c < tc; c++) ta[r * SC_T + c] = expf(S[(r0 + r) * ldS + c0 + c] - mr);
+        }
+        ATTN_IO_READ(io, tr * tc);
+        for (long c = 0; c < tc; c++)
+          for (long dd = 0; dd < td; dd++) tb[c * SC_T + dd] = v[(c0 + c) * SC_D + d0 + dd];
+        ATTN_IO_READ(io, tc * td);
+        for (long r = 0; r < tr; r++)
+          for (long c = 0; c < tc; c++) {
+            const float p = ta[r * SC_T + c];
+            if (p == 0.0f) continue;
+            for (long dd = 0; dd < td; dd++) acc[r * td + dd] += p * tb[c * SC_T + dd];
+          }
+      }
+      for (long r = 0; r < tr; r++)
+        for (long dd = 0; dd < td; dd++) out[(r0 + r) * SC_D + d0 + dd] = acc[r * td + dd] * l[r0 + r];
+      ATTN_IO_WRITE(io, tr * td);
+    }
+  }
+}

@@ -1,0 +1,9 @@
+# attntune bench: JSON contract, plan vs OpenBLAS agreement, usage errors (a few small points: seconds).
+if(TARGET attntune)
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/bench-work)
+  add_executable(bench_json ${CMAKE_CURRENT_LIST_DIR}/bench_json.c)
+  target_link_libraries(bench_json PRIVATE PkgConfig::JANSSON)
+  add_test(NAME bench_json COMMAND bench_json $<TARGET_FILE:attntune> ${CMAKE_CURRENT_BINARY_DIR}/bench-work/none.db)
+  set_tests_properties(bench_json PROPERTIES LABELS "cpu" TIMEOUT 300
+    ENVIRONMENT "ATTN_CACHE_DIR=${CMAKE_CURRENT_BINARY_DIR}/bench-work/cache;ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/bench-work/none.db")
+endif()

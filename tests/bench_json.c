@@ -1,0 +1,118 @@
+/* bench_json.c: `attntune bench` end to end: its JSON parses, carries every contract field, the plan's output agrees
+ * with the OpenBLAS baseline (or the fp64 reference rows), and bad usage exits 2. argv[1]: the attntune binary;
+ * argv[2]: a database path (need not exist). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static int failures;
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+      fprintf(stderr, __VA_ARGS__);                         \
+      fprintf(stderr, "\n");                                \
+      failures++;                                           \
+    }                                                       \
+  } while (0)
+
+/* Runs cmd, returns its exit status (-1 when it did not exit normally); stdout into *out (malloc'd). */
+static int run(const char *cmd, char **out) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    pclose(p);
+    return -1;
+  }
+  size_t got;
+  while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+    len += got;
+    if (len + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) break;
+      buf = nb;
+    }
+  }
+  buf[len] = 0;
+  int st = pclose(p);
+  if (out)
+    *out = buf;
+  else
+    free(buf);
+  return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void check_point(json_t *o, int n, int d, int causal) {
+  static const char *fields[] = {"n", "d", "heads", "causal", "plan", "plan_ms", "plan_gflops", "blas_ms",
+                                 "blas_gflops", "ratio", "sgemm_gflops", "plan_peak_mib", "blas_peak_mib", "rel_error"};
+  for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+    CHECK(json_object_get(o, fields[i]), "field %s missing", fields[i]);
+  CHECK(json_integer_value(json_object_get(o, "n")) == n, "n");
+  CHECK(json_integer_value(json_object_get(o, "d")) == d, "d");
+  CHECK(json_integer_value(json_object_get(o, "heads")) == 2, "heads");
+  CHECK(json_is_true(json_object_get(o, "causal")) == causal, "causal");
+  const char *plan = json_string_value(json_object_get(o, "plan"));
+  CHECK(plan && strstr(plan, "flash"), "plan '%s' is not described as flash", plan ? plan : "(null)");
+  CHECK(json_number_value(json_object_get(o, "plan_ms")) > 0, "plan_ms");
+  CHECK(json_number_value(json_object_get(o, "plan_gflops")) > 0, "plan_gflops");
+  double err = json_number_value(json_object_get(o, "rel_error"));
+  CHECK(json_is_number(json_object_get(o, "rel_error")) && err >= 0 && err <= 1e-5, "rel_error %g", err);
+  json_t *ref = json_object_get(o, "ref_error");
+  CHECK(json_is_number(ref) && json_number_value(ref) <= 1e-5, "ref_error %g", json_number_value(ref));
+  json_t *blas = json_object_get(o, "blas_ms");
+  if (json_is_number(blas)) { /* built with OpenBLAS: the baseline ran and has figures */
+    CHECK(json_number_value(blas) > 0, "blas_ms");
+    CHECK(json_number_value(json_object_get(o, "ratio")) > 0, "ratio");
+    CHECK(json_number_value(json_object_get(o, "sgemm_gflops")) > 0, "sgemm_gflops");
+    double peak = json_number_value(json_object_get(o, "blas_peak_mib"));
+    /* S alone is n*n floats, fresh from mmap from 1 MiB up: a probe that works must see most of it */
+    if (n * n * 4.0 >= 1048576.0)
+      CHECK(!json_is_number(json_object_get(o, "blas_peak_mib")) || peak >= 0.5 * n * n * 4 / 1048576.0,
+            "blas_peak_mib %g below the size of S", peak);
+  } else {
+    CHECK(json_is_null(blas), "blas_ms neither a number nor null");
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: bench_json ATTNTUNE DB\n");
+    return 2;
+  }
+  char cmd[8192], *out = NULL;
+  snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --db '%s' --json", argv[1], argv[2]);
+  int st = run(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  json_error_t jerr;
+  json_t *arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == 2, "output is not a JSON array of 2 points: %s", jerr.text);
+  if (json_is_array(arr) && json_array_size(arr) == 2) {
+    check_point(json_array_get(arr, 0), 600, 64, 0);
+    check_point(json_array_get(arr, 1), 100, 64, 0);
+  }
+  json_decref(arr);
+  free(out);
+
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --db '%s' --json", argv[1], argv[2]);
+  st = run(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == 1, "causal: not a JSON array of 1 point: %s", jerr.text);
+  if (json_is_array(arr) && json_array_size(arr) == 1) check_point(json_array_get(arr, 0), 130, 32, 1);
+  json_decref(arr);
+  free(out);
+
+  static const char *bad[] = {"--n 64..x --d 64", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
+                              "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' 2>/dev/null", argv[1], bad[i], argv[2]);
+    st = run(cmd, NULL);
+    CHECK(st == 2, "'bench %s' exited %d, expected 2 (usage)", bad[i], st);
+  }
+  if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+# CPU runtime: correctness against fp64 (one CTest entry per head dimension, so they run in parallel), bad input,
+# compiler failure, the cross-process kernel cache, concurrent execution of one plan, half conversions.
+# Every test compiles into a cache under the build tree and sees no database unless it makes one.
+set(ATTN_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache)
+file(MAKE_DIRECTORY ${ATTN_TEST_CACHE})
+set(ATTN_CPU_ENV "ATTN_CACHE_DIR=${ATTN_TEST_CACHE}" "ATTN_DB=${ATTN_TEST_CACHE}/no-database.db")
+foreach(t correct bad compile cache threads half)
+  add_executable(cpu_${t} ${CMAKE_CURRENT_LIST_DIR}/cpu_${t}.c)
+  target_link_libraries(cpu_${t} PRIVATE attn_core m)
+endforeach()
+foreach(d 16 32 64 80 96 128 256)
+  add_test(NAME cpu_correct_d${d} COMMAND cpu_correct d${d})
+  set_tests_properties(cpu_correct_d${d} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+endforeach()
+add_test(NAME cpu_correct_shapes COMMAND cpu_correct shapes)
+add_test(NAME cpu_correct_algos COMMAND cpu_correct algos)
+add_test(NAME cpu_bad COMMAND cpu_bad ${ATTN_TEST_CACHE})
+add_test(NAME cpu_compile_fail COMMAND cpu_compile ${ATTN_TEST_CACHE})
+add_test(NAME cpu_cache_two_processes COMMAND cpu_cache ${ATTN_TEST_CACHE})
+add_test(NAME cpu_cache_database COMMAND cpu_cache ${ATTN_TEST_CACHE} db)
+add_test(NAME cpu_cache_race COMMAND cpu_cache ${ATTN_TEST_CACHE} race)
+add_test(NAME cpu_threads COMMAND cpu_threads)
+add_test(NAME cpu_half COMMAND cpu_half)
+set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_bad cpu_compile_fail cpu_cache_two_processes
+                     cpu_cache_database cpu_cache_race cpu_threads cpu_half
+                     PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+set_tests_properties(cpu_threads PROPERTIES ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
+# The example application, through the shared library (only the public API is visible there).
+if(TARGET quickstart)
+  add_test(NAME cpu_quickstart COMMAND quickstart - 1 2 300 64 1)
+  set_tests_properties(cpu_quickstart PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${ATTN_CPU_ENV}"
+                       PASS_REGULAR_EXPRESSION "rel error .*, PASS")
+endif()

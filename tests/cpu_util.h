@@ -1,0 +1,103 @@
+/* cpu_util.h: shared by the cpu_* tests — run one problem through a plan and compare with the fp64 reference. */
+#ifndef CPU_UTIL_H
+#define CPU_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "internal.h"
+
+#define TOL 1e-5
+
+static int failures;
+
+/* Fresh inputs on every run; the base seed is printed (and ATTN_TEST_SEED replays it). */
+__attribute__((unused)) static unsigned long long base_seed(void) {
+  static unsigned long long s;
+  if (!s) {
+    const char *e = getenv("ATTN_TEST_SEED");
+    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ULL % 1000000007ULL + 1;
+    printf("ATTN_TEST_SEED=%llu\n", s);
+  }
+  return s;
+}
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+
+/* Buffers for one problem: fresh random q, k, v from seed; o poisoned with NaN. */
+typedef struct {
+  attn_problem p; /* normalised */
+  size_t nq, nkv;
+  float *q, *k, *v, *o;
+  double *ref;
+} case_bufs;
+
+__attribute__((unused)) static int case_alloc(const attn_problem *p0, unsigned long long seed, case_bufs *c) {
+  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
+  const attn_problem *p = &c->p;
+  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
+  c->nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  c->q = malloc(c->nq * sizeof(float));
+  c->o = malloc(c->nq * sizeof(float));
+  c->k = malloc(c->nkv * sizeof(float));
+  c->v = malloc(c->nkv * sizeof(float));
+  c->ref = malloc(c->nq * sizeof(double));
+  if (!c->q || !c->o || !c->k || !c->v || !c->ref) return -1;
+  seed = seed * 1000003ULL + base_seed() * 3;
+  attn_fill_random(c->q, c->nq, seed * 3 + 1);
+  attn_fill_random(c->k, c->nkv, seed * 3 + 2);
+  attn_fill_random(c->v, c->nkv, seed * 3 + 3);
+  attn_poison(c->o, c->nq);
+  attn_reference(p, c->q, c->k, c->v, c->ref);
+  return 0;
+}
+
+__attribute__((unused)) static void case_free(case_bufs *c) {
+  free(c->q);
+  free(c->k);
+  free(c->v);
+  free(c->o);
+  free(c->ref);
+}
+
+__attribute__((unused)) static const char *shape(const attn_problem *p) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "batch=%d heads=%d heads_kv=%d n=%d n_kv=%d d=%d causal=%d scale=%g", p->batch, p->heads,
+           p->heads_kv, p->n, p->n_kv, p->d, p->causal, (double)p->scale);
+  return buf;
+}
+
+/* Plans, executes and compares one problem; returns the relative error (INFINITY on any failure). */
+__attribute__((unused)) static double run_case(attn_runtime *rt, const attn_problem *p, unsigned long long seed) {
+  case_bufs c;
+  if (case_alloc(p, seed, &c) != 0) {
+    CHECK(0, "%s: cannot set up buffers", shape(p));
+    return INFINITY;
+  }
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create(rt, p, &plan);
+  double err = INFINITY;
+  if (rc != ATTN_OK) {
+    CHECK(0, "%s: attn_plan_create: %s: %s", shape(p), attn_strerror(rc), attn_last_error(rt));
+  } else {
+    rc = attn_execute(plan, c.q, c.k, c.v, c.o);
+    CHECK(rc == ATTN_OK, "%s: attn_execute: %s: %s", shape(p), attn_strerror(rc), attn_last_error(rt));
+    if (rc == ATTN_OK) err = attn_rel_error(c.ref, c.o, c.nq);
+    CHECK(err <= TOL, "%s [%s]: relative error %.3g > %g", shape(p), attn_plan_describe(plan), err, TOL);
+    if (err <= TOL) printf("ok   %-80s %-40s err %.2e\n", shape(p), attn_plan_describe(plan), err);
+  }
+  attn_plan_destroy(plan);
+  case_free(&c);
+  return err;
+}
+
+#endif

@@ -1,0 +1,180 @@
+#!/bin/sh
+# db_cli.sh CASE ATTNTUNE WORKDIR: `attntune show`, `export`, `import` and `merge` end to end (one CTest entry each).
+set -u
+case_=$1 T=$2 W=$3
+rm -rf "$W"
+mkdir -p "$W"
+out=$W/out.txt
+: >"$out"
+fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
+rows() { sqlite3 "$1" "SELECT COUNT(*) FROM measurements" 2>/dev/null || echo -1; }
+unset ATTN_DB
+
+# A hand-written export: two devices, a run, rows with every kind of field (nulls, a multi-line log with quotes and
+# non-ASCII text, a lowrank row with an error, a failed row, model and measured rows, causal and n_kv != n).
+S1='flash cpu f32 d=64 br=64 bc=64 causal=0 unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=0 rank=0 seed=0'
+S2='flash cpu f32 d=64 br=32 bc=64 causal=0 unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=0 rank=0 seed=0'
+S3='lowrank cpu f32 d=64 br=64 bc=64 causal=0 unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=2 rank=2145 seed=0'
+S4='flash cpu f32 d=64 br=64 bc=64 causal=1 unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=0 rank=0 seed=0'
+S5='flash cuda f16 d=128 br=128 bc=64 causal=0 unroll=0 warps=8 stages=2 arch=sm_90 tile=0 feature=taylor degree=0 rank=0 seed=0'
+meas() { # device spec hash-suffix run n n_kv d dtype causal time gflops reads writes error status log provenance created
+  printf '  {"device": "%s", "spec": "%s", "source_hash": "h%s", "run": %s, "n": %s, "n_kv": %s, "d": %s, "dtype": "%s", "causal": %s, "batch": 2, "heads": 4, "heads_kv": 2, "time_ms": %s, "gflops": %s, "reads": %s, "writes": %s, "error": %s, "status": "%s", "log": "%s", "provenance": "%s", "created": "%s"}' "$@"
+}
+fixture() {
+  {
+    echo '{"attntune_export": 1, "schema_version": 2,'
+    echo ' "devices": [{"name": "cpu:Test CPU @ 2GHz", "kind": "cpu", "arch": null, "info": "{\"kind\": \"cpu\", \"threads\": 2}"},'
+    echo '              {"name": "H100", "kind": "cuda", "arch": "sm_90", "info": null}],'
+    echo ' "runs": [{"id": 1, "device": "cpu:Test CPU @ 2GHz", "started": "2026-01-01T10:00:00.000Z", "ended": null, "command": "attntune --gpu cpu --d 64", "status": "interrupted"}],'
+    echo ' "measurements": ['
+    meas "cpu:Test CPU @ 2GHz" "$S1" 1 1 1024 1024 64 f32 0 1.5 2.5 1000 10 1.2e-07 ok "" measured 2026-01-01T10:00:01.000Z; echo ,
+    meas "cpu:Test CPU @ 2GHz" "$S2" 2 1 1024 1024 64 f32 0 1.25 3.25 null null 2.5e-07 ok "" measured 2026-01-01T10:00:02.000Z; echo ,
+    meas "cpu:Test CPU @ 2GHz" "$S3" 3 1 1024 1024 64 f32 0 0.5 9.0 77 7 0.0031 ok "approx" measured 2026-01-01T10:00:03.000Z; echo ,
+    meas "cpu:Test CPU @ 2GHz" "$S2" 4 null 4096 4096 64 f32 0 20.0 30.0 null null null compile_error 'cc: error: \"x\" line 1\nline 2 \u00e9' measured 2026-01-01T10:00:04.000Z; echo ,
+    meas "cpu:Test CPU @ 2GHz" "$S4" 5 1 100 300 64 f32 1 0.125 1.0 5 6 1e-07 ok "" measured 2026-01-01T10:00:05.000Z; echo ,
+    meas "H100" "$S5" 6 null 2048 2048 128 f16 0 0.0625 1000.5 123456789012 42 null ok "" model 2026-01-01T10:00:06.000Z
+    echo ' ]}'
+  } >"$1"
+}
+
+case $case_ in
+roundtrip)  # export -> import into a fresh db -> export: identical; importing again changes nothing
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
+  grep -q "6 measurements (6 new, 0 replaced)" "$out" || fail "import report"
+  [ "$(rows "$W/a.db")" -eq 6 ] || fail "rows $(rows "$W/a.db")"
+  "$T" export "$W/e1.json" --db "$W/a.db" >"$out" 2>&1 || fail "export exit $?"
+  "$T" import "$W/e1.json" --db "$W/b.db" >"$out" 2>&1 || fail "import 2 exit $?"
+  ATTN_DB="$W/b.db" "$T" export "$W/e2.json" >"$out" 2>&1 || fail "export 2 exit $?"
+  cmp "$W/e1.json" "$W/e2.json" >"$out" 2>&1 || fail "round trip differs"
+  "$T" import "$W/e1.json" --db "$W/b.db" >"$out" 2>&1 || fail "re-import exit $?"
+  grep -q "(0 new, 6 replaced)" "$out" || fail "re-import report"
+  [ "$(sqlite3 "$W/b.db" "SELECT COUNT(*) FROM runs")" -eq 1 ] || fail "a re-import duplicated the run"
+  "$T" export - --db "$W/b.db" >"$W/e3.json" 2>"$out" || fail "export - exit $?"
+  cmp "$W/e1.json" "$W/e3.json" >"$out" 2>&1 || fail "re-import changed the rows"
+  # every field of the fixture came through: spot-check the awkward ones in the database itself
+  [ "$(sqlite3 "$W/b.db" "SELECT count(*) FROM measurements WHERE reads = 123456789012 AND error IS NULL AND provenance = 'model' AND gflops = 1000.5")" -eq 1 ] || fail "model row"
+  [ "$(sqlite3 "$W/b.db" "SELECT count(*) FROM measurements WHERE run_id IS NULL AND status = 'compile_error' AND log LIKE 'cc: error: \"x\" line 1' || char(10) || 'line 2 %'")" -eq 1 ] || fail "log text"
+  [ "$(sqlite3 "$W/b.db" "SELECT count(*) FROM measurements WHERE n = 100 AND n_kv = 300 AND causal = 1 AND heads_kv = 2 AND created = '2026-01-01T10:00:05.000Z'")" -eq 1 ] || fail "causal row"
+  [ "$(sqlite3 "$W/b.db" "SELECT kind || ' ' || ifnull(arch, '-') FROM devices WHERE name = 'H100'")" = "cuda sm_90" ] || fail "device"
+  [ "$(sqlite3 "$W/b.db" "SELECT source_hash FROM kernels WHERE spec LIKE 'lowrank%'")" = "h3" ] || fail "source hash"
+  # and a real tuner run (performance model: no compiler needed) round-trips too
+  "$T" --gpu A100 --d 64 --n 256,1024 --db "$W/t.db" >"$out" 2>&1 || fail "tune exit $?"
+  "$T" export "$W/t1.json" --db "$W/t.db" >"$out" 2>&1 || fail "export t"
+  "$T" import "$W/t1.json" --db "$W/t2.db" >"$out" 2>&1 || fail "import t"
+  "$T" export "$W/t2.json" --db "$W/t2.db" >"$out" 2>&1 || fail "export t2"
+  cmp "$W/t1.json" "$W/t2.json" >"$out" 2>&1 || fail "tuner round trip differs"
+  [ "$(rows "$W/t.db")" -eq "$(rows "$W/t2.db")" ] && [ "$(rows "$W/t.db")" -gt 4 ] || fail "tuner rows"
+  ;;
+import_bad)  # bad files: a clear reason, exit 1, and nothing imported
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
+  printf '{"attntune_export": 1, "devices": [], "measurements": [\n' >"$W/trunc.json"
+  "$T" import "$W/trunc.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "trunc.json:2:" "$out" || fail "truncated JSON"
+  echo '{"devices": [], "measurements": []}' >"$W/other.json"
+  "$T" import "$W/other.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'not an attntune export' "$out" || fail "not an export"
+  # a valid first row, then a row with an unknown field: the first is not kept either
+  sed 's/"status": "ok", "log": "", "provenance": "model"/"status": "ok", "colour": "red", "log": "", "provenance": "model"/' \
+    "$W/in.json" | sed 's/"n": 1024, "n_kv": 1024, "d": 64, "dtype": "f32", "causal": 0, "batch": 2, "heads": 4, "heads_kv": 2, "time_ms": 1.5/"n": 555, "n_kv": 555, "d": 64, "dtype": "f32", "causal": 0, "batch": 2, "heads": 4, "heads_kv": 2, "time_ms": 1.5/' >"$W/unknown.json"
+  "$T" import "$W/unknown.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'measurements\[5\]: "colour" is not a known field (nothing imported)' "$out" || fail "unknown field"
+  [ "$(sqlite3 "$W/a.db" "SELECT count(*) FROM measurements WHERE n = 555")" -eq 0 ] || fail "partial import kept"
+  sed 's/"status": "compile_error"/"status": "great"/' "$W/in.json" >"$W/status.json"
+  "$T" import "$W/status.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "measurements\[3\]: measurement: status 'great'" "$out" || fail "bad status"
+  sed 's/"n": 100,/"n": "100",/' "$W/in.json" >"$W/type.json"
+  "$T" import "$W/type.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'measurements\[4\]: "n" must be an integer' "$out" || fail "bad type"
+  [ "$(rows "$W/a.db")" -eq 6 ] || fail "rows changed: $(rows "$W/a.db")"
+  "$T" import "$W/missing.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "missing.json" "$out" || fail "missing file"
+  "$T" import >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "no file given" "$out" || fail "no file"
+  "$T" export "$W/x.json" --bogus >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "unknown option '--bogus'" "$out" || fail "bad option"
+  "$T" export "$W/x.json" --db "$W/none.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "no such database" "$out" && [ ! -e "$W/none.db" ] && [ ! -e "$W/x.json" ] || fail "export of no db"
+  ;;
+show)  # the best row per (device, d, n, dtype, causal): exact before lowrank, ok only; table and JSON
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
+  "$T" show --db "$W/a.db" >"$out" 2>&1 || fail "show exit $?"
+  [ "$(grep -c '^cpu:Test CPU @ 2GHz' "$out")" -eq 2 ] || fail "cpu rows"
+  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024 f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2  *2.50e-07  measured" "$out" \
+    || fail "best at 1024 is the faster exact row"
+  grep -q "^H100  *128  *2048 f16 .* 0.0625 .* -  model" "$out" || fail "model row"
+  grep -q "lowrank" "$out" && fail "an approximate row shown over exact ones"
+  [ "$(wc -l <"$out")" -eq 4 ] || fail "header + 3 rows"
+  "$T" show --db "$W/a.db" --json >"$out" 2>&1 || fail "show --json exit $?"
+  [ "$(grep -c '"device":' "$out")" -eq 3 ] && grep -q '"summary": "flash d=64 Br=32 Bc=64 cpu f32"' "$out" &&
+    grep -q '"error": null' "$out" && grep -q '"provenance": "model"' "$out" || fail "json fields"
+  ATTN_DB="$W/a.db" "$T" show >"$out" 2>&1 && grep -q H100 "$out" || fail "\$ATTN_DB"
+  "$T" show --db "$W/none.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "no such database: $W/none.db" "$out" && [ ! -e "$W/none.db" ] || fail "missing db"
+  echo "plain text, not a database at all ........................................................" >"$W/text.db"
+  "$T" show --db "$W/text.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "file is not a database" "$out" || fail "not a database"
+  "$T" show --bogus >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "unknown option" "$out" || fail "bad option"
+  "$T" show --db >"$out" 2>&1
+  [ $? -eq 2 ] || fail "--db without a path"
+  sqlite3 "$W/empty.db" "PRAGMA user_version = 0; CREATE TABLE t(x);" || fail "sqlite3"
+  "$T" show --db "$W/empty.db" >"$out" 2>&1 && grep -q "no tuned rows" "$out" || fail "empty db"
+  ;;
+merge)  # B into A: new rows added, overlapping rows keep the better/newer, the same file changes nothing
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import a"
+  "$T" import "$W/in.json" --db "$W/b.db" >"$out" 2>&1 || fail "import b"
+  # B: one row re-measured later (newer, replaces), one older than A's (kept), one failed in B but ok in A (kept)
+  sqlite3 "$W/b.db" "UPDATE measurements SET time_ms = 9.75, created = '2026-02-01T00:00:00.000Z' WHERE n = 1024 AND gflops = 2.5;
+    UPDATE measurements SET time_ms = 8.5, created = '2025-01-01T00:00:00.000Z' WHERE n = 1024 AND gflops = 3.25;
+    UPDATE measurements SET status = 'wrong', created = '2027-01-01T00:00:00.000Z' WHERE n = 100;" || fail "sqlite3"
+  "$T" --gpu H100 --d 64 --n 512 --db "$W/b.db" >"$out" 2>&1 || fail "tune b"
+  nb=$(rows "$W/b.db")
+  "$T" merge "$W/a.db" "$W/b.db" >"$out" 2>&1 || fail "merge exit $?"
+  added=$((nb - 6))
+  grep -q "$added added, 1 replaced, 5 kept" "$out" || fail "counts (want $added added)"
+  grep -q "1 runs added" "$out" || fail "runs"
+  [ "$(rows "$W/a.db")" -eq $((6 + added)) ] || fail "rows $(rows "$W/a.db")"
+  [ "$(sqlite3 "$W/a.db" "SELECT time_ms FROM measurements WHERE n = 1024 AND gflops = 2.5")" = "9.75" ] || fail "newer row"
+  [ "$(sqlite3 "$W/a.db" "SELECT time_ms FROM measurements WHERE n = 1024 AND gflops = 3.25")" = "1.25" ] || fail "older row"
+  [ "$(sqlite3 "$W/a.db" "SELECT status FROM measurements WHERE n = 100")" = "ok" ] || fail "ok over wrong"
+  "$T" merge "$W/a.db" "$W/b.db" >"$out" 2>&1 || fail "merge again"
+  grep -q "0 added, 0 replaced, $nb kept" "$out" && grep -q "0 runs added" "$out" || fail "second merge"
+  n=$(rows "$W/a.db")
+  "$T" merge "$W/a.db" "$W/a.db" >"$out" 2>&1 || fail "self merge exit"
+  grep -q "0 added, 0 replaced, $n kept (the same database)" "$out" && [ "$(rows "$W/a.db")" -eq "$n" ] || fail "self merge"
+  "$T" merge "$W/a.db" >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "needs two databases" "$out" || fail "one argument"
+  "$T" merge "$W/a.db" "$W/none.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "no such database" "$out" || fail "missing B"
+  echo "not a database ..................................................................................." >"$W/text.db"
+  "$T" merge "$W/a.db" "$W/text.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "file is not a database" "$out" && [ "$(rows "$W/a.db")" -eq "$n" ] || fail "text B"
+  ;;
+locked)  # a database locked past the timeout: a one-line reason, exit 1, no rows lost
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import"
+  fixture "$W/in2.json"
+  sed -i 's/"n": 1024, "n_kv": 1024/"n": 2000, "n_kv": 2000/' "$W/in2.json"
+  # hold the write lock for 3 s from another process
+  (printf 'BEGIN EXCLUSIVE;\nDELETE FROM runs WHERE id < 0;\n.shell sleep 3\nCOMMIT;\n' | sqlite3 "$W/a.db") &
+  holder=$!
+  sleep 0.5
+  start=$(date +%s)
+  ATTN_DB_TIMEOUT_MS=300 "$T" import "$W/in2.json" --db "$W/a.db" >"$out" 2>&1
+  rc=$?
+  end=$(date +%s)
+  wait $holder
+  [ $rc -eq 1 ] && grep -q "database is locked" "$out" && [ "$(wc -l <"$out")" -eq 1 ] || fail "locked import rc $rc"
+  [ $((end - start)) -le 2 ] || fail "waited $((end - start)) s for a 300 ms timeout"
+  [ "$(rows "$W/a.db")" -eq 6 ] || fail "rows $(rows "$W/a.db")"
+  # after the lock is gone the same import succeeds
+  "$T" import "$W/in2.json" --db "$W/a.db" >"$out" 2>&1 || fail "import after unlock"
+  [ "$(rows "$W/a.db")" -eq 9 ] || fail "rows after $(rows "$W/a.db")"
+  ;;
+*) echo "unknown case $case_" >&2; exit 2 ;;
+esac
+echo "PASS ($case_)"

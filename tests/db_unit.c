@@ -1,0 +1,575 @@
+/* db_unit.c: cache_db against SQLite directly: open/create, migrations from user_version 0 and 1, lookup (nearest
+ * n, measured over model, lowrank tolerance), measurements, runs, devices, artifacts, a file that is not a database,
+ * a locked database, and three writer processes at once, each creating the database if it is not there yet.
+ * Usage: db_unit WORKDIR */
+#define _POSIX_C_SOURCE 200809L
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "db.h"
+
+extern const char attn_schema_sql[];
+
+static int failures, checks;
+#define CHECK(cond, ...)                                                                                            \
+  do {                                                                                                              \
+    checks++;                                                                                                       \
+    if (!(cond)) {                                                                                                  \
+      failures++;                                                                                                   \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                               \
+      fprintf(stderr, __VA_ARGS__);                                                                                 \
+      fputc('\n', stderr);                                                                                          \
+    }                                                                                                               \
+  } while (0)
+
+static char dir[2048];
+
+static const char *path_of(const char *name) {
+  static char buf[8][4096];
+  static int k;
+  char *p = buf[k++ % 8];
+  snprintf(p, 4096, "%s/%s", dir, name);
+  return p;
+}
+
+static void rm_db(const char *p) {
+  char b[4200];
+  unlink(p);
+  snprintf(b, sizeof b, "%s-wal", p);
+  unlink(b);
+  snprintf(b, sizeof b, "%s-shm", p);
+  unlink(b);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int raw_int(const char *path, const char *sql) {
+  sqlite3 *h;
+  int v = -12345;
+  if (sqlite3_open(path, &h) == SQLITE_OK) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK) {
+      if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
+      sqlite3_finalize(s);
+    }
+  }
+  sqlite3_close(h);
+  return v;
+}
+
+static char spec_buf[64][512];
+static const char *spec(const char *algo, int d, int br, const char *dtype, int causal) {
+  static int k;
+  char *p = spec_buf[k++ % 64];
+  snprintf(p, 512,
+           "%s cpu %s d=%d br=%d bc=64 causal=%d unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=%d "
+           "rank=0 seed=0",
+           algo, dtype, d, br, causal, strcmp(algo, "lowrank") == 0 ? 2 : 0);
+  return p;
+}
+
+static attn_db_meas row(const char *device, const char *sp, int n, int d, int causal, double t, const char *status,
+                        const char *prov) {
+  attn_db_meas m;
+  memset(&m, 0, sizeof m);
+  m.device = device;
+  m.spec = sp;
+  m.n = m.n_kv = n;
+  m.d = d;
+  m.causal = causal;
+  m.batch = 1;
+  m.heads = m.heads_kv = 2;
+  m.dtype = ATTN_F32;
+  m.time_ms = t;
+  m.has_error = 1;
+  m.error = 1e-7;
+  m.reads = m.writes = -1;
+  m.status = status;
+  m.provenance = prov;
+  return m;
+}
+
+static int put(attn_db *db, attn_db_meas m) {
+  int rc = attn_db_meas_put(db, &m);
+  if (rc != ATTN_OK) fprintf(stderr, "put: %s\n", attn_db_errmsg(db));
+  return rc;
+}
+
+static void test_open(void) {
+  char err[1024];
+  attn_db *db = (attn_db *)1;
+  const char *p = path_of("missing.db");
+  rm_db(p);
+  int rc = attn_db_open(p, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && db == NULL, "rc %d", rc);
+  CHECK(strstr(err, "no such database") && strstr(err, p), "err '%s'", err);
+  struct stat sb;
+  CHECK(stat(p, &sb) != 0, "create=0 made a file");
+
+  rc = attn_db_open(p, 1, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK && db, "create: %s", err);
+  CHECK(attn_db_schema_version() >= 2, "version %d", attn_db_schema_version());
+  attn_db_close(db);
+  CHECK(raw_int(p, "PRAGMA user_version") == attn_db_schema_version(), "user_version %d",
+        raw_int(p, "PRAGMA user_version"));
+  sqlite3 *h;
+  char mode[32] = "";
+  if (sqlite3_open(p, &h) == SQLITE_OK) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(h, "PRAGMA journal_mode", -1, &s, NULL) == SQLITE_OK) {
+      if (sqlite3_step(s) == SQLITE_ROW) snprintf(mode, sizeof mode, "%s", sqlite3_column_text(s, 0));
+      sqlite3_finalize(s);
+    }
+  }
+  sqlite3_close(h);
+  CHECK(strcmp(mode, "wal") == 0, "journal mode %s", mode);
+  /* reopen with create=0 works and keeps the version */
+  rc = attn_db_open(p, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK, "reopen: %s", err);
+  attn_db_close(db);
+  attn_db_close(NULL);
+  rc = attn_db_open(NULL, 1, &db, err, sizeof err);
+  CHECK(rc == ATTN_EINVAL && !db, "NULL path rc %d", rc);
+  rc = attn_db_open(dir, 1, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "directory"), "dir: %d %s", rc, err);
+}
+
+static void test_not_a_db(void) {
+  const char *p = path_of("text.db");
+  FILE *f = fopen(p, "w");
+  for (int i = 0; i < 200; i++) fputs("this is a plain text file, not SQLite\n", f);
+  fclose(f);
+  char err[1024];
+  attn_db *db = NULL;
+  int rc = attn_db_open(p, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db, "rc %d", rc);
+  CHECK(strstr(err, "file is not a database") && strstr(err, p), "err '%s'", err);
+  rc = attn_db_open(p, 1, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "file is not a database"), "create=1: rc %d '%s'", rc, err);
+  /* the file is untouched */
+  struct stat sb;
+  CHECK(stat(p, &sb) == 0 && sb.st_size == 200 * 38, "size %lld", (long long)sb.st_size);
+}
+
+static void test_migrate(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  /* version 0: a SQLite file with someone's table and no schema */
+  const char *p0 = path_of("v0.db");
+  rm_db(p0);
+  sqlite3 *h;
+  CHECK(sqlite3_open(p0, &h) == SQLITE_OK, "raw open");
+  CHECK(sqlite3_exec(h, "CREATE TABLE notes(x); INSERT INTO notes VALUES (42);", NULL, NULL, NULL) == SQLITE_OK, "raw");
+  sqlite3_close(h);
+  CHECK(raw_int(p0, "PRAGMA user_version") == 0, "starts at 0");
+  int rc = attn_db_open(p0, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK, "open v0: %s", err);
+  attn_db_close(db);
+  CHECK(raw_int(p0, "PRAGMA user_version") == attn_db_schema_version(), "v0 migrated to %d",
+        raw_int(p0, "PRAGMA user_version"));
+  CHECK(raw_int(p0, "SELECT x FROM notes") == 42, "other table kept");
+  CHECK(raw_int(p0, "SELECT count(*) FROM sqlite_master WHERE name IN ('devices','kernels','artifacts','runs',"
+                    "'measurements','best')") == 6,
+        "tables after v0");
+
+  /* version 1: the initial schema with a row in it */
+  const char *p1 = path_of("v1.db");
+  rm_db(p1);
+  CHECK(sqlite3_open(p1, &h) == SQLITE_OK, "raw open");
+  CHECK(sqlite3_exec(h, attn_schema_sql, NULL, NULL, NULL) == SQLITE_OK, "schema: %s", sqlite3_errmsg(h));
+  char sql[2048];
+  snprintf(sql, sizeof sql,
+           "PRAGMA user_version = 1;"
+           "INSERT INTO devices(name, kind) VALUES ('cpu:old', 'cpu');"
+           "INSERT INTO kernels(spec, algo, target, dtype, d) VALUES ('%s', 'flash', 'cpu', 'f32', 64);"
+           "INSERT INTO measurements(device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,"
+           " status, provenance) VALUES (1, 1, 512, 512, 64, 'f32', 0, 1, 1, 1, 0.5, 'ok', 'measured');",
+           spec("flash", 64, 32, "f32", 0));
+  CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK, "v1 rows: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(raw_int(p1, "SELECT count(*) FROM sqlite_master WHERE name = 'best'") == 0, "no view at v1");
+  rc = attn_db_open(p1, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK, "open v1: %s", err);
+  if (rc == ATTN_OK) {
+    attn_db_query q = {.device = "cpu:old", .d = 64, .n = 500, .dtype = ATTN_F32};
+    attn_db_best b;
+    rc = attn_db_lookup(db, &q, &b);
+    CHECK(rc == ATTN_OK && b.n == 512 && b.time_ms == 0.5 && b.error == -1, "lookup after migration rc %d", rc);
+    CHECK(attn_db_meas_count(db) == 1, "row kept");
+    attn_db_close(db);
+  }
+  CHECK(raw_int(p1, "PRAGMA user_version") == attn_db_schema_version(), "v1 migrated");
+  CHECK(raw_int(p1, "SELECT count(*) FROM best") == 1, "best view after migration");
+
+  /* a newer schema than this build: refused, not damaged */
+  CHECK(sqlite3_open(p1, &h) == SQLITE_OK && sqlite3_exec(h, "PRAGMA user_version = 99", NULL, NULL, NULL) == SQLITE_OK,
+        "raw");
+  sqlite3_close(h);
+  rc = attn_db_open(p1, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && strstr(err, "newer"), "v99: rc %d '%s'", rc, err);
+  CHECK(raw_int(p1, "PRAGMA user_version") == 99, "v99 untouched");
+}
+
+static int count_cb(void *ctx, const attn_db_meas *m) {
+  (void)m;
+  (*(int *)ctx)++;
+  return 0;
+}
+
+typedef struct {
+  int rows, lowrank_rows;
+  char first[512];
+} best_ctx;
+
+static int best_cb(void *ctx, const attn_db_meas *m) {
+  best_ctx *b = ctx;
+  if (strcmp(m->device, "cpu:test") == 0 && m->d == 64 && !m->causal && m->n == 1024)
+    snprintf(b->first, sizeof b->first, "%s %.3f %s", m->spec, m->time_ms, m->provenance);
+  b->rows++;
+  if (strncmp(m->spec, "lowrank", 7) == 0) b->lowrank_rows++;
+  return 0;
+}
+
+typedef struct {
+  int cpu, cuda_sm90;
+} dev_count;
+static int dcb(void *ctx, const attn_db_device *d);
+
+static void test_lookup(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("lookup.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  const char *dev = "cpu:test";
+  long long did = 0;
+  CHECK(attn_db_device_id(db, dev, "{\"kind\": \"cpu\", \"threads\": 2}", &did) == ATTN_OK && did > 0, "device");
+  long long did2 = 0;
+  CHECK(attn_db_device_id(db, dev, NULL, &did2) == ATTN_OK && did2 == did, "same device id");
+  const char *f32 = spec("flash", 64, 32, "f32", 0), *f64 = spec("flash", 64, 64, "f32", 0);
+  const char *lr = spec("lowrank", 64, 64, "f32", 0);
+  /* n = 256, 1024, 4096; two kernels each; the second is faster at 1024 */
+  CHECK(put(db, row(dev, f32, 256, 64, 0, 0.10, "ok", "measured")) == ATTN_OK, "put");
+  CHECK(put(db, row(dev, f64, 256, 64, 0, 0.20, "ok", "measured")) == ATTN_OK, "put");
+  CHECK(put(db, row(dev, f32, 1024, 64, 0, 2.0, "ok", "measured")) == ATTN_OK, "put");
+  CHECK(put(db, row(dev, f64, 1024, 64, 0, 1.5, "ok", "measured")) == ATTN_OK, "put");
+  CHECK(put(db, row(dev, f32, 4096, 64, 0, 30.0, "ok", "measured")) == ATTN_OK, "put");
+  /* a wrong row, faster than all: never chosen */
+  CHECK(put(db, row(dev, spec("flash", 64, 16, "f32", 0), 1024, 64, 0, 0.01, "wrong", "measured")) == ATTN_OK, "put");
+  /* lowrank: faster, error 1e-3 */
+  attn_db_meas l = row(dev, lr, 1024, 64, 0, 0.5, "ok", "measured");
+  l.error = 1e-3;
+  CHECK(put(db, l) == ATTN_OK, "put lowrank");
+
+  attn_db_best b;
+  attn_db_query q = {.device = dev, .d = 64, .n = 1000, .dtype = ATTN_F32};
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 1024 && strcmp(b.spec, f64) == 0 && b.time_ms == 1.5,
+        "n=1000 -> 1024 fastest exact: n=%d %s", b.n, b.spec);
+  CHECK(strcmp(b.provenance, "measured") == 0 && b.error == 1e-7, "fields %s %g", b.provenance, b.error);
+  q.n = 300;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 256 && strcmp(b.spec, f32) == 0, "n=300 -> 256: %d", b.n);
+  q.n = 1;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 256, "n=1 -> 256: %d", b.n);
+  q.n = 100000;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 4096, "n=1e5 -> 4096: %d", b.n);
+  q.n = 2048; /* log distance 1024..2048 = 2048..4096: the tie goes to the faster row */
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 1024, "tie -> faster: %d", b.n);
+  /* tolerance: lowrank only when tolerance > 0 and its error fits */
+  q.n = 1024;
+  q.tolerance = 1e-2;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, lr) == 0 && b.error == 1e-3, "tol 1e-2 -> lowrank");
+  q.tolerance = 1e-4;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, f64) == 0, "tol 1e-4 -> flash: %s", b.spec);
+  q.tolerance = 0;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, f64) == 0, "tol 0 -> flash");
+  /* exact (device, d, dtype, causal) */
+  attn_db_query miss[] = {{.device = "cpu:other", .d = 64, .n = 1024},
+                          {.device = dev, .d = 128, .n = 1024},
+                          {.device = dev, .d = 64, .n = 1024, .causal = 1},
+                          {.device = dev, .d = 64, .n = 1024, .dtype = ATTN_F16}};
+  for (int i = 0; i < 4; i++)
+    CHECK(attn_db_lookup(db, &miss[i], &b) == ATTN_EUNSUPPORTED, "miss %d matched", i);
+
+  /* measured before model: a model row at the exact n, faster, loses to a measured row far away */
+  const char *gpu = "H100";
+  const char *c64 = "flash cuda f16 d=64 br=64 bc=64 causal=0 unroll=0 warps=4 stages=2 arch=sm_90 tile=0 "
+                    "feature=taylor degree=0 rank=0 seed=0";
+  const char *c128 = "flash cuda f16 d=64 br=128 bc=64 causal=0 unroll=0 warps=8 stages=2 arch=sm_90 tile=0 "
+                     "feature=taylor degree=0 rank=0 seed=0";
+  attn_db_meas g = row(gpu, c64, 1024, 64, 0, 0.01, "ok", "model");
+  g.dtype = ATTN_F16;
+  g.has_error = 0;
+  CHECK(put(db, g) == ATTN_OK, "model row");
+  attn_db_query gq = {.device = gpu, .d = 64, .n = 1024, .dtype = ATTN_F16};
+  CHECK(attn_db_lookup(db, &gq, &b) == ATTN_OK && strcmp(b.provenance, "model") == 0 && b.error == -1,
+        "model only -> model");
+  g = row(gpu, c128, 8192, 64, 0, 3.0, "ok", "measured");
+  g.dtype = ATTN_F16;
+  CHECK(put(db, g) == ATTN_OK, "measured row");
+  CHECK(attn_db_lookup(db, &gq, &b) == ATTN_OK && strcmp(b.provenance, "measured") == 0 && b.n == 8192,
+        "measured preferred: %s n=%d", b.provenance, b.n);
+  long long gid = 0;
+  CHECK(attn_db_device_id(db, gpu, "{\"kind\": \"gpu\", \"arch\": \"sm_90\"}", &gid) == ATTN_OK, "gpu device");
+
+  /* devices: kinds from the description or the name, arch from the description */
+  dev_count k = {0, 0};
+  CHECK(attn_db_device_foreach(db, dcb, &k) == 0 && k.cpu == 1 && k.cuda_sm90 == 1, "devices %d %d", k.cpu,
+        k.cuda_sm90);
+
+  /* best view: one row per (device, d, n, dtype, causal); exact before lowrank */
+  best_ctx bc = {0};
+  CHECK(attn_db_best_foreach(db, best_cb, &bc) == 0, "best: %s", attn_db_errmsg(db));
+  CHECK(bc.rows == 5 && bc.lowrank_rows == 0, "best rows %d lowrank %d", bc.rows, bc.lowrank_rows);
+  char want[600];
+  snprintf(want, sizeof want, "%s 1.500 measured", f64);
+  CHECK(strcmp(bc.first, want) == 0, "best at 1024: '%s'", bc.first);
+
+  /* replace: same key, new values; count unchanged; exists sees the new row */
+  long long before = attn_db_meas_count(db);
+  attn_db_meas r = row(dev, f32, 1024, 64, 0, 1.25, "ok", "measured");
+  r.reads = 1000;
+  r.writes = 10;
+  r.log = "second try";
+  CHECK(put(db, r) == ATTN_OK, "replace");
+  CHECK(attn_db_meas_count(db) == before, "count %lld vs %lld", attn_db_meas_count(db), before);
+  attn_db_meas got;
+  CHECK(attn_db_meas_exists(db, &r, &got) == 1 && got.time_ms == 1.25 && got.reads == 1000 && got.writes == 10 &&
+            strcmp(got.log, "second try") == 0 && strcmp(got.status, "ok") == 0 && got.created[0] == '2' &&
+            got.gflops > 0,
+        "exists after replace");
+  r.provenance = "model";
+  CHECK(attn_db_meas_exists(db, &r, &got) == 0, "other provenance is another key");
+  r.provenance = "measured";
+  r.heads_kv = 1;
+  CHECK(attn_db_meas_exists(db, &r, NULL) == 0, "other heads_kv is another key");
+  r.heads_kv = 2;
+  r.spec = spec("flash", 64, 128, "f32", 0);
+  CHECK(attn_db_meas_exists(db, &r, NULL) == 0, "unknown kernel: 0");
+  CHECK(attn_db_meas_count(db) == before, "exists created nothing");
+  /* ids instead of names */
+  long long kid = 0;
+  CHECK(attn_db_kernel_id(db, f32, "abcdef", &kid) == ATTN_OK && kid > 0, "kernel id");
+  attn_db_meas byid = row(NULL, NULL, 1024, 64, 0, 0, "ok", "measured");
+  byid.device_id = did;
+  byid.kernel_id = kid;
+  CHECK(attn_db_meas_exists(db, &byid, &got) == 1 && got.time_ms == 1.25, "exists by id");
+
+  /* gflops computed: 4 d n n_kv batch heads / t = 4*64*1000*1000*2 / 1 ms */
+  attn_db_meas gf = row(dev, f32, 1000, 64, 0, 1.0, "ok", "model");
+  CHECK(put(db, gf) == ATTN_OK && attn_db_meas_exists(db, &gf, &got) == 1, "gflops row");
+  CHECK(got.gflops > 511.9 && got.gflops < 512.1, "gflops %g (want 512)", got.gflops);
+  gf.causal = 1; /* bottom-right aligned, n = n_kv: n(n+1)/2 visible pairs */
+  CHECK(put(db, gf) == ATTN_OK && attn_db_meas_exists(db, &gf, &got) == 1, "causal gflops row");
+  CHECK(got.gflops > 256.1 && got.gflops < 256.4, "causal gflops %g (want 256.256)", got.gflops);
+
+  /* bad rows are refused, nothing stored */
+  before = attn_db_meas_count(db);
+  attn_db_meas bad = row(dev, f32, 64, 64, 0, 1, "great", "measured");
+  CHECK(attn_db_meas_put(db, &bad) == ATTN_EINVAL && strstr(attn_db_errmsg(db), "status"), "bad status");
+  bad = row(dev, f32, 64, 64, 0, 1, "ok", "guessed");
+  CHECK(attn_db_meas_put(db, &bad) == ATTN_EINVAL, "bad provenance");
+  bad = row(dev, "not a spec", 64, 64, 0, 1, "ok", "measured");
+  CHECK(attn_db_meas_put(db, &bad) == ATTN_EINVAL && strstr(attn_db_errmsg(db), "canonical"), "bad spec: %s",
+        attn_db_errmsg(db));
+  bad = row(dev, f32, 0, 64, 0, 1, "ok", "measured");
+  CHECK(attn_db_meas_put(db, &bad) == ATTN_EINVAL, "n=0");
+  CHECK(attn_db_meas_count(db) == before, "nothing stored");
+
+  /* runs */
+  long long run = 0;
+  CHECK(attn_db_run_begin(db, did, "attntune --gpu cpu", &run) == ATTN_OK && run > 0, "run begin");
+  attn_db_meas rr = row(dev, f32, 128, 64, 1, 0.05, "ok", "measured");
+  rr.run_id = run;
+  CHECK(put(db, rr) == ATTN_OK, "row with run");
+  CHECK(attn_db_meas_exists(db, &rr, &got) == 1 && got.run_id == run, "run id stored");
+  CHECK(attn_db_run_end(db, run, "interrupted") == ATTN_OK, "run end");
+  CHECK(raw_int(p, "SELECT count(*) FROM runs WHERE status = 'interrupted' AND ended IS NOT NULL") == 1, "run row");
+
+  int n = 0;
+  CHECK(attn_db_meas_foreach(db, count_cb, &n) == 0 && n == attn_db_meas_count(db), "foreach %d", n);
+
+  /* an explicit transaction: rolled back rows are gone, committed ones stay */
+  before = attn_db_meas_count(db);
+  CHECK(attn_db_begin(db) == ATTN_OK, "begin");
+  CHECK(put(db, row(dev, f32, 77, 64, 0, 0.1, "ok", "measured")) == ATTN_OK, "put in tx");
+  attn_db_rollback(db);
+  CHECK(attn_db_meas_count(db) == before, "rolled back");
+  CHECK(attn_db_begin(db) == ATTN_OK, "begin");
+  CHECK(put(db, row(dev, f32, 77, 64, 0, 0.1, "ok", "measured")) == ATTN_OK, "put in tx");
+  CHECK(put(db, row(dev, f32, 78, 64, 0, 0.1, "ok", "measured")) == ATTN_OK, "put in tx");
+  CHECK(attn_db_commit(db) == ATTN_OK, "commit");
+  CHECK(attn_db_meas_count(db) == before + 2, "committed");
+  attn_db_close(db);
+}
+
+static int dcb(void *ctx, const attn_db_device *d) {
+  dev_count *k = ctx;
+  if (strcmp(d->name, "cpu:test") == 0 && strcmp(d->kind, "cpu") == 0 && strstr(d->info, "threads")) k->cpu++;
+  if (strcmp(d->name, "H100") == 0 && strcmp(d->kind, "cuda") == 0 && d->arch && strcmp(d->arch, "sm_90") == 0)
+    k->cuda_sm90++;
+  return 0;
+}
+
+static void test_artifacts(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("art.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  unsigned char blob[70000];
+  for (size_t i = 0; i < sizeof blob; i++) blob[i] = (unsigned char)(i * 131 + (i >> 8));
+  blob[5] = 0;
+  CHECK(attn_db_artifact_put(db, "h1", "cc", "-O3", "x86_64", blob, sizeof blob) == ATTN_OK, "put");
+  void *got = NULL;
+  size_t len = 0;
+  CHECK(attn_db_artifact_get(db, "h1", "cc", "-O3", "x86_64", &got, &len) == ATTN_OK && len == sizeof blob &&
+            memcmp(got, blob, len) == 0,
+        "round trip len %zu", len);
+  free(got);
+  CHECK(attn_db_artifact_get(db, "h1", "cc", "-O2", "x86_64", &got, &len) == ATTN_EUNSUPPORTED && !got && !len,
+        "other flags absent");
+  CHECK(attn_db_artifact_get(db, "h1", "gcc", "-O3", "x86_64", &got, &len) == ATTN_EUNSUPPORTED, "other compiler");
+  CHECK(attn_db_artifact_put(db, "h1", "cc", "-O3", "x86_64", "new", 3) == ATTN_OK, "replace");
+  CHECK(attn_db_artifact_get(db, "h1", "cc", "-O3", "x86_64", &got, &len) == ATTN_OK && len == 3 &&
+            memcmp(got, "new", 3) == 0,
+        "replaced");
+  free(got);
+  CHECK(attn_db_artifact_put(db, "h2", "nvrtc", "", NULL, "", 0) == ATTN_OK, "empty blob");
+  CHECK(attn_db_artifact_get(db, "h2", "nvrtc", "", NULL, &got, &len) == ATTN_OK && got && len == 0, "empty back");
+  free(got);
+  attn_db_close(db);
+  /* another connection (a second process would be the same) sees it */
+  CHECK(attn_db_open(p, 0, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  CHECK(attn_db_artifact_get(db, "h1", "cc", "-O3", "x86_64", &got, &len) == ATTN_OK && len == 3, "persisted");
+  free(got);
+  attn_db_close(db);
+}
+
+static void test_locked(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("locked.db");
+  rm_db(p);
+  setenv("ATTN_DB_TIMEOUT_MS", "300", 1);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  const char *dev = "cpu:test", *f = spec("flash", 32, 32, "f32", 0);
+  for (int n = 16; n <= 64; n *= 2) CHECK(put(db, row(dev, f, n, 32, 0, 0.1, "ok", "measured")) == ATTN_OK, "put");
+  /* another connection takes the write lock and keeps it */
+  sqlite3 *h;
+  CHECK(sqlite3_open(p, &h) == SQLITE_OK, "raw");
+  CHECK(sqlite3_exec(h, "BEGIN EXCLUSIVE; DELETE FROM runs;", NULL, NULL, NULL) == SQLITE_OK, "lock: %s",
+        sqlite3_errmsg(h));
+  attn_db_meas m = row(dev, f, 128, 32, 0, 0.1, "ok", "measured");
+  double t0 = now_s();
+  int rc = attn_db_meas_put(db, &m);
+  double dt = now_s() - t0;
+  CHECK(rc == ATTN_EDB && strstr(attn_db_errmsg(db), "locked"), "rc %d '%s'", rc, attn_db_errmsg(db));
+  CHECK(dt >= 0.25 && dt < 3.0, "waited %.3f s for a 300 ms timeout", dt);
+  /* readers still read in WAL mode while the writer holds its lock */
+  CHECK(attn_db_meas_count(db) == 3, "count while locked %lld", attn_db_meas_count(db));
+  sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+  sqlite3_close(h);
+  CHECK(attn_db_meas_count(db) == 3, "no rows lost");
+  CHECK(attn_db_meas_put(db, &m) == ATTN_OK && attn_db_meas_count(db) == 4, "put after release: %s",
+        attn_db_errmsg(db));
+  attn_db_close(db);
+
+  /* a connection in exclusive locking mode keeps even readers out: open fails past the timeout */
+  CHECK(sqlite3_open(p, &h) == SQLITE_OK, "raw");
+  CHECK(sqlite3_exec(h, "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; DELETE FROM runs; COMMIT;", NULL, NULL,
+                     NULL) == SQLITE_OK,
+        "exclusive: %s", sqlite3_errmsg(h));
+  t0 = now_s();
+  rc = attn_db_open(p, 0, &db, err, sizeof err);
+  dt = now_s() - t0;
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "locked") && strstr(err, p), "open locked: rc %d '%s'", rc, err);
+  CHECK(dt < 3.0, "open waited %.3f s", dt);
+  sqlite3_close(h);
+  CHECK(attn_db_open(p, 0, &db, err, sizeof err) == ATTN_OK, "open after release: %s", err);
+  CHECK(attn_db_meas_count(db) == 4, "rows intact");
+  attn_db_close(db);
+  unsetenv("ATTN_DB_TIMEOUT_MS");
+}
+
+/* Each child creates (or opens) the same fresh database and writes its own rows, each committed alone. */
+static int writer(const char *p, int who, int rows) {
+  char err[1024];
+  attn_db *db = NULL;
+  if (attn_db_open(p, 1, &db, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "writer %d: open: %s\n", who, err);
+    return 1;
+  }
+  char dev[64];
+  snprintf(dev, sizeof dev, "cpu:writer%d", who);
+  long long did, run;
+  if (attn_db_device_id(db, dev, NULL, &did) != ATTN_OK || attn_db_run_begin(db, did, "writer", &run) != ATTN_OK) {
+    fprintf(stderr, "writer %d: %s\n", who, attn_db_errmsg(db));
+    attn_db_close(db);
+    return 1;
+  }
+  for (int i = 0; i < rows; i++) {
+    /* both writers share kernels: the kernel upserts race too */
+    attn_db_meas m = row(NULL, spec("flash", 64, 16 * (1 + i % 4), "f32", 0), 100 + i, 64, 0, 0.1 + i, "ok",
+                         "measured");
+    m.device_id = did;
+    m.run_id = run;
+    if (attn_db_meas_put(db, &m) != ATTN_OK) {
+      fprintf(stderr, "writer %d row %d: %s\n", who, i, attn_db_errmsg(db));
+      attn_db_close(db);
+      return 1;
+    }
+  }
+  int rc = attn_db_run_end(db, run, "done");
+  attn_db_close(db);
+  return rc == ATTN_OK ? 0 : 1;
+}
+
+static void test_concurrent(void) {
+  const char *p = path_of("concurrent.db");
+  rm_db(p);
+  enum { ROWS = 150, WRITERS = 3 };
+  pid_t pid[WRITERS];
+  for (int w = 0; w < WRITERS; w++) {
+    pid[w] = fork();
+    if (pid[w] == 0) _exit(writer(p, w, ROWS));
+    CHECK(pid[w] > 0, "fork");
+  }
+  for (int w = 0; w < WRITERS; w++) {
+    int st = -1;
+    if (pid[w] > 0) waitpid(pid[w], &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer %d status %d", w, st);
+  }
+  CHECK(raw_int(p, "SELECT count(*) FROM measurements") == WRITERS * ROWS, "rows %d",
+        raw_int(p, "SELECT count(*) FROM measurements"));
+  CHECK(raw_int(p, "SELECT count(DISTINCT device_id) FROM measurements") == WRITERS, "devices");
+  CHECK(raw_int(p, "SELECT count(*) FROM kernels") == 4, "kernels %d", raw_int(p, "SELECT count(*) FROM kernels"));
+  CHECK(raw_int(p, "SELECT count(*) FROM runs WHERE status = 'done'") == WRITERS, "runs");
+  CHECK(raw_int(p, "PRAGMA user_version") == attn_db_schema_version(), "created once, migrated once");
+}
+
+int main(int argc, char **argv) {
+  snprintf(dir, sizeof dir, "%s", argc > 1 ? argv[1] : "db-unit-work");
+  mkdir(dir, 0755);
+  unsetenv("ATTN_DB_TIMEOUT_MS");
+  test_open();
+  test_not_a_db();
+  test_migrate();
+  test_lookup();
+  test_artifacts();
+  test_locked();
+  test_concurrent();
+  printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}

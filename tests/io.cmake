@@ -1,0 +1,50 @@
+# I/O counting: the counting builds of flash, smallcache and lowrank against their closed forms, the theory's
+# regimes, lowrank's measured error, and `attntune io` (tile choice, JSON, bad input).
+set(ATTN_IO_CACHE ${CMAKE_BINARY_DIR}/test-cache-io)
+file(MAKE_DIRECTORY ${ATTN_IO_CACHE})
+set(ATTN_IO_ENV "ATTN_CACHE_DIR=${ATTN_IO_CACHE}" "ATTN_DB=${ATTN_IO_CACHE}/no-database.db")
+foreach(t exact scaling)
+  add_executable(io_${t} ${CMAKE_CURRENT_LIST_DIR}/io_${t}.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
+  target_include_directories(io_${t} PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
+  target_link_libraries(io_${t} PRIVATE attn_core m)
+endforeach()
+foreach(a flash smallcache lowrank)
+  add_test(NAME io_exact_${a} COMMAND io_exact ${a})
+  set_tests_properties(io_exact_${a} PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
+endforeach()
+add_test(NAME io_scaling COMMAND io_scaling)
+set_tests_properties(io_scaling PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
+if(TARGET attntune)
+  set(T $<TARGET_FILE:attntune>)
+  # exit 2 with a reason for each bad input
+  set(ATTN_IO_BAD
+      "io --algo nosuch --n 64 --d 64 --M 4096"
+      "io --algo flash --n 64 --d 64 --M 100"
+      "io --algo smallcache --n 64 --d 64 --M 4"
+      "io --algo lowrank --n 64 --d 64 --M 1000"
+      "io --algo flash --n 64 --d 12 --M 4096"
+      "io --algo flash --d 64 --M 4096"
+      "io --algo flash --n 64 --d 64"
+      "io --algo flash --n 64 --d 64 --M -5"
+      "io --algo lowrank --feature taylor --degree 3 --n 64 --d 8 --M 100000"
+      "io --algo flash --n 64 --d 64 --M 4096 --bogus 1")
+  set(i 0)
+  foreach(args ${ATTN_IO_BAD})
+    math(EXPR i "${i} + 1")
+    add_test(NAME io_cli_bad_${i} COMMAND sh -c "${T} ${args}; test $? -eq 2")
+    set_tests_properties(io_cli_bad_${i} PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
+  endforeach()
+  add_test(NAME io_cli_too_small_message COMMAND ${T} io --algo flash --n 64 --d 64 --M 100)
+  set_tests_properties(io_cli_too_small_message PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+                       WILL_FAIL FALSE PASS_REGULAR_EXPRESSION "M=100 is too small: flash needs at least 257")
+  # JSON with the contract's fields, counted transfers equal to the closed form
+  add_test(NAME io_cli_json COMMAND ${T} io --algo smallcache --n 100 --d 64 --M 1024 --json)
+  set_tests_properties(io_cli_json PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+    PASS_REGULAR_EXPRESSION "\"algo\": \"smallcache\", \"n\": 100, \"d\": 64, \"M\": 1024, \"br\": 16, \"bc\": 16, \"reads\": [0-9]+, \"writes\": [0-9]+, \"formula\": [0-9]+, \"lower_bound\": [0-9]+")
+  add_test(NAME io_cli_text COMMAND ${T} io --algo flash --n 200 --d 32 --M 4096)
+  set_tests_properties(io_cli_text PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+                       PASS_REGULAR_EXPRESSION "\\(equal\\)" FAIL_REGULAR_EXPRESSION "MISMATCH")
+  add_test(NAME io_cli_sweep COMMAND ${T} io --n 128 --d 32 --sweep 256..16384 --plot ${CMAKE_CURRENT_BINARY_DIR}/io-sweep.svg)
+  set_tests_properties(io_cli_sweep PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+                       PASS_REGULAR_EXPRESSION "wrote .*io-sweep.svg")
+endif()

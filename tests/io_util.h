@@ -1,0 +1,101 @@
+/* io_util.h: shared by the io_* tests — one counted run of a spec on a problem shape through the runtime. */
+#ifndef IO_UTIL_H
+#define IO_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "io_theory.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                         \
+      fprintf(stderr, "\n");                                \
+      failures++;                                           \
+    }                                                       \
+  } while (0)
+
+/* Fresh inputs every run; ATTN_TEST_SEED replays one. */
+static unsigned long long io_seed(void) {
+  static unsigned long long s;
+  if (!s) {
+    const char *e = getenv("ATTN_TEST_SEED");
+    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) % 1000003ULL + 1;
+    printf("ATTN_TEST_SEED=%llu\n", s);
+  }
+  return s;
+}
+
+/* Counting build of s on (batch, heads, heads_kv, n, n_kv): io and relative error vs fp64. */
+static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, int heads_kv, int n, int n_kv,
+                  attn_io *io, double *err) {
+  attn_problem p0 = {0};
+  p0.batch = batch;
+  p0.heads = heads;
+  p0.heads_kv = heads_kv;
+  p0.n = n;
+  p0.n_kv = n_kv;
+  p0.d = s->d;
+  p0.causal = s->causal;
+  p0.dtype = ATTN_F32;
+  p0.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0;
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_spec(rt, &p0, s, 1, "test", &plan);
+  if (rc != ATTN_OK) {
+    fprintf(stderr, "plan: %s\n", attn_last_error(rt));
+    return rc;
+  }
+  const attn_problem *p = &plan->p;
+  size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
+  double *ref = malloc(nq * 8);
+  static unsigned long long bump;
+  unsigned long long seed = io_seed() * 7919 + ++bump * 3;
+  rc = ATTN_ENOMEM;
+  if (q && k && v && o && ref) {
+    attn_fill_random(q, nq, seed);
+    attn_fill_random(k, nk, seed + 1);
+    attn_fill_random(v, nk, seed + 2);
+    attn_poison(o, nq);
+    attn_kargs a = {q, k, v, o, p->batch, p->heads, p->heads_kv, p->n, p->n_kv, p->scale};
+    rc = attn_cpu_run(rt, plan->cpu, &a, io);
+    if (rc == ATTN_OK) {
+      attn_reference(p, q, k, v, ref);
+      *err = attn_rel_error(ref, o, nq);
+    } else {
+      fprintf(stderr, "run: %s\n", attn_last_error(rt));
+    }
+  }
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  free(ref);
+  attn_plan_destroy(plan);
+  return rc;
+}
+
+__attribute__((unused)) static attn_spec io_spec(attn_algo algo, int d, int br, int bc, int tile, int causal) {
+  attn_spec s = attn_spec_default(algo, ATTN_TARGET_CPU, ATTN_F32, d, causal);
+  s.br = br;
+  s.bc = bc;
+  s.tile = tile;
+  return s;
+}
+
+static attn_runtime *io_open(void) {
+  attn_runtime *rt = NULL;
+  if (attn_open(NULL, ATTN_TARGET_CPU, &rt) != ATTN_OK) {
+    fprintf(stderr, "attn_open: %s\n", attn_last_error(NULL));
+    exit(1);
+  }
+  return rt;
+}
+
+#endif

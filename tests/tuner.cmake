@@ -1,0 +1,21 @@
+# tuner: RANGE parsing, GPU table, search space, performance model (unit), and `attntune tune` end to end:
+# measured CPU rows used by the runtime, model rows for an absent GPU, bad input, Lua strategies (errors, runaway,
+# nonsense, anneal, genetic), SIGINT and resume, parallel compiles. Kernels compile into a cache under the build tree.
+set(ATTN_TUNER_CACHE ${CMAKE_BINARY_DIR}/test-cache-tuner)
+file(MAKE_DIRECTORY ${ATTN_TUNER_CACHE})
+add_executable(tuner_unit ${CMAKE_CURRENT_LIST_DIR}/tuner_unit.c)
+target_link_libraries(tuner_unit PRIVATE attn_tuner m)
+add_test(NAME tuner_unit COMMAND tuner_unit)
+set_tests_properties(tuner_unit PROPERTIES LABELS tuner TIMEOUT 60)
+add_executable(tuner_plan ${CMAKE_CURRENT_LIST_DIR}/tuner_plan.c)
+target_link_libraries(tuner_plan PRIVATE attn_core m)
+if(TARGET attntune)
+  foreach(c cpu model unknown_gpu empty_space bad_args lua_error lua_runaway lua_nonsense anneal genetic sigint jobs verbs concurrent
+          compile_error large_n)
+    add_test(NAME tuner_cli_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tuner_cli.sh ${c} $<TARGET_FILE:attntune>
+                     ${CMAKE_CURRENT_BINARY_DIR}/tuner-${c} $<TARGET_FILE:tuner_plan>)
+    set_tests_properties(tuner_cli_${c} PROPERTIES LABELS tuner TIMEOUT 120
+      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/tuner-no-database.db;ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
+  endforeach()
+endif()

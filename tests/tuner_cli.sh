@@ -1,0 +1,171 @@
+#!/bin/sh
+# tuner_cli.sh CASE ATTNTUNE WORKDIR [TUNER_PLAN]: end-to-end checks of `attntune tune` (one CTest entry per case).
+set -u
+case_=$1 T=$2 W=$3 PLAN=${4:-}
+LUA=$(dirname "$0")/lua
+rm -rf "$W"
+mkdir -p "$W"
+out=$W/out.txt
+fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
+rows() { sqlite3 "$1" "SELECT COUNT(*) FROM measurements" 2>/dev/null || echo -1; }
+
+case $case_ in
+cpu)  # measured rows, show prints them, the runtime uses them
+  "$T" --gpu cpu --d 64 --n 128,256 --budget 4 --db "$W/x.db" >"$out" 2>&1 || fail "tune exit $?"
+  grep -q "best n=128 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=128"
+  grep -q "best n=256 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=256"
+  [ "$(rows "$W/x.db")" -eq 8 ] || fail "expected 8 rows, got $(rows "$W/x.db")"
+  "$T" show --db "$W/x.db" >"$out" 2>&1 || fail "show exit $?"
+  grep -q "cpu:" "$out" && grep -q "128" "$out" && grep -q "256" "$out" || fail "show lacks the rows"
+  "$PLAN" "$W/x.db" 64 128 2 >"$out" 2>&1 || fail "plan is not tuned"
+  grep -q "(tuned)" "$out" || fail "describe lacks (tuned)"
+  ;;
+model)  # a GPU that is not here: model rows, said so
+  "$T" --gpu A100 --d 64..256 --db "$W/y.db" >"$out" 2>&1 || fail "tune exit $?"
+  grep -q "A100 is not present" "$out" || fail "no 'not present' line"
+  grep -q "performance model (provenance model)" "$out" || fail "model not named"
+  for d in 64 128 256; do
+    for t in f16 bf16; do
+      grep -q "best n=1024 d=$d $t causal=0: flash d=$d .* cuda $t .*sm_80.*(model," "$out" || fail "no best for d=$d $t"
+    done
+  done
+  n=$(rows "$W/y.db")
+  [ "$n" -gt 6 ] || fail "only $n rows"
+  [ "$(sqlite3 "$W/y.db" "SELECT COUNT(*) FROM measurements WHERE provenance <> 'model'")" -eq 0 ] || fail "non-model rows"
+  ;;
+unknown_gpu)
+  "$T" --gpu V100 --d 64 --db "$W/z.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "exit $rc, want 2"
+  grep -q "unknown GPU 'V100'" "$out" && grep -q "A100, H100, H200, L4, L40S, RTX 4090" "$out" || fail "message"
+  [ "$(wc -l <"$out")" -eq 1 ] || fail "more than one line"
+  ;;
+empty_space)
+  "$T" --gpu L4 --d 256 --dtype f32 --db "$W/e.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "exit $rc, want 1"
+  grep -q "empty search space for flash d=256 f32 causal=0 on L4" "$out" || fail "no empty-space message"
+  grep -q "of shared memory per block" "$out" || fail "no reason"
+  "$T" --gpu cpu --d 64 --budget 0 --db "$W/e.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "budget 0: exit $rc, want 2"
+  grep -q "budget 0: nothing would be evaluated" "$out" || fail "budget 0 message"
+  ;;
+bad_args)  # each exits 2 with one line
+  for args in "--d 64.." "--d a..b" "--d 256..64" "--d 64..256:0" "--d 12" "--d 64 --n 0" "--d 64 --algo nosuch" \
+              "--d 64 --algo lowrank" "--d 64 --dtype f16" "--d 64 --causal 2" "--d 64 --bogus" "--n 64" \
+              "--d 64 --strategy nosuch" "--d 64 --strategy $W/missing.lua" "--d 64 --tolerance -1" "--d 64 --jobs 0"; do
+    "$T" --gpu cpu $args --db "$W/b.db" >"$out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] || fail "'$args': exit $rc, want 2"
+    [ "$(wc -l <"$out")" -eq 1 ] || fail "'$args': not one line"
+  done
+  "$T" nosuchverb >"$out" 2>&1
+  [ $? -eq 2 ] || fail "unknown verb"
+  [ ! -e "$W/b.db" ] || fail "a usage error created the database"
+  ;;
+lua_error)
+  "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/error.lua" --db "$W/l.db" >"$out" 2>&1
+  [ $? -eq 1 ] || fail "exit"
+  grep -q "strategy .*error.lua:4: attempt to index a nil value" "$out" || fail "no file:line"
+  "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/syntax.lua" --db "$W/l.db" >"$out" 2>&1
+  [ $? -eq 1 ] || fail "syntax exit"
+  grep -q "syntax.lua:3:" "$out" || fail "syntax: no file:line"
+  "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/noreturn.lua" --db "$W/l.db" >"$out" 2>&1
+  [ $? -eq 1 ] || fail "noreturn exit"
+  grep -q "must return function(space, tune), returned number" "$out" || fail "noreturn message"
+  "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/sandbox.lua" --db "$W/l.db" >"$out" 2>&1 || fail "sandbox"
+  grep -q "sandbox ok" "$out" || fail "sandbox message"
+  ;;
+lua_runaway)
+  start=$(date +%s)
+  ATTN_LUA_TIMEOUT_S=1 "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/runaway.lua" --db "$W/r.db" >"$out" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ $rc -eq 1 ] || fail "exit $rc"
+  grep -q "strategy .*runaway.lua: stopped after 1 s (runaway script?)" "$out" || fail "message"
+  [ $took -le 5 ] || fail "took $took s"
+  ;;
+lua_nonsense)
+  "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/nonsense.lua" --db "$W/n.db" >"$out" 2>&1 || fail "exit $?"
+  grep -q "nonsense ok: 16 bad configurations answered invalid" "$out" || fail "script did not finish"
+  ;;
+anneal)  # real measurements on this CPU
+  "$T" --gpu cpu --d 32 --n 128 --strategy anneal --budget 3 --db "$W/a.db" >"$out" 2>&1 || fail "exit $?"
+  grep -q "best n=128 d=32 f32 causal=0: flash .*(measured, 3 evaluated)" "$out" || fail "no best after 3"
+  [ "$(rows "$W/a.db")" -ge 1 ] && [ "$(rows "$W/a.db")" -le 3 ] || fail "rows $(rows "$W/a.db")"
+  ;;
+genetic)
+  "$T" --gpu H100 --d 64,128 --n 2048 --strategy genetic --budget 3 --db "$W/g.db" >"$out" 2>&1 || fail "exit $?"
+  [ "$(grep -c "(model, 3 evaluated)" "$out")" -eq 4 ] || fail "expected 4 problems with 3 evaluations"
+  "$T" --gpu cpu --d 32 --n 128 --strategy genetic --budget 3 --db "$W/g2.db" >"$out" 2>&1 || fail "cpu exit $?"
+  grep -q "(measured, 3 evaluated)" "$out" || fail "cpu genetic"
+  ;;
+sigint)  # interrupted after the first stored row, resumed with no repeats (own cache: compiles keep it slow)
+  export ATTN_CACHE_DIR="$W/cache"
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$W/run1.txt" 2>&1 &
+  pid=$!
+  i=0
+  while [ "$(rows "$W/s.db")" -lt 1 ] 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -lt 600 ] || { kill $pid; fail "no row after 60 s"; }
+    sleep 0.1
+  done
+  kill -INT $pid
+  wait $pid
+  rc=$?
+  cp "$W/run1.txt" "$out"
+  [ $rc -eq 130 ] || fail "interrupted run exit $rc, want 130"
+  grep -q "interrupted: [0-9]* measurements stored; run the same command to resume" "$out" || fail "message"
+  first=$(rows "$W/s.db")
+  [ "$first" -ge 1 ] && [ "$first" -lt 6 ] || fail "rows after interrupt: $first"
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$out" 2>&1 || fail "resume exit $?"
+  grep -q "6 evaluations ($((6 - first)) stored now, $first found stored)" "$out" || fail "resume counts"
+  [ "$(rows "$W/s.db")" -eq 6 ] || fail "rows after resume: $(rows "$W/s.db")"
+  ;;
+compile_error)  # a compiler that fails: rows stored as compile_error with the log, the run goes on and says so
+  export ATTN_CACHE_DIR="$W/cache"
+  CC=false "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/ce.db" >"$out" 2>&1 || fail "exit $?"
+  [ "$(grep -c ": compile_error" "$out")" -eq 2 ] || fail "not two compile_error lines"
+  grep -q "compiling flash d=16 .* failed" "$out" || fail "no compiler message"
+  grep -q "none of 2 evaluated configurations ran correctly" "$out" || fail "no summary"
+  [ "$(sqlite3 "$W/ce.db" "SELECT COUNT(*) FROM measurements WHERE status = 'compile_error'")" -eq 2 ] || fail "rows"
+  ;;
+large_n)  # beyond n = 1024 the last 256 query rows of each head are checked against fp64, causal too
+  "$T" --gpu cpu --d 32 --n 1100 --causal 0,1 --budget 1 --db "$W/ln.db" >"$out" 2>&1 || fail "exit $?"
+  [ "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" -eq 2 ] || fail "not two accurate rows"
+  ;;
+concurrent)  # two tuners writing one database at once both succeed, and neither loses rows
+  "$T" --gpu A100 --d 64..256 --db "$W/c.db" >"$W/c1.txt" 2>&1 &
+  p1=$!
+  "$T" --gpu H100 --d 64..256 --causal 0,1 --db "$W/c.db" >"$W/c2.txt" 2>&1 &
+  p2=$!
+  wait $p1; r1=$?
+  wait $p2; r2=$?
+  cat "$W/c1.txt" "$W/c2.txt" >"$out"
+  [ $r1 -eq 0 ] && [ $r2 -eq 0 ] || fail "exits $r1 $r2"
+  n1=$(sed -n 's/^\([0-9]*\) evaluations (\([0-9]*\) stored now.*/\2/p' "$W/c1.txt")
+  n2=$(sed -n 's/^\([0-9]*\) evaluations (\([0-9]*\) stored now.*/\2/p' "$W/c2.txt")
+  [ -n "$n1" ] && [ -n "$n2" ] && [ "$(rows "$W/c.db")" -eq $((n1 + n2)) ] || fail "rows $(rows "$W/c.db") != $n1 + $n2"
+  ;;
+verbs)  # gpus table (text and JSON), --version, --help
+  "$T" gpus >"$out" 2>&1 || fail "gpus exit $?"
+  for g in A100 H100 H200 L4 L40S "RTX 4090"; do grep -q "^$g " "$out" || fail "gpus lacks $g"; done
+  "$T" gpus --json >"$out" 2>&1 || fail "gpus --json exit $?"
+  grep -q '"name": "H100"' "$out" && grep -q '"smem_per_block_kb": 227' "$out" && grep -q '"bf16_tflops": 989' "$out" \
+    || fail "gpus --json fields"
+  "$T" gpus --bogus >"$out" 2>&1
+  [ $? -eq 2 ] || fail "gpus --bogus"
+  "$T" --version >"$out" 2>&1 && grep -q "^attntune [0-9]" "$out" || fail "--version"
+  "$T" --help >"$out" 2>&1 && grep -q "tune" "$out" && grep -q "gpus" "$out" || fail "--help"
+  "$T" tune --help >"$out" 2>&1 && grep -q "RANGE" "$out" || fail "tune --help"
+  ;;
+jobs)  # parallel compiles (own cache, so they really compile) give rows as serial ones do
+  export ATTN_CACHE_DIR="$W/cache"
+  "$T" --gpu cpu --d 16 --n 64 --budget 4 --jobs 2 --db "$W/j.db" >"$out" 2>&1 || fail "exit $?"
+  [ "$(rows "$W/j.db")" -eq 4 ] || fail "rows"
+  [ "$(grep -c ": ok " "$out")" -eq 4 ] || fail "not all ok"
+  ;;
+*) echo "unknown case $case_" >&2; exit 2 ;;
+esac
+echo "PASS ($case_)"

@@ -1,0 +1,216 @@
+/* tuner_unit.c: the tuner's pure parts: RANGE parsing (every accepted form and every bad one), the GPU table
+ * lookup, the search space's constraints and neighbourhoods, and the performance model's basic orderings. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpus.h"
+#include "model.h"
+#include "range.h"
+#include "space.h"
+
+static int failures;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      failures++;                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+    }                                                      \
+  } while (0)
+
+static void range_ok(const char *s, const int *want, int nwant) {
+  int *v = NULL, n = -1;
+  char err[256] = "";
+  int rc = attn_range_parse(s, &v, &n, err, sizeof err);
+  CHECK(rc == ATTN_OK, "range '%s' rejected: %s", s, err);
+  if (rc == ATTN_OK) {
+    CHECK(n == nwant, "range '%s': %d values, want %d", s, n, nwant);
+    for (int i = 0; i < n && i < nwant; i++) CHECK(v[i] == want[i], "range '%s'[%d] = %d, want %d", s, i, v[i], want[i]);
+  }
+  free(v);
+}
+
+static void range_bad(const char *s, const char *want_in_msg) {
+  int *v = (int *)&failures, n = 7;
+  char err[256] = "";
+  int rc = attn_range_parse(s, &v, &n, err, sizeof err);
+  CHECK(rc == ATTN_EINVAL, "range '%s' accepted", s ? s : "(null)");
+  CHECK(v == NULL && n == 0, "range '%s': outputs not cleared on error", s ? s : "(null)");
+  CHECK(err[0] && strchr(err, '\n') == NULL, "range '%s': no one-line message", s ? s : "(null)");
+  if (want_in_msg) CHECK(strstr(err, want_in_msg) != NULL, "range '%s': message '%s' lacks '%s'", s, err, want_in_msg);
+  if (rc == ATTN_OK) free(v);
+}
+
+static void test_range(void) {
+  range_ok("64..256", (const int[]){64, 128, 256}, 3);
+  range_ok("64..200", (const int[]){64, 128}, 2);
+  range_ok("64..256:32", (const int[]){64, 96, 128, 160, 192, 224, 256}, 7);
+  range_ok("64..100:32", (const int[]){64, 96}, 2);
+  range_ok("64,80,128", (const int[]){64, 80, 128}, 3);
+  range_ok("128,64,128", (const int[]){128, 64}, 2);
+  range_ok("64", (const int[]){64}, 1);
+  range_ok("1", (const int[]){1}, 1);
+  range_ok("64..64", (const int[]){64}, 1);
+  range_bad("64..", "upper end is missing");
+  range_bad("..64", NULL);
+  range_bad("a..b", "'a' is not a number");
+  range_bad("64..b", "'b' is not a number");
+  range_bad("256..64", "descending");
+  range_bad("64..256:0", "step 0");
+  range_bad("64..256:", NULL);
+  range_bad("64..256:x", NULL);
+  range_bad("", "empty");
+  range_bad(NULL, NULL);
+  range_bad("0", "positive");
+  range_bad("-64", "positive");
+  range_bad("0..64", "positive");
+  range_bad("64,,80", "empty item");
+  range_bad("64,", "empty item");
+  range_bad(",64", "empty item");
+  range_bad("64,abc", "not a number");
+  range_bad("99999999999", "too large");
+  range_bad("64..99999999999", "too large");
+  range_bad("1..100000:1", "more than");
+  range_bad("64...128", NULL);
+  range_bad("64..128,256", "not both");
+  range_bad("6 4", NULL);
+}
+
+static void test_gpus(void) {
+  char err[512];
+  const attn_gpu *g = attn_gpu_find("h100", err, sizeof err);
+  CHECK(g && strcmp(g->name, "H100") == 0 && strcmp(g->arch, "sm_90") == 0 && g->sms == 132, "h100 lookup");
+  g = attn_gpu_find("RTX 4090", err, sizeof err);
+  CHECK(g && strcmp(g->name, "RTX 4090") == 0, "RTX 4090 lookup");
+  g = attn_gpu_find("rtx4090", err, sizeof err);
+  CHECK(g && strcmp(g->name, "RTX 4090") == 0, "rtx4090 alias");
+  g = attn_gpu_find("A100-SXM4", err, sizeof err);
+  CHECK(g && strcmp(g->name, "A100") == 0 && g->bandwidth_tbs > 2.0, "A100 alias");
+  int n = 0;
+  CHECK(attn_gpus(&n, err, sizeof err) && n >= 6, "table has %d GPUs", n);
+  static const char *const need[] = {"A100", "H100", "H200", "L4", "L40S", "RTX 4090"};
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+    g = attn_gpu_find(need[i], err, sizeof err);
+    CHECK(g && g->fp16_tflops > 0 && g->bf16_tflops > 0 && g->fp32_tflops > 0 && g->smem_per_block_kb > 0 &&
+              g->regs_per_sm > 0 && g->l2_mb > 0,
+          "%s incomplete", need[i]);
+  }
+  CHECK(attn_gpu_find("V100", err, sizeof err) == NULL, "V100 found");
+  CHECK(strstr(err, "unknown GPU 'V100'") && strstr(err, "A100") && strstr(err, "RTX 4090"), "message: %s", err);
+}
+
+static void test_space(void) {
+  char err[256];
+  attn_space sp;
+  attn_space_opts o = {.target = ATTN_TARGET_CPU, .dtype = ATTN_F32, .d = 64, .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH),
+                       .fast_mem_bytes = 2 << 20};
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK && sp.count > 8, "cpu flash space: %d", sp.count);
+  /* every point satisfies its constraints, and none is repeated */
+  for (int i = 0; i < sp.count; i++) {
+    char why[256];
+    CHECK(attn_space_admit(&o, &sp.cfg[i], why, sizeof why) == 0, "point %d not admitted: %s", i, why);
+    CHECK(attn_space_find(&sp, &sp.cfg[i]) == i, "point %d repeated", i);
+    CHECK(attn_space_fast_bytes(&sp.cfg[i]) <= o.fast_mem_bytes, "point %d too large", i);
+  }
+  /* neighbours differ in exactly one tunable, and the relation is symmetric */
+  int nb[32];
+  int total = 0;
+  for (int i = 0; i < sp.count; i++) {
+    int k = attn_space_neighbours(&sp, i, nb, 32);
+    total += k;
+    for (int j = 0; j < k; j++) {
+      int diff = 0;
+      for (int p = 0; p < ATTN_SPACE_NPARAMS; p++)
+        diff += attn_space_param_get(&sp.cfg[i], p) != attn_space_param_get(&sp.cfg[nb[j]], p);
+      CHECK(diff == 1, "neighbour of %d differs in %d tunables", i, diff);
+      int back[32], kb = attn_space_neighbours(&sp, nb[j], back, 32), found = 0;
+      for (int q = 0; q < kb; q++) found |= back[q] == i;
+      CHECK(found, "neighbourhood not symmetric (%d, %d)", i, nb[j]);
+    }
+  }
+  CHECK(total > 0, "no neighbours at all");
+  /* a small fast memory prunes the large tiles, with a reason */
+  attn_space small;
+  o.fast_mem_bytes = 64 * 1024;
+  CHECK(attn_space_build(&o, &small, err, sizeof err) == ATTN_OK && small.count < sp.count && small.count > 0,
+        "64 KiB: %d of %d", small.count, sp.count);
+  CHECK(strstr(small.pruned_example, "fast memory") != NULL, "pruned reason: %s", small.pruned_example);
+  attn_space_free(&small);
+  /* registers: unroll 8 with 4 vectors of query rows needs 32 accumulators */
+  attn_spec c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
+  c.br = 64, c.unroll = 8;
+  char why[256];
+  o.fast_mem_bytes = 2 << 20;
+  CHECK(attn_space_admit(&o, &c, why, sizeof why) != 0 && strstr(why, "registers"), "unroll 8 admitted: %s", why);
+  c.unroll = 0, c.algo = ATTN_ALGO_LOWRANK;
+  CHECK(attn_space_admit(&o, &c, why, sizeof why) != 0, "lowrank admitted into a flash space");
+  attn_space_free(&sp);
+  /* lowrank only with a tolerance */
+  o.algos = ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK);
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK && sp.count == 0, "lowrank without tolerance");
+  attn_space_free(&sp);
+  o.tolerance = 0.1;
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK && sp.count > 0, "lowrank with tolerance");
+  attn_space_free(&sp);
+  /* CUDA: f32 flash at d=256 does not fit an L4's 99 KiB per block; f16 does */
+  const attn_gpu *l4 = attn_gpu_find("L4", err, sizeof err);
+  attn_space_opts g = {.target = ATTN_TARGET_CUDA, .dtype = ATTN_F32, .d = 256,
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .fast_mem_bytes = l4->smem_per_block_kb * 1024,
+                       .gpu = l4};
+  snprintf(g.arch, sizeof g.arch, "%s", l4->arch);
+  CHECK(attn_space_build(&g, &sp, err, sizeof err) == ATTN_OK && sp.count == 0 && sp.considered > 0,
+        "L4 f32 d=256: %d", sp.count);
+  attn_space_free(&sp);
+  g.dtype = ATTN_F16;
+  g.d = 64;
+  CHECK(attn_space_build(&g, &sp, err, sizeof err) == ATTN_OK && sp.count > 4, "L4 f16 d=64: %d", sp.count);
+  for (int i = 0; i < sp.count; i++) {
+    CHECK(sp.cfg[i].br % (16 * sp.cfg[i].warps) == 0, "cuda Br not divisible by warps");
+    CHECK(strcmp(sp.cfg[i].arch, "sm_89") == 0, "cuda arch %s", sp.cfg[i].arch);
+  }
+  attn_space_free(&sp);
+}
+
+static void test_model(void) {
+  char err[256];
+  const attn_gpu *a100 = attn_gpu_find("A100", err, sizeof err), *h100 = attn_gpu_find("H100", err, sizeof err);
+  attn_problem p = {.batch = 1, .heads = 16, .n = 4096, .d = 128, .dtype = ATTN_F16};
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_F16, 128, 0);
+  s.br = 128, s.bc = 64, s.warps = 8, s.stages = 2;
+  attn_model_result ra, rh, rs;
+  CHECK(attn_model_time(a100, &p, &s, &ra, err, sizeof err) == ATTN_OK && ra.time_ms > 0, "model A100: %s", err);
+  CHECK(attn_model_time(h100, &p, &s, &rh, err, sizeof err) == ATTN_OK && rh.time_ms < ra.time_ms,
+        "H100 (%g ms) not faster than A100 (%g ms)", rh.time_ms, ra.time_ms);
+  /* the model's FLOP rate stays under the peak */
+  double tflops = ra.flops / (ra.time_ms * 1e-3) / 1e12;
+  CHECK(tflops > 50 && tflops < a100->fp16_tflops, "A100 model rate %.0f TFLOP/s", tflops);
+  /* tiny tiles are slower than large ones; causal is cheaper than full */
+  attn_spec t = s;
+  t.br = 16, t.bc = 16, t.warps = 1, t.stages = 1;
+  CHECK(attn_model_time(a100, &p, &t, &rs, err, sizeof err) == ATTN_OK && rs.time_ms > ra.time_ms,
+        "16x16 tiles (%g) not slower than 128x64 (%g)", rs.time_ms, ra.time_ms);
+  p.causal = 1;
+  s.causal = 1;
+  CHECK(attn_model_time(a100, &p, &s, &rs, err, sizeof err) == ATTN_OK && rs.time_ms < 0.7 * ra.time_ms,
+        "causal %g vs %g", rs.time_ms, ra.time_ms);
+  /* the I/O beside the time is the kernel's closed form: K, V once per query block */
+  CHECK(ra.reads == 16ULL * (4096ULL * 128 + 2ULL * 4096 * 128 * (4096 / 128)) && ra.writes == 16ULL * 4096 * 128,
+        "model I/O %llu/%llu", ra.reads, ra.writes);
+  attn_spec cpu = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 128, 0);
+  CHECK(attn_model_time(a100, &p, &cpu, &rs, err, sizeof err) != ATTN_OK, "model accepted a CPU spec");
+}
+
+int main(void) {
+  test_range();
+  test_gpus();
+  test_space();
+  test_model();
+  if (failures) {
+    fprintf(stderr, "tuner_unit: %d failures\n", failures);
+    return 1;
+  }
+  printf("tuner_unit: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,542 @@
+/* cmd_bench.c: `attntune bench`: the runtime's plan (tuned or default) against the standard three-pass attention
+ * on OpenBLAS (S = Q K^T, row softmax, O = P V) on the same data, with medians of alternating runs, GFLOP/s, the
+ * square-sgemm rate as the machine's ceiling, peak extra memory of each, and a cross-check of the outputs. */
+#include <errno.h>
+#include <jansson.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "attn.h"
+#include "cmds.h"
+#include "internal.h"
+#include <unistd.h>
+#ifdef ATTN_HAVE_OPENBLAS
+#include <cblas.h>
+char *openblas_get_corename(void); /* OpenBLAS extension, declared by some cblas.h versions only */
+#endif
+
+#define BENCH_MAX_POINTS 256
+#define BENCH_FAIL_ERROR 1e-4 /* fp32 flash vs fp32 BLAS differ by ~1e-6; beyond this the kernel is wrong */
+
+static const char bench_usage[] =
+    "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
+    "                      [--no-blas] [--json]\n"
+    "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n";
+
+static int usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "attntune bench: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (attntune bench --help)\n");
+  return 2;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* RANGE: "a..b" doubling, "a..b:s" stepping by s, "a,b,c" a list, "a" one value; values in 1..2^30. */
+static int parse_range(const char *s, int *vals, int max, int *count) {
+  char buf[256];
+  if (strlen(s) >= sizeof buf) return -1;
+  strcpy(buf, s);
+  *count = 0;
+  char *dots = strstr(buf, "..");
+  if (dots) {
+    *dots = 0;
+    char *hi_s = dots + 2, *step_s = strchr(hi_s, ':');
+    int lo, hi, step = 0;
+    if (step_s) *step_s++ = 0;
+    if (parse_int(buf, 1, 1L << 30, &lo) || parse_int(hi_s, 1, 1L << 30, &hi) || hi < lo) return -1;
+    if (step_s && parse_int(step_s, 1, 1L << 30, &step)) return -1;
+    for (long v = lo; v <= hi; v = step ? v + step : 2 * v) {
+      if (*count == max) return -1;
+      vals[(*count)++] = (int)v;
+    }
+    return 0;
+  }
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    if (*count == max || parse_int(tok, 1, 1L << 30, &vals[*count])) return -1;
+    (*count)++;
+  }
+  return *count ? 0 : -1;
+}
+
+/* Reproducible uniform(-1, 1) inputs (xorshift64*). */
+static void fill(float *x, size_t cnt, unsigned long long seed) {
+  unsigned long long s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (size_t i = 0; i < cnt; i++) {
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+    x[i] = (float)((double)((s * 2685821657736338717ULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *t, int cnt) {
+  qsort(t, (size_t)cnt, sizeof *t, cmp_double);
+  return cnt % 2 ? t[cnt / 2] : 0.5 * (t[cnt / 2 - 1] + t[cnt / 2]);
+}
+
+/* Process memory from /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 when unreadable. */
+static long status_kib(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long v = -1;
+  size_t len = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, field, len) && line[len] == ':') {
+      v = strtol(line + len + 1, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+/* Peak-memory probe: returns freed heap to the system and resets the RSS high-water mark (Linux clear_refs 5), so
+ * that VmHWM afterwards minus VmRSS now is the peak extra resident memory of what runs in between. */
+static long mem_probe_start(void) {
+  malloc_trim(0);
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return -1;
+  int ok = fputs("5", f) >= 0;
+  if (fclose(f) != 0 || !ok) return -1;
+  return status_kib("VmRSS");
+}
+
+static double mem_probe_mib(long start_kib) {
+  long hwm = status_kib("VmHWM");
+  if (start_kib < 0 || hwm < 0) return -1;
+  return hwm > start_kib ? (double)(hwm - start_kib) / 1024.0 : 0.0;
+}
+
+/* fp64 attention for one query row i of head (b, h): the independent check of both outputs. */
+static void ref_row(const attn_problem *p, const float *q, const float *k, const float *v, long bh, long i,
+                    double *s, double *out) {
+  const long d = p->d, n = p->n, nkv = p->n_kv;
+  const long hk = (bh % p->heads) / (p->heads / p->heads_kv), b = bh / p->heads;
+  const float *qi = q + (bh * n + i) * d, *kb = k + (b * p->heads_kv + hk) * nkv * d;
+  const float *vb = v + (b * p->heads_kv + hk) * nkv * d;
+  const long last = p->causal ? i + nkv - n : nkv - 1;
+  double mx = -INFINITY, l = 0;
+  for (long c = 0; c < d; c++) out[c] = 0;
+  for (long j = 0; j <= last && j < nkv; j++) {
+    double acc = 0;
+    for (long c = 0; c < d; c++) acc += (double)qi[c] * kb[j * d + c];
+    s[j] = acc * p->scale;
+    if (s[j] > mx) mx = s[j];
+  }
+  for (long j = 0; j <= last && j < nkv; j++) {
+    double e = exp(s[j] - mx);
+    l += e;
+    for (long c = 0; c < d; c++) out[c] += e * vb[j * d + c];
+  }
+  for (long c = 0; c < d; c++) out[c] = l > 0 ? out[c] / l : 0.0;
+}
+
+/* Relative Frobenius error of o against the fp64 reference on up to 16 rows per head (first, last, spread). */
+static double ref_error(const attn_problem *p, const float *q, const float *k, const float *v, const float *o) {
+  double *s = malloc(sizeof(double) * ((size_t)p->n_kv + 1)), *r = malloc(sizeof(double) * (size_t)p->d);
+  if (!s || !r) {
+    free(s), free(r);
+    return INFINITY;
+  }
+  double num = 0, den = 0;
+  const long rows = p->n < 16 ? p->n : 16;
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++)
+    for (long t = 0; t < rows; t++) {
+      long i = rows > 1 ? t * (p->n - 1) / (rows - 1) : 0;
+      ref_row(p, q, k, v, bh, i, s, r);
+      for (long c = 0; c < p->d; c++) {
+        double e = o[(bh * p->n + i) * p->d + c] - r[c];
+        num += e * e, den += r[c] * r[c];
+      }
+    }
+  free(s), free(r);
+  if (num != num) return INFINITY;
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#ifdef ATTN_HAVE_OPENBLAS
+static double rel_diff(const float *a, const float *ref, size_t cnt) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < cnt; i++) {
+    double e = (double)a[i] - ref[i];
+    num += e * e, den += (double)ref[i] * ref[i];
+  }
+  if (num != num) return INFINITY;
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The standard algorithm, one head at a time: S = scale Q K^T (sgemm), causal mask, row softmax, O = P V (sgemm).
+ * s holds n x n_kv floats. */
+static void blas_attention(const attn_problem *p, const float *q, const float *k, const float *v, float *o, float *s) {
+  const long n = p->n, nkv = p->n_kv, d = p->d, off = nkv - n;
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
+    const long b = bh / p->heads, hk = (bh % p->heads) / (p->heads / p->heads_kv);
+    const float *qh = q + bh * n * d, *kh = k + (b * p->heads_kv + hk) * nkv * d;
+    const float *vh = v + (b * p->heads_kv + hk) * nkv * d;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)nkv, (int)d, p->scale, qh, (int)d, kh, (int)d,
+                0.0f, s, (int)nkv);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) {
+      float *row = s + i * nkv;
+      long vis = p->causal ? i + off + 1 : nkv; /* keys 0..vis-1 are visible */
+      if (vis > nkv) vis = nkv;
+      if (vis < 0) vis = 0;
+      float mx = -INFINITY;
+      for (long j = 0; j < vis; j++) mx = row[j] > mx ? row[j] : mx;
+      float sum = 0;
+      for (long j = 0; j < vis; j++) sum += (row[j] = expf(row[j] - mx));
+      float inv = sum > 0 ? 1.0f / sum : 0.0f;
+      for (long j = 0; j < vis; j++) row[j] *= inv;
+      for (long j = vis; j < nkv; j++) row[j] = 0;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)d, (int)nkv, 1.0f, s, (int)nkv, vh, (int)d,
+                0.0f, o + bh * n * d, (int)d);
+  }
+}
+
+/* Settings both libraries read only when they load, so bench runs itself again with them (once) when missing:
+ * - OPENBLAS_CORETYPE: versions of OpenBLAS that do not know this CPU model fall back to the SSE3 "Prescott"
+ *   kernels (0.3.21 on Sapphire/Emerald Rapids: ~35 instead of ~220 GFLOP/s), which would make the baseline a straw
+ *   man; name the family the CPU belongs to instead.
+ * - OPENBLAS_THREAD_TIMEOUT=4 and GOMP_SPINCOUNT=10000: after a call, idle OpenBLAS workers spin for ~2^28 cycles
+ *   and idle OpenMP workers for ~300000 pauses, on the very cores the other side's next timed run needs (measured
+ *   at n=1024: plan runs 2.7 or 11 ms depending on it, baseline 13 or 23 ms). Short spins make alternating runs
+ *   measure each side alone.
+ * Returns when nothing is to change or the exec failed (bench then goes on as it is). */
+static void bench_fix_env(int quiet) {
+  if (getenv("ATTN_BENCH_REEXEC")) return;
+  char what[256] = "";
+  const char *core = openblas_get_corename();
+  if (!getenv("OPENBLAS_CORETYPE") && core && !strcmp(core, "Prescott")) {
+    __builtin_cpu_init();
+    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
+    if (want && setenv("OPENBLAS_CORETYPE", want, 1) == 0)
+      snprintf(what + strlen(what), sizeof what - strlen(what), " OPENBLAS_CORETYPE=%s (OpenBLAS chose %s)", want, core);
+  }
+  if (!getenv("OPENBLAS_THREAD_TIMEOUT") && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0)
+    snprintf(what + strlen(what), sizeof what - strlen(what), " OPENBLAS_THREAD_TIMEOUT=4");
+  if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY") && setenv("GOMP_SPINCOUNT", "10000", 1) == 0)
+    snprintf(what + strlen(what), sizeof what - strlen(what), " GOMP_SPINCOUNT=10000");
+  if (!what[0]) return;
+  static char cmdline[65536];
+  char *args[512];
+  FILE *f = fopen("/proc/self/cmdline", "r");
+  if (!f) return;
+  size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
+  fclose(f);
+  if (len == 0 || len == sizeof cmdline - 1) return;
+  cmdline[len] = 0;
+  int argc = 0;
+  for (size_t i = 0; i < len && argc < 511; i += strlen(cmdline + i) + 1) args[argc++] = cmdline + i;
+  args[argc] = NULL;
+  if (setenv("ATTN_BENCH_REEXEC", "1", 1) != 0) return;
+  if (!quiet) fprintf(stderr, "attntune bench: running with%s\n", what);
+  fflush(NULL);
+  execv("/proc/self/exe", args);
+  fprintf(stderr, "attntune bench: could not run again with%s: %s\n", what, strerror(errno));
+}
+
+/* GFLOP/s of a square sgemm of side m (median of 3 after a warm-up); cached per side. */
+static double sgemm_rate(int m) {
+  static int cached_m;
+  static double cached;
+  if (m == cached_m) return cached;
+  size_t cnt = (size_t)m * m;
+  float *a = malloc(cnt * sizeof *a), *b = malloc(cnt * sizeof *b), *c = malloc(cnt * sizeof *c);
+  double rate = -1;
+  if (a && b && c) {
+    fill(a, cnt, 11), fill(b, cnt, 12);
+    double t[3];
+    for (int r = -1; r < 3; r++) {
+      double t0 = now_s();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
+      if (r >= 0) t[r] = now_s() - t0;
+    }
+    rate = 2.0 * m * (double)m * m / median(t, 3) * 1e-9;
+  }
+  free(a), free(b), free(c);
+  cached_m = m, cached = rate;
+  return rate;
+}
+#endif
+
+typedef struct bench_row {
+  int n, d, heads, causal;
+  char plan[512];
+  double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
+  double rel_error, ref_error;
+  const char *blas_note; /* why the baseline did not run, or NULL */
+} bench_row;
+
+static json_t *num_or_null(double x) { return x >= 0 && isfinite(x) ? json_real(x) : json_null(); }
+
+static json_t *row_json(const bench_row *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "n", json_integer(r->n));
+  json_object_set_new(o, "d", json_integer(r->d));
+  json_object_set_new(o, "heads", json_integer(r->heads));
+  json_object_set_new(o, "causal", json_boolean(r->causal));
+  json_object_set_new(o, "plan", json_string(r->plan));
+  json_object_set_new(o, "plan_ms", num_or_null(r->plan_ms));
+  json_object_set_new(o, "plan_gflops", num_or_null(r->plan_gflops));
+  json_object_set_new(o, "blas_ms", num_or_null(r->blas_ms));
+  json_object_set_new(o, "blas_gflops", num_or_null(r->blas_gflops));
+  json_object_set_new(o, "ratio", num_or_null(r->ratio));
+  json_object_set_new(o, "sgemm_gflops", num_or_null(r->sgemm_gflops));
+  json_object_set_new(o, "plan_peak_mib", num_or_null(r->plan_peak_mib));
+  json_object_set_new(o, "blas_peak_mib", num_or_null(r->blas_peak_mib));
+  /* rel_error: plan vs BLAS output when the baseline ran, else plan vs the fp64 reference rows */
+  json_object_set_new(o, "rel_error", json_real(isfinite(r->rel_error) ? r->rel_error : 1e300));
+  json_object_set_new(o, "ref_error", json_real(isfinite(r->ref_error) ? r->ref_error : 1e300));
+  if (r->blas_note) json_object_set_new(o, "blas_note", json_string(r->blas_note));
+  return o;
+}
+
+static void fmt_num(char *buf, size_t len, const char *f, double x) {
+  if (x >= 0 && isfinite(x))
+    snprintf(buf, len, f, x);
+  else
+    snprintf(buf, len, "-");
+}
+
+static void row_text(const bench_row *r) {
+  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32];
+  fmt_num(pm, sizeof pm, "%.2f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
+  fmt_num(bm, sizeof bm, "%.2f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
+  fmt_num(ra, sizeof ra, "%.2fx", r->ratio), fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
+  fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
+  printf("%6d %4d %5d %6s %10s %8s %10s %8s %7s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->d, r->heads,
+         r->causal ? "yes" : "no", pm, pg, bm, bg, ra, sg, pp, bp, r->rel_error, r->plan, r->blas_note ? "; blas: " : "",
+         r->blas_note ? r->blas_note : "");
+}
+
+/* One (n, d) point. Returns 0, or 1 after printing the reason. */
+static int bench_point(attn_runtime *rt, int n, int d, int heads, int causal, int reps, int no_blas, bench_row *row) {
+  memset(row, 0, sizeof *row);
+  row->n = n, row->d = d, row->heads = heads, row->causal = causal;
+  row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
+  attn_problem p = {0};
+  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n, p.heads_kv = heads, p.dtype = ATTN_F32;
+  p.causal = causal, p.algo = ATTN_ALGO_AUTO;
+  const size_t cnt = (size_t)heads * n * d;
+  float *q = malloc(cnt * sizeof *q), *k = malloc(cnt * sizeof *k), *v = malloc(cnt * sizeof *v);
+  float *o = malloc(cnt * sizeof *o), *ob = NULL, *s = NULL;
+  attn_plan *plan = NULL;
+  double *tp = calloc((size_t)reps, sizeof *tp), *tb = calloc((size_t)reps, sizeof *tb);
+  int rc = 1;
+  if (!q || !k || !v || !o || !tp || !tb) {
+    fprintf(stderr, "attntune bench: out of memory for n=%d d=%d\n", n, d);
+    goto done;
+  }
+  fill(q, cnt, 1), fill(k, cnt, 2), fill(v, cnt, 3);
+  for (size_t i = 0; i < cnt; i++) o[i] = NAN; /* poison: an output the kernel never writes shows as NaN */
+
+  /* The plan: creation and first run under the memory probe (inputs and output already resident). */
+  long m0 = mem_probe_start();
+  int e = attn_plan_create(rt, &p, &plan);
+  if (e != ATTN_OK) {
+    fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
+    goto done;
+  }
+  snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plan));
+  if ((e = attn_execute(plan, q, k, v, o)) != ATTN_OK) {
+    fprintf(stderr, "attntune bench: n=%d d=%d: execute: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
+    goto done;
+  }
+  row->plan_peak_mib = mem_probe_mib(m0);
+  p.scale = 1.0f / sqrtf((float)d);
+  row->ref_error = ref_error(&p, q, k, v, o);
+  row->rel_error = row->ref_error;
+
+  int blas = 0;
+#ifdef ATTN_HAVE_OPENBLAS
+  const double s_bytes = (double)n * n * sizeof(float);
+  if (no_blas) {
+    row->blas_note = "skipped (--no-blas)";
+  } else if (s_bytes > 16.0 * (1 << 30)) {
+    row->blas_note = "skipped: S would need more than 16 GiB";
+  } else {
+    m0 = mem_probe_start();
+    ob = malloc(cnt * sizeof *ob); /* the baseline's output is an output, not extra memory, but it is new here */
+    s = malloc((size_t)n * n * sizeof *s);
+    if (!ob || !s) {
+      row->blas_note = "skipped: cannot allocate S";
+    } else {
+      blas_attention(&p, q, k, v, ob, s);
+      row->blas_peak_mib = mem_probe_mib(m0);
+      if (row->blas_peak_mib >= 0) row->blas_peak_mib -= cnt * sizeof(float) / 1048576.0;
+      if (row->blas_peak_mib < 0 && m0 >= 0) row->blas_peak_mib = 0;
+      row->rel_error = rel_diff(o, ob, cnt);
+      blas = 1;
+    }
+  }
+#else
+  (void)no_blas;
+  row->blas_note = "unavailable: built without OpenBLAS";
+#endif
+
+  /* Alternating timed runs (the order flips each repetition so neither side always follows the other). */
+  for (int r = 0; r < reps; r++)
+    for (int side = 0; side < 2; side++) {
+      int which = (r % 2) ? 1 - side : side;
+      double t0 = now_s();
+      if (which == 0) {
+        if ((e = attn_execute(plan, q, k, v, o)) != ATTN_OK) {
+          fprintf(stderr, "attntune bench: n=%d d=%d: execute: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
+          goto done;
+        }
+        tp[r] = now_s() - t0;
+      } else if (blas) {
+#ifdef ATTN_HAVE_OPENBLAS
+        blas_attention(&p, q, k, v, ob, s);
+#endif
+        tb[r] = now_s() - t0;
+      }
+    }
+  const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
+  row->plan_ms = median(tp, reps) * 1e3;
+  row->plan_gflops = flops / row->plan_ms * 1e-6;
+  if (blas) {
+    row->blas_ms = median(tb, reps) * 1e3;
+    row->blas_gflops = flops / row->blas_ms * 1e-6;
+    row->ratio = row->blas_ms / row->plan_ms;
+#ifdef ATTN_HAVE_OPENBLAS
+    row->sgemm_gflops = sgemm_rate(n < 256 ? 256 : n > 2048 ? 2048 : n);
+#endif
+  }
+  if (!(row->rel_error <= BENCH_FAIL_ERROR) || !(row->ref_error <= BENCH_FAIL_ERROR)) {
+    fprintf(stderr, "attntune bench: n=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g): %s is wrong\n",
+            n, d, row->rel_error, row->ref_error, row->plan);
+    rc = 1;
+    goto done;
+  }
+  rc = 0;
+done:
+  attn_plan_destroy(plan);
+  free(q), free(k), free(v), free(o), free(ob), free(s), free(tp), free(tb);
+  return rc;
+}
+
+int attn_cmd_bench(int argc, char **argv) {
+  const char *n_s = NULL, *d_s = NULL, *db = NULL;
+  int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0;
+  attn_target target = ATTN_TARGET_CPU;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(bench_usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "--causal")) {
+      causal = 1;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--no-blas")) {
+      no_blas = 1;
+    } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
+               !strcmp(a, "--db") || !strcmp(a, "--reps")) {
+      if (!val) return usage("%s needs a value", a);
+      i++;
+      if (!strcmp(a, "--target")) {
+        int t = attn_target_parse(val);
+        if (t != ATTN_TARGET_CPU && t != ATTN_TARGET_CUDA) return usage("--target %s: expected cpu or cuda", val);
+        target = (attn_target)t;
+      } else if (!strcmp(a, "--n")) {
+        n_s = val;
+      } else if (!strcmp(a, "--d")) {
+        d_s = val;
+      } else if (!strcmp(a, "--db")) {
+        db = val;
+      } else if (!strcmp(a, "--heads")) {
+        if (parse_int(val, 1, 4096, &heads)) return usage("--heads %s: expected an integer in 1..4096", val);
+      } else if (parse_int(val, 1, 1000, &reps)) {
+        return usage("--reps %s: expected an integer in 1..1000", val);
+      }
+    } else {
+      return usage("unknown argument '%s'", a);
+    }
+  }
+  if (!n_s) return usage("%s", "--n RANGE is required");
+  if (!d_s) return usage("%s", "--d RANGE is required");
+  int ns[BENCH_MAX_POINTS], ds[BENCH_MAX_POINTS], nn, nd;
+  if (parse_range(n_s, ns, BENCH_MAX_POINTS, &nn)) return usage("--n %s: expected a RANGE like 64..256, 64..256:32 or 64,80", n_s);
+  if (parse_range(d_s, ds, BENCH_MAX_POINTS, &nd)) return usage("--d %s: expected a RANGE like 64..256, 64..256:32 or 64,80", d_s);
+  if (target == ATTN_TARGET_CUDA) {
+    /* The baseline and the buffers here are host memory; a CUDA plan executes on device pointers. */
+    fprintf(stderr, "attntune bench: --target cuda is not supported by bench in this build (host buffers only)\n");
+    return 1;
+  }
+#ifdef ATTN_HAVE_OPENBLAS
+  if (!no_blas) bench_fix_env(json);
+#endif
+  /* Large buffers straight from mmap and back to the system on free, so that each memory probe starts clean. */
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+
+  attn_runtime *rt = NULL;
+  int e = attn_open(db, target, &rt);
+  if (e != ATTN_OK) {
+    fprintf(stderr, "attntune bench: cannot open the runtime: %s: %s\n", attn_strerror(e), attn_last_error(rt));
+    attn_close(rt);
+    return 1;
+  }
+  if (!json) {
+#ifdef ATTN_HAVE_OPENBLAS
+    const int blas_threads = openblas_get_num_threads();
+#else
+    const int blas_threads = 0;
+#endif
+    char base[128] = "none (built without OpenBLAS)";
+    if (blas_threads) snprintf(base, sizeof base, "OpenBLAS sgemm + softmax + sgemm (%d threads)", blas_threads);
+    printf("device %s, %d threads; baseline: %s; median of %d alternating runs; GFLOP/s count 4*n*n_kv*d*heads%s\n",
+           rt->device, rt->threads, base, reps, causal ? "/2 (causal)" : "");
+    printf("%6s %4s %5s %6s %10s %8s %10s %8s %7s %7s %9s %9s %9s  %s\n", "n", "d", "heads", "causal", "plan ms",
+           "GFLOP/s", "blas ms", "GFLOP/s", "ratio", "sgemm", "plan MiB", "blas MiB", "rel err", "plan");
+  }
+  json_t *arr = json_array();
+  int rc = 0;
+  for (int i = 0; i < nn; i++)
+    for (int j = 0; j < nd; j++) {
+      bench_row row;
+      if (bench_point(rt, ns[i], ds[j], heads, causal, reps, no_blas, &row)) {
+        rc = 1;
+        continue;
+      }
+      if (json)
+        json_array_append_new(arr, row_json(&row));
+      else
+        row_text(&row);
+      fflush(stdout);
+    }
+  if (json) {
+    char *text = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    if (text) {
+      puts(text);
+      free(text);
+    } else {
+      rc = 1;
+    }
+  }
+  json_decref(arr);
+  attn_close(rt);
+  return rc;
+}

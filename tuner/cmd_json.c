@@ -1,0 +1,400 @@
+/* cmd_json.c: `attntune export FILE.json` and `attntune import FILE.json` [--db PATH]: the database's devices, runs
+ * and measurements as one JSON document (Jansson), every field kept, so export -> import -> export is identical.
+ *   {"attntune_export": 1, "schema_version": V, "devices": [...], "runs": [...], "measurements": [...]}
+ * Runs are numbered 1.. within the file; measurements name their device and kernel spec. Compiled artifacts are
+ * machine-specific and not exported. Import is one transaction: all rows or none. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cmds.h"
+#include "db.h"
+#include "spec.h"
+
+/* ---- shared option parsing: VERB FILE [--db PATH] */
+
+static int parse_args(const char *verb, int argc, char **argv, const char **file, char *path, size_t plen) {
+  const char *db_arg = NULL;
+  *file = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--db") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "attntune %s: --db needs a path\n", verb);
+        return 2;
+      }
+      db_arg = argv[++i];
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: attntune %s FILE.json [--db PATH]\n"
+             "  %s the database's devices, runs and measurements %s JSON (FILE '-': %s)\n"
+             "  database: --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db\n",
+             verb, strcmp(verb, "export") == 0 ? "writes" : "reads", strcmp(verb, "export") == 0 ? "as" : "from",
+             strcmp(verb, "export") == 0 ? "standard output" : "standard input");
+      return -1;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      fprintf(stderr, "attntune %s: unknown option '%s' (usage: attntune %s FILE.json [--db PATH])\n", verb, argv[i],
+              verb);
+      return 2;
+    } else if (*file) {
+      fprintf(stderr, "attntune %s: one file only ('%s' and '%s')\n", verb, *file, argv[i]);
+      return 2;
+    } else {
+      *file = argv[i];
+    }
+  }
+  if (!*file) {
+    fprintf(stderr, "attntune %s: no file given (usage: attntune %s FILE.json [--db PATH])\n", verb, verb);
+    return 2;
+  }
+  if (db_arg) snprintf(path, plen, "%s", db_arg);
+  else if (attn_db_default_path(path, plen) != 0) {
+    fprintf(stderr, "attntune %s: database path too long\n", verb);
+    return 2;
+  }
+  return 0;
+}
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+/* ---- export */
+
+typedef struct {
+  json_t *arr;
+  long long *run_ids; /* database run ids in order: the file's run k is run_ids[k - 1] */
+  int runs, cap;
+  int failed;
+} export_ctx;
+
+static int export_device(void *vctx, const attn_db_device *d) {
+  export_ctx *c = vctx;
+  json_t *o = json_object();
+  if (!o || json_array_append_new(c->arr, o) != 0) return c->failed = 1;
+  json_object_set_new(o, "name", json_string(d->name));
+  json_object_set_new(o, "kind", json_string(d->kind));
+  json_object_set_new(o, "arch", str_or_null(d->arch));
+  json_object_set_new(o, "info", str_or_null(d->info));
+  return 0;
+}
+
+static int export_run(void *vctx, const attn_db_run *r) {
+  export_ctx *c = vctx;
+  if (c->runs == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 32;
+    long long *p = realloc(c->run_ids, sizeof *p * (size_t)cap);
+    if (!p) return c->failed = 1;
+    c->run_ids = p;
+    c->cap = cap;
+  }
+  c->run_ids[c->runs++] = r->id;
+  json_t *o = json_object();
+  if (!o || json_array_append_new(c->arr, o) != 0) return c->failed = 1;
+  json_object_set_new(o, "id", json_integer(c->runs));
+  json_object_set_new(o, "device", str_or_null(r->device));
+  json_object_set_new(o, "started", str_or_null(r->started));
+  json_object_set_new(o, "ended", str_or_null(r->ended));
+  json_object_set_new(o, "command", str_or_null(r->command));
+  json_object_set_new(o, "status", str_or_null(r->status));
+  return 0;
+}
+
+static int file_run(const export_ctx *c, long long id) {
+  int lo = 0, hi = c->runs - 1; /* run ids come in ascending order */
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (c->run_ids[mid] == id) return mid + 1;
+    if (c->run_ids[mid] < id) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return 0;
+}
+
+static int export_meas(void *vctx, const attn_db_meas *m) {
+  export_ctx *c = vctx;
+  json_t *o = json_object();
+  if (!o || json_array_append_new(c->arr, o) != 0) return c->failed = 1;
+  int run = m->run_id > 0 ? file_run(c, m->run_id) : 0;
+  json_object_set_new(o, "device", json_string(m->device));
+  json_object_set_new(o, "spec", json_string(m->spec));
+  json_object_set_new(o, "source_hash", str_or_null(m->source_hash));
+  json_object_set_new(o, "run", run > 0 ? json_integer(run) : json_null());
+  json_object_set_new(o, "n", json_integer(m->n));
+  json_object_set_new(o, "n_kv", json_integer(m->n_kv));
+  json_object_set_new(o, "d", json_integer(m->d));
+  json_object_set_new(o, "dtype", json_string(attn_dtype_name(m->dtype)));
+  json_object_set_new(o, "causal", json_integer(m->causal));
+  json_object_set_new(o, "batch", json_integer(m->batch));
+  json_object_set_new(o, "heads", json_integer(m->heads));
+  json_object_set_new(o, "heads_kv", json_integer(m->heads_kv));
+  json_object_set_new(o, "time_ms", json_real(m->time_ms));
+  json_object_set_new(o, "gflops", json_real(m->gflops));
+  json_object_set_new(o, "reads", m->reads >= 0 ? json_integer(m->reads) : json_null());
+  json_object_set_new(o, "writes", m->writes >= 0 ? json_integer(m->writes) : json_null());
+  json_object_set_new(o, "error", m->has_error ? json_real(m->error) : json_null());
+  json_object_set_new(o, "status", json_string(m->status));
+  json_object_set_new(o, "log", json_string(m->log ? m->log : ""));
+  json_object_set_new(o, "provenance", json_string(m->provenance));
+  json_object_set_new(o, "created", json_string(m->created));
+  return 0;
+}
+
+int attn_cmd_export(int argc, char **argv) {
+  const char *file;
+  char path[4096], err[1024];
+  int rc = parse_args("export", argc, argv, &file, path, sizeof path);
+  if (rc) return rc < 0 ? 0 : rc;
+  attn_db *db = NULL;
+  if (attn_db_open(path, 0, &db, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune export: %s\n", err);
+    return 1;
+  }
+  json_t *doc = json_object(), *devs = json_array(), *runs = json_array(), *meas = json_array();
+  export_ctx c = {0};
+  int status = 1;
+  if (!doc || !devs || !runs || !meas) {
+    fprintf(stderr, "attntune export: out of memory\n");
+    goto out;
+  }
+  json_object_set_new(doc, "attntune_export", json_integer(1));
+  json_object_set_new(doc, "schema_version", json_integer(attn_db_schema_version()));
+  json_object_set(doc, "devices", devs);
+  json_object_set(doc, "runs", runs);
+  json_object_set(doc, "measurements", meas);
+  /* one read of each table; a writer running meanwhile is not blocked (WAL) */
+  c.arr = devs;
+  int r1 = attn_db_device_foreach(db, export_device, &c);
+  c.arr = runs;
+  int r2 = r1 ? r1 : attn_db_run_foreach(db, export_run, &c);
+  c.arr = meas;
+  int r3 = r2 ? r2 : attn_db_meas_foreach(db, export_meas, &c);
+  if (r1 || r2 || r3) {
+    fprintf(stderr, "attntune export: %s: %s\n", path, c.failed ? "out of memory" : attn_db_errmsg(db));
+    goto out;
+  }
+  size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17);
+  if (strcmp(file, "-") == 0) {
+    if (json_dumpf(doc, stdout, flags) != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
+      fprintf(stderr, "attntune export: cannot write to standard output\n");
+      goto out;
+    }
+  } else {
+    /* write beside, then rename: a failed export never leaves half a file under the name */
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && json_dumpf(doc, f, flags) == 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, file) != 0) {
+      fprintf(stderr, "attntune export: cannot write %s\n", file);
+      remove(tmp);
+      goto out;
+    }
+    fprintf(stderr, "exported %zu devices, %zu runs, %zu measurements from %s to %s\n", json_array_size(devs),
+            json_array_size(runs), json_array_size(meas), path, file);
+  }
+  status = 0;
+out:
+  json_decref(devs);
+  json_decref(runs);
+  json_decref(meas);
+  json_decref(doc);
+  free(c.run_ids);
+  attn_db_close(db);
+  return status;
+}
+
+/* ---- import: strict reading, every field checked, unknown fields refused */
+
+typedef struct {
+  const char *file, *where;
+  int index;
+  char msg[512];
+} import_err;
+
+static int bad(import_err *e, const char *key, const char *what) {
+  snprintf(e->msg, sizeof e->msg, "%s: %s[%d]: \"%s\" %s", e->file, e->where, e->index, key, what);
+  return -1;
+}
+
+static int only_keys(import_err *e, json_t *o, const char *const *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) {
+    int known = 0;
+    for (int i = 0; keys[i] && !known; i++) known = strcmp(k, keys[i]) == 0;
+    if (!known) return bad(e, k, "is not a known field");
+  }
+  return 0;
+}
+
+/* A string (nullable: NULL for a JSON null or a missing key). */
+static int get_str(import_err *e, json_t *o, const char *key, int nullable, const char **out) {
+  json_t *v = json_object_get(o, key);
+  *out = NULL;
+  if ((!v || json_is_null(v)) && nullable) return 0;
+  if (!json_is_string(v)) return bad(e, key, nullable ? "must be a string or null" : "must be a string");
+  *out = json_string_value(v);
+  return 0;
+}
+
+static int get_ll(import_err *e, json_t *o, const char *key, long long lo, long long hi, int nullable,
+                  long long *out) {
+  json_t *v = json_object_get(o, key);
+  if ((!v || json_is_null(v)) && nullable) {
+    *out = -1;
+    return 0;
+  }
+  if (!json_is_integer(v)) return bad(e, key, nullable ? "must be an integer or null" : "must be an integer");
+  *out = json_integer_value(v);
+  if (*out < lo || *out > hi) return bad(e, key, "is out of range");
+  return 0;
+}
+
+static int get_int(import_err *e, json_t *o, const char *key, int lo, int hi, int *out) {
+  long long v;
+  if (get_ll(e, o, key, lo, hi, 0, &v)) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int get_num(import_err *e, json_t *o, const char *key, int nullable, int *has, double *out) {
+  json_t *v = json_object_get(o, key);
+  *has = 0;
+  *out = 0;
+  if ((!v || json_is_null(v)) && nullable) return 0;
+  if (!json_is_number(v)) return bad(e, key, nullable ? "must be a number or null" : "must be a number");
+  *out = json_number_value(v);
+  *has = 1;
+  return 0;
+}
+
+static int import_meas(import_err *e, json_t *o, const long long *runs, int nruns, attn_db_meas *m) {
+  static const char *const keys[] = {"device", "spec", "source_hash", "run", "n", "n_kv", "d", "dtype", "causal",
+                                     "batch", "heads", "heads_kv", "time_ms", "gflops", "reads", "writes", "error",
+                                     "status", "log", "provenance", "created", NULL};
+  memset(m, 0, sizeof *m);
+  if (!json_is_object(o)) return bad(e, "", "must be an object");
+  if (only_keys(e, o, keys)) return -1;
+  const char *dtype;
+  long long run;
+  int has;
+  if (get_str(e, o, "device", 0, &m->device) || get_str(e, o, "spec", 0, &m->spec) ||
+      get_str(e, o, "source_hash", 1, &m->source_hash) || get_ll(e, o, "run", 1, nruns, 1, &run) ||
+      get_int(e, o, "n", 1, 1 << 30, &m->n) || get_int(e, o, "n_kv", 1, 1 << 30, &m->n_kv) ||
+      get_int(e, o, "d", 1, 1 << 20, &m->d) || get_str(e, o, "dtype", 0, &dtype) ||
+      get_int(e, o, "causal", 0, 1, &m->causal) || get_int(e, o, "batch", 1, 1 << 30, &m->batch) ||
+      get_int(e, o, "heads", 1, 1 << 30, &m->heads) || get_int(e, o, "heads_kv", 1, 1 << 30, &m->heads_kv) ||
+      get_num(e, o, "time_ms", 0, &has, &m->time_ms) || get_num(e, o, "gflops", 1, &has, &m->gflops) ||
+      get_ll(e, o, "reads", 0, (long long)9e18, 1, &m->reads) ||
+      get_ll(e, o, "writes", 0, (long long)9e18, 1, &m->writes) ||
+      get_num(e, o, "error", 1, &m->has_error, &m->error) || get_str(e, o, "status", 0, &m->status) ||
+      get_str(e, o, "log", 1, &m->log) || get_str(e, o, "provenance", 0, &m->provenance) ||
+      get_str(e, o, "created", 1, &m->created))
+    return -1;
+  int dt = attn_dtype_parse(dtype);
+  if (dt < 0) return bad(e, "dtype", "must be f32, f16 or bf16");
+  m->dtype = (attn_dtype)dt;
+  m->run_id = run > 0 ? runs[run - 1] : 0;
+  return 0;
+}
+
+int attn_cmd_import(int argc, char **argv) {
+  const char *file;
+  char path[4096], err[1024];
+  int rc = parse_args("import", argc, argv, &file, path, sizeof path);
+  if (rc) return rc < 0 ? 0 : rc;
+  json_error_t jerr;
+  json_t *doc = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(file, 0, &jerr);
+  if (!doc) {
+    fprintf(stderr, "attntune import: %s:%d:%d: %s\n", strcmp(file, "-") == 0 ? "<stdin>" : file, jerr.line,
+            jerr.column, jerr.text);
+    return 1;
+  }
+  json_t *devs = json_object_get(doc, "devices"), *runs = json_object_get(doc, "runs"),
+         *meas = json_object_get(doc, "measurements");
+  json_t *tag = json_object_get(doc, "attntune_export");
+  if (!json_is_object(doc) || !json_is_integer(tag) || json_integer_value(tag) != 1) {
+    fprintf(stderr, "attntune import: %s: not an attntune export (no \"attntune_export\": 1)\n", file);
+    json_decref(doc);
+    return 1;
+  }
+  if (!json_is_array(devs) || !json_is_array(meas) || (runs && !json_is_array(runs))) {
+    fprintf(stderr, "attntune import: %s: \"devices\" and \"measurements\" (and \"runs\") must be arrays\n", file);
+    json_decref(doc);
+    return 1;
+  }
+  attn_db *db = NULL;
+  if (attn_db_open(path, 1, &db, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune import: %s\n", err);
+    json_decref(doc);
+    return 1;
+  }
+  import_err e = {.file = file};
+  size_t nruns = runs ? json_array_size(runs) : 0;
+  long long *run_ids = calloc(nruns + 1, sizeof *run_ids);
+  int status = 1, added = 0, replaced = 0;
+  if (!run_ids) {
+    fprintf(stderr, "attntune import: out of memory\n");
+    goto out;
+  }
+  if (attn_db_begin(db) != ATTN_OK) {
+    fprintf(stderr, "attntune import: %s: %s\n", path, attn_db_errmsg(db));
+    goto out;
+  }
+  size_t i;
+  json_t *o;
+  e.where = "devices";
+  json_array_foreach(devs, i, o) {
+    static const char *const keys[] = {"name", "kind", "arch", "info", NULL};
+    attn_db_device d = {0};
+    e.index = (int)i;
+    if (!json_is_object(o)) {
+      bad(&e, "", "must be an object");
+      goto fail;
+    }
+    if (only_keys(&e, o, keys) || get_str(&e, o, "name", 0, &d.name) || get_str(&e, o, "kind", 1, &d.kind) ||
+        get_str(&e, o, "arch", 1, &d.arch) || get_str(&e, o, "info", 1, &d.info))
+      goto fail;
+    if (attn_db_device_put(db, &d, NULL) != ATTN_OK) goto dbfail;
+  }
+  e.where = "runs";
+  json_array_foreach(runs, i, o) {
+    static const char *const keys[] = {"id", "device", "started", "ended", "command", "status", NULL};
+    attn_db_run r = {0};
+    long long id;
+    e.index = (int)i;
+    if (!json_is_object(o)) {
+      bad(&e, "", "must be an object");
+      goto fail;
+    }
+    if (only_keys(&e, o, keys) || get_ll(&e, o, "id", (long long)i + 1, (long long)i + 1, 0, &id) ||
+        get_str(&e, o, "device", 1, &r.device) || get_str(&e, o, "started", 1, &r.started) ||
+        get_str(&e, o, "ended", 1, &r.ended) || get_str(&e, o, "command", 1, &r.command) ||
+        get_str(&e, o, "status", 1, &r.status))
+      goto fail;
+    if (attn_db_run_put(db, &r, &run_ids[i]) != ATTN_OK) goto dbfail;
+  }
+  e.where = "measurements";
+  json_array_foreach(meas, i, o) {
+    attn_db_meas m;
+    e.index = (int)i;
+    if (import_meas(&e, o, run_ids, (int)nruns, &m)) goto fail;
+    int found = attn_db_meas_exists(db, &m, NULL);
+    if (found < 0 || attn_db_meas_put(db, &m) != ATTN_OK) goto dbfail;
+    if (found) replaced++;
+    else added++;
+  }
+  if (attn_db_commit(db) != ATTN_OK) goto dbfail;
+  fprintf(stderr, "imported %zu devices, %zu runs, %zu measurements (%d new, %d replaced) from %s into %s\n",
+          json_array_size(devs), nruns, json_array_size(meas), added, replaced, file, path);
+  status = 0;
+  goto out;
+dbfail:
+  snprintf(e.msg, sizeof e.msg, "%s: %s[%d]: %s", file, e.where ? e.where : "?", e.index, attn_db_errmsg(db));
+fail:
+  attn_db_rollback(db);
+  fprintf(stderr, "attntune import: %s (nothing imported)\n", e.msg);
+out:
+  free(run_ids);
+  attn_db_close(db);
+  json_decref(doc);
+  return status;
+}

@@ -1,0 +1,662 @@
+/* cmd_tune.c: `attntune [tune]`: for every (dtype, causal, d, n) asked for, builds the search space, runs a
+ * strategy over it and stores each evaluation as it is made: measured on this CPU (--gpu cpu) or, for a GPU that
+ * is not present, ranked by the performance model (provenance "model"). A rerun of the same command skips what is
+ * stored, so SIGINT loses at most the measurement in flight. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "cmds.h"
+#include "gpus.h"
+#include "measure.h"
+#include "model.h"
+#include "range.h"
+#include "space.h"
+#include "store.h"
+#include "strategy.h"
+
+#ifndef ATTN_SCRIPTS_DIR
+#define ATTN_SCRIPTS_DIR "scripts/strategies"
+#endif
+
+static const char tune_usage[] =
+    "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--algo LIST] [--strategy NAME|FILE.lua]\n"
+    "                [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J] [--dtype LIST]\n"
+    "                [--causal 0,1] [--heads H] [--batch B] [--reps R]\n"
+    "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
+    "  --gpu cpu measures this CPU; a GPU that is not present is ranked by the performance model (attntune gpus)\n"
+    "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
+    "  --strategy exhaustive|random|anneal|genetic|FILE.lua (default: exhaustive when the budget covers the space)\n"
+    "  --budget K: configurations evaluated per problem (default: CPU 24, model the whole space)\n"
+    "  --dtype f32 (cpu) | f16,bf16 (GPU default); --causal 0,1; --heads H (cpu 2, GPU 16); --batch B (1);\n"
+    "  --reps R timed repetitions (median, default 5); --jobs J parallel compiles; --db PATH (default $ATTN_DB or\n"
+    "  ~/.cache/attntune/attntune.db)\n";
+
+#ifndef ATTN_VERSION
+#define ATTN_VERSION "0"
+#endif
+
+const char *attn_tuner_version(void);
+const char *attn_tuner_version(void) { return ATTN_VERSION; }
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "attntune tune: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 2;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* Comma list of names through parse (returns < 0 for unknown); bits set in *mask. */
+static int parse_names(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  *mask = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int v = parse(t);
+    if (v < 0) {
+      snprintf(bad, blen, "%s", t);
+      return -1;
+    }
+    *mask |= 1u << v;
+  }
+  if (!*mask) snprintf(bad, blen, "%s", s);
+  return *mask ? 0 : -1;
+}
+
+static int algo_parse_exact(const char *s) {
+  int v = attn_algo_parse(s);
+  return v == ATTN_ALGO_AUTO ? -1 : v;
+}
+
+static int default_db_path(char *buf, size_t len) {
+  const char *e = getenv("ATTN_DB");
+  if (e && *e) return snprintf(buf, len, "%s", e) < (int)len ? 0 : -1;
+  const char *home = getenv("HOME");
+  if (!home || !*home) home = "/tmp";
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/.cache", home);
+  mkdir(dir, 0755);
+  snprintf(dir, sizeof dir, "%s/.cache/attntune", home);
+  mkdir(dir, 0755);
+  return snprintf(buf, len, "%s/.cache/attntune/attntune.db", home) < (int)len ? 0 : -1;
+}
+
+/* A strategy name to a Lua file: $ATTN_SCRIPTS_DIR, next to the executable (../share/attntune/strategies), the
+ * source tree's scripts/strategies. */
+static int find_strategy(const char *name, char *path, size_t len) {
+  char exe[4096];
+  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char exedir[4096] = "";
+  if (l > 0) {
+    exe[l] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(exedir, sizeof exedir, "%s", exe);
+    }
+  }
+  const char *env = getenv("ATTN_SCRIPTS_DIR");
+  const char *dirs[4] = {env && *env ? env : NULL, NULL, NULL, ATTN_SCRIPTS_DIR};
+  char d1[4200], d2[4200];
+  if (exedir[0]) {
+    snprintf(d1, sizeof d1, "%s/../share/attntune/strategies", exedir);
+    snprintf(d2, sizeof d2, "%s/strategies", exedir);
+    dirs[1] = d1;
+    dirs[2] = d2;
+  }
+  for (int i = 0; i < 4; i++) {
+    if (!dirs[i]) continue;
+    snprintf(path, len, "%s/%s.lua", dirs[i], name);
+    if (access(path, R_OK) == 0) return 0;
+  }
+  return -1;
+}
+
+typedef struct tune_opts {
+  const char *gpu_name, *strategy, *db_path;
+  int *ds, nd, *ns, nn;
+  unsigned algos, dtypes;
+  int causals[2], ncausal;
+  int budget, jobs, heads, batch, reps, force_model;
+  double tolerance;
+} tune_opts;
+
+typedef struct tune_state {
+  tune_opts *o;
+  attn_store *store;
+  attn_runtime *rt;         /* measured mode */
+  const attn_gpu *gpu;      /* model mode */
+  int model;
+  const char *provenance;
+  attn_problem prob;
+  attn_meas_ctx meas;
+  int meas_ready;
+  /* progress */
+  int done, total, stored_now, resumed, failed;
+  double t_start, busy_s;
+  int tty;
+  char best_line[256];
+  double best_ms;
+  int db_error;
+  char db_err[512];
+} tune_state;
+
+/* attn_spec_summary plus the CPU unroll, which the summary leaves out. */
+static void summary(const attn_spec *s, char *buf, size_t len) {
+  attn_spec_summary(s, buf, len);
+  size_t l = strlen(buf);
+  if (s->unroll > 0 && l < len) snprintf(buf + l, len - l, " unroll=%d", s->unroll);
+}
+
+static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed) {
+  char sum[256];
+  summary(s, sum, sizeof sum);
+  if (e->ok && (ts->best_ms <= 0 || e->time_ms < ts->best_ms)) {
+    ts->best_ms = e->time_ms;
+    snprintf(ts->best_line, sizeof ts->best_line, "%.200s %.4g ms", sum, e->time_ms);
+  }
+  if (ts->tty) {
+    double per = ts->done - ts->resumed > 0 ? ts->busy_s / (ts->done - ts->resumed) : 0;
+    double eta = per * (ts->total - ts->done);
+    fprintf(stderr, "\r\033[K[%d/%d] best: %s | ETA %.0f s", ts->done, ts->total,
+            ts->best_line[0] ? ts->best_line : "-", eta);
+    fflush(stderr);
+  } else {
+    char io[64] = "", tm[48] = "", er[48] = "";
+    if (e->time_ms > 0) snprintf(tm, sizeof tm, " %.4g ms", e->time_ms);
+    if (e->io >= 0) snprintf(io, sizeof io, " io=%.0f", e->io);
+    if (e->error >= 0) snprintf(er, sizeof er, " err=%.2g", e->error);
+    printf("[%d/%d] n=%d %s: %s%s%s%s%s\n", ts->done, ts->total, ts->prob.n, sum, e->status, tm, io, er,
+           resumed ? " (stored before)" : "");
+    if (!e->ok && e->message[0]) printf("    %.*s\n", (int)strcspn(e->message, "\n"), e->message);
+    fflush(stdout);
+  }
+}
+
+static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
+  tune_state *ts = t->user;
+  char err[512];
+  int found = attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
+  if (found < 0 && !ts->db_error) {
+    ts->db_error = 1;
+    snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+  }
+  if (found > 0) {
+    ts->done++;
+    ts->resumed++;
+    e->ok = strcmp(e->status, "ok") == 0 && (s->algo != ATTN_ALGO_LOWRANK || e->error <= t->tolerance);
+    progress(ts, s, e, 1);
+    return;
+  }
+  double t0 = now_s();
+  memset(e, 0, sizeof *e);
+  e->error = -1;
+  e->io = -1;
+  e->reads = e->writes = -1;
+  if (ts->model) {
+    attn_model_result m;
+    if (attn_model_time(ts->gpu, &ts->prob, s, &m, err, sizeof err) == ATTN_OK) {
+      snprintf(e->status, sizeof e->status, "ok");
+      e->time_ms = m.time_ms;
+      e->io = (double)(m.reads + m.writes);
+      e->reads = (long long)m.reads;
+      e->writes = (long long)m.writes;
+      e->ok = 1;
+    } else {
+      snprintf(e->status, sizeof e->status, "invalid");
+      snprintf(e->message, sizeof e->message, "%s", err);
+    }
+  } else {
+    attn_meas_result r;
+    attn_measure(&ts->meas, s, &r);
+    snprintf(e->status, sizeof e->status, "%s", r.status);
+    snprintf(e->message, sizeof e->message, "%.500s", r.message);
+    e->time_ms = r.time_ms;
+    if (strcmp(r.status, "ok") == 0 || strcmp(r.status, "wrong") == 0) e->error = r.error;
+    if (r.have_io) {
+      e->io = (double)(r.reads + r.writes);
+      e->reads = (long long)r.reads;
+      e->writes = (long long)r.writes;
+    }
+    e->ok = strcmp(r.status, "ok") == 0 && (s->algo != ATTN_ALGO_LOWRANK || r.error <= t->tolerance);
+    if (!e->ok && strcmp(r.status, "ok") == 0)
+      snprintf(e->message, sizeof e->message, "relative error %.3g is above --tolerance %g: not a candidate", r.error,
+               t->tolerance);
+  }
+  /* Ctrl-C reaches the compiler too (same process group): a failure during a stop is not a result to keep. */
+  if (g_stop && strcmp(e->status, "ok") != 0 && strcmp(e->status, "wrong") != 0) {
+    snprintf(e->status, sizeof e->status, "interrupted");
+    e->ok = 0;
+    return;
+  }
+  if (attn_store_put(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err) != ATTN_OK) {
+    if (!ts->db_error) {
+      ts->db_error = 1;
+      snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+    }
+  } else {
+    ts->stored_now++;
+  }
+  ts->busy_s += now_s() - t0;
+  ts->done++;
+  if (!e->ok) ts->failed++;
+  progress(ts, s, e, 0);
+  /* a database that stops taking rows ends the run: measuring on without storing would be lost work */
+  if (ts->db_error) g_stop = 1;
+}
+
+typedef struct prefetch_job {
+  const attn_runtime *rt;
+  const attn_spec *specs;
+  int count;
+  int next;
+  pthread_mutex_t mu;
+} prefetch_job;
+
+static void *prefetch_worker(void *arg) {
+  prefetch_job *j = arg;
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    int i = g_stop ? j->count : j->next++;
+    pthread_mutex_unlock(&j->mu);
+    if (i >= j->count) return NULL;
+    attn_meas_precompile(j->rt, &j->specs[i]); /* a failure shows again, with its log, when measured */
+  }
+}
+
+/* --jobs J: compile what is about to be measured on J threads; measurements stay serial. */
+static void prefetch_cb(attn_tuner *t, const int *idx, int count) {
+  tune_state *ts = t->user;
+  if (ts->model || ts->o->jobs <= 1 || count <= 1) return;
+  attn_spec *specs = malloc(sizeof *specs * (size_t)count);
+  if (!specs) return;
+  int n = 0;
+  char err[256];
+  for (int i = 0; i < count; i++) {
+    const attn_spec *s = &t->space->cfg[idx[i]];
+    if (attn_store_find(ts->store, &ts->prob, s, ts->provenance, NULL, err, sizeof err) == 0) specs[n++] = *s;
+  }
+  prefetch_job j = {.rt = ts->rt, .specs = specs, .count = n};
+  pthread_mutex_init(&j.mu, NULL);
+  int nt = ts->o->jobs < n ? ts->o->jobs : n;
+  pthread_t th[64];
+  int started = 0;
+  for (int i = 0; i < nt && i < 64; i++)
+    if (pthread_create(&th[i], NULL, prefetch_worker, &j) == 0) started++;
+  if (started == 0) prefetch_worker(&j);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&j.mu);
+  free(specs);
+}
+
+static const char *algo_list(unsigned algos, char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++)
+    if (algos & ATTN_ALGO_BIT(a)) {
+      size_t l = strlen(buf);
+      snprintf(buf + l, len - l, "%s%s", l ? "," : "", attn_algo_name((attn_algo)a));
+    }
+  return buf;
+}
+
+static void command_line(int argc, char **argv, char *buf, size_t len) {
+  size_t l = 0;
+  buf[0] = '\0';
+  l += (size_t)snprintf(buf, len, "attntune");
+  for (int i = 0; i < argc && l < len; i++) l += (size_t)snprintf(buf + l, len - l, " %s", argv[i]);
+}
+
+int attn_cmd_tune(int argc, char **argv) {
+  tune_opts o = {.gpu_name = "cpu", .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5};
+  const char *d_s = NULL, *n_s = "1024", *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
+  int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
+  int budget_given = 0;
+  for (int i = i0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(tune_usage, stdout);
+      return 0;
+    }
+    if (strcmp(a, "--model") == 0) {
+      o.force_model = 1;
+      continue;
+    }
+    static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
+                                             "--budget", "--tolerance", "--db", "--jobs", "--dtype",
+                                             "--causal", "--heads", "--batch", "--reps"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
+    if (!known) return usage("unknown option '%s' (see attntune tune --help)", a);
+    if (i + 1 >= argc) return usage("%s needs a value", a);
+    const char *v = argv[++i];
+    if (strcmp(a, "--gpu") == 0) o.gpu_name = v;
+    else if (strcmp(a, "--d") == 0) d_s = v;
+    else if (strcmp(a, "--n") == 0) n_s = v;
+    else if (strcmp(a, "--algo") == 0) algo_s = v;
+    else if (strcmp(a, "--strategy") == 0) o.strategy = v;
+    else if (strcmp(a, "--db") == 0) o.db_path = v;
+    else if (strcmp(a, "--dtype") == 0) dtype_s = v;
+    else if (strcmp(a, "--causal") == 0) causal_s = v;
+    else if (strcmp(a, "--budget") == 0) {
+      if (parse_int(v, 0, 1000000, &o.budget)) return usage("--budget %s: expected a count >= 1", v);
+      if (o.budget == 0) return usage("--budget 0: nothing would be evaluated; give --budget 1 or more");
+      budget_given = 1;
+    } else if (strcmp(a, "--jobs") == 0) {
+      if (parse_int(v, 1, 64, &o.jobs)) return usage("--jobs %s: expected 1..64", v);
+    } else if (strcmp(a, "--heads") == 0) {
+      if (parse_int(v, 1, 4096, &o.heads)) return usage("--heads %s: expected 1..4096", v);
+    } else if (strcmp(a, "--batch") == 0) {
+      if (parse_int(v, 1, 4096, &o.batch)) return usage("--batch %s: expected 1..4096", v);
+    } else if (strcmp(a, "--reps") == 0) {
+      if (parse_int(v, 1, 64, &o.reps)) return usage("--reps %s: expected 1..64", v);
+    } else if (strcmp(a, "--tolerance") == 0) {
+      char *end;
+      errno = 0;
+      o.tolerance = strtod(v, &end);
+      if (errno || end == v || *end || !(o.tolerance >= 0) || o.tolerance >= 1)
+        return usage("--tolerance %s: expected a relative error in [0, 1)", v);
+    }
+  }
+  if (!d_s) return usage("--d RANGE is required (e.g. --d 64..256)");
+  char err[4096], bad[128];
+
+  /* Target: this CPU, or a GPU from the spec table. */
+  const attn_gpu *gpu = NULL;
+  attn_target target = ATTN_TARGET_CPU;
+  if (strcmp(o.gpu_name, "cpu") != 0) {
+    gpu = attn_gpu_find(o.gpu_name, err, sizeof err);
+    if (!gpu) return usage("%s", err);
+    target = ATTN_TARGET_CUDA;
+  } else if (o.force_model) {
+    return usage("--model ranks GPU configurations: with --gpu cpu the CPU is measured");
+  }
+
+  if (attn_range_parse(d_s, &o.ds, &o.nd, err, sizeof err) != ATTN_OK) return usage("--d: %s", err);
+  if (attn_range_parse(n_s, &o.ns, &o.nn, err, sizeof err) != ATTN_OK) {
+    free(o.ds);
+    return usage("--n: %s", err);
+  }
+  int status = 0;
+  attn_store *store = NULL;
+  attn_runtime *rt = NULL;
+  tune_state ts;
+  memset(&ts, 0, sizeof ts);
+#define FAIL_USAGE(...)      \
+  do {                       \
+    status = usage(__VA_ARGS__); \
+    goto out;                \
+  } while (0)
+  for (int i = 0; i < o.nd; i++)
+    if (!attn_d_supported(target, o.ds[i]))
+      FAIL_USAGE("d=%d is not supported on %s: d must be a multiple of %d in %d..256", o.ds[i],
+                 attn_target_name(target), target == ATTN_TARGET_CUDA ? 16 : 8, target == ATTN_TARGET_CUDA ? 16 : 8);
+  if (parse_names(algo_s, algo_parse_exact, &o.algos, bad, sizeof bad))
+    FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
+  if ((o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && o.tolerance <= 0)
+    FAIL_USAGE("--algo lowrank is approximate: give --tolerance > 0 (e.g. --tolerance 0.05)");
+  if (dtype_s) {
+    if (parse_names(dtype_s, attn_dtype_parse, &o.dtypes, bad, sizeof bad))
+      FAIL_USAGE("--dtype: unknown dtype '%s' (f32, f16, bf16)", bad);
+  } else {
+    o.dtypes = target == ATTN_TARGET_CPU ? 1u << ATTN_F32 : (1u << ATTN_F16) | (1u << ATTN_BF16);
+  }
+  if (target == ATTN_TARGET_CPU && (o.dtypes & ~(1u << ATTN_F32)))
+    FAIL_USAGE("--dtype: cpu kernels are f32");
+  {
+    /* 0 is not a positive RANGE value: the causal list is parsed by hand */
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", causal_s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      if (strcmp(t, "0") && strcmp(t, "1")) FAIL_USAGE("--causal %s: expected 0, 1 or 0,1", causal_s);
+      int v = t[0] == '1';
+      if (o.ncausal == 0 || o.causals[0] != v) o.causals[o.ncausal++] = v;
+      if (o.ncausal == 2) break;
+    }
+    if (!o.ncausal) FAIL_USAGE("--causal %s: expected 0, 1 or 0,1", causal_s);
+  }
+  if (!o.heads) o.heads = target == ATTN_TARGET_CPU ? 2 : 16;
+
+  /* Strategy: a built-in name, a Lua strategy by name, or a file. */
+  char lua_path[4300] = "";
+  int builtin = 0; /* 0 auto, 1 exhaustive, 2 random, 3 lua */
+  if (o.strategy) {
+    size_t sl = strlen(o.strategy);
+    if (strcmp(o.strategy, "exhaustive") == 0) builtin = 1;
+    else if (strcmp(o.strategy, "random") == 0) builtin = 2;
+    else if (sl > 4 && strcmp(o.strategy + sl - 4, ".lua") == 0) {
+      if (access(o.strategy, R_OK) != 0) FAIL_USAGE("--strategy %s: %s", o.strategy, strerror(errno));
+      snprintf(lua_path, sizeof lua_path, "%s", o.strategy);
+      builtin = 3;
+    } else if (find_strategy(o.strategy, lua_path, sizeof lua_path) == 0) {
+      builtin = 3;
+    } else {
+      FAIL_USAGE("--strategy %s: not exhaustive, random, a strategy in scripts/strategies (anneal, genetic) or a "
+                 ".lua file",
+                 o.strategy);
+    }
+  }
+
+  /* Measured or modelled. A GPU is measured only when it is the device present (and the build can run it). */
+  ts.o = &o;
+  ts.gpu = gpu;
+  ts.tty = isatty(STDERR_FILENO);
+  if (gpu) {
+    ts.model = 1;
+    if (!o.force_model) {
+      attn_runtime *probe = NULL;
+      char present[256] = "no CUDA device";
+      if (attn_open(o.db_path ? o.db_path : NULL, ATTN_TARGET_CUDA, &probe) == ATTN_OK) {
+        snprintf(present, sizeof present, "%s", probe->device);
+        attn_close(probe);
+      }
+      if (strcmp(present, gpu->name) == 0)
+        printf("%s is present, but this build measures on the CPU only: ranking by the performance model "
+               "(provenance model)\n", gpu->name);
+      else
+        printf("%s is not present (%s here): ranking by the performance model (provenance model)\n", gpu->name,
+               present);
+    } else {
+      printf("%s: ranking by the performance model (--model; provenance model)\n", gpu->name);
+    }
+    if (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) {
+      printf("lowrank is left out of the model: its error is measured, never assumed\n");
+      o.algos &= ~ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK);
+      if (!o.algos) FAIL_USAGE("--algo lowrank alone cannot be ranked by the model: add flash or smallcache");
+    }
+  }
+  ts.provenance = ts.model ? "model" : "measured";
+
+  char db_path[4096];
+  if (o.db_path) snprintf(db_path, sizeof db_path, "%s", o.db_path);
+  else if (default_db_path(db_path, sizeof db_path)) FAIL_USAGE("database path too long");
+  if (attn_store_open(db_path, &store, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune tune: cannot open database %s: %s\n", db_path, err);
+    status = 1;
+    goto out;
+  }
+  ts.store = store;
+  char device[256], devjson[1024];
+  if (ts.model) {
+    snprintf(device, sizeof device, "%s", gpu->name);
+    snprintf(devjson, sizeof devjson,
+             "{\"kind\": \"gpu\", \"name\": \"%s\", \"arch\": \"%s\", \"sms\": %d, \"smem_per_block_kb\": %g, "
+             "\"bandwidth_tbs\": %g}",
+             gpu->name, gpu->arch, gpu->sms, gpu->smem_per_block_kb, gpu->bandwidth_tbs);
+  } else {
+    if (attn_open(db_path, ATTN_TARGET_CPU, &rt) != ATTN_OK) {
+      fprintf(stderr, "attntune tune: %s\n", attn_last_error(NULL));
+      status = 1;
+      goto out;
+    }
+    ts.rt = rt;
+    snprintf(device, sizeof device, "%s", rt->device);
+    snprintf(devjson, sizeof devjson, "{\"kind\": \"cpu\", \"threads\": %d, \"l2_bytes\": %.0f, \"llc_bytes\": %.0f}",
+             rt->threads, attn_cpu_l2_bytes(), attn_cpu_llc_bytes());
+  }
+  char cmd[2048];
+  command_line(argc, argv, cmd, sizeof cmd);
+  if (attn_store_begin(store, device, devjson, cmd, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune tune: %s: %s\n", db_path, err);
+    status = 1;
+    goto out;
+  }
+
+  /* Spaces per (dtype, causal, d); the total for the progress line. */
+  int nspaces = 0;
+  for (int t = 0; t < 3; t++) nspaces += (o.dtypes >> t) & 1;
+  nspaces *= o.ncausal * o.nd;
+  attn_space *spaces = calloc((size_t)nspaces, sizeof *spaces);
+  if (!spaces) {
+    fprintf(stderr, "attntune tune: out of memory\n");
+    status = 1;
+    goto out;
+  }
+  int si = 0, empty = 0;
+  char algos_buf[64];
+  for (int t = 0; t < 3; t++) {
+    if (!((o.dtypes >> t) & 1)) continue;
+    for (int c = 0; c < o.ncausal; c++)
+      for (int di = 0; di < o.nd; di++, si++) {
+        attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
+                              .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu};
+        so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
+        if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
+        if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
+          fprintf(stderr, "attntune tune: %s\n", err);
+          status = 1;
+          continue;
+        }
+        int cnt = spaces[si].count;
+        if (cnt == 0) {
+          fprintf(stderr,
+                  "attntune tune: empty search space for %s d=%d %s causal=%d on %s: all %d configurations are "
+                  "ruled out (e.g. %s)\n",
+                  algo_list(o.algos, algos_buf, sizeof algos_buf), so.d, attn_dtype_name(so.dtype), so.causal,
+                  device, spaces[si].considered,
+                  spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
+          empty++;
+        }
+        int per = budget_given ? o.budget : (ts.model ? cnt : 24);
+        ts.total += (per < cnt ? per : cnt) * o.nn;
+      }
+  }
+
+  struct sigaction sa, old_sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_sa);
+  g_stop = 0;
+  ts.t_start = now_s();
+
+  si = 0;
+  for (int t = 0; t < 3 && !g_stop; t++) {
+    if (!((o.dtypes >> t) & 1)) continue;
+    for (int c = 0; c < o.ncausal && !g_stop; c++)
+      for (int di = 0; di < o.nd && !g_stop; di++, si++) {
+        attn_space *sp = &spaces[si];
+        if (!sp->count) continue;
+        for (int ni = 0; ni < o.nn && !g_stop; ni++) {
+          attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .d = o.ds[di],
+                            .dtype = (attn_dtype)t, .causal = o.causals[c], .tolerance = o.tolerance};
+          ts.prob = p;
+          ts.best_ms = 0;
+          ts.best_line[0] = '\0';
+          if (!ts.model) {
+            if (attn_meas_init(&ts.meas, rt, &p, o.reps, err, sizeof err) != ATTN_OK) {
+              fprintf(stderr, "attntune tune: n=%d d=%d: %s\n", p.n, p.d, err);
+              status = 1;
+              continue;
+            }
+          }
+          attn_tuner tu = {.space = sp, .tolerance = o.tolerance, .stop = (volatile int *)&g_stop,
+                           .eval = eval_cb, .prefetch = prefetch_cb, .user = &ts};
+          tu.budget = budget_given ? o.budget : (ts.model ? sp->count : 24);
+          /* Deterministic per problem: the same command replays the same choices (resume). */
+          tu.seed = 0x243f6a8885a308d3ULL ^ ((unsigned long long)p.n * 1000003ULL) ^ ((unsigned long long)p.d << 40) ^
+                    ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60);
+          int b = builtin ? builtin : (tu.budget >= sp->count ? 1 : 2);
+          int src = ATTN_OK;
+          if (b == 1) src = attn_strategy_exhaustive(&tu);
+          else if (b == 2) src = attn_strategy_random(&tu);
+          else src = attn_strategy_lua(&tu, lua_path, err, sizeof err);
+          attn_tuner_release(&tu);
+          if (!ts.model) attn_meas_free(&ts.meas);
+          if (ts.tty) fputc('\n', stderr);
+          if (src != ATTN_OK) {
+            fprintf(stderr, "attntune tune: %s\n", b == 3 ? err : attn_strerror(src));
+            status = 1;
+            g_stop = g_stop ? g_stop : 2; /* a broken strategy breaks every problem the same way */
+            break;
+          }
+          if (ts.db_error) break;
+          char sum[256];
+          if (tu.have_best) {
+            summary(&tu.best, sum, sizeof sum);
+            printf("best n=%d d=%d %s causal=%d: %s: %.4g ms (%s, %d evaluated)\n", p.n, p.d,
+                   attn_dtype_name(p.dtype), p.causal, sum, tu.best_eval.time_ms, ts.provenance, tu.used);
+          } else {
+            printf("best n=%d d=%d %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, p.d,
+                   attn_dtype_name(p.dtype), p.causal, tu.used);
+          }
+          fflush(stdout);
+        }
+      }
+  }
+  sigaction(SIGINT, &old_sa, NULL);
+  attn_store_end(store, g_stop == 1);
+  for (int k = 0; k < nspaces; k++) attn_space_free(&spaces[k]);
+  free(spaces);
+  if (ts.db_error) {
+    fprintf(stderr, "attntune tune: database %s: %s (%d rows stored before)\n", db_path, ts.db_err, ts.stored_now);
+    status = 1;
+  } else if (g_stop == 1) {
+    fprintf(stderr, "interrupted: %d measurements stored; run the same command to resume\n", ts.stored_now);
+    status = 130;
+  } else {
+    printf("%d evaluations (%d stored now, %d found stored) in %.1f s into %s\n", ts.done, ts.stored_now, ts.resumed,
+           now_s() - ts.t_start, db_path);
+    if (empty && status == 0) status = 1;
+  }
+out:
+  attn_close(rt);
+  attn_store_close(store);
+  free(o.ds);
+  free(o.ns);
+  return status;
+}

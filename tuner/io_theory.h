@@ -1,0 +1,35 @@
+/* io_theory.h: the I/O model of the CPU kernels — closed forms of what each template's counting build moves,
+ * the theory's lower bound, the fast memory a configuration needs, the tiles that minimise transfers within a
+ * fast memory of M entries, and a measurement of the counting build through the runtime. */
+#ifndef ATTN_IO_THEORY_H
+#define ATTN_IO_THEORY_H
+
+#include <stddef.h>
+#include "internal.h"
+
+/* Exact entries read and written by the template's loop structure (partial blocks counted by real sizes), for
+ * batch*heads = bh (query) heads of n rows against n_kv keys. ATTN_OK, or ATTN_EINVAL for an unknown algorithm. */
+int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
+                    unsigned long long *writes);
+
+/* Feature-map rank of a lowrank spec (Taylor: C(d+g, g); random: rank); -1 when too large. */
+long attn_io_rank(const attn_spec *s);
+
+/* Fast-memory entries a configuration needs: flash 2 Br d + 2 Bc d + Br Bc; smallcache 4 T^2 (three T x T tiles
+ * plus the row statistics, T >= Br... see io.md); lowrank r (d+1) + Bc r + r + d. */
+double attn_io_fast_need(const attn_spec *s);
+
+/* Saha & Ye's lower bound for exact attention, min(n^2 d^2 / M, n^2 d / sqrt(M)), and the floor 4 n d. */
+double attn_io_bound_theory(double n, double d, double M);
+double attn_io_lower_bound(double n, double d, double M); /* max of the two above */
+
+/* Tiles minimising transfers within M for (algo, d, n): flash maximises Br (then Bc) under 2 Br d + 2 Bc d + Br Bc
+ * <= M; smallcache T = Br = floor(sqrt(M/4)); lowrank the largest Bc whose state fits. Fields already set in *s
+ * (feature, degree, rank, causal) are kept. ATTN_EINVAL with "M=... is too small: <algo> needs at least ..." */
+int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen);
+
+/* Runs the counting build of spec s once on random inputs (batch = heads = 1, n_kv = n unless given): entries read
+ * and written into *io, relative error against fp64 into *relerr (NULL allowed). */
+int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr);
+
+#endif

@@ -1,0 +1,245 @@
+/* measure.c: measuring one configuration on the CPU runtime: a checked run against fp64 (which is also the warm-up),
+ * timed repetitions on input sets rotated round-robin through an arena larger than the last-level cache (so each
+ * run starts with cold inputs, as in an application), and one run of the counting build for the I/O. */
+#include "measure.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "space.h"
+
+#define ARENA_MAX_BYTES (1024.0 * 1024.0 * 1024.0)
+/* Beyond this n the fp64 reference (O(n^2 d), one thread) would cost more than the tuning: the last CHECK_ROWS query
+ * rows of every head are checked. With bottom-right causal alignment those rows against all keys are a problem of
+ * their own (n' = CHECK_ROWS, same n_kv), so the reference is exact for them. */
+#define CHECK_ALL_UP_TO 1024
+#define CHECK_ROWS 256
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double attn_meas_exact_tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
+
+int attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, int reps, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  c->rt = rt;
+  c->reps = reps > 0 ? reps : 5;
+  int rc = attn_problem_normalize(rt, p, &c->p);
+  if (rc != ATTN_OK) {
+    snprintf(err, errlen, "%s", attn_last_error(rt));
+    return rc;
+  }
+  const attn_problem *q = &c->p;
+  c->q_count = (size_t)q->batch * q->heads * q->n * q->d;
+  c->kv_count = (size_t)q->batch * q->heads_kv * q->n_kv * q->d;
+  c->o_count = c->q_count;
+  c->set_count = c->q_count + 2 * c->kv_count;
+  c->check_rows = q->n > CHECK_ALL_UP_TO ? CHECK_ROWS : q->n;
+  return ATTN_OK;
+}
+
+/* The input sets, made on the first measurement (a rerun that finds everything stored allocates nothing). */
+static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
+  if (c->arena) return ATTN_OK;
+  const attn_problem *q = &c->p;
+  /* Enough sets that round-robin use touches more than the last-level cache between two uses of one set. */
+  const double set_bytes = 4.0 * (double)c->set_count, want = 1.25 * attn_cpu_llc_bytes();
+  double sets = ceil(want / set_bytes) + 1;
+  if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
+  if (sets < 2) sets = 2;
+  c->sets = (int)sets;
+  c->arena = malloc((size_t)c->sets * c->set_count * sizeof(float));
+  c->out = malloc(c->o_count * sizeof(float));
+  if (!c->arena || !c->out) {
+    free(c->arena);
+    free(c->out);
+    c->arena = NULL;
+    c->out = NULL;
+    snprintf(err, errlen, "out of memory for %d input sets of %.1f MiB", (int)sets, set_bytes / 1048576.0);
+    return ATTN_ENOMEM;
+  }
+  /* Fresh inputs: a seed per set, different per problem shape. */
+  unsigned long long seed = 0x9e3779b97f4a7c15ULL ^ ((unsigned long long)q->n << 32) ^ ((unsigned long long)q->d << 16);
+  for (int i = 0; i < c->sets; i++)
+    attn_fill_random(c->arena + (size_t)i * c->set_count, c->set_count, seed + (unsigned long long)i * 7919);
+  c->next_set = 1;
+  return ATTN_OK;
+}
+
+void attn_meas_free(attn_meas_ctx *c) {
+  if (!c) return;
+  free(c->arena);
+  free(c->out);
+  free(c->ref);
+  free(c->check_out);
+  c->arena = NULL;
+  c->out = NULL;
+  c->ref = NULL;
+  c->check_out = NULL;
+}
+
+static attn_kargs kargs(const attn_meas_ctx *c, int set);
+
+/* Copies the last check_rows rows of every (batch, head) of x ([b][h][n][d]) into dst ([b][h][check_rows][d]). */
+static void gather_rows(const attn_meas_ctx *c, const float *x, float *dst) {
+  const attn_problem *p = &c->p;
+  const size_t rows = (size_t)c->check_rows, d = (size_t)p->d, n = (size_t)p->n;
+  for (size_t bh = 0; bh < (size_t)p->batch * p->heads; bh++)
+    memcpy(dst + bh * rows * d, x + (bh * n + (n - rows)) * d, rows * d * sizeof(float));
+}
+
+static size_t check_count(const attn_meas_ctx *c) {
+  return (size_t)c->p.batch * c->p.heads * c->check_rows * c->p.d;
+}
+
+/* The fp64 reference of the checked rows of set 0. */
+static int make_reference(attn_meas_ctx *c) {
+  const size_t cnt = check_count(c);
+  c->ref = malloc(cnt * sizeof(double));
+  c->check_out = malloc(cnt * sizeof(float));
+  float *q = c->check_rows < c->p.n ? malloc(cnt * sizeof(float)) : NULL;
+  if (!c->ref || !c->check_out || (c->check_rows < c->p.n && !q)) {
+    free(q);
+    free(c->ref);
+    free(c->check_out);
+    c->ref = NULL;
+    c->check_out = NULL;
+    return ATTN_ENOMEM;
+  }
+  attn_kargs a = kargs(c, 0);
+  attn_problem sub = c->p;
+  sub.n = c->check_rows;
+  if (q) gather_rows(c, a.q, q);
+  attn_reference(&sub, q ? q : a.q, a.k, a.v, c->ref);
+  free(q);
+  return ATTN_OK;
+}
+
+static attn_kargs kargs(const attn_meas_ctx *c, int set) {
+  const float *b = c->arena + (size_t)set * c->set_count;
+  const attn_problem *p = &c->p;
+  attn_kargs a = {.q = b, .k = b + c->q_count, .v = b + c->q_count + c->kv_count, .o = c->out, .batch = p->batch,
+                  .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
+  return a;
+}
+
+static void set_status(attn_meas_result *r, const char *status, const char *msg) {
+  snprintf(r->status, sizeof r->status, "%s", status);
+  snprintf(r->message, sizeof r->message, "%s", msg ? msg : "");
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static const char *status_for(int rc) {
+  return rc == ATTN_ECOMPILE ? "compile_error"
+         : rc == ATTN_EINVAL || rc == ATTN_EUNSUPPORTED ? "invalid"
+                                                       : "error";
+}
+
+void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
+  memset(r, 0, sizeof *r);
+  attn_runtime *rt = c->rt;
+  if (rt->target != ATTN_TARGET_CPU) {
+    set_status(r, "error", "measuring needs the CPU runtime here: the CUDA path has no device buffers in this build");
+    return;
+  }
+  char err[256];
+  if (ensure_inputs(c, err, sizeof err) != ATTN_OK) {
+    set_status(r, "error", err);
+    return;
+  }
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_spec(rt, &c->p, s, 0, "tuning", &plan);
+  if (rc != ATTN_OK) {
+    set_status(r, status_for(rc), attn_last_error(rt));
+    return;
+  }
+  if (!c->ref && make_reference(c) != ATTN_OK) {
+    attn_plan_destroy(plan);
+    set_status(r, "error", "out of memory for the fp64 reference");
+    return;
+  }
+  /* Checked run, also the warm-up (compiled code paged in, scratch allocated). */
+  attn_kargs a = kargs(c, 0);
+  attn_poison(c->out, c->o_count);
+  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  if (rc != ATTN_OK) {
+    set_status(r, "error", attn_last_error(rt));
+    attn_plan_destroy(plan);
+    return;
+  }
+  gather_rows(c, c->out, c->check_out);
+  r->error = attn_rel_error(c->ref, c->check_out, check_count(c));
+  const int exact = s->algo != ATTN_ALGO_LOWRANK;
+  const int wrong = !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0));
+
+  double times[64];
+  int reps = c->reps > 64 ? 64 : c->reps;
+  for (int i = 0; i < reps; i++) {
+    a = kargs(c, c->next_set);
+    c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 1;
+    double t0 = now_ms();
+    rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+    times[i] = now_ms() - t0;
+    if (rc != ATTN_OK) {
+      set_status(r, "error", attn_last_error(rt));
+      attn_plan_destroy(plan);
+      return;
+    }
+    /* A slow configuration is not worth many repetitions: three show its median. */
+    if (i == 0 && times[0] > 2000.0 && reps > 3) reps = 3;
+  }
+  qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+  r->time_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  attn_plan_destroy(plan);
+
+  /* I/O: the counting build of the very same kernel, once, on the checked inputs. */
+  attn_plan *counting = NULL;
+  if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
+    attn_io io = {0, 0};
+    a = kargs(c, 0);
+    if (attn_cpu_run(rt, counting->cpu, &a, &io) == ATTN_OK) {
+      r->reads = io.reads;
+      r->writes = io.writes;
+      r->have_io = 1;
+    }
+    attn_plan_destroy(counting);
+  }
+  if (wrong) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e for an exact algorithm in %s", r->error,
+             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
+    set_status(r, "wrong", msg);
+  } else {
+    set_status(r, "ok", "");
+  }
+}
+
+int attn_meas_precompile(const attn_runtime *rt, const attn_spec *s) {
+  /* A private runtime copy: its own error buffer, and its own database connection for storing artifacts. */
+  attn_runtime *mine = malloc(sizeof *mine);
+  if (!mine) return ATTN_ENOMEM;
+  memcpy(mine, rt, sizeof *mine);
+  mine->db = NULL;
+  mine->cuda = NULL;
+  if (rt->db) {
+    char err[256];
+    if (attn_db_open(rt->db_path, 0, &mine->db, err, sizeof err) != ATTN_OK) mine->db = NULL;
+  }
+  int rc = ATTN_OK;
+  for (int count_io = 0; count_io < 2 && rc == ATTN_OK; count_io++) {
+    attn_cpu_kernel *k = NULL;
+    rc = attn_cpu_load(mine, s, count_io, &k);
+    attn_cpu_unload(k);
+  }
+  attn_db_close(mine->db);
+  free(mine);
+  return rc;
+}

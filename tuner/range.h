@@ -1,0 +1,17 @@
+/* range.h: the RANGE syntax of the attntune CLI (--d, --n, ...):
+ *   "64..256"     doubling: 64, 128, 256
+ *   "64..256:32"  step: 64, 96, ..., 256
+ *   "64,80,128"   list (duplicates dropped, order kept)
+ *   "64"          one value */
+#ifndef ATTN_RANGE_H
+#define ATTN_RANGE_H
+
+#include <stddef.h>
+
+#define ATTN_RANGE_MAX 4096 /* more values than this is a mistake, not a range */
+
+/* ATTN_OK with *vals malloc'd (caller frees) and *count >= 1; ATTN_EINVAL with a one-line reason in err
+ * (empty text, not a number, non-positive or too large values, "64..", "256..64", step 0, too many values). */
+int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t errlen);
+
+#endif

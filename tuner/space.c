@@ -1,0 +1,313 @@
+/* space.c: the search space per (target, dtype, d, causal, algorithms) and its constraints. Every point is checked
+ * against the device's fast memory, a register estimate and the templates' divisibility rules before anything is
+ * compiled, so a configuration that cannot run never costs a compile. */
+#include "space.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "io_theory.h"
+
+const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo",   "br",   "bc",      "unroll", "warps",
+                                                                "stages", "tile", "feature", "degree", "rank"};
+
+int attn_space_param_get(const attn_spec *c, int i) {
+  switch (i) {
+  case 0: return (int)c->algo;
+  case 1: return c->br;
+  case 2: return c->bc;
+  case 3: return c->unroll;
+  case 4: return c->warps;
+  case 5: return c->stages;
+  case 6: return c->tile;
+  case 7: return (int)c->feature;
+  case 8: return c->degree;
+  case 9: return c->rank;
+  default: return 0;
+  }
+}
+
+void attn_space_param_set(attn_spec *c, int i, int v) {
+  switch (i) {
+  case 0: c->algo = (attn_algo)v; break;
+  case 1: c->br = v; break;
+  case 2: c->bc = v; break;
+  case 3: c->unroll = v; break;
+  case 4: c->warps = v; break;
+  case 5: c->stages = v; break;
+  case 6: c->tile = v; break;
+  case 7: c->feature = (attn_feature)v; break;
+  case 8: c->degree = v; break;
+  case 9: c->rank = v; break;
+  default: break;
+  }
+}
+
+/* Smallest level-2 (or the largest level, for llc) unified/data cache of cpu0, from sysfs. */
+static double sys_cache(int want_llc) {
+  double best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[128], buf[64];
+    int level = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fscanf(f, "%d", &level) != 1) level = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+    if (!(f = fopen(path, "r"))) continue;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+    if (strncmp(buf, "Instruction", 11) == 0) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(f = fopen(path, "r"))) continue;
+    double size = 0;
+    char unit = 0;
+    int got = fscanf(f, "%lf%c", &size, &unit);
+    fclose(f);
+    if (got < 1 || size <= 0) continue;
+    if (got == 2 && (unit == 'K' || unit == 'k')) size *= 1024;
+    else if (got == 2 && (unit == 'M' || unit == 'm')) size *= 1024 * 1024;
+    if (want_llc ? level > best_level : level == 2) {
+      best = size;
+      best_level = level;
+    }
+  }
+  return best;
+}
+
+double attn_cpu_l2_bytes(void) {
+  double b = sys_cache(0);
+  return b > 0 ? b : 1024.0 * 1024.0;
+}
+
+double attn_cpu_llc_bytes(void) {
+  double b = sys_cache(1);
+  return b > 0 ? b : 32.0 * 1024.0 * 1024.0;
+}
+
+double attn_space_fast_bytes(const attn_spec *c) {
+  const double d = c->d;
+  if (c->target == ATTN_TARGET_CUDA) {
+    const double e = (double)attn_dtype_size(c->dtype);
+    if (c->algo == ATTN_ALGO_FLASH) return e * (c->br * d + (c->stages > 1 ? c->stages : 1) * 2.0 * c->bc * d);
+    return e * attn_io_fast_need(c);
+  }
+  return 4.0 * attn_io_fast_need(c);
+}
+
+/* Per-thread register estimate of a CUDA kernel: fp32 accumulators of O (Br x d) and S (Br x Bc) spread over the
+ * block's threads, plus addressing and fragments. */
+static double cuda_regs(const attn_spec *c) {
+  const double threads = 32.0 * c->warps;
+  double acc;
+  if (c->algo == ATTN_ALGO_FLASH) acc = ((double)c->br * c->d + (double)c->br * c->bc) / threads;
+  else if (c->algo == ATTN_ALGO_SMALLCACHE) acc = 2.0 * (c->tile > 0 ? c->tile : c->br) * (c->tile > 0 ? c->tile : c->br) / threads;
+  else acc = (double)c->br * c->d / threads;
+  return acc + 40.0;
+}
+
+int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
+  char err[256];
+  if (attn_spec_check(c, err, sizeof err) != ATTN_OK) {
+    snprintf(why, len, "%s", err);
+    return -1;
+  }
+  if (c->target != o->target || c->d != o->d || c->causal != o->causal || c->dtype != o->dtype) {
+    snprintf(why, len, "configuration is for %s %s d=%d causal=%d, the space for %s %s d=%d causal=%d",
+             attn_target_name(c->target), attn_dtype_name(c->dtype), c->d, c->causal, attn_target_name(o->target),
+             attn_dtype_name(o->dtype), o->d, o->causal);
+    return -1;
+  }
+  if (!(o->algos & ATTN_ALGO_BIT(c->algo))) {
+    snprintf(why, len, "algorithm %s is not among those being tuned", attn_algo_name(c->algo));
+    return -1;
+  }
+  if (c->algo == ATTN_ALGO_LOWRANK && o->tolerance <= 0) {
+    snprintf(why, len, "lowrank is approximate: it needs --tolerance > 0");
+    return -1;
+  }
+  double need = attn_space_fast_bytes(c);
+  if (o->fast_mem_bytes > 0 && need > o->fast_mem_bytes) {
+    snprintf(why, len, "%s Br=%d Bc=%d needs %.0f KiB of fast memory, the device has %.0f KiB %s",
+             attn_algo_name(c->algo), c->br, c->bc, need / 1024, o->fast_mem_bytes / 1024,
+             o->target == ATTN_TARGET_CUDA ? "of shared memory per block" : "of L2 per core");
+    return -1;
+  }
+  if (c->algo == ATTN_ALGO_SMALLCACHE && c->tile > 0 && c->br % c->tile) {
+    snprintf(why, len, "smallcache tile=%d must divide Br=%d", c->tile, c->br);
+    return -1;
+  }
+  if (o->target == ATTN_TARGET_CPU) {
+    /* The flash micro-kernels keep unroll x (up to 4) vector accumulators plus operands in 32 registers. */
+    int vw = 16, nrv = (c->br + vw - 1) / vw;
+    int acc = c->unroll * (nrv < 4 ? nrv : 4);
+    if (c->algo == ATTN_ALGO_FLASH && acc + 4 > 32) {
+      snprintf(why, len, "unroll=%d with Br=%d needs %d vector registers for accumulators, more than 28", c->unroll,
+               c->br, acc);
+      return -1;
+    }
+  } else {
+    double regs = cuda_regs(c);
+    if (regs > 255) {
+      snprintf(why, len, "Br=%d Bc=%d with %d warps needs about %.0f registers per thread (at most 255)", c->br, c->bc,
+               c->warps, regs);
+      return -1;
+    }
+    if (o->gpu && regs * 32.0 * c->warps > o->gpu->regs_per_sm) {
+      snprintf(why, len, "%d warps x %.0f registers exceed the %d registers of an SM", c->warps, regs,
+               o->gpu->regs_per_sm);
+      return -1;
+    }
+    if (c->algo == ATTN_ALGO_FLASH && c->br % (16 * c->warps)) {
+      snprintf(why, len, "Br=%d must be a multiple of 16 rows x %d warps", c->br, c->warps);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+typedef struct { attn_spec *v; int n, cap; } vec;
+
+static int vec_push(vec *v, const attn_spec *s) {
+  if (v->n == v->cap) {
+    int cap = v->cap ? v->cap * 2 : 64;
+    attn_spec *p = realloc(v->v, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    v->v = p;
+    v->cap = cap;
+  }
+  v->v[v->n++] = *s;
+  return 0;
+}
+
+static int consider(attn_space *sp, vec *v, const attn_spec *c) {
+  char why[256];
+  sp->considered++;
+  if (attn_space_admit(&sp->o, c, why, sizeof why) != 0) {
+    if (!sp->pruned_example[0]) snprintf(sp->pruned_example, sizeof sp->pruned_example, "%s", why);
+    return 0;
+  }
+  return vec_push(v, c);
+}
+
+#define LEN(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t errlen) {
+  memset(sp, 0, sizeof *sp);
+  sp->o = *o;
+  if (!attn_d_supported(o->target, o->d)) {
+    snprintf(err, errlen, "d=%d is not supported on %s: d must be a multiple of %d in %d..256", o->d,
+             attn_target_name(o->target), o->target == ATTN_TARGET_CUDA ? 16 : 8,
+             o->target == ATTN_TARGET_CUDA ? 16 : 8);
+    return ATTN_EUNSUPPORTED;
+  }
+  vec v = {0};
+  attn_spec base = attn_spec_default(ATTN_ALGO_FLASH, o->target, o->dtype, o->d, o->causal);
+  if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(base.arch, sizeof base.arch, "%s", o->arch);
+  int rc = 0;
+  if (o->target == ATTN_TARGET_CPU) {
+    static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 8};
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
+      for (int a = 0; a < LEN(brs); a++)
+        for (int b = 0; b < LEN(bcs); b++)
+          for (int u = 0; u < LEN(unrolls) && !rc; u++) {
+            attn_spec c = base;
+            c.br = brs[a], c.bc = bcs[b], c.unroll = unrolls[u];
+            rc = consider(sp, &v, &c);
+          }
+    static const int sbrs[] = {16, 32, 64, 128}, tiles[] = {8, 16, 32, 64};
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
+      for (int a = 0; a < LEN(sbrs); a++)
+        for (int t = 0; t < LEN(tiles) && !rc; t++) {
+          attn_spec c = attn_spec_default(ATTN_ALGO_SMALLCACHE, o->target, o->dtype, o->d, o->causal);
+          c.br = sbrs[a], c.bc = sbrs[a], c.tile = tiles[t];
+          rc = consider(sp, &v, &c);
+        }
+  } else {
+    static const int brs[] = {64, 128}, bcs[] = {32, 64, 128}, warps[] = {4, 8}, stages[] = {1, 2, 3};
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
+      for (int a = 0; a < LEN(brs); a++)
+        for (int b = 0; b < LEN(bcs); b++)
+          for (int w = 0; w < LEN(warps); w++)
+            for (int s = 0; s < LEN(stages) && !rc; s++) {
+              attn_spec c = base;
+              c.br = brs[a], c.bc = bcs[b], c.warps = warps[w], c.stages = stages[s];
+              rc = consider(sp, &v, &c);
+            }
+    static const int sbrs[] = {32, 64, 128}, tiles[] = {16, 32, 64};
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
+      for (int a = 0; a < LEN(sbrs); a++)
+        for (int t = 0; t < LEN(tiles) && !rc; t++) {
+          attn_spec c = base;
+          c.algo = ATTN_ALGO_SMALLCACHE;
+          c.br = sbrs[a], c.bc = 64, c.tile = tiles[t], c.stages = 1;
+          rc = consider(sp, &v, &c);
+        }
+  }
+  if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK) && o->tolerance > 0) {
+    /* Random features of several ranks, and even-degree Taylor features (rank C(d+g, g), so only small d). */
+    static const int ranks[] = {64, 128, 256, 512}, lbcs[] = {32, 64, 128}, degrees[] = {2, 4};
+    attn_spec lb = attn_spec_default(ATTN_ALGO_LOWRANK, o->target, o->dtype, o->d, o->causal);
+    if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(lb.arch, sizeof lb.arch, "%s", o->arch);
+    for (int b = 0; b < LEN(lbcs); b++) {
+      for (int r = 0; r < LEN(ranks) && !rc; r++) {
+        attn_spec c = lb;
+        c.feature = ATTN_FEAT_RANDOM, c.rank = ranks[r], c.bc = lbcs[b];
+        rc = consider(sp, &v, &c);
+      }
+      for (int g = 0; g < LEN(degrees) && !rc; g++) {
+        attn_spec c = lb;
+        c.feature = ATTN_FEAT_TAYLOR, c.degree = degrees[g], c.rank = 0, c.bc = lbcs[b];
+        rc = consider(sp, &v, &c);
+      }
+    }
+  }
+  if (rc) {
+    free(v.v);
+    snprintf(err, errlen, "out of memory building the search space");
+    return ATTN_ENOMEM;
+  }
+  sp->cfg = v.v;
+  sp->count = v.n;
+  return ATTN_OK;
+}
+
+void attn_space_free(attn_space *s) {
+  if (!s) return;
+  free(s->cfg);
+  s->cfg = NULL;
+  s->count = 0;
+}
+
+static int same_except(const attn_spec *a, const attn_spec *b, int skip) {
+  for (int i = 0; i < ATTN_SPACE_NPARAMS; i++)
+    if (i != skip && attn_space_param_get(a, i) != attn_space_param_get(b, i)) return 0;
+  return 1;
+}
+
+int attn_space_find(const attn_space *s, const attn_spec *c) {
+  for (int i = 0; i < s->count; i++)
+    if (same_except(&s->cfg[i], c, -1)) return i;
+  return -1;
+}
+
+int attn_space_neighbours(const attn_space *s, int idx, int *out, int max) {
+  if (idx < 0 || idx >= s->count) return 0;
+  const attn_spec *c = &s->cfg[idx];
+  int n = 0;
+  /* algo (0) is not a step: another algorithm's tunables mean something else */
+  for (int p = 1; p < ATTN_SPACE_NPARAMS; p++) {
+    const int x = attn_space_param_get(c, p);
+    int up = -1, down = -1;
+    for (int j = 0; j < s->count; j++) {
+      if (j == idx || !same_except(&s->cfg[j], c, p)) continue;
+      int y = attn_space_param_get(&s->cfg[j], p);
+      if (y > x && (up < 0 || y < attn_space_param_get(&s->cfg[up], p))) up = j;
+      if (y < x && (down < 0 || y > attn_space_param_get(&s->cfg[down], p))) down = j;
+    }
+    if (down >= 0 && n < max) out[n++] = down;
+    if (up >= 0 && n < max) out[n++] = up;
+  }
+  return n;
+}

@@ -1,0 +1,64 @@
+/* space.h: the tuner's search space for one (target, dtype, d, causal) and a set of algorithms: the grid of
+ * tunables (Br, Bc, unroll on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's feature map, degree and
+ * rank) minus what the constraints rule out before anything is compiled (fast-memory footprint against the
+ * device's fast memory, registers, divisibility, the spec's own validity). */
+#ifndef ATTN_SPACE_H
+#define ATTN_SPACE_H
+
+#include <stddef.h>
+#include "gpus.h"
+#include "spec.h"
+
+#define ATTN_ALGO_BIT(a) (1u << (unsigned)(a))
+
+typedef struct attn_space_opts {
+  attn_target target;      /* CPU or CUDA */
+  attn_dtype dtype;
+  int d, causal;
+  unsigned algos;          /* ATTN_ALGO_BIT(ATTN_ALGO_FLASH) | ... */
+  double tolerance;        /* lowrank enters only when > 0 */
+  double fast_mem_bytes;   /* CPU: one core's L2; CUDA: shared memory per block */
+  const attn_gpu *gpu;     /* CUDA: registers and shared memory per SM; NULL on the CPU */
+  char arch[16];           /* CUDA: "sm_90" */
+} attn_space_opts;
+
+typedef struct attn_space {
+  attn_space_opts o;
+  attn_spec *cfg;          /* the admitted configurations, in grid order */
+  int count;
+  int considered;          /* grid points before the constraints */
+  char pruned_example[256];/* why the first pruned point was pruned ("" when none was) */
+} attn_space;
+
+/* Builds the space; ATTN_OK even when it is empty (count 0, with pruned_example saying why). */
+int  attn_space_build(const attn_space_opts *o, attn_space *out, char *err, size_t errlen);
+void attn_space_free(attn_space *s);
+
+/* 0 when a configuration satisfies the constraints of o; -1 with a one-line reason otherwise. Used for the grid
+ * and for configurations a strategy makes up. */
+int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len);
+
+/* Index of c in the space, or -1. */
+int attn_space_find(const attn_space *s, const attn_spec *c);
+
+/* Configurations one step away from cfg[idx]: the same in every tunable but one, which moves to the next value
+ * up or down among those in the space. Writes up to max indices; returns how many. */
+int attn_space_neighbours(const attn_space *s, int idx, int *out, int max);
+
+/* Fast-memory bytes a configuration needs (flash 2 Br d + 2 Bc d + Br Bc floats on the CPU; on CUDA Q plus
+ * `stages` K,V buffers in the input dtype); shared by the constraints and the performance model. */
+double attn_space_fast_bytes(const attn_spec *c);
+
+/* One core's L2 in bytes from /sys (the smallest unified level-2 cache of cpu0), or 1 MiB when unknown. */
+double attn_cpu_l2_bytes(void);
+/* The last-level cache in bytes (for sizing rotating input buffers), or 32 MiB when unknown. */
+double attn_cpu_llc_bytes(void);
+
+/* Tunables by name, for the Lua host and the neighbourhood: "algo", "br", "bc", "unroll", "warps", "stages",
+ * "tile", "feature", "degree", "rank". */
+#define ATTN_SPACE_NPARAMS 10
+extern const char *const attn_space_param_names[ATTN_SPACE_NPARAMS];
+int  attn_space_param_get(const attn_spec *c, int i);
+void attn_space_param_set(attn_spec *c, int i, int v);
+
+#endif

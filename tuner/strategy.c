@@ -1,0 +1,121 @@
+/* strategy.c: the tuner's evaluation gate (constraints, budget, stop, best so far) and the built-in strategies:
+ * exhaustive (every point of the space in grid order, up to the budget) and random (a seeded sample without
+ * repetition). Both hand their whole list to prefetch first, so --jobs can compile it in parallel. */
+#include "strategy.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned long long attn_rand_next(unsigned long long *s) {
+  unsigned long long x = *s ? *s : 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+int attn_rand_below(unsigned long long *s, int n) {
+  return n > 0 ? (int)(attn_rand_next(s) % (unsigned long long)n) : 0;
+}
+
+int attn_tuner_budget_left(const attn_tuner *t) {
+  int cap = t->budget < t->space->count ? t->budget : t->space->count;
+  return cap > t->used ? cap - t->used : 0;
+}
+
+void attn_tuner_release(attn_tuner *t) {
+  free(t->memo);
+  free(t->memo_have);
+  t->memo = NULL;
+  t->memo_have = NULL;
+}
+int attn_tuner_stopped(const attn_tuner *t) { return t->stop && *t->stop; }
+
+static void set(attn_eval *e, const char *status, const char *msg) {
+  memset(e, 0, sizeof *e);
+  e->error = -1;
+  e->io = -1;
+  e->reads = e->writes = -1;
+  snprintf(e->status, sizeof e->status, "%s", status);
+  snprintf(e->message, sizeof e->message, "%s", msg);
+}
+
+int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
+  if (attn_tuner_stopped(t)) {
+    set(out, "interrupted", "the run was interrupted");
+    return 0;
+  }
+  char why[256];
+  if (attn_space_admit(&t->space->o, s, why, sizeof why) != 0) {
+    set(out, "invalid", why);
+    return 0;
+  }
+  int idx = attn_space_find(t->space, s);
+  if (idx < 0) {
+    set(out, "invalid", "not a point of the search space (space:params() lists the values each tunable takes)");
+    return 0;
+  }
+  if (!t->memo) {
+    t->memo = calloc((size_t)t->space->count, sizeof *t->memo);
+    t->memo_have = calloc((size_t)t->space->count, 1);
+    if (!t->memo || !t->memo_have) {
+      attn_tuner_release(t);
+      set(out, "error", "out of memory");
+      return 0;
+    }
+  }
+  if (t->memo_have[idx]) {
+    *out = t->memo[idx];
+    return out->ok;
+  }
+  if (attn_tuner_budget_left(t) <= 0) {
+    set(out, "budget", "no budget left");
+    return 0;
+  }
+  set(out, "error", "");
+  t->eval(t, s, out);
+  if (strcmp(out->status, "interrupted") == 0) return 0;
+  t->used++;
+  t->memo[idx] = *out;
+  t->memo_have[idx] = 1;
+  if (out->ok && (!t->have_best || out->time_ms < t->best_eval.time_ms)) {
+    t->have_best = 1;
+    t->best = *s;
+    t->best_eval = *out;
+  }
+  return out->ok;
+}
+
+int attn_strategy_exhaustive(attn_tuner *t) {
+  const int n = t->space->count < t->budget ? t->space->count : t->budget;
+  int *idx = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  if (!idx) return ATTN_ENOMEM;
+  for (int i = 0; i < n; i++) idx[i] = i;
+  if (t->prefetch && n > 0) t->prefetch(t, idx, n);
+  attn_eval e;
+  for (int i = 0; i < n && !attn_tuner_stopped(t) && attn_tuner_budget_left(t) > 0; i++)
+    attn_tuner_evaluate(t, &t->space->cfg[idx[i]], &e);
+  free(idx);
+  return ATTN_OK;
+}
+
+int attn_strategy_random(attn_tuner *t) {
+  const int count = t->space->count;
+  int *idx = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
+  if (!idx) return ATTN_ENOMEM;
+  for (int i = 0; i < count; i++) idx[i] = i;
+  unsigned long long st = t->seed;
+  for (int i = count - 1; i > 0; i--) { /* Fisher-Yates */
+    int j = attn_rand_below(&st, i + 1), x = idx[i];
+    idx[i] = idx[j];
+    idx[j] = x;
+  }
+  const int n = count < t->budget ? count : t->budget;
+  if (t->prefetch && n > 0) t->prefetch(t, idx, n);
+  attn_eval e;
+  for (int i = 0; i < n && !attn_tuner_stopped(t) && attn_tuner_budget_left(t) > 0; i++)
+    attn_tuner_evaluate(t, &t->space->cfg[idx[i]], &e);
+  free(idx);
+  return ATTN_OK;
+}

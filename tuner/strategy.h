@@ -1,0 +1,61 @@
+/* strategy.h: search strategies over a space for one problem. The tuner object holds the budget, the best so far
+ * and the evaluation callback (which measures or models a configuration and stores the row); strategies only
+ * choose what to evaluate next: exhaustive and random in C, anything else in Lua (lua_host.c). */
+#ifndef ATTN_STRATEGY_H
+#define ATTN_STRATEGY_H
+
+#include <stddef.h>
+#include "space.h"
+
+typedef struct attn_eval {
+  int ok;               /* usable: ran, correct, within the tolerance */
+  char status[16];      /* ok | wrong | compile_error | invalid | error | budget | interrupted */
+  double time_ms;       /* measured median or modelled time; 0 when none */
+  double error;         /* relative error vs fp64 (measured); -1 when not measured */
+  double io;            /* entries moved (reads + writes); -1 when unknown */
+  long long reads, writes; /* the same, apart; -1 when unknown */
+  char message[512];
+} attn_eval;
+
+typedef struct attn_tuner attn_tuner;
+struct attn_tuner {
+  const attn_space *space;
+  int budget, used;             /* distinct configurations allowed / evaluated (a repeat is free: it is answered
+                                 * from this run's memory; the budget never exceeds the space's size) */
+  double tolerance;             /* lowrank rows above it are not 'ok' for the search */
+  unsigned long long seed;      /* strategies' random numbers (deterministic per problem: a rerun replays) */
+  volatile int *stop;           /* set asynchronously (SIGINT): strategies stop at the next evaluation */
+  /* Measures or models s and stores the row; fills out. The tuner has already checked budget and constraints. */
+  void (*eval)(attn_tuner *t, const attn_spec *s, attn_eval *out);
+  /* Optional: compile these space indices ahead (--jobs). */
+  void (*prefetch)(attn_tuner *t, const int *idx, int count);
+  void *user;
+  int have_best;
+  attn_spec best;
+  attn_eval best_eval;
+  attn_eval *memo;              /* per space index, this run's results (allocated on first use) */
+  unsigned char *memo_have;
+};
+
+/* The one entry point strategies call: 'invalid' (no budget used) for a configuration outside the space,
+ * this run's earlier result for a repeat, 'budget' when none is left, 'interrupted' after a stop; otherwise
+ * t->eval. Returns out->ok. */
+int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out);
+void attn_tuner_release(attn_tuner *t); /* frees the memory of results */
+int attn_tuner_budget_left(const attn_tuner *t);
+int attn_tuner_stopped(const attn_tuner *t);
+
+/* Deterministic random numbers for strategies (xorshift64*). */
+unsigned long long attn_rand_next(unsigned long long *state);
+int attn_rand_below(unsigned long long *state, int n);
+
+/* Built-in strategies: ATTN_OK (also when stopped or out of budget). */
+int attn_strategy_exhaustive(attn_tuner *t);
+int attn_strategy_random(attn_tuner *t);
+
+/* A Lua strategy file (lua_host.c): ATTN_OK, or ATTN_EINVAL with "strategy FILE:LINE: message" in err when the
+ * script fails to load, raises, or runs past the time limit ($ATTN_LUA_TIMEOUT_S, default 10 s of script time,
+ * not counting evaluations). */
+int attn_strategy_lua(attn_tuner *t, const char *path, char *err, size_t errlen);
+
+#endif
