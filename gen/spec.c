@@ -70,17 +70,29 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
     s.bc = d <= 128 ? 128 : 64;
     if (s.algo == ATTN_ALGO_SMALLCACHE) { s.br = 64; s.bc = 64; s.tile = 32; }
   } else {
+    /* Each default fits an A100's 163 KiB of shared memory per block, so it launches on every sm_80+ GPU. */
+    snprintf(s.arch, sizeof s.arch, "sm_80");
     s.warps = 4;
     s.stages = 2;
     s.br = 64;
     s.bc = d <= 128 ? 64 : 32;
-    if (dtype == ATTN_F32) s.bc = 32;
-    if (s.algo == ATTN_ALGO_SMALLCACHE) { s.bc = 64; s.tile = 32; }
-    snprintf(s.arch, sizeof s.arch, "sm_80");
+    if (s.algo == ATTN_ALGO_FLASH && dtype == ATTN_F32) {
+      s.bc = 32;
+      if (d > 128) s.stages = 1;
+    }
+    if (s.algo == ATTN_ALGO_SMALLCACHE) {
+      s.bc = 64;
+      s.tile = 32;
+      s.stages = 1;
+    }
+    if (s.algo == ATTN_ALGO_LOWRANK) {
+      s.bc = 16;
+      s.stages = 1;
+    }
   }
   if (s.algo == ATTN_ALGO_LOWRANK) {
     s.feature = ATTN_FEAT_RANDOM;
-    s.rank = 256;
+    s.rank = s.target == ATTN_TARGET_CUDA && d > 128 ? 128 : 256;
     s.degree = 2;
     s.seed = 1;
   }
@@ -296,9 +308,10 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
     fail(err, len, ATTN_EUNSUPPORTED, "no template templates/%s in this build", file ? file : "?");
     return NULL;
   }
-  const char *abi = NULL;
-  if (s->target == ATTN_TARGET_CPU && !(abi = attn_template_text("kernel_abi.h"))) {
-    fail(err, len, ATTN_EUNSUPPORTED, "templates/kernel_abi.h is missing from this build");
+  const char *abi_file = s->target == ATTN_TARGET_CUDA ? "kernel_abi_cuda.h" : "kernel_abi.h";
+  const char *abi = attn_template_text(abi_file);
+  if (!abi) {
+    fail(err, len, ATTN_EUNSUPPORTED, "templates/%s is missing from this build", abi_file);
     return NULL;
   }
   char canon[512];
@@ -313,7 +326,7 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
          s->d, s->br, s->bc, s->causal, s->unroll, s->warps, s->stages, (int)s->dtype, s->tile, (int)s->feature,
          s->degree, s->rank, s->seed, s->target == ATTN_TARGET_CUDA ? arch_number(s->arch) : 0);
   if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
-  if (abi) sb_add(&b, "%s\n", abi);
+  sb_add(&b, "%s\n", abi);
   sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);
   if (!b.p) {
     fail(err, len, ATTN_ENOMEM, "out of memory generating %s", file);

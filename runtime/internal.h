@@ -62,9 +62,18 @@ int  attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cud
 int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p,
                    const void *q, const void *kk, const void *v, void *o);
 void attn_cuda_unload(attn_cuda_kernel *k);
-/* NVRTC, loaded with dlopen: source → cubin for arch ("sm_80"). ATTN_ENODEV when libnvrtc is absent,
- * ATTN_ECOMPILE with the log. *cubin and *log malloc'd (caller frees; either may be NULL on return). */
+/* NVRTC, loaded with dlopen: source → cubin for arch ("sm_80"). ATTN_ENODEV when libnvrtc is absent (the log
+ * says why), ATTN_ECOMPILE with the log. *cubin and *log malloc'd (caller frees; either may be NULL on return).
+ * A successful compile's log holds ptxas's resource report (read it with attn_nvrtc_resources). */
 int  attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log);
+/* NVRTC's version; ATTN_ENODEV with the reason when it cannot be loaded. */
+int  attn_nvrtc_version(int *major, int *minor, char *why, size_t len);
+typedef struct attn_cuda_resources {
+  int registers;                    /* per thread; -1 when the log has no report for the entry */
+  long smem_static, stack, spill_stores, spill_loads;   /* bytes */
+} attn_cuda_resources;
+/* Reads ptxas's report for one entry function from a compile log; 0, or -1 when the log has none. */
+int  attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resources *out);
 
 /* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
 void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);

@@ -1,3 +1,176 @@
-/* nvrtc.c: placeholder until the NVRTC loader lands. */
+/* nvrtc.c: NVRTC, loaded with dlopen on first use, so that libattn builds and starts without the CUDA toolkit.
+ * Compiles a generated CUDA source to a cubin for one architecture and keeps ptxas's resource report in the log. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "internal.h"
-int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) { (void)src; (void)name; (void)arch; *cubin = NULL; *len = 0; *log = NULL; return ATTN_ENODEV; }
+
+/* The few NVRTC entry points used, declared here so no toolkit header is needed to build. */
+typedef struct _nvrtcProgram *nvrtc_prog;
+typedef int (*nvrtc_create_fn)(nvrtc_prog *, const char *, const char *, int, const char *const *, const char *const *);
+typedef int (*nvrtc_compile_fn)(nvrtc_prog, int, const char *const *);
+typedef int (*nvrtc_size_fn)(nvrtc_prog, size_t *);
+typedef int (*nvrtc_get_fn)(nvrtc_prog, char *);
+typedef int (*nvrtc_destroy_fn)(nvrtc_prog *);
+typedef const char *(*nvrtc_errstr_fn)(int);
+typedef int (*nvrtc_version_fn)(int *, int *);
+
+static struct {
+  void *handle;
+  char why[512];
+  nvrtc_create_fn create;
+  nvrtc_compile_fn compile;
+  nvrtc_size_fn log_size, cubin_size;
+  nvrtc_get_fn log, cubin;
+  nvrtc_destroy_fn destroy;
+  nvrtc_errstr_fn errstr;
+  nvrtc_version_fn version;
+} nv;
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+
+static void nv_load(void) {
+  /* $ATTN_NVRTC names the library outright; otherwise the sonames of the toolkits that can target sm_80..sm_90. */
+  const char *env = getenv("ATTN_NVRTC");
+  const char *names[] = {env && *env ? env : NULL, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+                         "libnvrtc.so", NULL};
+  const char *last = "not found";
+  for (int i = 0; i < 5 && !nv.handle; i++) {
+    if (!names[i]) continue;
+    nv.handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!nv.handle) {
+      const char *e = dlerror();
+      if (e) last = e;
+    }
+    if (env && *env && i == 0 && !nv.handle) break; /* an explicit choice is not second-guessed */
+  }
+  if (!nv.handle) {
+    snprintf(nv.why, sizeof nv.why, "NVRTC is not available (%s); install the CUDA toolkit or set ATTN_NVRTC", last);
+    return;
+  }
+  nv.create = (nvrtc_create_fn)dlsym(nv.handle, "nvrtcCreateProgram");
+  nv.compile = (nvrtc_compile_fn)dlsym(nv.handle, "nvrtcCompileProgram");
+  nv.log_size = (nvrtc_size_fn)dlsym(nv.handle, "nvrtcGetProgramLogSize");
+  nv.log = (nvrtc_get_fn)dlsym(nv.handle, "nvrtcGetProgramLog");
+  nv.cubin_size = (nvrtc_size_fn)dlsym(nv.handle, "nvrtcGetCUBINSize");
+  nv.cubin = (nvrtc_get_fn)dlsym(nv.handle, "nvrtcGetCUBIN");
+  nv.destroy = (nvrtc_destroy_fn)dlsym(nv.handle, "nvrtcDestroyProgram");
+  nv.errstr = (nvrtc_errstr_fn)dlsym(nv.handle, "nvrtcGetErrorString");
+  nv.version = (nvrtc_version_fn)dlsym(nv.handle, "nvrtcVersion");
+  if (!nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.cubin_size || !nv.cubin || !nv.destroy ||
+      !nv.errstr || !nv.version) {
+    snprintf(nv.why, sizeof nv.why, "the NVRTC library found lacks nvrtcGetCUBIN (CUDA 11.1 or later is needed)");
+    dlclose(nv.handle);
+    nv.handle = NULL;
+  }
+}
+
+int attn_nvrtc_version(int *major, int *minor, char *why, size_t len) {
+  pthread_once(&nv_once, nv_load);
+  if (!nv.handle) {
+    if (why && len) snprintf(why, len, "%s", nv.why);
+    return ATTN_ENODEV;
+  }
+  if (nv.version(major, minor) != 0) {
+    if (why && len) snprintf(why, len, "nvrtcVersion failed");
+    return ATTN_ENODEV;
+  }
+  return ATTN_OK;
+}
+
+static char *dup_str(const char *s) {
+  size_t l = strlen(s) + 1;
+  char *p = malloc(l);
+  if (p) memcpy(p, s, l);
+  return p;
+}
+
+int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) {
+  *cubin = NULL;
+  *len = 0;
+  *log = NULL;
+  pthread_once(&nv_once, nv_load);
+  if (!nv.handle) {
+    *log = dup_str(nv.why);
+    return ATTN_ENODEV;
+  }
+  char archopt[64];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+  /* -v makes ptxas report registers, spills and shared memory into the log, which the tuner and tests read. */
+  const char *opts[] = {archopt, "--std=c++17", "--use_fast_math", "--ptxas-options=-v", "--device-as-default-execution-space"};
+  nvrtc_prog prog = NULL;
+  int r = nv.create(&prog, src, name, 0, NULL, NULL);
+  if (r != 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "nvrtcCreateProgram: %s", nv.errstr(r));
+    *log = dup_str(msg);
+    return ATTN_ECOMPILE;
+  }
+  int rc = ATTN_OK;
+  int cr = nv.compile(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+  size_t ls = 0;
+  if (nv.log_size(prog, &ls) == 0 && ls > 0) {
+    *log = malloc(ls + 1);
+    if (*log && nv.log(prog, *log) == 0)
+      (*log)[ls] = '\0';
+    else if (*log)
+      (*log)[0] = '\0';
+  }
+  if (cr != 0) {
+    rc = ATTN_ECOMPILE;
+    if (!*log || !(*log)[0]) {
+      free(*log);
+      *log = dup_str(nv.errstr(cr));
+    }
+  } else {
+    size_t cs = 0;
+    if (nv.cubin_size(prog, &cs) != 0 || cs == 0 || !(*cubin = malloc(cs)) || nv.cubin(prog, *cubin) != 0) {
+      free(*cubin);
+      *cubin = NULL;
+      rc = ATTN_ECOMPILE;
+    } else {
+      *len = cs;
+    }
+  }
+  nv.destroy(&prog);
+  return rc;
+}
+
+/* The integer written just before pos in the same line ("32768 bytes smem" -> 32768), or 0. */
+static long number_before(const char *line, const char *pos) {
+  const char *b = pos;
+  while (b > line && b[-1] == ' ') b--;
+  const char *e = b;
+  while (b > line && b[-1] >= '0' && b[-1] <= '9') b--;
+  return b < e ? atol(b) : 0;
+}
+
+/* ptxas -v, per entry after "Compiling entry function 'name' for 'sm_80'":
+ *   "Function properties for name" / "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+ *   "Used 96 registers, used 1 barriers, 32768 bytes smem, 400 bytes cmem[0]" */
+int attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resources *out) {
+  memset(out, 0, sizeof *out);
+  out->registers = -1;
+  if (!log || !entry) return -1;
+  char want[160];
+  snprintf(want, sizeof want, "Compiling entry function '%s'", entry);
+  const char *at = strstr(log, want);
+  if (!at) return -1;
+  const char *end = strstr(at + strlen(want), "Compiling entry function");
+  char line[512];
+  for (const char *p = at; *p && (!end || p < end);) {
+    size_t l = strcspn(p, "\n");
+    snprintf(line, sizeof line, "%.*s", (int)(l < sizeof line ? l : sizeof line - 1), p);
+    const char *u = strstr(line, "Used ");
+    if (u) sscanf(u, "Used %d registers", &out->registers);
+    const char *f;
+    if ((f = strstr(line, " bytes smem"))) out->smem_static = number_before(line, f);
+    if ((f = strstr(line, " bytes stack frame"))) out->stack = number_before(line, f);
+    if ((f = strstr(line, " bytes spill stores"))) out->spill_stores = number_before(line, f);
+    if ((f = strstr(line, " bytes spill loads"))) out->spill_loads = number_before(line, f);
+    p += l;
+    if (*p) p++;
+  }
+  return out->registers >= 0 ? 0 : -1;
+}

@@ -1,8 +1,26 @@
-# CUDA backend: attn_open(ATTN_TARGET_CUDA) on a machine without a driver or device fails cleanly with ATTN_ENODEV.
+# CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV, and NVRTC compiles the
+# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d, dtype and causal with no spills; a spread
+# sample of the tuner's space; the whole space under the nightly label). Exit 77 (skipped) without NVRTC.
 set(ATTN_CUDA_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache-cuda)
 file(MAKE_DIRECTORY ${ATTN_CUDA_TEST_CACHE})
+set(ATTN_CUDA_ENV "ATTN_CACHE_DIR=${ATTN_CUDA_TEST_CACHE}" "ATTN_DB=${ATTN_CUDA_TEST_CACHE}/no-database.db")
 add_executable(cuda_nodev ${CMAKE_CURRENT_LIST_DIR}/cuda_nodev.c)
 target_link_libraries(cuda_nodev PRIVATE attn_core)
 add_test(NAME cuda_nodev COMMAND cuda_nodev)
-set_tests_properties(cuda_nodev PROPERTIES LABELS cuda
-  ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_CUDA_TEST_CACHE};ATTN_DB=${ATTN_CUDA_TEST_CACHE}/no-database.db")
+set_tests_properties(cuda_nodev PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_ENV}")
+
+add_executable(cuda_compile ${CMAKE_CURRENT_LIST_DIR}/cuda_compile.c)
+target_link_libraries(cuda_compile PRIVATE attn_tuner)
+foreach(arch sm_80 sm_90)
+  foreach(algo flash smallcache lowrank)
+    add_test(NAME cuda_compile_defaults_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo})
+    set_tests_properties(cuda_compile_defaults_${algo}_${arch} PROPERTIES LABELS cuda TIMEOUT 900
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endforeach()
+  add_test(NAME cuda_compile_space_${arch} COMMAND cuda_compile space ${arch} 23)
+  set_tests_properties(cuda_compile_space_${arch} PROPERTIES LABELS cuda TIMEOUT 900 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_CUDA_ENV}")
+  add_test(NAME cuda_compile_space_all_${arch} COMMAND cuda_compile space ${arch} 1)
+  set_tests_properties(cuda_compile_space_all_${arch} PROPERTIES LABELS nightly TIMEOUT 7200 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()

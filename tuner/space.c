@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io_theory.h"
+#include "launch.h"
 
 const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo",   "br",   "bc",      "unroll", "warps",
                                                                 "stages", "tile", "feature", "degree", "rank"};
@@ -87,12 +88,7 @@ double attn_cpu_llc_bytes(void) {
 }
 
 double attn_space_fast_bytes(const attn_spec *c) {
-  const double d = c->d;
-  if (c->target == ATTN_TARGET_CUDA) {
-    const double e = (double)attn_dtype_size(c->dtype);
-    if (c->algo == ATTN_ALGO_FLASH) return e * (c->br * d + (c->stages > 1 ? c->stages : 1) * 2.0 * c->bc * d);
-    return e * attn_io_fast_need(c);
-  }
+  if (c->target == ATTN_TARGET_CUDA) return (double)attn_cuda_smem(c); /* the templates' own sizes */
   return 4.0 * attn_io_fast_need(c);
 }
 

@@ -45,8 +45,8 @@ int attn_space_find(const attn_space *s, const attn_spec *c);
  * up or down among those in the space. Writes up to max indices; returns how many. */
 int attn_space_neighbours(const attn_space *s, int idx, int *out, int max);
 
-/* Fast-memory bytes a configuration needs (flash 2 Br d + 2 Bc d + Br Bc floats on the CPU; on CUDA Q plus
- * `stages` K,V buffers in the input dtype); shared by the constraints and the performance model. */
+/* Fast-memory bytes a configuration needs (flash 2 Br d + 2 Bc d + Br Bc floats on the CPU; on CUDA the dynamic
+ * shared memory of templates/kernel_abi_cuda.h); shared by the constraints and the performance model. */
 double attn_space_fast_bytes(const attn_spec *c);
 
 /* One core's L2 in bytes from /sys (the smallest unified level-2 cache of cpu0), or 1 MiB when unknown. */

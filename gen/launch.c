@@ -1,0 +1,76 @@
+/* launch.c: launch geometry of the CUDA templates (see launch.h). Each case mirrors the loop structure its template
+ * documents: flash and smallcache take one query block of one head per work item, lowrank one head. */
+#include "launch.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "kernel_abi_cuda.h"
+
+static int fail(char *err, size_t len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t len, int code, const char *fmt, ...) {
+  if (err && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static long long lowrank_rank(const attn_spec *s) {
+  return s->feature == ATTN_FEAT_TAYLOR ? attn_taylor_rank(s->d, s->degree, 1L << 16) : s->rank;
+}
+
+long long attn_cuda_smem(const attn_spec *s) {
+  switch (s->algo) {
+  case ATTN_ALGO_FLASH: return ATTN_FLASH_SMEM((long long)attn_dtype_size(s->dtype), s->d, s->br, s->bc, s->stages);
+  case ATTN_ALGO_SMALLCACHE: return ATTN_SMALLCACHE_SMEM(s->d, s->br, s->tile);
+  case ATTN_ALGO_LOWRANK: return ATTN_LOWRANK_SMEM(s->d, lowrank_rank(s), s->bc);
+  default: return -1;
+  }
+}
+
+/* Without a device to ask, smallcache's grid (and so its scratch) stays at this many blocks. */
+#define ATTN_DEFAULT_RESIDENT 1024
+
+int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long n_kv, long long max_resident,
+                       attn_cuda_geom *g, char *err, size_t len) {
+  memset(g, 0, sizeof *g);
+  if (!s || s->target != ATTN_TARGET_CUDA) return fail(err, len, ATTN_EINVAL, "launch geometry is for CUDA specs");
+  if (bh < 1 || n < 1 || n_kv < 1)
+    return fail(err, len, ATTN_EINVAL, "batch*heads=%lld n=%lld n_kv=%lld must each be >= 1", bh, n, n_kv);
+  if (n > 0x7fffffffLL || n_kv > 0x7fffffffLL)
+    return fail(err, len, ATTN_EUNSUPPORTED, "n=%lld n_kv=%lld: at most 2^31-1 rows on cuda", n, n_kv);
+  g->block = 32u * (unsigned)(s->warps > 0 ? s->warps : 4);
+  g->smem = attn_cuda_smem(s);
+  const long long qblocks = (n + s->br - 1) / s->br;
+  long long grid;
+  switch (s->algo) {
+  case ATTN_ALGO_FLASH:
+    g->items = grid = qblocks * bh;
+    break;
+  case ATTN_ALGO_SMALLCACHE: {
+    /* Each resident block owns a Br x n_kv fp32 slice of S in slow memory and loops over work items. */
+    const long long cap = max_resident > 0 ? max_resident : ATTN_DEFAULT_RESIDENT;
+    g->items = qblocks * bh;
+    grid = g->items < cap ? g->items : cap;
+    g->scratch = grid * (long long)s->br * n_kv * 4;
+    break;
+  }
+  case ATTN_ALGO_LOWRANK: {
+    const long long r = lowrank_rank(s);
+    if (r < 1) return fail(err, len, ATTN_EUNSUPPORTED, "lowrank rank for d=%d g=%d is too large", s->d, s->degree);
+    g->items = grid = bh;
+    /* random: the r x d Gaussian directions; Taylor: the monomial table (parent, variable, coefficient) */
+    g->consts = s->feature == ATTN_FEAT_RANDOM ? r * s->d * 4 : r * 12;
+    g->init_block = 256;
+    g->init_grid = (unsigned)((r + 255) / 256);
+    break;
+  }
+  default: return fail(err, len, ATTN_EINVAL, "unknown algorithm %d", (int)s->algo);
+  }
+  if (grid > 0x7fffffffLL)
+    return fail(err, len, ATTN_EUNSUPPORTED, "%lld work items exceed one launch's grid (2^31-1)", grid);
+  g->grid = (unsigned)grid;
+  return ATTN_OK;
+}

@@ -1,0 +1,66 @@
+/* kernel_abi_cuda.h: what every generated CUDA kernel takes, the shared memory each template needs, and the
+ * I/O-counting macros of the CUDA templates. Prepended to each generated CUDA source (NVRTC: no system headers,
+ * so nothing is included here); the generator and the runtime include it too (C), so the argument layout and the
+ * shared-memory sizes have a single definition.
+ *
+ * Entry points of a CUDA module (extern "C", looked up by name):
+ *   __global__ void attn_kernel(attn_cuda_kargs a)  the attention itself; 1-D grid and block and dynamic shared
+ *                                                   memory as attn_cuda_geometry (gen/launch.h) says
+ *   __global__ void attn_init(attn_cuda_kargs a)    only when the geometry has consts > 0: fills a.consts (per-plan
+ *                                                   constants, e.g. lowrank's random directions) once at load;
+ *                                                   q, k, v, o, scratch, io are NULL then */
+#ifndef ATTN_KERNEL_ABI_CUDA_H
+#define ATTN_KERNEL_ABI_CUDA_H
+
+#define ATTN_CUDA_ABI_VERSION 1
+
+typedef struct attn_cuda_kargs {
+  const void *q, *k, *v;   /* device pointers, [batch][heads|heads_kv][n|n_kv][d], elements of the spec's dtype */
+  void *o;                 /* [batch][heads][n][d], same dtype */
+  void *scratch;           /* slow-memory scratch of the geometry's scratch bytes; NULL when 0 */
+  void *consts;            /* per-plan constants of the geometry's consts bytes, written by attn_init; NULL when 0 */
+  unsigned long long *io;  /* counting build: {reads, writes} in entries, summed over blocks; NULL otherwise */
+  long long batch, heads, heads_kv, n, n_kv;
+  float scale;             /* never 0: the runtime resolves the default 1/sqrt(d) */
+  int grid_items;          /* work items (query blocks x heads, or heads); the grid may be smaller and loop */
+} attn_cuda_kargs;
+
+/* Dynamic shared memory in bytes; esize = bytes per input element (4: f32, 2: f16/bf16).
+ * flash: Q_i (Br x d) and `stages` buffers of K_j, V_j (Bc x d each) in the input type; the f32 kernel also keeps
+ *   P (Br x Bc floats) there (its threads own O by rows, so P goes through shared memory).
+ * smallcache: three T x T fp32 tiles (Q|P, K|V, accumulator) and m, l for Br rows, T = tile (0: Br).
+ * lowrank: the r x (d+1) fp32 state (KV | z), a key block's features (Bc x r), the block's V rows (Bc x d) and one
+ *   query row's features and numerator (r + d), all fp32. */
+#define ATTN_FLASH_SMEM(esize, d, br, bc, stages) \
+  ((esize) == 4 ? 4LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d) + (long long)(br) * (bc)) \
+                : 2LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d)))
+#define ATTN_SC_TILE(br, tile) ((tile) > 0 ? (tile) : (br))
+#define ATTN_SMALLCACHE_SMEM(d, br, tile) \
+  (4LL * (3LL * ATTN_SC_TILE(br, tile) * ATTN_SC_TILE(br, tile) + 2LL * (br)))
+#define ATTN_LOWRANK_SMEM(d, r, bc) \
+  (4LL * ((long long)(r) * ((d) + 1) + (long long)(bc) * (r) + (long long)(bc) * (d) + (r) + (d)))
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+/* Counting build. Every thread of a block keeps the block's count (the same uniform value in each thread: call
+ * the macros from code all threads run, with the block's transfer, not the thread's share); thread 0 adds it to
+ * a.io at the end of the block. Entries are counted, not bytes, as in the CPU templates. */
+#ifdef ATTN_COUNT_IO
+#define ATTN_CIO_DECL unsigned long long attn_cio_r_ = 0, attn_cio_w_ = 0
+#define ATTN_CIO_READ(cnt) (attn_cio_r_ += (unsigned long long)(cnt))
+#define ATTN_CIO_WRITE(cnt) (attn_cio_w_ += (unsigned long long)(cnt))
+#define ATTN_CIO_FLUSH(a)                          \
+  do {                                             \
+    if (threadIdx.x == 0 && (a).io) {              \
+      atomicAdd((a).io, attn_cio_r_);              \
+      atomicAdd((a).io + 1, attn_cio_w_);          \
+    }                                              \
+  } while (0)
+#else
+#define ATTN_CIO_DECL
+#define ATTN_CIO_READ(cnt) ((void)0)
+#define ATTN_CIO_WRITE(cnt) ((void)0)
+#define ATTN_CIO_FLUSH(a) ((void)0)
+#endif
+#endif
+
+#endif

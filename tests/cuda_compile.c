@@ -1,0 +1,165 @@
+/* cuda_compile: the CUDA templates through NVRTC to cubin, no GPU needed.
+ *   cuda_compile defaults ARCH [ALGO]   the default configuration of every (algorithm, d, dtype, causal) compiles with
+ *                                       zero errors, no local-memory spills, and shared memory within the arch's
+ *                                       per-block limit; the counting build of each compiles too
+ *   cuda_compile space ARCH STRIDE      every STRIDE-th configuration of the tuner's CUDA space (flash, smallcache,
+ *                                       lowrank) for a spread of d, dtypes and causal; STRIDE 1 is the whole space
+ *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
+ * Exit 77 (CTest: skipped) when NVRTC cannot be loaded, with the reason. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+#include "launch.h"
+#include "space.h"
+
+static int failures, compiled;
+
+/* Per-block shared memory a kernel may opt into (A100: 163 KiB, H100: 227 KiB). */
+static long long smem_limit(const char *arch) { return strncmp(arch, "sm_8", 4) == 0 ? 163 * 1024 : 227 * 1024; }
+
+/* Compiles s (and, with count_io, its counting build); prints a line; returns 0 when it is clean. */
+static int check(const attn_spec *s, int count_io, int require_no_spill, int verbose) {
+  char err[512], label[400];
+  attn_spec_format(s, label, sizeof label);
+  char *src = attn_spec_source(s, count_io, err, sizeof err);
+  if (!src) {
+    printf("FAIL %s: %s\n", label, err);
+    failures++;
+    return -1;
+  }
+  void *cubin = NULL;
+  size_t len = 0;
+  char *log = NULL;
+  int rc = attn_nvrtc_compile(src, "attn.cu", s->arch, &cubin, &len, &log);
+  compiled++;
+  int bad = 0;
+  if (rc != ATTN_OK) {
+    printf("FAIL %s%s: %s\n%s\n", label, count_io ? " (counting)" : "", attn_strerror(rc), log ? log : "");
+    bad = 1;
+  } else {
+    attn_cuda_resources r;
+    if (attn_nvrtc_resources(log, "attn_kernel", &r) != 0) {
+      printf("FAIL %s: no ptxas report for attn_kernel in the log\n%s\n", label, log ? log : "");
+      bad = 1;
+    } else {
+      long long smem = attn_cuda_smem(s) + r.smem_static;
+      if (require_no_spill && (r.spill_stores || r.spill_loads || r.stack)) {
+        printf("FAIL %s%s: spills (%ld bytes stores, %ld loads, %ld stack)\n", label, count_io ? " (counting)" : "",
+               r.spill_stores, r.spill_loads, r.stack);
+        bad = 1;
+      }
+      if (smem > smem_limit(s->arch)) {
+        printf("FAIL %s: %lld bytes of shared memory, the %s limit is %lld\n", label, smem, s->arch,
+               smem_limit(s->arch));
+        bad = 1;
+      }
+      if (verbose || bad)
+        printf("%s %s%s: %d registers, %lld bytes smem (%ld static), spills %ld/%ld, stack %ld, cubin %zu bytes\n",
+               bad ? "FAIL" : "ok", label, count_io ? " (counting)" : "", r.registers, smem, r.smem_static,
+               r.spill_stores, r.spill_loads, r.stack, len);
+      if (verbose > 1 && log) printf("%s\n", log);
+    }
+  }
+  free(src);
+  free(cubin);
+  free(log);
+  if (bad) failures++;
+  return bad ? -1 : 0;
+}
+
+static int nvrtc_or_skip(void) {
+  int maj = 0, min = 0;
+  char why[512];
+  if (attn_nvrtc_version(&maj, &min, why, sizeof why) != ATTN_OK) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
+  printf("NVRTC %d.%d\n", maj, min);
+  return 0;
+}
+
+static int defaults(const char *arch, const char *only) {
+  static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
+  static const attn_dtype dtypes[] = {ATTN_F16, ATTN_BF16, ATTN_F32};
+  for (int a = 0; a < 3; a++) {
+    if (only && strcmp(only, attn_algo_name(algos[a])) != 0) continue;
+    for (int d = 16; d <= 256; d += 16)
+      for (int t = 0; t < 3; t++)
+        for (int causal = 0; causal < 2; causal++) {
+          attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, causal);
+          snprintf(s.arch, sizeof s.arch, "%s", arch);
+          check(&s, 0, 1, 1);
+          /* the counting build must compile as well; a few extra registers for the counters are fine */
+          if (d % 64 == 0 && causal == 1) check(&s, 1, 0, 0);
+        }
+  }
+  return 0;
+}
+
+static int space(const char *arch, int stride) {
+  char err[512];
+  const attn_gpu *g = attn_gpu_find(strncmp(arch, "sm_8", 4) == 0 ? "A100" : "H100", err, sizeof err);
+  if (!g) {
+    printf("FAIL: %s\n", err);
+    return 1;
+  }
+  static const int ds[] = {16, 64, 128, 256};
+  static const attn_dtype dtypes[] = {ATTN_F16, ATTN_BF16, ATTN_F32};
+  long seen = 0;
+  for (int i = 0; i < 4; i++)
+    for (int t = 0; t < 3; t++)
+      for (int causal = 0; causal < 2; causal++) {
+        attn_space_opts o;
+        memset(&o, 0, sizeof o);
+        o.target = ATTN_TARGET_CUDA;
+        o.dtype = dtypes[t];
+        o.d = ds[i];
+        o.causal = causal;
+        o.algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH) | ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE) | ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK);
+        o.tolerance = 0.1;
+        o.fast_mem_bytes = g->smem_per_block_kb * 1024.0;
+        o.gpu = g;
+        snprintf(o.arch, sizeof o.arch, "%s", arch);
+        attn_space sp;
+        if (attn_space_build(&o, &sp, err, sizeof err) != ATTN_OK) {
+          printf("FAIL d=%d: %s\n", ds[i], err);
+          failures++;
+          continue;
+        }
+        for (int c = 0; c < sp.count; c++)
+          if (seen++ % stride == 0) check(&sp.cfg[c], 0, 0, 1);
+        attn_space_free(&sp);
+      }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO] | space ARCH STRIDE | spec \"SPEC\" [count] [log]\n");
+    return 2;
+  }
+  int skip = nvrtc_or_skip();
+  if (skip) return skip;
+  if (strcmp(argv[1], "defaults") == 0) {
+    defaults(argv[2], argc > 3 ? argv[3] : NULL);
+  } else if (strcmp(argv[1], "space") == 0) {
+    int stride = argc > 3 ? atoi(argv[3]) : 1;
+    if (space(argv[2], stride > 0 ? stride : 1)) return 1;
+  } else if (strcmp(argv[1], "spec") == 0) {
+    attn_spec s;
+    char err[512];
+    if (attn_spec_parse(argv[2], &s, err, sizeof err) != ATTN_OK) {
+      fprintf(stderr, "%s\n", err);
+      return 2;
+    }
+    int count = argc > 3 && strcmp(argv[3], "count") == 0;
+    int verbose = argc > 4 || (argc > 3 && strcmp(argv[3], "log") == 0) ? 2 : 1;
+    check(&s, count, 1, verbose);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+  }
+  printf("%d compiled, %d failed\n", compiled, failures);
+  return failures ? 1 : 0;
+}
