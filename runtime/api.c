@@ -127,7 +127,7 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
       memcpy(why, rt->last_error, wl);
       why[wl] = '\0';
       free(rt);
-      return attn_fail(NULL, rc == ATTN_ENODEV ? ATTN_ENODEV : rc, "attn_open: no CUDA device: %s", why);
+      return attn_fail(NULL, rc, "attn_open: %s", why);
     } else {
       rt->cuda = NULL;
     }
@@ -233,8 +233,9 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
     free(plan);
     return rc;
   }
+  if (plan->cuda) plan->spec = *attn_cuda_kernel_spec(plan->cuda);
   char sum[384];
-  attn_spec_summary(s, sum, sizeof sum);
+  attn_spec_summary(&plan->spec, sum, sizeof sum);
   snprintf(plan->describe, sizeof plan->describe, "%s (%s)", sum, origin && *origin ? origin : "given");
   *out = plan;
   return ATTN_OK;
@@ -302,7 +303,7 @@ ATTN_API int attn_execute(const attn_plan *plan, const void *q, const void *k, c
   if (!q || !k || !v || !o)
     return attn_fail(rt, ATTN_EINVAL, "attn_execute: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "o");
   const attn_problem *p = &plan->p;
-  if (plan->cuda) return attn_cuda_run(rt, plan->cuda, p, q, k, v, o);
+  if (plan->cuda) return attn_cuda_run(rt, plan->cuda, p, q, k, v, o, NULL, NULL);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute: plan has no kernel");
   attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
                   .n = p->n, .n_kv = p->n_kv, .scale = p->scale};

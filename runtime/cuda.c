@@ -1,7 +1,567 @@
-/* cuda.c: placeholder until the CUDA backend lands; every call reports no device. */
+/* cuda.c: the CUDA backend. The driver API is loaded with dlopen("libcuda.so.1"), so every binary starts on a
+ * machine with no driver (ATTN_ENODEV with the reason); kernels are compiled by NVRTC (runtime/nvrtc.c) for the
+ * device's architecture, cached as cubins in the cache directory and in the database's artifacts (an application
+ * with a tuned database never runs NVRTC), and loaded with cuModuleLoadData. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "internal.h"
-int attn_cuda_open(attn_runtime *rt, attn_cuda **out) { *out = NULL; return attn_fail(rt, ATTN_ENODEV, "CUDA backend not built"); }
-void attn_cuda_close(attn_cuda *c) { (void)c; }
-int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out) { (void)s; (void)count_io; *out = NULL; return attn_fail(rt, ATTN_ENODEV, "CUDA backend not built"); }
-int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk, const void *v, void *o) { (void)k; (void)p; (void)q; (void)kk; (void)v; (void)o; return attn_fail(rt, ATTN_ENODEV, "CUDA backend not built"); }
-void attn_cuda_unload(attn_cuda_kernel *k) { (void)k; }
+#include "kernel_abi_cuda.h"
+#include "launch.h"
+
+/* Driver API types and constants, declared here so that no toolkit header is needed to build. */
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+enum {
+  CU_ATTR_SMS = 16, CU_ATTR_L2 = 38, CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76, CU_ATTR_SMEM_OPTIN = 97,
+  CU_FUNC_NUM_REGS = 4, CU_FUNC_LOCAL_BYTES = 3, CU_FUNC_MAX_DYN_SMEM = 8,
+  CU_ERROR_NO_DEVICE = 100
+};
+
+#define CU_FUNCS(X)                                                                                            \
+  X(cuInit, (unsigned))                                                                                        \
+  X(cuDriverGetVersion, (int *))                                                                               \
+  X(cuDeviceGetCount, (int *))                                                                                 \
+  X(cuDeviceGet, (CUdevice *, int))                                                                            \
+  X(cuDeviceGetName, (char *, int, CUdevice))                                                                  \
+  X(cuDeviceGetAttribute, (int *, int, CUdevice))                                                              \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                         \
+  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                  \
+  X(cuCtxSetCurrent, (CUcontext))                                                                              \
+  X(cuModuleLoadData, (CUmodule *, const void *))                                                              \
+  X(cuModuleUnload, (CUmodule))                                                                                \
+  X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                               \
+  X(cuFuncSetAttribute, (CUfunction, int, int))                                                                \
+  X(cuFuncGetAttribute, (int *, int, CUfunction))                                                              \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, (int *, CUfunction, int, size_t))                             \
+  X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, \
+                     void **, void **))                                                                        \
+  X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                                    \
+  X(cuMemFree_v2, (CUdeviceptr))                                                                               \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                      \
+  X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                            \
+  X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                       \
+  X(cuStreamSynchronize, (CUstream))                                                                           \
+  X(cuEventCreate, (CUevent *, unsigned))                                                                      \
+  X(cuEventRecord, (CUevent, CUstream))                                                                        \
+  X(cuEventSynchronize, (CUevent))                                                                             \
+  X(cuEventElapsedTime, (float *, CUevent, CUevent))                                                           \
+  X(cuEventDestroy_v2, (CUevent))
+
+struct attn_cuda {
+  void *lib;
+#define X(name, args) CUresult(*name) args;
+  CU_FUNCS(X)
+#undef X
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUdevice dev;
+  CUcontext ctx;
+  int cc_major, cc_minor, sms, smem_optin, l2_bytes;
+  char arch[16];
+  char name[256];
+};
+
+struct attn_cuda_kernel {
+  attn_cuda *cu;
+  CUmodule mod;
+  CUfunction fn;
+  attn_spec spec;           /* as compiled: arch is the device's */
+  long long smem;
+  int blocks_per_sm;
+  CUdeviceptr consts;
+  int was_cached;
+  attn_cuda_resources res;
+};
+
+static const char *cu_err(const attn_cuda *c, CUresult r) {
+  static _Thread_local char buf[48];
+  const char *s = NULL;
+  if (c && c->cuGetErrorString && c->cuGetErrorString(r, &s) == 0 && s) return s;
+  snprintf(buf, sizeof buf, "CUDA error %d", r); /* e.g. 34: the toolkit's stub library, not a driver */
+  return buf;
+}
+
+/* The spec table's name for a device ("NVIDIA H100 80GB HBM3" -> "H100"): the longest known family name found in
+ * the device name (compared without case, spaces, '-' or '_'), so that rows tuned with `--gpu H100` apply to it.
+ * tests/tuner_unit.c checks that every GPU of tuner/gpus.json is found here. */
+static const char *const families[] = {"A100", "A10G", "A10", "A30", "A40", "H100", "H200", "H20", "GH200", "B200",
+                                       "L4", "L40", "L40S", "RTX 3090", "RTX 4090", "RTX 5090", "RTX 6000", NULL};
+
+static void squash(const char *in, char *out, size_t len) {
+  size_t j = 0;
+  for (; *in && j + 1 < len; in++) {
+    char ch = *in;
+    if (ch == ' ' || ch == '-' || ch == '_') continue;
+    out[j++] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  }
+  out[j] = '\0';
+}
+
+int attn_cuda_family(const char *device_name, char *out, size_t len) {
+  char dev[256], fam[64];
+  squash(device_name ? device_name : "", dev, sizeof dev);
+  const char *best = NULL;
+  size_t best_len = 0;
+  for (int i = 0; families[i]; i++) {
+    squash(families[i], fam, sizeof fam);
+    size_t fl = strlen(fam);
+    if (fl > best_len && strstr(dev, fam)) {
+      best = families[i];
+      best_len = fl;
+    }
+  }
+  if (best) snprintf(out, len, "%s", best);
+  else snprintf(out, len, "cuda:%s", device_name ? device_name : "unknown");
+  return best ? 0 : -1;
+}
+
+/* Makes the runtime's primary context current in the calling thread (plans may be executed from any thread). */
+static int make_current(attn_runtime *rt, attn_cuda *c) {
+  CUresult r = c->cuCtxSetCurrent(c->ctx);
+  return r == 0 ? ATTN_OK : attn_fail(rt, ATTN_ERUNTIME, "cuCtxSetCurrent: %s", cu_err(c, r));
+}
+
+int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
+  *out = NULL;
+  attn_cuda *c = calloc(1, sizeof *c);
+  if (!c) return attn_fail(rt, ATTN_ENOMEM, "out of memory opening CUDA");
+  const char *libname = getenv("ATTN_LIBCUDA");
+  if (!libname || !*libname) libname = "libcuda.so.1";
+  c->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  if (!c->lib) {
+    const char *e = dlerror();
+    free(c);
+    return attn_fail(rt, ATTN_ENODEV, "no CUDA driver (%s)", e ? e : libname);
+  }
+  int missing = 0;
+  const char *first_missing = NULL;
+#define X(name, args)                                                 \
+  if (!(*(void **)&c->name = dlsym(c->lib, #name))) {                 \
+    missing++;                                                        \
+    if (!first_missing) first_missing = #name;                        \
+  }
+  CU_FUNCS(X)
+#undef X
+  *(void **)&c->cuGetErrorString = dlsym(c->lib, "cuGetErrorString");
+  if (missing) {
+    dlclose(c->lib);
+    free(c);
+    return attn_fail(rt, ATTN_ENODEV, "the CUDA driver %s lacks %s (a driver for CUDA 11 or later is needed)",
+                     libname, first_missing);
+  }
+  CUresult r = c->cuInit(0);
+  int count = 0;
+  if (r == 0) r = c->cuDeviceGetCount(&count);
+  if (r != 0 || count == 0) {
+    int rc = attn_fail(rt, ATTN_ENODEV, "no CUDA device (%s)",
+                       r == 0 ? "the driver reports none" : r == CU_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : cu_err(c, r));
+    dlclose(c->lib);
+    free(c);
+    return rc;
+  }
+  const char *ord = getenv("ATTN_CUDA_DEVICE");
+  int idx = ord && *ord ? atoi(ord) : 0;
+  if (idx < 0 || idx >= count) {
+    dlclose(c->lib);
+    free(c);
+    return attn_fail(rt, ATTN_ENODEV, "ATTN_CUDA_DEVICE=%s: there are %d CUDA devices (0..%d)", ord, count, count - 1);
+  }
+  if ((r = c->cuDeviceGet(&c->dev, idx)) != 0 || (r = c->cuDeviceGetName(c->name, sizeof c->name, c->dev)) != 0 ||
+      (r = c->cuDeviceGetAttribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->dev)) != 0 ||
+      (r = c->cuDeviceGetAttribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->dev)) != 0 ||
+      (r = c->cuDeviceGetAttribute(&c->sms, CU_ATTR_SMS, c->dev)) != 0 ||
+      (r = c->cuDeviceGetAttribute(&c->smem_optin, CU_ATTR_SMEM_OPTIN, c->dev)) != 0 ||
+      (r = c->cuDeviceGetAttribute(&c->l2_bytes, CU_ATTR_L2, c->dev)) != 0 ||
+      (r = c->cuDevicePrimaryCtxRetain(&c->ctx, c->dev)) != 0) {
+    int rc = attn_fail(rt, ATTN_ENODEV, "CUDA device %d: %s", idx, cu_err(c, r));
+    dlclose(c->lib);
+    free(c);
+    return rc;
+  }
+  if (c->cc_major < 8) {
+    int rc = attn_fail(rt, ATTN_ENODEV, "%s is sm_%d%d: the CUDA kernels need sm_80 or later", c->name, c->cc_major,
+                       c->cc_minor);
+    c->cuDevicePrimaryCtxRelease_v2(c->dev);
+    dlclose(c->lib);
+    free(c);
+    return rc;
+  }
+  snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
+  attn_cuda_family(c->name, rt->device, sizeof rt->device);
+  *out = c;
+  return ATTN_OK;
+}
+
+void attn_cuda_close(attn_cuda *c) {
+  if (!c) return;
+  c->cuDevicePrimaryCtxRelease_v2(c->dev);
+  /* libcuda stays loaded: unloading a driver library while other contexts may use it gains nothing */
+  free(c);
+}
+
+int attn_cuda_info(const attn_runtime *rt, attn_cuda_info_t *info) {
+  memset(info, 0, sizeof *info);
+  if (!rt || !rt->cuda) return ATTN_ENODEV;
+  const attn_cuda *c = rt->cuda;
+  snprintf(info->name, sizeof info->name, "%s", c->name);
+  snprintf(info->arch, sizeof info->arch, "%s", c->arch);
+  info->sms = c->sms;
+  info->smem_optin = c->smem_optin;
+  info->l2_bytes = c->l2_bytes;
+  return ATTN_OK;
+}
+
+/* ---- compiled-kernel cache: cache directory, then database artifacts, then NVRTC. */
+
+#define NVRTC_FLAGS "--std=c++17 --use_fast_math"
+
+static void *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  void *buf = NULL;
+  long sz = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz)) &&
+      fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) *len = (size_t)sz;
+  return buf;
+}
+
+/* Writes a cubin beside its final name and renames it into place (readers never see a partial file). */
+static void save_cubin(const char *dir, const char *path, const void *data, size_t len) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    /* a missing parent: create the chain */
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *s = buf + 1; *s; s++)
+      if (*s == '/') {
+        *s = '\0';
+        mkdir(buf, 0755);
+        *s = '/';
+      }
+    mkdir(buf, 0755);
+  }
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) return;
+  const char *p = data;
+  size_t left = len;
+  int bad = 0;
+  while (left && !bad) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) bad = 1;
+    else p += w, left -= (size_t)w;
+  }
+  bad |= close(fd) != 0;
+  if (bad || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* A cubin for src: *blob malloc'd. force != 0 skips the caches (a cached cubin that would not load). */
+static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const char *label, int force, void **blob,
+                     size_t *len, int *was_cached, char **log) {
+  *blob = NULL;
+  *len = 0;
+  *was_cached = 0;
+  *log = NULL;
+  size_t sl = strlen(src);
+  char *key = malloc(sl + 128);
+  if (!key) return attn_fail(rt, ATTN_ENOMEM, "out of memory hashing %s", label);
+  int kl = snprintf(key, sl + 128, "%s\nnvrtc %s %s", src, NVRTC_FLAGS, arch);
+  char hash[17];
+  attn_hash_hex(key, (size_t)kl, hash);
+  free(key);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s-%s.cubin", rt->cache_dir, hash, arch);
+  if (!force) {
+    if ((*blob = slurp(path, len))) {
+      *was_cached = 1;
+      return ATTN_OK;
+    }
+    if (rt->db && attn_db_artifact_get(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, blob, len) == ATTN_OK && *blob &&
+        *len) {
+      save_cubin(rt->cache_dir, path, *blob, *len);
+      *was_cached = 1;
+      return ATTN_OK;
+    }
+    free(*blob);
+    *blob = NULL;
+  }
+  int rc = attn_nvrtc_compile(src, "attn.cu", arch, blob, len, log);
+  if (rc == ATTN_ENODEV)
+    return attn_fail(rt, ATTN_ECOMPILE, "%s: no compiled kernel is stored for %s and %s", label, arch,
+                     *log ? *log : "NVRTC is not available");
+  if (rc != ATTN_OK) return attn_fail(rt, ATTN_ECOMPILE, "NVRTC failed on %s for %s:\n%s", label, arch, *log ? *log : "");
+  save_cubin(rt->cache_dir, path, *blob, *len);
+  /* Best effort: failing to store only means the next process compiles again. */
+  if (rt->db) attn_db_artifact_put(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, *blob, *len);
+  return ATTN_OK;
+}
+
+/* The spec as it runs on this device: compiled for the device's architecture (a cubin does not run on another
+ * major architecture); an sm_90a spec keeps its Hopper-only variant on a 9.0 device. */
+static void spec_for_device(const attn_cuda *c, const attn_spec *s, attn_spec *out) {
+  *out = *s;
+  size_t l = strlen(s->arch);
+  int arch_a = l > 0 && s->arch[l - 1] == 'a' && c->cc_major == 9 && c->cc_minor == 0;
+  size_t al = strnlen(c->arch, sizeof out->arch - 2);
+  memcpy(out->arch, c->arch, al);
+  if (arch_a) out->arch[al++] = 'a';
+  out->arch[al] = '\0';
+}
+
+static int launch(attn_runtime *rt, attn_cuda *c, CUfunction fn, unsigned grid, unsigned block, unsigned smem,
+                  attn_cuda_kargs *a, const char *what) {
+  void *params[] = {a};
+  CUresult r = c->cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, NULL, params, NULL);
+  if (r != 0) return attn_fail(rt, ATTN_ERUNTIME, "launching %s (grid %u, block %u, %u bytes of shared memory): %s",
+                               what, grid, block, smem, cu_err(c, r));
+  return ATTN_OK;
+}
+
+int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out) {
+  *out = NULL;
+  attn_cuda *c = rt->cuda;
+  if (!c) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  attn_cuda_kernel *k = calloc(1, sizeof *k);
+  if (!k) return attn_fail(rt, ATTN_ENOMEM, "out of memory loading a CUDA kernel");
+  k->cu = c;
+  spec_for_device(c, s, &k->spec);
+  char label[400], err[512];
+  attn_spec_summary(&k->spec, label, sizeof label);
+  if (count_io) strncat(label, " (counting)", sizeof label - strlen(label) - 1);
+  int rc = make_current(rt, c);
+  k->smem = attn_cuda_smem(&k->spec);
+  if (rc == ATTN_OK && k->smem > c->smem_optin)
+    rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s allows %d", label,
+                   k->smem, c->name, c->smem_optin);
+  char *src = NULL;
+  if (rc == ATTN_OK && !(src = attn_spec_source(&k->spec, count_io, err, sizeof err)))
+    rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %s", label, err);
+  for (int attempt = 0; rc == ATTN_OK && attempt < 2; attempt++) {
+    void *blob = NULL;
+    size_t len = 0;
+    char *log = NULL;
+    rc = get_cubin(rt, src, k->spec.arch, label, attempt, &blob, &len, &k->was_cached, &log);
+    if (rc == ATTN_OK) {
+      if (log) attn_nvrtc_resources(log, "attn_kernel", &k->res);
+      CUresult r = c->cuModuleLoadData(&k->mod, blob);
+      if (r != 0) {
+        k->mod = NULL;
+        rc = attn_fail(rt, ATTN_ERUNTIME, "loading the cubin of %s: %s", label, cu_err(c, r));
+        /* a cached cubin from another driver or toolkit is rebuilt once */
+        if (k->was_cached) rc = ATTN_OK;
+      }
+    }
+    free(blob);
+    free(log);
+    if (k->mod || rc != ATTN_OK) break;
+    if (attempt == 1) rc = attn_fail(rt, ATTN_ERUNTIME, "the cubin of %s does not load on %s", label, c->name);
+  }
+  free(src);
+  CUresult r = 0;
+  if (rc == ATTN_OK && (r = c->cuModuleGetFunction(&k->fn, k->mod, "attn_kernel")) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_kernel: %s", label, cu_err(c, r));
+  if (rc == ATTN_OK && k->smem > 48 * 1024 &&
+      (r = c->cuFuncSetAttribute(k->fn, CU_FUNC_MAX_DYN_SMEM, (int)k->smem)) != 0)
+    rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %lld bytes of dynamic shared memory refused: %s", label, k->smem,
+                   cu_err(c, r));
+  attn_cuda_geom g;
+  if (rc == ATTN_OK) rc = attn_cuda_geometry(&k->spec, 1, 1, 1, 0, &g, err, sizeof err) == ATTN_OK
+                              ? ATTN_OK : attn_fail(rt, ATTN_EINVAL, "%s: %s", label, err);
+  if (rc == ATTN_OK) {
+    if (k->res.registers <= 0) c->cuFuncGetAttribute(&k->res.registers, CU_FUNC_NUM_REGS, k->fn);
+    r = c->cuOccupancyMaxActiveBlocksPerMultiprocessor(&k->blocks_per_sm, k->fn, (int)g.block, (size_t)k->smem);
+    if (r != 0 || k->blocks_per_sm < 1)
+      rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s cannot run on %s: %d registers per thread x %u threads and %lld "
+                     "bytes of shared memory do not fit an SM%s%s", label, c->name, k->res.registers, g.block,
+                     k->smem, r ? ": " : "", r ? cu_err(c, r) : "");
+  }
+  if (rc == ATTN_OK && g.consts > 0) {
+    /* per-plan constants (lowrank's random directions or monomial table), written once here */
+    CUfunction init = NULL;
+    if ((r = c->cuModuleGetFunction(&init, k->mod, "attn_init")) != 0)
+      rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_init: %s", label, cu_err(c, r));
+    else if ((r = c->cuMemAlloc_v2(&k->consts, (size_t)g.consts)) != 0)
+      rc = attn_fail(rt, ATTN_ENOMEM, "%s: %lld bytes of device memory for constants: %s", label, g.consts,
+                     cu_err(c, r));
+    else {
+      attn_cuda_kargs a;
+      memset(&a, 0, sizeof a);
+      a.consts = (void *)(uintptr_t)k->consts;
+      a.scale = 1.0f;
+      rc = launch(rt, c, init, g.init_grid, g.init_block, 0, &a, "attn_init");
+      if (rc == ATTN_OK && (r = c->cuStreamSynchronize(NULL)) != 0)
+        rc = attn_fail(rt, ATTN_ERUNTIME, "%s: attn_init failed: %s", label, cu_err(c, r));
+    }
+  }
+  if (rc != ATTN_OK) {
+    attn_cuda_unload(k);
+    return rc;
+  }
+  *out = k;
+  return ATTN_OK;
+}
+
+int attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io) {
+  attn_spec t = *s;
+  if (rt->cuda) spec_for_device(rt->cuda, s, &t);
+  char label[400], err[512];
+  attn_spec_summary(&t, label, sizeof label);
+  char *src = attn_spec_source(&t, count_io, err, sizeof err);
+  if (!src) return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %s", label, err);
+  void *blob = NULL;
+  size_t len = 0;
+  char *log = NULL;
+  int cached = 0;
+  int rc = get_cubin(rt, src, t.arch, label, 0, &blob, &len, &cached, &log);
+  free(src);
+  free(blob);
+  free(log);
+  return rc;
+}
+
+void attn_cuda_unload(attn_cuda_kernel *k) {
+  if (!k) return;
+  if (k->cu) {
+    k->cu->cuCtxSetCurrent(k->cu->ctx);
+    if (k->consts) k->cu->cuMemFree_v2(k->consts);
+    if (k->mod) k->cu->cuModuleUnload(k->mod);
+  }
+  free(k);
+}
+
+int attn_cuda_was_cached(const attn_cuda_kernel *k) { return k ? k->was_cached : 0; }
+const attn_spec *attn_cuda_kernel_spec(const attn_cuda_kernel *k) { return &k->spec; }
+
+int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
+                  const void *v, void *o, attn_io *io, double *ms) {
+  attn_cuda *c = k->cu;
+  int rc = make_current(rt, c);
+  if (rc != ATTN_OK) return rc;
+  char err[256];
+  attn_cuda_geom g;
+  const long long bh = (long long)p->batch * p->heads;
+  if (attn_cuda_geometry(&k->spec, bh, p->n, p->n_kv, (long long)c->sms * k->blocks_per_sm, &g, err, sizeof err) !=
+      ATTN_OK)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s", err);
+  attn_cuda_kargs a;
+  memset(&a, 0, sizeof a);
+  a.q = q;
+  a.k = kk;
+  a.v = v;
+  a.o = o;
+  a.consts = (void *)(uintptr_t)k->consts;
+  a.batch = p->batch;
+  a.heads = p->heads;
+  a.heads_kv = p->heads_kv;
+  a.n = p->n;
+  a.n_kv = p->n_kv;
+  a.scale = p->scale;
+  a.grid_items = (int)(g.items < 0x7fffffff ? g.items : 0x7fffffff);
+  CUdeviceptr scratch = 0, counters = 0;
+  CUevent ev[2] = {NULL, NULL};
+  CUresult r = 0;
+  /* Scratch per call: a plan may run in several threads at once, and only smallcache needs any. */
+  if (g.scratch > 0 && (r = c->cuMemAlloc_v2(&scratch, (size_t)g.scratch)) != 0) {
+    rc = attn_fail(rt, ATTN_ENOMEM, "%lld bytes of device scratch: %s", g.scratch, cu_err(c, r));
+    goto done;
+  }
+  a.scratch = (void *)(uintptr_t)scratch;
+  if (io) {
+    if ((r = c->cuMemAlloc_v2(&counters, 2 * sizeof(unsigned long long))) != 0 ||
+        (r = c->cuMemsetD8_v2(counters, 0, 2 * sizeof(unsigned long long))) != 0) {
+      rc = attn_fail(rt, ATTN_ERUNTIME, "I/O counters: %s", cu_err(c, r));
+      goto done;
+    }
+    a.io = (unsigned long long *)(uintptr_t)counters;
+  }
+  if (ms && ((r = c->cuEventCreate(&ev[0], 0)) != 0 || (r = c->cuEventCreate(&ev[1], 0)) != 0 ||
+             (r = c->cuEventRecord(ev[0], NULL)) != 0)) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
+    goto done;
+  }
+  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)g.smem, &a, "attn_kernel");
+  if (rc != ATTN_OK) goto done;
+  if (ms && (r = c->cuEventRecord(ev[1], NULL)) != 0) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));
+    goto done;
+  }
+  if ((r = c->cuStreamSynchronize(NULL)) != 0) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "attn_kernel failed: %s", cu_err(c, r));
+    goto done;
+  }
+  if (ms) {
+    float t = 0;
+    if ((r = c->cuEventElapsedTime(&t, ev[0], ev[1])) != 0) {
+      rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventElapsedTime: %s", cu_err(c, r));
+      goto done;
+    }
+    *ms = t;
+  }
+  if (io) {
+    unsigned long long h[2];
+    if ((r = c->cuMemcpyDtoH_v2(h, counters, sizeof h)) != 0) {
+      rc = attn_fail(rt, ATTN_ERUNTIME, "reading the I/O counters: %s", cu_err(c, r));
+      goto done;
+    }
+    io->reads = h[0];
+    io->writes = h[1];
+  }
+done:
+  if (ev[0]) c->cuEventDestroy_v2(ev[0]);
+  if (ev[1]) c->cuEventDestroy_v2(ev[1]);
+  if (scratch) c->cuMemFree_v2(scratch);
+  if (counters) c->cuMemFree_v2(counters);
+  return rc;
+}
+
+/* ---- device memory for the tuner, bench and tests. */
+
+int attn_cuda_alloc(attn_runtime *rt, size_t bytes, void **dptr) {
+  *dptr = NULL;
+  if (!rt || !rt->cuda) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  attn_cuda *c = rt->cuda;
+  int rc = make_current(rt, c);
+  if (rc != ATTN_OK) return rc;
+  CUdeviceptr p = 0;
+  CUresult r = c->cuMemAlloc_v2(&p, bytes ? bytes : 1);
+  if (r != 0) return attn_fail(rt, ATTN_ENOMEM, "%zu bytes of device memory: %s", bytes, cu_err(c, r));
+  *dptr = (void *)(uintptr_t)p;
+  return ATTN_OK;
+}
+
+void attn_cuda_free(attn_runtime *rt, void *dptr) {
+  if (!rt || !rt->cuda || !dptr) return;
+  rt->cuda->cuCtxSetCurrent(rt->cuda->ctx);
+  rt->cuda->cuMemFree_v2((CUdeviceptr)(uintptr_t)dptr);
+}
+
+int attn_cuda_copy(attn_runtime *rt, void *dst, const void *src, size_t bytes, int to_device) {
+  if (!rt || !rt->cuda) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  attn_cuda *c = rt->cuda;
+  int rc = make_current(rt, c);
+  if (rc != ATTN_OK) return rc;
+  CUresult r = to_device ? c->cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)dst, src, bytes)
+                         : c->cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, bytes);
+  if (r != 0) return attn_fail(rt, ATTN_ERUNTIME, "copying %zu bytes %s the device: %s", bytes,
+                               to_device ? "to" : "from", cu_err(c, r));
+  return ATTN_OK;
+}

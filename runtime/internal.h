@@ -58,10 +58,29 @@ int  attn_cpu_was_cached(const attn_cpu_kernel *k);
 /* CUDA backend (runtime/cuda.c, runtime/nvrtc.c): ATTN_ENODEV when no driver or device. */
 int  attn_cuda_open(attn_runtime *rt, attn_cuda **out);
 void attn_cuda_close(attn_cuda *c);
+/* Compiles (or finds in the cache directory or the database's artifacts) and loads s for the device's arch. */
 int  attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out);
-int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p,
-                   const void *q, const void *kk, const void *v, void *o);
+/* One launch on device pointers, synchronous. io (counting builds): entries moved; ms: kernel time by CUDA events.
+ * Either may be NULL. */
+int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
+                   const void *v, void *o, attn_io *io, double *ms);
 void attn_cuda_unload(attn_cuda_kernel *k);
+/* Compiles s into the caches without loading it (the tuner's parallel compiles); thread-safe with its own rt copy. */
+int  attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io);
+int  attn_cuda_was_cached(const attn_cuda_kernel *k);
+/* The spec as loaded: its arch is the device's. */
+const attn_spec *attn_cuda_kernel_spec(const attn_cuda_kernel *k);
+/* The spec table's name for a CUDA device name ("NVIDIA H100 80GB HBM3" -> "H100"); 0, or -1 and "cuda:<name>". */
+int  attn_cuda_family(const char *device_name, char *out, size_t len);
+typedef struct attn_cuda_info_t {
+  char name[256], arch[16];
+  int sms, smem_optin, l2_bytes;
+} attn_cuda_info_t;
+int  attn_cuda_info(const attn_runtime *rt, attn_cuda_info_t *info);
+/* Device memory (pointers are CUdeviceptr values); to_device 1: host -> device. */
+int  attn_cuda_alloc(attn_runtime *rt, size_t bytes, void **dptr);
+void attn_cuda_free(attn_runtime *rt, void *dptr);
+int  attn_cuda_copy(attn_runtime *rt, void *dst, const void *src, size_t bytes, int to_device);
 /* NVRTC, loaded with dlopen: source → cubin for arch ("sm_80"). ATTN_ENODEV when libnvrtc is absent (the log
  * says why), ATTN_ECOMPILE with the log. *cubin and *log malloc'd (caller frees; either may be NULL on return).
  * A successful compile's log holds ptxas's resource report (read it with attn_nvrtc_resources). */
@@ -74,6 +93,12 @@ typedef struct attn_cuda_resources {
 } attn_cuda_resources;
 /* Reads ptxas's report for one entry function from a compile log; 0, or -1 when the log has none. */
 int  attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resources *out);
+
+/* Runs a plan on host fp32 arrays (the problem's layout) whatever its target: on CUDA the inputs are converted to the
+ * plan's dtype, copied to the device and the output back (rounded through the dtype). io: the counting build's
+ * transfers; ms: the kernel's time (CUDA events on a GPU, wall clock on the CPU). Either may be NULL. */
+int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, const float *v, float *o, attn_io *io,
+                      double *ms);
 
 /* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
 void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);

@@ -24,3 +24,31 @@ foreach(arch sm_80 sm_90)
   set_tests_properties(cuda_compile_space_all_${arch} PROPERTIES LABELS nightly TIMEOUT 7200 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")
 endforeach()
+# The toolkit's stub libcuda (no driver behind it) must also give ATTN_ENODEV, not a crash.
+find_file(ATTN_CUDA_STUB libcuda.so PATHS /usr/local/cuda/lib64/stubs /usr/local/cuda/targets/x86_64-linux/lib/stubs
+          NO_DEFAULT_PATH)
+if(ATTN_CUDA_STUB)
+  add_test(NAME cuda_nodev_stub COMMAND cuda_nodev)
+  set_tests_properties(cuda_nodev_stub PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_ENV};ATTN_LIBCUDA=${ATTN_CUDA_STUB}")
+endif()
+add_test(NAME cuda_nodev_missing COMMAND cuda_nodev)
+set_tests_properties(cuda_nodev_missing PROPERTIES LABELS cuda
+                     ENVIRONMENT "${ATTN_CUDA_ENV};ATTN_LIBCUDA=/nonexistent/libcuda.so.1")
+
+# On a GPU (label gpu; exit 77 = skipped, with the reason, where there is none): correctness against fp64 for the
+# foundation's sizes in f16, bf16 and f32, odd shapes, counted I/O against the closed forms, the API on a device.
+add_executable(cuda_correct ${CMAKE_CURRENT_LIST_DIR}/cuda_correct.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
+target_include_directories(cuda_correct PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
+target_link_libraries(cuda_correct PRIVATE attn_core m)
+set(ATTN_GPU_TESTS "io" "api")
+foreach(group flash smallcache lowrank shapes)
+  foreach(dtype f16 bf16 f32)
+    list(APPEND ATTN_GPU_TESTS "${group} ${dtype}")
+  endforeach()
+endforeach()
+foreach(t ${ATTN_GPU_TESTS})
+  string(REPLACE " " "_" name "cuda_correct_${t}")
+  separate_arguments(args UNIX_COMMAND "${t}")
+  add_test(NAME ${name} COMMAND cuda_correct ${args})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 1800 SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()

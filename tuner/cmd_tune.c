@@ -1,6 +1,6 @@
 /* cmd_tune.c: `attntune [tune]`: for every (dtype, causal, d, n) asked for, builds the search space, runs a
  * strategy over it and stores each evaluation as it is made: measured on this CPU (--gpu cpu) or, for a GPU that
- * is not present, ranked by the performance model (provenance "model"). A rerun of the same command skips what is
+ * is not present, ranked by the performance model (provenance "model"); the GPU present is measured. A rerun of the same command skips what is
  * stored, so SIGINT loses at most the measurement in flight. */
 #include <errno.h>
 #include <limits.h>
@@ -32,10 +32,11 @@ static const char tune_usage[] =
     "                [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J] [--dtype LIST]\n"
     "                [--causal 0,1] [--heads H] [--batch B] [--reps R]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
-    "  --gpu cpu measures this CPU; a GPU that is not present is ranked by the performance model (attntune gpus)\n"
+    "  --gpu cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by the\n"
+    "  performance model (attntune gpus)\n"
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
     "  --strategy exhaustive|random|anneal|genetic|FILE.lua (default: exhaustive when the budget covers the space)\n"
-    "  --budget K: configurations evaluated per problem (default: CPU 24, model the whole space)\n"
+    "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
     "  --dtype f32 (cpu) | f16,bf16 (GPU default); --causal 0,1; --heads H (cpu 2, GPU 16); --batch B (1);\n"
     "  --reps R timed repetitions (median, default 5); --jobs J parallel compiles; --db PATH (default $ATTN_DB or\n"
     "  ~/.cache/attntune/attntune.db)\n";
@@ -475,25 +476,32 @@ int attn_cmd_tune(int argc, char **argv) {
   ts.o = &o;
   ts.gpu = gpu;
   ts.tty = isatty(STDERR_FILENO);
+  attn_cuda_info_t devinfo;
+  memset(&devinfo, 0, sizeof devinfo);
   if (gpu) {
     ts.model = 1;
     if (!o.force_model) {
       attn_runtime *probe = NULL;
-      char present[256] = "no CUDA device";
-      if (attn_open(o.db_path ? o.db_path : NULL, ATTN_TARGET_CUDA, &probe) == ATTN_OK) {
+      char present[512] = "no CUDA device";
+      if (attn_open(NULL, ATTN_TARGET_CUDA, &probe) == ATTN_OK) {
+        attn_cuda_info(probe, &devinfo);
         snprintf(present, sizeof present, "%s", probe->device);
         attn_close(probe);
+      } else {
+        const char *why = attn_last_error(NULL);
+        snprintf(present, sizeof present, "%s", strncmp(why, "attn_open: ", 11) == 0 ? why + 11 : why);
       }
-      if (strcmp(present, gpu->name) == 0)
-        printf("%s is present, but this build measures on the CPU only: ranking by the performance model "
-               "(provenance model)\n", gpu->name);
-      else
-        printf("%s is not present (%s here): ranking by the performance model (provenance model)\n", gpu->name,
-               present);
+      if (strcmp(present, gpu->name) == 0) {
+        ts.model = 0;
+        printf("%s is present (%s, %s): measuring on the device (provenance measured)\n", gpu->name, devinfo.name,
+               devinfo.arch);
+      } else {
+        printf("%s is not present (%s): ranking by the performance model (provenance model)\n", gpu->name, present);
+      }
     } else {
       printf("%s: ranking by the performance model (--model; provenance model)\n", gpu->name);
     }
-    if (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) {
+    if (ts.model && (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK))) {
       printf("lowrank is left out of the model: its error is measured, never assumed\n");
       o.algos &= ~ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK);
       if (!o.algos) FAIL_USAGE("--algo lowrank alone cannot be ranked by the model: add flash or smallcache");
@@ -518,15 +526,22 @@ int attn_cmd_tune(int argc, char **argv) {
              "\"bandwidth_tbs\": %g}",
              gpu->name, gpu->arch, gpu->sms, gpu->smem_per_block_kb, gpu->bandwidth_tbs);
   } else {
-    if (attn_open(db_path, ATTN_TARGET_CPU, &rt) != ATTN_OK) {
+    if (attn_open(db_path, target, &rt) != ATTN_OK) {
       fprintf(stderr, "attntune tune: %s\n", attn_last_error(NULL));
       status = 1;
       goto out;
     }
     ts.rt = rt;
     snprintf(device, sizeof device, "%s", rt->device);
-    snprintf(devjson, sizeof devjson, "{\"kind\": \"cpu\", \"threads\": %d, \"l2_bytes\": %.0f, \"llc_bytes\": %.0f}",
-             rt->threads, attn_cpu_l2_bytes(), attn_cpu_llc_bytes());
+    if (target == ATTN_TARGET_CUDA)
+      snprintf(devjson, sizeof devjson,
+               "{\"kind\": \"gpu\", \"name\": \"%s\", \"device\": \"%s\", \"arch\": \"%s\", \"sms\": %d, "
+               "\"smem_per_block_kb\": %g, \"l2_bytes\": %d}",
+               gpu->name, devinfo.name, devinfo.arch, devinfo.sms, devinfo.smem_optin / 1024.0, devinfo.l2_bytes);
+    else
+      snprintf(devjson, sizeof devjson,
+               "{\"kind\": \"cpu\", \"threads\": %d, \"l2_bytes\": %.0f, \"llc_bytes\": %.0f}", rt->threads,
+               attn_cpu_l2_bytes(), attn_cpu_llc_bytes());
   }
   char cmd[2048];
   command_line(argc, argv, cmd, sizeof cmd);
@@ -556,6 +571,10 @@ int attn_cmd_tune(int argc, char **argv) {
                               .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu};
         so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
         if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
+        if (gpu && !ts.model) { /* the device present: its own limits and arch */
+          so.fast_mem_bytes = devinfo.smem_optin;
+          snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
+        }
         if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
           fprintf(stderr, "attntune tune: %s\n", err);
           status = 1;
@@ -571,7 +590,7 @@ int attn_cmd_tune(int argc, char **argv) {
                   spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
           empty++;
         }
-        int per = budget_given ? o.budget : (ts.model ? cnt : 24);
+        int per = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? cnt : 24);
         ts.total += (per < cnt ? per : cnt) * o.nn;
       }
   }
@@ -606,7 +625,7 @@ int attn_cmd_tune(int argc, char **argv) {
           }
           attn_tuner tu = {.space = sp, .tolerance = o.tolerance, .stop = (volatile int *)&g_stop,
                            .eval = eval_cb, .prefetch = prefetch_cb, .user = &ts};
-          tu.budget = budget_given ? o.budget : (ts.model ? sp->count : 24);
+          tu.budget = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? sp->count : 24);
           /* Deterministic per problem: the same command replays the same choices (resume). */
           tu.seed = 0x243f6a8885a308d3ULL ^ ((unsigned long long)p.n * 1000003ULL) ^ ((unsigned long long)p.d << 40) ^
                     ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60);

@@ -29,6 +29,9 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
     /* per query block: Q_i, then K_j and V_j over the visible keys; O_i written once */
     for (long i0 = 0; i0 < n; i0 += s->br) {
       long rows = lmin(s->br, n - i0), c = visible(s->causal, i0, rows, n, n_kv);
+      /* the CUDA kernel loads whole key blocks up to the one holding the last visible key (rows past n_kv are
+       * zero-filled, not read); the CPU kernel stops at that key */
+      if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(c, s->bc) * s->bc);
       r += (unsigned long long)(rows * d + 2 * c * d);
       w += (unsigned long long)(rows * d);
     }
@@ -140,7 +143,7 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   p.n = (int)n;
   p.n_kv = (int)(n_kv > 0 ? n_kv : n);
   p.d = s->d;
-  p.dtype = ATTN_F32;
+  p.dtype = s->dtype;
   p.causal = s->causal;
   p.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0; /* lowrank's error is measured here, not required */
   attn_plan *plan = NULL;
@@ -157,8 +160,7 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
     attn_fill_random(k, nk, 12);
     attn_fill_random(v, nk, 13);
     attn_poison(o, nq);
-    attn_kargs a = {q, k, v, o, 1, 1, 1, n, p.n_kv, plan->p.scale};
-    rc = attn_cpu_run(rt, plan->cpu, &a, io);
+    rc = attn_plan_run_f32(plan, q, k, v, o, io, NULL);
     if (rc == ATTN_OK && relerr) {
       attn_reference(&plan->p, q, k, v, ref);
       *relerr = attn_rel_error(ref, o, nq);

@@ -1,4 +1,4 @@
-/* io_theory.h: the I/O model of the CPU kernels — closed forms of what each template's counting build moves,
+/* io_theory.h: the I/O model of the kernels (CPU and CUDA) — closed forms of what each template's counting build moves,
  * the theory's lower bound, the fast memory a configuration needs, the tiles that minimise transfers within a
  * fast memory of M entries, and a measurement of the counting build through the runtime. */
 #ifndef ATTN_IO_THEORY_H

@@ -1,6 +1,7 @@
-/* measure.c: measuring one configuration on the CPU runtime: a checked run against fp64 (which is also the warm-up),
- * timed repetitions on input sets rotated round-robin through an arena larger than the last-level cache (so each
- * run starts with cold inputs, as in an application), and one run of the counting build for the I/O. */
+/* measure.c: measuring one configuration: a checked run against fp64 (which is also the warm-up), timed repetitions
+ * on input sets rotated round-robin through an arena larger than the last-level cache (so each run starts with cold
+ * inputs, as in an application), and one run of the counting build for the I/O. On CUDA the arena lives on the
+ * device in the problem's dtype, exceeds the L2 cache, and each repetition is timed by CUDA events. */
 #include "measure.h"
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   double sets = ceil(want / set_bytes) + 1;
   if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
   if (sets < 2) sets = 2;
+  if (c->rt->target == ATTN_TARGET_CUDA) sets = 1; /* the timed sets live on the device */
   c->sets = (int)sets;
   c->arena = malloc((size_t)c->sets * c->set_count * sizeof(float));
   c->out = malloc(c->o_count * sizeof(float));
@@ -72,6 +74,11 @@ static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
 
 void attn_meas_free(attn_meas_ctx *c) {
   if (!c) return;
+  if (c->rt && c->rt->target == ATTN_TARGET_CUDA) {
+    attn_cuda_free(c->rt, c->dev_arena);
+    attn_cuda_free(c->rt, c->dev_out);
+  }
+  c->dev_arena = c->dev_out = NULL;
   free(c->arena);
   free(c->out);
   free(c->ref);
@@ -143,15 +150,79 @@ static const char *status_for(int rc) {
                                                        : "error";
 }
 
+/* Device input sets: random values in the problem's dtype (converted from fp32 on the host), enough sets that
+ * round-robin use exceeds 1.25x the L2 cache between two uses of one set. */
+static int ensure_device_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
+  if (c->dev_arena) return ATTN_OK;
+  attn_runtime *rt = c->rt;
+  attn_cuda_info_t info;
+  if (attn_cuda_info(rt, &info) != ATTN_OK) {
+    snprintf(err, errlen, "no CUDA device open");
+    return ATTN_ENODEV;
+  }
+  const size_t es = attn_dtype_size(c->p.dtype);
+  c->dev_set_bytes = (c->set_count * es + 255) / 256 * 256;
+  double sets = ceil(1.25 * info.l2_bytes / (double)c->dev_set_bytes) + 1;
+  if (sets * (double)c->dev_set_bytes > 4.0 * ARENA_MAX_BYTES) sets = floor(4.0 * ARENA_MAX_BYTES / c->dev_set_bytes);
+  if (sets < 2) sets = 2;
+  c->dev_sets = (int)sets;
+  float *tmp = malloc(c->set_count * sizeof(float));
+  unsigned short *half = malloc(c->set_count * es);
+  int rc = tmp && half ? ATTN_OK : ATTN_ENOMEM;
+  if (rc == ATTN_OK) rc = attn_cuda_alloc(rt, (size_t)c->dev_sets * c->dev_set_bytes, &c->dev_arena);
+  if (rc == ATTN_OK) rc = attn_cuda_alloc(rt, c->o_count * es, &c->dev_out);
+  const unsigned long long seed = 0x5851f42d4c957f2dULL ^ ((unsigned long long)c->p.n << 32) ^ (unsigned long long)c->p.d;
+  for (int i = 0; i < c->dev_sets && rc == ATTN_OK; i++) {
+    attn_fill_random(tmp, c->set_count, seed + (unsigned long long)i * 104729);
+    const void *src = tmp;
+    if (c->p.dtype != ATTN_F32) {
+      for (size_t j = 0; j < c->set_count; j++)
+        half[j] = c->p.dtype == ATTN_F16 ? attn_f32_to_f16(tmp[j]) : attn_f32_to_bf16(tmp[j]);
+      src = half;
+    }
+    rc = attn_cuda_copy(rt, (char *)c->dev_arena + (size_t)i * c->dev_set_bytes, src, c->set_count * es, 1);
+  }
+  free(tmp);
+  free(half);
+  if (rc != ATTN_OK) {
+    snprintf(err, errlen, "device input sets (%d of %.1f MiB): %s", c->dev_sets, c->dev_set_bytes / 1048576.0,
+             rc == ATTN_ENOMEM && !c->dev_arena ? "out of memory" : attn_last_error(rt));
+    attn_cuda_free(rt, c->dev_arena);
+    attn_cuda_free(rt, c->dev_out);
+    c->dev_arena = c->dev_out = NULL;
+    return rc;
+  }
+  c->dev_next = 0;
+  return ATTN_OK;
+}
+
+/* Timed repetitions of plan on the device sets; the median into *ms. */
+static int time_cuda(attn_meas_ctx *c, const attn_plan *plan, double *ms) {
+  attn_runtime *rt = c->rt;
+  const size_t es = attn_dtype_size(c->p.dtype);
+  double times[64];
+  int reps = c->reps > 64 ? 64 : c->reps;
+  for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
+    const char *b = (const char *)c->dev_arena + (size_t)c->dev_next * c->dev_set_bytes;
+    c->dev_next = (c->dev_next + 1) % c->dev_sets;
+    double t = 0;
+    int rc = attn_cuda_run(rt, plan->cuda, &c->p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es,
+                           c->dev_out, NULL, &t);
+    if (rc != ATTN_OK) return rc;
+    if (i >= 0) times[i] = t;
+    if (i == 0 && times[0] > 2000.0 && reps > 3) reps = 3;
+  }
+  qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+  *ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  return ATTN_OK;
+}
+
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   memset(r, 0, sizeof *r);
   attn_runtime *rt = c->rt;
-  if (rt->target != ATTN_TARGET_CPU) {
-    set_status(r, "error", "measuring needs the CPU runtime here: the CUDA path has no device buffers in this build");
-    return;
-  }
+  const int cuda = rt->target == ATTN_TARGET_CUDA;
   char err[256];
-  if (ensure_inputs(c, err, sizeof err) != ATTN_OK) {
+  if (ensure_inputs(c, err, sizeof err) != ATTN_OK || (cuda && ensure_device_inputs(c, err, sizeof err) != ATTN_OK)) {
     set_status(r, "error", err);
     return;
   }
@@ -169,7 +240,7 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   /* Checked run, also the warm-up (compiled code paged in, scratch allocated). */
   attn_kargs a = kargs(c, 0);
   attn_poison(c->out, c->o_count);
-  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  rc = attn_plan_run_f32(plan, a.q, a.k, a.v, c->out, NULL, NULL);
   if (rc != ATTN_OK) {
     set_status(r, "error", attn_last_error(rt));
     attn_plan_destroy(plan);
@@ -180,8 +251,16 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   const int exact = s->algo != ATTN_ALGO_LOWRANK;
   const int wrong = !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0));
 
+  if (cuda) {
+    rc = time_cuda(c, plan, &r->time_ms);
+    if (rc != ATTN_OK) {
+      set_status(r, "error", attn_last_error(rt));
+      attn_plan_destroy(plan);
+      return;
+    }
+  }
   double times[64];
-  int reps = c->reps > 64 ? 64 : c->reps;
+  int reps = cuda ? 0 : c->reps > 64 ? 64 : c->reps;
   for (int i = 0; i < reps; i++) {
     a = kargs(c, c->next_set);
     c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 1;
@@ -196,8 +275,10 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
     /* A slow configuration is not worth many repetitions: three show its median. */
     if (i == 0 && times[0] > 2000.0 && reps > 3) reps = 3;
   }
-  qsort(times, (size_t)reps, sizeof times[0], cmp_double);
-  r->time_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  if (!cuda) {
+    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+    r->time_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  }
   attn_plan_destroy(plan);
 
   /* I/O: the counting build of the very same kernel, once, on the checked inputs. */
@@ -205,7 +286,7 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
     attn_io io = {0, 0};
     a = kargs(c, 0);
-    if (attn_cpu_run(rt, counting->cpu, &a, &io) == ATTN_OK) {
+    if (attn_plan_run_f32(counting, a.q, a.k, a.v, c->out, &io, NULL) == ATTN_OK) {
       r->reads = io.reads;
       r->writes = io.writes;
       r->have_io = 1;
@@ -235,6 +316,11 @@ int attn_meas_precompile(const attn_runtime *rt, const attn_spec *s) {
   }
   int rc = ATTN_OK;
   for (int count_io = 0; count_io < 2 && rc == ATTN_OK; count_io++) {
+    if (s->target == ATTN_TARGET_CUDA) {
+      mine->cuda = rt->cuda; /* read only: the device's arch */
+      rc = attn_cuda_precompile(mine, s, count_io);
+      continue;
+    }
     attn_cpu_kernel *k = NULL;
     rc = attn_cpu_load(mine, s, count_io, &k);
     attn_cpu_unload(k);

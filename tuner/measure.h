@@ -1,4 +1,4 @@
-/* measure.h: one measurement of one configuration on one problem: compile (through the runtime), check against the
+/* measure.h: one measurement of one configuration on one problem (on the CPU, or on the CUDA device present): compile (through the runtime), check against the
  * fp64 reference on fresh random inputs with a poisoned output, time (warm-up, median of repetitions rotating among
  * input buffers that together exceed the last-level cache), and count I/O with the counting build. Never fatal:
  * every failure becomes a status with a message. */
@@ -19,6 +19,10 @@ typedef struct attn_meas_ctx {
   double *ref;                 /* fp64 reference for set 0 (the checked rows), made on first use */
   int check_rows;              /* the last check_rows query rows of each head are checked (all when n is small) */
   float *check_out;            /* those rows of the output, gathered */
+  /* CUDA: input sets in the problem's dtype on the device, rotated past the L2 cache, and the output */
+  void *dev_arena, *dev_out;
+  int dev_sets, dev_next;
+  size_t dev_set_bytes;
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {

@@ -1,0 +1,313 @@
+/* cuda_correct: the CUDA kernels on a real GPU against the fp64 reference, on fresh random inputs (rounded to the
+ * dtype first, so the reference sees what the kernel sees) with a poisoned (NaN) output.
+ *   cuda_correct flash|smallcache DTYPE   every d in {16, 32, 64, 80, 96, 128, 256} x n in {1, 17, 100, 1000} x causal
+ *   cuda_correct lowrank DTYPE            the same sizes; the output against the CPU lowrank kernel with the same
+ *                                         features (same approximation), and its error against fp64 reported
+ *   cuda_correct shapes DTYPE             n_kv != n both ways, grouped-query heads, batch > 1, non-default scale
+ *   cuda_correct io                       counting builds equal tuner/io_theory.c's closed forms for CUDA specs
+ *   cuda_correct api                      NULL pointers, cached cubin on a second load, tuned-row lookup
+ * Exact algorithms: relative error <= 1e-2 in f16/bf16 and 1e-4 in f32. Exit 77 (skipped) without a CUDA device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+#include "io_theory.h"
+
+static int failures, cases;
+
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                         \
+      fprintf(stderr, "\n");                                \
+      failures++;                                           \
+    }                                                       \
+  } while (0)
+
+static unsigned long long base_seed(void) {
+  static unsigned long long s;
+  if (!s) {
+    const char *e = getenv("ATTN_TEST_SEED");
+    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ULL % 1000000007ULL + 1;
+    printf("ATTN_TEST_SEED=%llu\n", s);
+  }
+  return s;
+}
+
+static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
+
+/* Rounds x through dtype t in place. */
+static void round_to(attn_dtype t, float *x, size_t count) {
+  for (size_t i = 0; i < count && t != ATTN_F32; i++)
+    x[i] = t == ATTN_F16 ? attn_f16_to_f32(attn_f32_to_f16(x[i])) : attn_bf16_to_f32(attn_f32_to_bf16(x[i]));
+}
+
+typedef struct {
+  attn_problem p;
+  size_t nq, nkv;
+  float *q, *k, *v, *o;
+  double *ref;
+} bufs;
+
+static int setup(const attn_problem *p0, unsigned long long seed, bufs *b) {
+  memset(b, 0, sizeof *b);
+  if (attn_problem_normalize(NULL, p0, &b->p) != ATTN_OK) return -1;
+  const attn_problem *p = &b->p;
+  b->nq = (size_t)p->batch * p->heads * p->n * p->d;
+  b->nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  b->q = malloc(b->nq * sizeof(float));
+  b->o = malloc(b->nq * sizeof(float));
+  b->k = malloc(b->nkv * sizeof(float));
+  b->v = malloc(b->nkv * sizeof(float));
+  b->ref = malloc(b->nq * sizeof(double));
+  if (!b->q || !b->o || !b->k || !b->v || !b->ref) return -1;
+  seed = seed * 1000003ULL + base_seed() * 3;
+  attn_fill_random(b->q, b->nq, seed * 3 + 1);
+  attn_fill_random(b->k, b->nkv, seed * 3 + 2);
+  attn_fill_random(b->v, b->nkv, seed * 3 + 3);
+  round_to(p->dtype, b->q, b->nq);
+  round_to(p->dtype, b->k, b->nkv);
+  round_to(p->dtype, b->v, b->nkv);
+  attn_poison(b->o, b->nq);
+  attn_reference(p, b->q, b->k, b->v, b->ref);
+  return 0;
+}
+
+static void release(bufs *b) {
+  free(b->q);
+  free(b->k);
+  free(b->v);
+  free(b->o);
+  free(b->ref);
+}
+
+static const char *shape(const attn_problem *p) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "%s batch=%d heads=%d heads_kv=%d n=%d n_kv=%d d=%d causal=%d scale=%g",
+           attn_dtype_name(p->dtype), p->batch, p->heads, p->heads_kv, p->n, p->n_kv, p->d, p->causal,
+           (double)p->scale);
+  return buf;
+}
+
+/* The device's default spec of an algorithm for a problem. */
+static attn_spec default_spec(attn_runtime *rt, attn_algo a, const attn_problem *p) {
+  attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
+  attn_cuda_info_t info;
+  if (attn_cuda_info(rt, &info) == ATTN_OK) snprintf(s.arch, sizeof s.arch, "%s", info.arch);
+  return s;
+}
+
+/* The CPU kernel computing the same approximation as a CUDA lowrank spec (same features, same blocks). */
+static attn_spec cpu_twin(const attn_spec *s) {
+  attn_spec c = *s;
+  c.target = ATTN_TARGET_CPU;
+  c.dtype = ATTN_F32;
+  c.warps = c.stages = 0;
+  c.arch[0] = '\0';
+  return c;
+}
+
+/* One problem through spec s; returns its relative error against fp64 (INFINITY on failure). */
+static double run(attn_runtime *rt, attn_runtime *cpu, const attn_problem *p0, const attn_spec *s,
+                  unsigned long long seed) {
+  bufs b;
+  cases++;
+  if (setup(p0, seed, &b) != 0) {
+    CHECK(0, "%s: cannot set up buffers", shape(p0));
+    release(&b);
+    return INFINITY;
+  }
+  attn_plan *plan = NULL;
+  double err = INFINITY;
+  int rc = attn_plan_create_spec(rt, &b.p, s, 0, "test", &plan);
+  CHECK(rc == ATTN_OK, "%s: plan: %s: %s", shape(&b.p), attn_strerror(rc), attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    rc = attn_plan_run_f32(plan, b.q, b.k, b.v, b.o, NULL, NULL);
+    CHECK(rc == ATTN_OK, "%s [%s]: run: %s: %s", shape(&b.p), attn_plan_describe(plan), attn_strerror(rc),
+          attn_last_error(rt));
+    if (rc == ATTN_OK) err = attn_rel_error(b.ref, b.o, b.nq);
+  }
+  if (rc == ATTN_OK && s->algo == ATTN_ALGO_LOWRANK) {
+    /* the approximation itself is the CPU kernel's: the two must agree to the dtype's rounding */
+    attn_spec c = cpu_twin(s);
+    attn_problem pc = b.p;
+    pc.dtype = ATTN_F32;
+    attn_plan *cp = NULL;
+    float *co = malloc(b.nq * sizeof(float));
+    double *co64 = malloc(b.nq * sizeof(double));
+    int crc = co && co64 ? attn_plan_create_spec(cpu, &pc, &c, 0, "twin", &cp) : ATTN_ENOMEM;
+    if (crc == ATTN_OK) crc = attn_plan_run_f32(cp, b.q, b.k, b.v, co, NULL, NULL);
+    CHECK(crc == ATTN_OK, "%s: the CPU twin failed: %s", shape(&b.p), attn_last_error(cpu));
+    if (crc == ATTN_OK) {
+      for (size_t i = 0; i < b.nq; i++) co64[i] = co[i];
+      double diff = attn_rel_error(co64, b.o, b.nq);
+      double lim = s->dtype == ATTN_F32 ? 1e-3 : 2e-2;
+      CHECK(diff <= lim, "%s [%s]: differs from the CPU lowrank kernel by %.3g > %g", shape(&b.p),
+            attn_plan_describe(plan), diff, lim);
+      if (diff <= lim)
+        printf("ok   %-70s %-50s err vs fp64 %.2e, vs cpu %.2e\n", shape(&b.p), attn_plan_describe(plan), err, diff);
+    }
+    attn_plan_destroy(cp);
+    free(co);
+    free(co64);
+  } else if (rc == ATTN_OK) {
+    CHECK(err <= tolerance(b.p.dtype), "%s [%s]: relative error %.3g > %g", shape(&b.p), attn_plan_describe(plan), err,
+          tolerance(b.p.dtype));
+    if (err <= tolerance(b.p.dtype)) printf("ok   %-70s %-50s err %.2e\n", shape(&b.p), attn_plan_describe(plan), err);
+  }
+  attn_plan_destroy(plan);
+  release(&b);
+  return err;
+}
+
+static void sizes(attn_runtime *rt, attn_runtime *cpu, attn_algo a, attn_dtype t) {
+  static const int ds[] = {16, 32, 64, 80, 96, 128, 256}, ns[] = {1, 17, 100, 1000};
+  unsigned long long seed = 1;
+  for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+    for (int causal = 0; causal <= 1; causal++)
+      for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        attn_problem p = {.batch = 1, .heads = 2, .n = ns[ni], .d = ds[di], .dtype = t, .causal = causal,
+                          .tolerance = a == ATTN_ALGO_LOWRANK ? 0.5 : 0};
+        attn_spec s = default_spec(rt, a, &p);
+        run(rt, cpu, &p, &s, seed++);
+      }
+}
+
+static void shapes(attn_runtime *rt, attn_runtime *cpu, attn_dtype t) {
+  unsigned long long seed = 1000;
+  static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE};
+  for (int ai = 0; ai < 2; ai++)
+    for (int d = 64; d <= 128; d += 64)
+      for (int causal = 0; causal <= 1; causal++) {
+        static const int nn[][2] = {{100, 37}, {37, 300}, {1, 1000}, {1000, 1}, {130, 129}, {129, 257}};
+        for (size_t i = 0; i < sizeof nn / sizeof nn[0]; i++) {
+          attn_problem p = {.batch = 1, .heads = 2, .n = nn[i][0], .n_kv = nn[i][1], .d = d, .dtype = t,
+                            .causal = causal};
+          attn_spec s = default_spec(rt, algos[ai], &p);
+          run(rt, cpu, &p, &s, seed++);
+        }
+        attn_problem more[] = {
+            {.batch = 1, .heads = 8, .heads_kv = 2, .n = 150, .d = d, .dtype = t, .causal = causal},
+            {.batch = 2, .heads = 4, .heads_kv = 1, .n = 70, .n_kv = 90, .d = d, .dtype = t, .causal = causal},
+            {.batch = 3, .heads = 3, .n = 65, .d = d, .dtype = t, .causal = causal},
+            {.batch = 2, .heads = 2, .n = 200, .d = d, .dtype = t, .causal = causal, .scale = 0.37f},
+            {.batch = 1, .heads = 1, .n = 300, .d = d, .dtype = t, .causal = causal, .scale = 2.5f}};
+        for (int i = 0; i < 5; i++) {
+          attn_spec s = default_spec(rt, algos[ai], &more[i]);
+          run(rt, cpu, &more[i], &s, seed++);
+        }
+      }
+  /* every block shape of the tuner's flash space at one awkward size */
+  static const int brs[] = {64, 128}, bcs[] = {32, 64, 128}, warps[] = {4, 8}, stages[] = {1, 2, 3};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int w = 0; w < 2; w++)
+        for (int st = 0; st < 3; st++) {
+          attn_problem p = {.batch = 1, .heads = 2, .n = 333, .n_kv = 301, .d = 128, .dtype = t, .causal = st & 1};
+          attn_spec s = default_spec(rt, ATTN_ALGO_FLASH, &p);
+          s.br = brs[a], s.bc = bcs[b], s.warps = warps[w], s.stages = stages[st];
+          if (attn_spec_check(&s, NULL, 0) != ATTN_OK) continue;
+          run(rt, cpu, &p, &s, seed++);
+        }
+}
+
+static void io_counts(attn_runtime *rt) {
+  static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
+  static const int ns[][2] = {{1, 1}, {100, 100}, {257, 129}, {129, 300}, {1000, 1000}};
+  for (int a = 0; a < 3; a++)
+    for (int d = 64; d <= 128; d += 64)
+      for (int causal = 0; causal <= 1; causal++)
+        for (int i = 0; i < 5; i++) {
+          attn_problem p = {.d = d, .dtype = ATTN_F16, .causal = causal};
+          attn_spec s = default_spec(rt, algos[a], &p);
+          attn_io io = {0, 0};
+          double relerr = INFINITY;
+          cases++;
+          int rc = attn_io_measure(rt, &s, ns[i][0], ns[i][1], &io, &relerr);
+          CHECK(rc == ATTN_OK, "io %s d=%d n=%d n_kv=%d: %s", attn_algo_name(s.algo), d, ns[i][0], ns[i][1],
+                attn_last_error(rt));
+          unsigned long long fr = 0, fw = 0;
+          attn_io_formula(&s, 1, ns[i][0], ns[i][1], &fr, &fw);
+          CHECK(io.reads == fr && io.writes == fw, "io %s d=%d n=%d n_kv=%d causal=%d: counted %llu/%llu, formula %llu/%llu",
+                attn_algo_name(s.algo), d, ns[i][0], ns[i][1], causal, io.reads, io.writes, fr, fw);
+          const unsigned long long floor_rw = (unsigned long long)(ns[i][0] + 2 * ns[i][1]) * d;
+          CHECK(io.reads >= floor_rw,
+                "io %s: %llu reads are fewer than Q, K, V once (%llu)", attn_algo_name(s.algo), io.reads, floor_rw);
+          if (rc == ATTN_OK)
+            printf("io   %-10s d=%d n=%d n_kv=%d causal=%d: reads %llu writes %llu (formula %llu/%llu), err %.2e\n",
+                   attn_algo_name(s.algo), d, ns[i][0], ns[i][1], causal, io.reads, io.writes, fr, fw, relerr);
+        }
+}
+
+static void api(attn_runtime *rt) {
+  attn_problem p = {.batch = 1, .heads = 2, .n = 64, .d = 64, .dtype = ATTN_F16};
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create(rt, &p, &plan);
+  CHECK(rc == ATTN_OK, "default plan: %s", attn_last_error(rt));
+  cases++;
+  if (plan) {
+    printf("default plan: %s\n", attn_plan_describe(plan));
+    rc = attn_execute(plan, NULL, (void *)1, (void *)1, (void *)1);
+    CHECK(rc == ATTN_EINVAL, "attn_execute with q NULL: %d", rc);
+    attn_plan *again = NULL;
+    rc = attn_plan_create(rt, &p, &again);
+    CHECK(rc == ATTN_OK && again && attn_cuda_was_cached(again->cuda),
+          "a second plan for the same spec compiled again instead of loading the cached cubin");
+    attn_plan_destroy(again);
+  }
+  attn_plan_destroy(plan);
+  /* f32 plans exist on CUDA; an unsupported d is refused with a reason */
+  attn_problem bad = {.batch = 1, .heads = 1, .n = 8, .d = 24, .dtype = ATTN_F16};
+  plan = NULL;
+  rc = attn_plan_create(rt, &bad, &plan);
+  CHECK(rc == ATTN_EUNSUPPORTED && !plan, "d=24 on cuda: expected ATTN_EUNSUPPORTED, got %d", rc);
+  cases++;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: cuda_correct flash|smallcache|lowrank|shapes DTYPE | io | api\n");
+    return 2;
+  }
+  attn_runtime *rt = NULL, *cpu = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc == ATTN_ENODEV) {
+    printf("SKIP: %s\n", attn_last_error(NULL));
+    return 77;
+  }
+  if (rc != ATTN_OK) {
+    fprintf(stderr, "attn_open(cuda): %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
+    return 1;
+  }
+  if (attn_open(NULL, ATTN_TARGET_CPU, &cpu) != ATTN_OK) {
+    fprintf(stderr, "attn_open(cpu): %s\n", attn_last_error(NULL));
+    attn_close(rt);
+    return 1;
+  }
+  attn_cuda_info_t info;
+  attn_cuda_info(rt, &info);
+  printf("device: %s (%s, %d SMs, %d bytes of shared memory per block), filed as %s\n", info.name, info.arch, info.sms,
+         info.smem_optin, rt->device);
+  int dt = argc > 2 ? attn_dtype_parse(argv[2]) : ATTN_F16;
+  if (dt < 0) {
+    fprintf(stderr, "unknown dtype %s\n", argv[2]);
+    return 2;
+  }
+  if (strcmp(argv[1], "flash") == 0) sizes(rt, cpu, ATTN_ALGO_FLASH, (attn_dtype)dt);
+  else if (strcmp(argv[1], "smallcache") == 0) sizes(rt, cpu, ATTN_ALGO_SMALLCACHE, (attn_dtype)dt);
+  else if (strcmp(argv[1], "lowrank") == 0) sizes(rt, cpu, ATTN_ALGO_LOWRANK, (attn_dtype)dt);
+  else if (strcmp(argv[1], "shapes") == 0) shapes(rt, cpu, (attn_dtype)dt);
+  else if (strcmp(argv[1], "io") == 0) io_counts(rt);
+  else if (strcmp(argv[1], "api") == 0) api(rt);
+  else {
+    fprintf(stderr, "unknown group %s\n", argv[1]);
+    return 2;
+  }
+  attn_close(cpu);
+  attn_close(rt);
+  printf("cuda_correct %s %s: %d cases, %d failures\n", argv[1], argc > 2 ? argv[2] : "", cases, failures);
+  return failures ? 1 : 0;
+}
