@@ -11,20 +11,25 @@
 #include <time.h>
 #include "attn.h"
 #include "cmds.h"
+#include "gpus.h"
 #include "internal.h"
+#include "range.h"
 #include <unistd.h>
 #ifdef ATTN_HAVE_OPENBLAS
 #include <cblas.h>
 char *openblas_get_corename(void); /* OpenBLAS extension, declared by some cblas.h versions only */
 #endif
 
-#define BENCH_MAX_POINTS 256
 #define BENCH_FAIL_ERROR 1e-4 /* fp32 flash vs fp32 BLAS differ by ~1e-6; beyond this the kernel is wrong */
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
-    "                      [--no-blas] [--json]\n"
-    "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n";
+    "                      [--dtype LIST] [--no-blas] [--json]\n"
+    "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
+    "  cpu: the plan against the standard algorithm on OpenBLAS (f32)\n"
+    "  cuda: the plan (tuned or default) against the default flash kernel on device buffers, CUDA events, TFLOP/s\n"
+    "        against the GPU's dense peak (--dtype f16 by default; f16,bf16,f32); PyTorch's attention is compared by\n"
+    "        scripts/gpu/torch_compare.py\n";
 
 static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, "attntune bench: ");
@@ -46,42 +51,6 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
   if (errno || end == s || *end || v < lo || v > hi) return -1;
   *out = (int)v;
   return 0;
-}
-
-/* RANGE: "a..b" doubling, "a..b:s" stepping by s, "a,b,c" a list, "a" one value; values in 1..2^30. */
-static int parse_range(const char *s, int *vals, int max, int *count) {
-  char buf[256];
-  if (strlen(s) >= sizeof buf) return -1;
-  strcpy(buf, s);
-  *count = 0;
-  char *dots = strstr(buf, "..");
-  if (dots) {
-    *dots = 0;
-    char *hi_s = dots + 2, *step_s = strchr(hi_s, ':');
-    int lo, hi, step = 0;
-    if (step_s) *step_s++ = 0;
-    if (parse_int(buf, 1, 1L << 30, &lo) || parse_int(hi_s, 1, 1L << 30, &hi) || hi < lo) return -1;
-    if (step_s && parse_int(step_s, 1, 1L << 30, &step)) return -1;
-    for (long v = lo; v <= hi; v = step ? v + step : 2 * v) {
-      if (*count == max) return -1;
-      vals[(*count)++] = (int)v;
-    }
-    return 0;
-  }
-  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-    if (*count == max || parse_int(tok, 1, 1L << 30, &vals[*count])) return -1;
-    (*count)++;
-  }
-  return *count ? 0 : -1;
-}
-
-/* Reproducible uniform(-1, 1) inputs (xorshift64*). */
-static void fill(float *x, size_t cnt, unsigned long long seed) {
-  unsigned long long s = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (size_t i = 0; i < cnt; i++) {
-    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-    x[i] = (float)((double)((s * 2685821657736338717ULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-  }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -265,7 +234,7 @@ static double sgemm_rate(int m) {
   float *a = malloc(cnt * sizeof *a), *b = malloc(cnt * sizeof *b), *c = malloc(cnt * sizeof *c);
   double rate = -1;
   if (a && b && c) {
-    fill(a, cnt, 11), fill(b, cnt, 12);
+    attn_fill_random(a, cnt, 11), attn_fill_random(b, cnt, 12);
     double t[3];
     for (int r = -1; r < 3; r++) {
       double t0 = now_s();
@@ -348,7 +317,7 @@ static int bench_point(attn_runtime *rt, int n, int d, int heads, int causal, in
     fprintf(stderr, "attntune bench: out of memory for n=%d d=%d\n", n, d);
     goto done;
   }
-  fill(q, cnt, 1), fill(k, cnt, 2), fill(v, cnt, 3);
+  attn_fill_random(q, cnt, 1), attn_fill_random(k, cnt, 2), attn_fill_random(v, cnt, 3);
   for (size_t i = 0; i < cnt; i++) o[i] = NAN; /* poison: an output the kernel never writes shows as NaN */
 
   /* The plan: creation and first run under the memory probe (inputs and output already resident). */
@@ -437,9 +406,190 @@ done:
   return rc;
 }
 
+/* ---- --target cuda: the plan against the default flash kernel on the device present. */
+
+typedef struct cuda_row {
+  int n, d, heads, causal;
+  attn_dtype dtype;
+  char plan[512], base[512];
+  double plan_ms, base_ms, plan_tflops, base_tflops, ratio, peak_frac, ref_error;
+} cuda_row;
+
+static json_t *cuda_row_json(const cuda_row *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "n", json_integer(r->n));
+  json_object_set_new(o, "d", json_integer(r->d));
+  json_object_set_new(o, "heads", json_integer(r->heads));
+  json_object_set_new(o, "causal", json_boolean(r->causal));
+  json_object_set_new(o, "dtype", json_string(attn_dtype_name(r->dtype)));
+  json_object_set_new(o, "plan", json_string(r->plan));
+  json_object_set_new(o, "plan_ms", num_or_null(r->plan_ms));
+  json_object_set_new(o, "plan_tflops", num_or_null(r->plan_tflops));
+  json_object_set_new(o, "baseline", json_string(r->base));
+  json_object_set_new(o, "baseline_ms", num_or_null(r->base_ms));
+  json_object_set_new(o, "baseline_tflops", num_or_null(r->base_tflops));
+  json_object_set_new(o, "ratio", num_or_null(r->ratio));
+  json_object_set_new(o, "peak_fraction", num_or_null(r->peak_frac));
+  json_object_set_new(o, "ref_error", json_real(isfinite(r->ref_error) ? r->ref_error : 1e300));
+  return o;
+}
+
+/* One point: both plans checked on sample rows against fp64, then alternating timed runs on device buffers. */
+static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int heads, int causal, attn_dtype t,
+                      int reps, cuda_row *row) {
+  memset(row, 0, sizeof *row);
+  row->n = n, row->d = d, row->heads = heads, row->causal = causal, row->dtype = t;
+  row->peak_frac = -1;
+  attn_problem p = {.batch = 1, .heads = heads, .n = n, .d = d, .dtype = t, .causal = causal};
+  const size_t cnt = (size_t)heads * n * d, es = attn_dtype_size(t);
+  float *hq = malloc(cnt * sizeof(float)), *hk = malloc(cnt * sizeof(float)), *hv = malloc(cnt * sizeof(float));
+  float *ho = malloc(cnt * sizeof(float));
+  double *tp = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL;
+  attn_plan *plan = NULL, *base = NULL;
+  int rc = 1, e = ATTN_OK;
+  if (!hq || !hk || !hv || !ho || !tp || !tb) {
+    fprintf(stderr, "attntune bench: out of memory for n=%d d=%d\n", n, d);
+    goto done;
+  }
+  attn_fill_random(hq, cnt, 1), attn_fill_random(hk, cnt, 2), attn_fill_random(hv, cnt, 3);
+  /* the reference sees the inputs as the kernel does: rounded to the dtype */
+  for (size_t i = 0; i < cnt && t != ATTN_F32; i++) {
+    float *x[3] = {&hq[i], &hk[i], &hv[i]};
+    for (int j = 0; j < 3; j++)
+      *x[j] = t == ATTN_F16 ? attn_f16_to_f32(attn_f32_to_f16(*x[j])) : attn_bf16_to_f32(attn_f32_to_bf16(*x[j]));
+  }
+  attn_spec ds = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, t, d, causal);
+  if ((e = attn_plan_create(rt, &p, &plan)) != ATTN_OK ||
+      (e = attn_plan_create_spec(rt, &p, &ds, 0, "default", &base)) != ATTN_OK) {
+    fprintf(stderr, "attntune bench: n=%d d=%d %s: %s: %s\n", n, d, attn_dtype_name(t), attn_strerror(e),
+            attn_last_error(rt));
+    goto done;
+  }
+  snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plan));
+  snprintf(row->base, sizeof row->base, "%s", attn_plan_describe(base));
+  p = plan->p; /* normalised: the reference needs the scale */
+  const double tol = t == ATTN_F32 ? 1e-4 : 1e-2;
+  const attn_plan *both[2] = {plan, base};
+  for (int w = 0; w < 2; w++) {
+    attn_poison(ho, cnt);
+    if ((e = attn_plan_run_f32(both[w], hq, hk, hv, ho, NULL, NULL)) != ATTN_OK) {
+      fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_plan_describe(both[w]), attn_last_error(rt));
+      goto done;
+    }
+    double err = ref_error(&p, hq, hk, hv, ho);
+    if (w == 0) row->ref_error = err;
+    if (!(err <= tol)) {
+      fprintf(stderr, "attntune bench: n=%d d=%d: %s is wrong: relative error %.3g against fp64 (limit %g)\n", n, d,
+              attn_plan_describe(both[w]), err, tol);
+      goto done;
+    }
+  }
+  if ((e = attn_cuda_alloc(rt, cnt * es, &dq)) || (e = attn_cuda_alloc(rt, cnt * es, &dk)) ||
+      (e = attn_cuda_alloc(rt, cnt * es, &dv)) || (e = attn_cuda_alloc(rt, cnt * es, &dout))) {
+    fprintf(stderr, "attntune bench: n=%d d=%d: %s\n", n, d, attn_last_error(rt));
+    goto done;
+  }
+  /* device inputs in the dtype (random bits are fine for timing; correctness was checked above) */
+  {
+    unsigned short *h = malloc(cnt * es);
+    const float *src[3] = {hq, hk, hv};
+    void *dst[3] = {dq, dk, dv};
+    for (int j = 0; j < 3 && h && e == ATTN_OK; j++) {
+      for (size_t i = 0; i < cnt && t != ATTN_F32; i++)
+        h[i] = t == ATTN_F16 ? attn_f32_to_f16(src[j][i]) : attn_f32_to_bf16(src[j][i]);
+      e = attn_cuda_copy(rt, dst[j], t == ATTN_F32 ? (const void *)src[j] : h, cnt * es, 1);
+    }
+    if (!h) e = ATTN_ENOMEM;
+    free(h);
+    if (e != ATTN_OK) {
+      fprintf(stderr, "attntune bench: n=%d d=%d: uploading inputs: %s\n", n, d, attn_last_error(rt));
+      goto done;
+    }
+  }
+  for (int r = -1; r < reps; r++) /* r = -1: warm-up of both */
+    for (int side = 0; side < 2; side++) {
+      const attn_plan *pl = both[(r & 1) ? 1 - side : side];
+      double ms = 0;
+      if ((e = attn_cuda_run(rt, pl->cuda, &pl->p, dq, dk, dv, dout, NULL, &ms)) != ATTN_OK) {
+        fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_plan_describe(pl), attn_last_error(rt));
+        goto done;
+      }
+      if (r >= 0) (pl == plan ? tp : tb)[r] = ms;
+    }
+  const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
+  row->plan_ms = median(tp, reps);
+  row->base_ms = median(tb, reps);
+  row->plan_tflops = flops / row->plan_ms * 1e-9;
+  row->base_tflops = flops / row->base_ms * 1e-9;
+  row->ratio = row->base_ms / row->plan_ms;
+  if (gpu) row->peak_frac = row->plan_tflops * 1e12 / attn_gpu_peak(gpu, t);
+  rc = 0;
+done:
+  attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dout);
+  attn_plan_destroy(plan);
+  attn_plan_destroy(base);
+  free(hq), free(hk), free(hv), free(ho), free(tp), free(tb);
+  return rc;
+}
+
+static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int nd, int heads, int causal, int reps,
+                      unsigned dtypes, int json) {
+  attn_runtime *rt = NULL;
+  int e = attn_open(db, ATTN_TARGET_CUDA, &rt);
+  if (e != ATTN_OK) {
+    fprintf(stderr, "attntune bench: --target cuda: %s\n", attn_last_error(NULL));
+    return 1;
+  }
+  attn_cuda_info_t info;
+  attn_cuda_info(rt, &info);
+  char err[256];
+  const attn_gpu *gpu = attn_gpu_find(rt->device, err, sizeof err); /* NULL: not in the table, no peak column */
+  if (!json) {
+    printf("device %s (%s, %s, %d SMs); baseline: the default flash kernel; median of %d alternating runs (CUDA "
+           "events); TFLOP/s count 4*n*n_kv*d*heads%s%s\n",
+           rt->device, info.name, info.arch, info.sms, reps, causal ? "/2 (causal)" : "",
+           gpu ? "; peak: the spec table's dense rate" : "");
+    printf("%6s %4s %5s %6s %5s %10s %8s %6s %10s %8s %7s %9s  %s\n", "n", "d", "heads", "causal", "dtype", "plan ms",
+           "TFLOP/s", "peak", "base ms", "TFLOP/s", "ratio", "ref err", "plan");
+  }
+  json_t *arr = json_array();
+  int rc = 0;
+  for (int t = 0; t < 3; t++) {
+    if (!((dtypes >> t) & 1)) continue;
+    for (int i = 0; i < nn; i++)
+      for (int j = 0; j < nd; j++) {
+        cuda_row row;
+        if (cuda_point(rt, gpu, ns[i], ds[j], heads, causal, (attn_dtype)t, reps, &row)) {
+          rc = 1;
+          continue;
+        }
+        if (json) {
+          json_array_append_new(arr, cuda_row_json(&row));
+          continue;
+        }
+        char pk[16];
+        fmt_num(pk, sizeof pk, "%.0f%%", row.peak_frac * 100);
+        printf("%6d %4d %5d %6s %5s %10.3f %8.1f %6s %10.3f %8.1f %6.2fx %9.1e  %s\n", row.n, row.d, row.heads,
+               row.causal ? "yes" : "no", attn_dtype_name(row.dtype), row.plan_ms, row.plan_tflops, pk, row.base_ms,
+               row.base_tflops, row.ratio, row.ref_error, row.plan);
+        fflush(stdout);
+      }
+  }
+  if (json) {
+    char *text = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    if (text) puts(text), free(text);
+    else rc = 1;
+  }
+  json_decref(arr);
+  attn_close(rt);
+  return rc;
+}
+
 int attn_cmd_bench(int argc, char **argv) {
   const char *n_s = NULL, *d_s = NULL, *db = NULL;
   int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0;
+  const char *dtype_s = NULL;
   attn_target target = ATTN_TARGET_CPU;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -454,7 +604,7 @@ int attn_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--no-blas")) {
       no_blas = 1;
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
-               !strcmp(a, "--db") || !strcmp(a, "--reps")) {
+               !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype")) {
       if (!val) return usage("%s needs a value", a);
       i++;
       if (!strcmp(a, "--target")) {
@@ -467,6 +617,8 @@ int attn_cmd_bench(int argc, char **argv) {
         d_s = val;
       } else if (!strcmp(a, "--db")) {
         db = val;
+      } else if (!strcmp(a, "--dtype")) {
+        dtype_s = val;
       } else if (!strcmp(a, "--heads")) {
         if (parse_int(val, 1, 4096, &heads)) return usage("--heads %s: expected an integer in 1..4096", val);
       } else if (parse_int(val, 1, 1000, &reps)) {
@@ -476,15 +628,35 @@ int attn_cmd_bench(int argc, char **argv) {
       return usage("unknown argument '%s'", a);
     }
   }
+  unsigned dtypes = 0;
+  if (dtype_s) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", dtype_s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      int v = attn_dtype_parse(t);
+      if (v < 0) return usage("--dtype %s: expected f32, f16, bf16 or a list of them", dtype_s);
+      dtypes |= 1u << v;
+    }
+    if (!dtypes) return usage("--dtype %s: expected f32, f16, bf16 or a list of them", dtype_s);
+  } else {
+    dtypes = target == ATTN_TARGET_CUDA ? 1u << ATTN_F16 : 1u << ATTN_F32;
+  }
+  if (target == ATTN_TARGET_CPU && dtypes != 1u << ATTN_F32) return usage("--dtype %s: cpu kernels are f32", dtype_s);
   if (!n_s) return usage("%s", "--n RANGE is required");
   if (!d_s) return usage("%s", "--d RANGE is required");
-  int ns[BENCH_MAX_POINTS], ds[BENCH_MAX_POINTS], nn, nd;
-  if (parse_range(n_s, ns, BENCH_MAX_POINTS, &nn)) return usage("--n %s: expected a RANGE like 64..256, 64..256:32 or 64,80", n_s);
-  if (parse_range(d_s, ds, BENCH_MAX_POINTS, &nd)) return usage("--d %s: expected a RANGE like 64..256, 64..256:32 or 64,80", d_s);
+  int *ns = NULL, *ds = NULL, nn = 0, nd = 0;
+  char err[256];
+  if (attn_range_parse(n_s, &ns, &nn, err, sizeof err) != ATTN_OK) return usage("--n: %s", err);
+  if (attn_range_parse(d_s, &ds, &nd, err, sizeof err) != ATTN_OK) {
+    free(ns);
+    return usage("--d: %s", err);
+  }
   if (target == ATTN_TARGET_CUDA) {
-    /* The baseline and the buffers here are host memory; a CUDA plan executes on device pointers. */
-    fprintf(stderr, "attntune bench: --target cuda is not supported by bench in this build (host buffers only)\n");
-    return 1;
+    int rc = bench_cuda(db, ns, nn, ds, nd, heads, causal, reps, dtypes, json);
+    free(ns);
+    free(ds);
+    return rc;
   }
 #ifdef ATTN_HAVE_OPENBLAS
   if (!no_blas) bench_fix_env(json);
@@ -496,7 +668,8 @@ int attn_cmd_bench(int argc, char **argv) {
   int e = attn_open(db, target, &rt);
   if (e != ATTN_OK) {
     fprintf(stderr, "attntune bench: cannot open the runtime: %s: %s\n", attn_strerror(e), attn_last_error(rt));
-    attn_close(rt);
+    free(ns);
+    free(ds);
     return 1;
   }
   if (!json) {
@@ -538,5 +711,7 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   json_decref(arr);
   attn_close(rt);
+  free(ns);
+  free(ds);
   return rc;
 }
