@@ -73,14 +73,22 @@ typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alia
  * vectors of d. Sized so the accumulators plus operands fit the register file; ATTN_UNROLL > 0 overrides the
  * row counts (ST_RC and PV_RO) for the tuner to explore. */
 #define FL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#if FL_NREG >= 32
 #define FL_ST_NR FL_MIN(4, FL_NRV)
 #define FL_PV_ND FL_MIN(4, FL_NDV)
+#else
+#define FL_ST_NR FL_MIN(2, FL_NRV)
+#define FL_PV_ND FL_MIN(2, FL_NDV)
+#endif
 #if ATTN_UNROLL > 0
 #define FL_ST_RC ATTN_UNROLL
 #define FL_PV_RO ATTN_UNROLL
-#else
+#elif FL_NREG >= 32
 #define FL_ST_RC ((FL_NREG - 8) / FL_ST_NR)
 #define FL_PV_RO ((FL_NREG - 8) / FL_PV_ND)
+#else
+#define FL_ST_RC ((FL_NREG - 4) / FL_ST_NR)
+#define FL_PV_RO ((FL_NREG - 4) / FL_PV_ND)
 #endif
 
 #define FL_INLINE static inline __attribute__((always_inline))

@@ -138,7 +138,7 @@ static void test_space(void) {
         "64 KiB: %d of %d", small.count, sp.count);
   CHECK(strstr(small.pruned_example, "fast memory") != NULL, "pruned reason: %s", small.pruned_example);
   attn_space_free(&small);
-  /* registers: unroll 8 with 4 vectors of query rows needs 32 accumulators */
+  /* registers: unroll 8 never fits (8 rows x 4 vectors + operands > 32 registers with AVX-512, 8 x 2 + 3 > 16 else) */
   attn_spec c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
   c.br = 64, c.unroll = 8;
   char why[256];

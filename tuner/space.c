@@ -82,6 +82,17 @@ double attn_cpu_l2_bytes(void) {
   return b > 0 ? b : 1024.0 * 1024.0;
 }
 
+void attn_cpu_vectors(int d, int *regs, int *width) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const int avx512 = __builtin_cpu_supports("avx512f"), avx = __builtin_cpu_supports("avx");
+#else
+  const int avx512 = 0, avx = 0;
+#endif
+  *regs = avx512 ? 32 : 16;
+  *width = avx512 && d % 16 == 0 ? 16 : avx && d % 8 == 0 ? 8 : 4;
+}
+
 double attn_cpu_llc_bytes(void) {
   double b = sys_cache(1);
   return b > 0 ? b : 32.0 * 1024.0 * 1024.0;
@@ -135,12 +146,17 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     return -1;
   }
   if (o->target == ATTN_TARGET_CPU) {
-    /* The flash micro-kernels keep unroll x (up to 4) vector accumulators plus operands in 32 registers. */
-    int vw = 16, nrv = (c->br + vw - 1) / vw;
-    int acc = c->unroll * (nrv < 4 ? nrv : 4);
-    if (c->algo == ATTN_ALGO_FLASH && acc + 4 > 32) {
-      snprintf(why, len, "unroll=%d with Br=%d needs %d vector registers for accumulators, more than 28", c->unroll,
-               c->br, acc);
+    /* templates/flash.c's register tiles: unroll rows x nr vectors of accumulators, nr operand vectors and one
+     * broadcast, with nr = 4 (32 vector registers, AVX-512) or 2 (16 registers), in the vector width -march gives */
+    int regs = 0, vw = 1;
+    if (c->algo == ATTN_ALGO_FLASH && c->unroll > 0) attn_cpu_vectors(c->d, &regs, &vw);
+    int nr = regs >= 32 ? 4 : 2, nrv = (c->br + vw - 1) / vw, ndv = c->d / vw;
+    int st = c->unroll * (nrv < nr ? nrv : nr) + (nrv < nr ? nrv : nr) + 1;
+    int pv = c->unroll * (ndv < nr ? ndv : nr) + (ndv < nr ? ndv : nr) + 1;
+    int need = st > pv ? st : pv;
+    if (regs && need > regs) {
+      snprintf(why, len, "unroll=%d with Br=%d d=%d needs %d vector registers, this CPU has %d", c->unroll, c->br,
+               c->d, need, regs);
       return -1;
     }
   } else {
@@ -203,7 +219,7 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(base.arch, sizeof base.arch, "%s", o->arch);
   int rc = 0;
   if (o->target == ATTN_TARGET_CPU) {
-    static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 8};
+    static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 5};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
       for (int a = 0; a < LEN(brs); a++)
         for (int b = 0; b < LEN(bcs); b++)

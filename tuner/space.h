@@ -51,6 +51,9 @@ double attn_space_fast_bytes(const attn_spec *c);
 
 /* One core's L2 in bytes from /sys (the smallest unified level-2 cache of cpu0), or 1 MiB when unknown. */
 double attn_cpu_l2_bytes(void);
+/* Vector registers and the vector width in floats the kernels get on this CPU with -march=native for head
+ * dimension d (as templates/flash.c picks them: AVX-512 32 x 16, AVX/AVX2 16 x 8, otherwise 16 x 4). */
+void attn_cpu_vectors(int d, int *regs, int *width);
 /* The last-level cache in bytes (for sizing rotating input buffers), or 32 MiB when unknown. */
 double attn_cpu_llc_bytes(void);
 
