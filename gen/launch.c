@@ -61,10 +61,11 @@ int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long 
     const long long r = lowrank_rank(s);
     if (r < 1) return fail(err, len, ATTN_EUNSUPPORTED, "lowrank rank for d=%d g=%d is too large", s->d, s->degree);
     g->items = grid = bh;
-    /* random: the r x d Gaussian directions; Taylor: the monomial table (parent, variable, coefficient) */
+    /* random: the r x d Gaussian directions (stored d x r), a thread per pair of entries (Box-Muller draws two);
+     * Taylor: the monomial table (parent, variable, coefficient), built by one thread */
     g->consts = s->feature == ATTN_FEAT_RANDOM ? r * s->d * 4 : r * 12;
     g->init_block = 256;
-    g->init_grid = (unsigned)((r + 255) / 256);
+    g->init_grid = s->feature == ATTN_FEAT_RANDOM ? (unsigned)((r * s->d / 2 + 255) / 256) : 1u;
     break;
   }
   default: return fail(err, len, ATTN_EINVAL, "unknown algorithm %d", (int)s->algo);

@@ -79,6 +79,15 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
     if (s.algo == ATTN_ALGO_FLASH && dtype == ATTN_F32) {
       s.bc = 32;
       if (d > 128) s.stages = 1;
+    } else if (s.algo == ATTN_ALGO_FLASH) {
+      /* tensor cores: two 16-row tiles per warp up to d = 128 (each K/V fragment feeds two mma), one beyond with
+       * 8 warps and one K/V buffer (fp32 O and S accumulators of 128 x d and 128 x Bc fill the registers) */
+      s.br = 128;
+      s.bc = d <= 64 ? 64 : d <= 128 ? 32 : 48;
+      if (d > 128) {
+        s.warps = 8;
+        s.stages = 1;
+      }
     }
     if (s.algo == ATTN_ALGO_SMALLCACHE) {
       s.bc = 64;
@@ -92,7 +101,8 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
   }
   if (s.algo == ATTN_ALGO_LOWRANK) {
     s.feature = ATTN_FEAT_RANDOM;
-    s.rank = s.target == ATTN_TARGET_CUDA && d > 128 ? 128 : 256;
+    /* CUDA: the state, the key and query features and S of lowrank.cu fit 163 KiB at Bc 16 (d = 128: r <= 243) */
+    s.rank = s.target != ATTN_TARGET_CUDA ? 256 : d > 128 ? 128 : d == 128 ? 240 : 256;
     s.degree = 2;
     s.seed = 1;
   }
@@ -142,8 +152,9 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     if (s->stages < 1 || s->stages > 4) return fail(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
     if (s->br % 16 || s->bc % 16)
       return fail(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
-    if (s->algo == ATTN_ALGO_FLASH && s->br % (16 * s->warps) != 0 && s->dtype != ATTN_F32)
-      return fail(err, len, ATTN_EINVAL, "Br=%d must be a multiple of 16 rows per warp x %d warps", s->br, s->warps);
+    if (s->algo == ATTN_ALGO_FLASH && s->br % ((s->dtype == ATTN_F32 ? 8 : 16) * s->warps) != 0)
+      return fail(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br,
+                  s->dtype == ATTN_F32 ? 8 : 16, s->warps);
     if (arch_number(s->arch) < 0)
       return fail(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
   } else {

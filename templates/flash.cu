@@ -1,11 +1,672 @@
-/* flash.cu: pipeline check only */
-extern "C" __global__ void attn_kernel(attn_cuda_kargs a) {
+/* flash.cu: FlashAttention-2 forward pass for NVIDIA GPUs (sm_80, sm_90: mma.sync, ldmatrix, cp.async), specialised
+ * at compile time on ATTN_D, ATTN_BR, ATTN_BC, ATTN_CAUSAL, ATTN_WARPS, ATTN_STAGES and ATTN_DTYPE.
+ *
+ * Loop order as in flash.c: a thread block owns one query block Q_i (Br rows of one batch*head), loads it once, then
+ * walks the key blocks K_j, V_j (Bc rows each) with an online softmax in base 2 (scores scaled by scale*log2(e),
+ * running max m and sum l per row), accumulates O_i in fp32 registers and writes O_i / l once.
+ * Grid (gen/launch.c): blockIdx.x = bh * ceil(n/Br) + q, so consecutive blocks are query blocks of one head and
+ * share its K/V in L2; causal runs query block ceil(n/Br)-1-q, the heaviest blocks of each head first.
+ *
+ * f16 / bf16 (tensor cores): warp w owns the Br/W rows [w*Br/W, (w+1)*Br/W) of the block, in 16-row mma tiles.
+ * S = Q K_j^T by mma.sync.m16n8k16 (Q and K fragments by ldmatrix; Q's fragments stay in registers for the whole
+ * key loop when they fit, else they are read again from shared memory), mask, online softmax in registers (row
+ * max over the 4 lanes of a quad by shuffles), P rounded from the accumulator layout straight into A fragments,
+ * O += P V_j (V by ldmatrix.trans). The epilogue stages O in the warp's rows of the Q buffer for 16-byte stores.
+ * f32 (CUDA cores, exact fp32): lane (ry, cx) of warp w owns the rows w*Br/W + ry + RL*i of the block and the key
+ * columns / 16-byte chunks of d numbered cx + CL*j; P goes through shared memory in rows private to the warp.
+ *
+ * Shared memory (exactly ATTN_FLASH_SMEM): Q_i, ATTN_STAGES x (K_j, V_j), then P (f32 only). Rows are arrays of
+ * 16-byte chunks; chunk c of row r sits at c ^ phase(r), which keeps ldmatrix, the 16-byte loads and stores and the
+ * cp.async copies free of bank conflicts without padding. Copies are cp.async of 16 bytes; rows past n or n_kv are
+ * zero-filled, never read. Stages >= 2: blocks j+1 .. j+stages-1 are in flight while block j is computed (one
+ * __syncthreads per key block). Stages = 1: one K and one V buffer; V_j loads while S = Q K_j^T is computed and
+ * K_{j+1} while the softmax and P V_j are (two __syncthreads per key block).
+ *
+ * Masking: key j is visible to query i iff j < n_kv and, causal, j <= i + n_kv - n (bottom-right aligned). Causal:
+ * L = min(n_kv, max(0, i0 + rows + n_kv - n)) keys are visible to some row of the block and only key blocks with
+ * j0 < L are loaded; the blocks crossing the diagonal (or the end of the keys) are masked elementwise; a row with no
+ * visible key outputs zeros. Every warp computes every loaded block: a warp-level skip of the few blocks that are
+ * all hidden from a warp's rows costs the registers of a second path through the loop (and spills).
+ *
+ * I/O accounting (ATTN_COUNT_IO), entries per thread block, rows = min(Br, n - i0):
+ *   reads  = rows*d (Q_i, once)
+ *          + sum over j0 = 0, Bc, 2Bc, ... while j0 < L of 2*d*min(Bc, n_kv - j0) (K_j and V_j: whole blocks, also
+ *            where the causal bound L ends inside one), with L = n_kv when not causal;
+ *            in closed form 2*d*min(ceil(L/Bc)*Bc, n_kv)
+ *   writes = rows*d (O_i). */
+
+#define FA_D ATTN_D
+#define FA_BR ATTN_BR
+#define FA_BC ATTN_BC
+#define FA_W ATTN_WARPS
+#define FA_S ATTN_STAGES
+#define FA_T (32 * FA_W)
+#define FA_RW (FA_BR / FA_W)              /* query rows per warp */
+#define FA_ES (ATTN_DTYPE == 0 ? 4 : 2)   /* bytes per input element */
+#define FA_VE (16 / FA_ES)                /* elements per 16-byte chunk */
+#define FA_NC (FA_D / FA_VE)              /* chunks per row of Q, K, V, O */
+
+static_assert(FA_D % 16 == 0 && FA_BC % 16 == 0 && FA_S >= 1, "d and Bc must be multiples of 16");
+static_assert(ATTN_DTYPE == 0 ? FA_BR % (8 * FA_W) == 0 : FA_BR % (16 * FA_W) == 0,
+              "Br must give each warp whole 16-row tiles (8 rows for f32)");
+
+#define FA_QBYTES (FA_BR * FA_D * FA_ES)
+#define FA_KVBYTES (FA_BC * FA_D * FA_ES)
+#define FA_OFF_K(s) (FA_QBYTES + 2 * (s) * FA_KVBYTES)
+#define FA_OFF_V(s) (FA_OFF_K(s) + FA_KVBYTES)
+#define FA_OFF_P FA_OFF_K(FA_S)
+#define FA_SMEM_BYTES (FA_OFF_P + (ATTN_DTYPE == 0 ? FA_BR * FA_BC * 4 : 0))
+static_assert(FA_SMEM_BYTES == ATTN_FLASH_SMEM(FA_ES, FA_D, FA_BR, FA_BC, FA_S), "layout differs from ATTN_FLASH_SMEM");
+
+#if ATTN_DTYPE == 0
+typedef float fa_elem;
+#else
+typedef unsigned short fa_elem;
+#endif
+
+/* ---- PTX wrappers ---- */
+__device__ __forceinline__ unsigned fa_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills without reading src */
+__device__ __forceinline__ void fa_cp16(unsigned dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* wait until at most N of this thread's committed groups are pending */
+template <int N> __device__ __forceinline__ void fa_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ float fa_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#if ATTN_DTYPE != 0
+__device__ __forceinline__ void fa_ldsm4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void fa_ldsm4t(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+/* c += a b for one 16x8x16 tile, fp32 accumulators */
+__device__ __forceinline__ void fa_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if ATTN_DTYPE == 1
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+/* two floats rounded to nearest into one register: lo in bits 0..15 (the lower column), hi in 16..31 */
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+  unsigned r;
+#if ATTN_DTYPE == 1
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+  return r;
+}
+#endif
+/* ---- end of PTX wrappers ---- */
+
+#define FA_NEG_INF (-__int_as_float(0x7f800000))
+#define FA_STR(x) #x
+#define FA_PRAGMA(x) _Pragma(FA_STR(x))
+
+/* Swizzle of a tile whose rows are NC 16-byte chunks (NC even): chunk c of row r is stored at c ^ phase(r), with
+ * phase(r) < G = gcd(NC, 8) taken from the row bits that advance the bank group. Any 8 consecutive rows then put
+ * one logical chunk in 8 different bank groups (ldmatrix, column-wise 16-byte loads), and the XOR only permutes
+ * aligned groups of G chunks, so 8 consecutive chunks in row-major order still cover all 32 banks. */
+template <int NC> struct fa_sw {
+  static_assert(NC % 2 == 0, "rows must be whole pairs of 16-byte chunks");
+  static constexpr int G = NC % 8 == 0 ? 8 : NC % 4 == 0 ? 4 : 2;
+  static constexpr int SH = G == 8 ? 0 : G == 4 ? 1 : 2;
+  static __device__ __forceinline__ unsigned phase(unsigned r) { return (r >> SH) & (G - 1); }
+  static __device__ __forceinline__ unsigned off(unsigned r, unsigned c) { return (r * NC + (c ^ phase(r))) * 16; }
+};
+typedef fa_sw<FA_NC> fa_swt; /* Q, K, V, O tiles */
+
+/* Rows [0, cols) of a Bc x d block at src (row stride d) into the tile at dst, by all threads; rows [cols, Bc) are
+ * zero-filled (src-size 0, with an in-bounds address: the block's first row). Consecutive threads take consecutive
+ * chunks: coalesced reads, conflict-free stores. A full block (all but the last) needs no predicates, and when
+ * the threads cover whole rows 8 at a time every copy is the thread's first one plus constant offsets. */
+__device__ __forceinline__ void fa_load_block(unsigned dst, const fa_elem *src, int cols, unsigned tid) {
+  constexpr unsigned N = FA_BC * FA_NC, IT = (N + FA_T - 1) / FA_T;
+  constexpr bool REG = FA_T % FA_NC == 0 && (FA_T / FA_NC) % 8 == 0 && N % FA_T == 0;
+  const unsigned r0 = tid / FA_NC, c0 = tid % FA_NC;
+  const unsigned d0 = dst + fa_swt::off(r0, c0);
+  const fa_elem *s0 = src + r0 * FA_D + c0 * FA_VE;
+  if (REG && cols == FA_BC) {
+#pragma unroll
+    for (unsigned it = 0; it < IT; it++) fa_cp16(d0 + it * FA_T * 16, s0 + it * (FA_T / FA_NC) * FA_D, 16);
+  } else {
+#pragma unroll 1
+    for (unsigned it = 0; it < IT; it++) {
+      const unsigned idx = tid + it * FA_T;
+      if (N % FA_T == 0 || idx < N) {
+        const unsigned r = idx / FA_NC, c = idx % FA_NC;
+        const bool ok = (int)r < cols;
+        fa_cp16(dst + fa_swt::off(r, c), src + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+      }
+    }
+  }
+}
+
+/* The warp's own Br/W rows of Q_i (rows past `rows` zero-filled): only this warp reads them, and only this warp
+ * stages its O there at the end. */
+__device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int rows, unsigned wr0, unsigned lane) {
+  constexpr unsigned IT = FA_RW * FA_NC / 32;
+  static_assert(FA_RW * FA_NC % 32 == 0, "a warp's Q rows are whole rounds of 32 chunks");
+#pragma unroll
+  for (unsigned it = 0; it < IT; it++) {
+    const unsigned idx = lane + it * 32;
+    const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
+    const bool ok = (int)r < rows;
+    fa_cp16(sq + fa_swt::off(r, c), q + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+  }
+}
+
+/* Keys [0, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
+ * lb + rr) with lb = (last key the warp's first row sees) + 1 - j0, clamped to [-RW, Bc]; lim <= 0 hides them all. */
+__device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return ATTN_CAUSAL ? min(cols, lb + rr) : cols; }
+
+#if ATTN_DTYPE != 0
+/* ======================= f16 / bf16: tensor cores ======================= */
+#define FA_MT (FA_RW / 16) /* 16-row mma tiles per warp */
+#define FA_NT (FA_BC / 8)  /* 8-key n-tiles of S */
+#define FA_DT (FA_D / 8)   /* 8-wide n-tiles of O */
+#define FA_KT (FA_D / 16)  /* 16-deep k-steps of S = Q K^T */
+/* Q's fragments stay in registers when O, S and Q fit comfortably (fp32 words per thread); else they are read from
+ * shared memory at every k-step. */
+#ifndef FA_QREGS
+#define FA_QREGS (FA_MT * (FA_D / 2 + FA_BC / 2 + FA_D / 4) <= 160)
+#endif
+#define FA_G (fa_swt::G)
+/* k-steps of S = Q K^T unrolled together when Q is read from shared memory (ATTN_UNROLL, 0: 2): a short rolled
+ * loop keeps the scheduler from hoisting every step's fragments at once when O and S fill the registers */
+#define FA_QK_UNROLL (ATTN_UNROLL > 0 ? ATTN_UNROLL : 2)
+
+struct fa_state {
+  float o[FA_MT][FA_DT][4]; /* O accumulators: rows g and g+8 of each 16-row tile, d = 8*dt + 2*t + {0,1} */
+  float m[FA_MT][2], l[FA_MT][2];
+#if FA_QREGS
+  unsigned qf[FA_MT][FA_KT][4];
+#endif
+  /* per-lane byte offsets of the ldmatrix rows and of the XOR-ed chunk pairs (see fa_sw) */
+  unsigned rq, rk; /* row part plus the chunk part of step 0: Q and V lane pattern, K lane pattern */
+};
+struct fa_scores {
+  float s[FA_MT][FA_NT][4];
+};
+
+/* ldmatrix.x4 lane patterns; lane l gives the address of one row of a 16-row slab:
+ *   Q (A operand) and V (B operand, .trans): row (l & 7) + 8*((l >> 3) & 1), chunk 2*u + (l >> 4), so the four 8x8
+ *     matrices are (rows 0-7, chunk 2u), (rows 8-15, chunk 2u), (rows 0-7, chunk 2u+1), (rows 8-15, chunk 2u+1);
+ *   K (B operand): row (l & 7) + 8*(l >> 4), chunk 2*u + ((l >> 3) & 1): (rows 0-7, chunk 2u), (rows 0-7, chunk
+ *     2u+1), (rows 8-15, chunk 2u), (rows 8-15, chunk 2u+1), so each n-tile's (b0, b1) are consecutive registers.
+ * Slabs start at multiples of 16 rows, so phase(row) = phase(l & 7) for every one. */
+__device__ __forceinline__ void fa_lane_setup(fa_state &st, int lane) {
+  const unsigned ph = fa_swt::phase(lane & 7);
+  st.rq = ((lane & 7) + 8 * ((lane >> 3) & 1)) * FA_NC * 16 + (((lane >> 4) ^ ph) * 16);
+  st.rk = ((lane & 7) + 8 * (lane >> 4)) * FA_NC * 16 + ((((lane >> 3) & 1) ^ ph) * 16);
+}
+/* Byte offset for lane base `base` (rq or rk) of row slab `slab` (16 rows), chunk pair u (chunks 2u, 2u+1). The
+ * lane's chunk is (2u + x) ^ phase = 2u ^ (x ^ phase) since 2u is even: step 0's offset with u*32's bits flipped.
+ * Slabs and whole groups of G chunks are multiples of 16*G bytes, so the XOR can follow the addition. */
+#define FA_OFS(base, slab, u) \
+  ((((base) + (slab) * 16 * FA_NC * 16 + ((u) / (FA_G / 2)) * FA_G * 16) ^ (((u) % (FA_G / 2)) * 32)))
+
+__device__ __forceinline__ void fa_init(fa_state &st) {
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++) {
+#pragma unroll
+    for (int dt = 0; dt < FA_DT; dt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) st.o[mt][dt][e] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      st.m[mt][h] = FA_NEG_INF;
+      st.l[mt][h] = 0.0f;
+    }
+  }
+}
+
+/* Q fragments of the warp's rows (tile-relative row wr0) for k-step kk */
+__device__ __forceinline__ void fa_q_frag(const fa_state &st, unsigned sq, int wr0, int mt, int kk, unsigned (&a)[4]) {
+  fa_ldsm4(sq + wr0 * FA_NC * 16 + FA_OFS(st.rq, mt, kk), a[0], a[1], a[2], a[3]);
+}
+
+__device__ __forceinline__ void fa_q_regs(fa_state &st, unsigned sq, int wr0) {
+#if FA_QREGS
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+    for (int kk = 0; kk < FA_KT; kk++) fa_q_frag(st, sq, wr0, mt, kk, st.qf[mt][kk]);
+#endif
+}
+
+/* S = Q K_j^T for the warp's rows (raw, unscaled) */
+__device__ __forceinline__ void fa_qk(fa_scores &sc, const fa_state &st, unsigned sq, unsigned sk, int wr0) {
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < FA_NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) sc.s[mt][nt][e] = 0.0f;
+#if FA_QREGS
+#pragma unroll
+#else
+  FA_PRAGMA(unroll FA_QK_UNROLL)
+#endif
+  for (int kk = 0; kk < FA_KT; kk++) {
+    unsigned a[FA_MT][4];
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++) {
+#if FA_QREGS
+#pragma unroll
+      for (int e = 0; e < 4; e++) a[mt][e] = st.qf[mt][kk][e];
+#else
+      fa_q_frag(st, sq, wr0, mt, kk, a[mt]);
+#endif
+    }
+#pragma unroll
+    for (int n2 = 0; n2 < FA_NT / 2; n2++) {
+      unsigned b0, b1, b2, b3; /* keys 16*n2 + 0..7: (b0, b1); keys 16*n2 + 8..15: (b2, b3) */
+      fa_ldsm4(sk + FA_OFS(st.rk, n2, kk), b0, b1, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < FA_MT; mt++) {
+        fa_mma(sc.s[mt][2 * n2], a[mt], b0, b1);
+        fa_mma(sc.s[mt][2 * n2 + 1], a[mt], b2, b3);
+      }
+    }
+  }
+}
+
+/* Scale (base 2), mask, online softmax, O = alpha O + P V_j. masked: some key of the block is hidden from some row
+ * of the warp (cols, lb as in fa_limit). */
+__device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsigned sv, float sl2, bool masked,
+                                              int cols, int lb, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  /* P, rounded as soon as it is computed: register pa[mt][k2][h + 2*(nt & 1)] holds row h of n-tile nt = 2*k2 or
+   * 2*k2+1, which is the A fragment of keys 16*k2 .. 16*k2+15 */
+  unsigned pa[FA_MT][FA_BC / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int lim = masked ? fa_limit(cols, lb, 16 * mt + 8 * h + g) : FA_BC;
+      float mx = FA_NEG_INF;
+#pragma unroll
+      for (int nt = 0; nt < FA_NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          /* scaled before masking: a negative scale must not turn -inf into +inf */
+          float v = sc.s[mt][nt][2 * h + e] * sl2;
+          if (masked && 8 * nt + 2 * t + e >= lim) v = FA_NEG_INF;
+          sc.s[mt][nt][2 * h + e] = v;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(st.m[mt][h], mx);
+      /* a row that has seen no visible key keeps m = -inf: subtract 0 then, so -inf - -inf never occurs */
+      const float mu = mnew == FA_NEG_INF ? 0.0f : mnew;
+      const float alpha = fa_ex2(st.m[mt][h] - mu);
+      st.m[mt][h] = mnew;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < FA_NT; nt++) {
+        const float p0 = fa_ex2(sc.s[mt][nt][2 * h] - mu), p1 = fa_ex2(sc.s[mt][nt][2 * h + 1] - mu);
+        sum += p0 + p1;
+        pa[mt][nt / 2][h + 2 * (nt & 1)] = fa_pack(p0, p1);
+      }
+      /* l stays a per-lane partial sum (the quad's lanes share m and alpha); reduced once at the end */
+      st.l[mt][h] = st.l[mt][h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < FA_DT; dt++) {
+        st.o[mt][dt][2 * h] *= alpha;
+        st.o[mt][dt][2 * h + 1] *= alpha;
+      }
+    }
+#pragma unroll
+  for (int k2 = 0; k2 < FA_BC / 16; k2++)
+#pragma unroll
+    for (int d2 = 0; d2 < FA_D / 16; d2++) {
+      unsigned b0, b1, b2, b3; /* d = 16*d2 + 0..7: (b0, b1); d = 16*d2 + 8..15: (b2, b3) */
+      fa_ldsm4t(sv + FA_OFS(st.rq, k2, d2), b0, b1, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < FA_MT; mt++) {
+        fa_mma(st.o[mt][2 * d2], pa[mt][k2], b0, b1);
+        fa_mma(st.o[mt][2 * d2 + 1], pa[mt][k2], b2, b3);
+      }
+    }
+}
+
+/* O / l, rounded, staged in the warp's rows of the Q buffer, then stored as 16-byte chunks of whole rows. */
+__device__ __forceinline__ void fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  fa_wait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float l = st.l[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int r = wr0 + 16 * mt + 8 * h + g;
+#pragma unroll
+      for (int dt = 0; dt < FA_DT; dt++)
+        *(unsigned *)(smem + fa_swt::off(r, dt) + 4 * t) = fa_pack(st.o[mt][dt][2 * h] * inv, st.o[mt][dt][2 * h + 1] * inv);
+    }
+  __syncwarp();
+#pragma unroll
+  for (unsigned it = 0; it < FA_RW * FA_NC / 32; it++) {
+    const unsigned idx = lane + 32 * it;
+    const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
+    if ((int)r < rows) *(uint4 *)(o + (long long)r * FA_D + c * FA_VE) = *(const uint4 *)(smem + fa_swt::off(r, c));
+  }
+}
+
+#else
+/* ======================= f32: CUDA cores ======================= */
+#define FA_CL (FA_NC % 8 == 0 ? 8 : 4) /* lanes sharing a row: they split its keys and its chunks of d */
+#define FA_RL (32 / FA_CL)             /* rows a warp covers per step */
+#define FA_TM (FA_RW / FA_RL)          /* rows per thread */
+#define FA_TS (FA_BC / FA_CL)          /* key columns per thread */
+#define FA_TO (FA_NC / FA_CL)          /* 4-float chunks of d per thread */
+#define FA_PNC (FA_BC / 4)             /* chunks per row of P */
+typedef fa_sw<FA_PNC> fa_swp;
+static_assert(FA_RW % FA_RL == 0 && FA_BC % FA_CL == 0 && FA_NC % FA_CL == 0, "f32 thread layout");
+
+struct fa_state {
+  float4 o[FA_TM][FA_TO]; /* row ry + RL*i, d chunk cx + CL*j */
+  float m[FA_TM], l[FA_TM];
+  int ry, cx;
+};
+struct fa_scores {
+  float s[FA_TM][FA_TS]; /* row ry + RL*i, key cx + CL*j */
+};
+
+__device__ __forceinline__ void fa_lane_setup(fa_state &st, int lane) {
+  st.ry = lane / FA_CL;
+  st.cx = lane % FA_CL;
+}
+__device__ __forceinline__ void fa_init(fa_state &st) {
+#pragma unroll
+  for (int i = 0; i < FA_TM; i++) {
+#pragma unroll
+    for (int j = 0; j < FA_TO; j++) st.o[i][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    st.m[i] = FA_NEG_INF;
+    st.l[i] = 0.0f;
+  }
+}
+__device__ __forceinline__ void fa_q_regs(fa_state &, unsigned, int) {}
+
+__device__ __forceinline__ float4 fa_ld4(const unsigned char *p) { return *(const float4 *)p; }
+
+/* S = Q K_j^T (raw) for the thread's rows and key columns */
+__device__ __forceinline__ void fa_qk(fa_scores &sc, const fa_state &st, const unsigned char *sq,
+                                      const unsigned char *sk, int wr0) {
+#pragma unroll
+  for (int i = 0; i < FA_TM; i++)
+#pragma unroll
+    for (int j = 0; j < FA_TS; j++) sc.s[i][j] = 0.0f;
+#pragma unroll 2
+  for (int kc = 0; kc < FA_NC; kc++) {
+    float4 q[FA_TM];
+#pragma unroll
+    for (int i = 0; i < FA_TM; i++) q[i] = fa_ld4(sq + fa_swt::off(wr0 + st.ry + FA_RL * i, kc));
+#pragma unroll
+    for (int j = 0; j < FA_TS; j++) {
+      const float4 k = fa_ld4(sk + fa_swt::off(st.cx + FA_CL * j, kc));
+#pragma unroll
+      for (int i = 0; i < FA_TM; i++) {
+        float s = sc.s[i][j];
+        s = fmaf(q[i].x, k.x, s);
+        s = fmaf(q[i].y, k.y, s);
+        s = fmaf(q[i].z, k.z, s);
+        s = fmaf(q[i].w, k.w, s);
+        sc.s[i][j] = s;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsigned char *sp,
+                                              const unsigned char *sv, float sl2, bool masked, int cols, int lb,
+                                              int wr0) {
+#pragma unroll
+  for (int i = 0; i < FA_TM; i++) {
+    const int r = wr0 + st.ry + FA_RL * i; /* tile row */
+    const int lim = masked ? fa_limit(cols, lb, st.ry + FA_RL * i) : FA_BC;
+    float mx = FA_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < FA_TS; j++) {
+      float v = sc.s[i][j] * sl2;
+      if (masked && st.cx + FA_CL * j >= lim) v = FA_NEG_INF;
+      sc.s[i][j] = v;
+      mx = fmaxf(mx, v);
+    }
+#pragma unroll
+    for (int x = 1; x < FA_CL; x *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+    const float mnew = fmaxf(st.m[i], mx);
+    const float mu = mnew == FA_NEG_INF ? 0.0f : mnew; /* no visible key yet: avoid -inf - -inf */
+    const float alpha = fa_ex2(st.m[i] - mu);
+    st.m[i] = mnew;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < FA_TS; j++) {
+      const float p = fa_ex2(sc.s[i][j] - mu);
+      sum += p;
+      const int c = st.cx + FA_CL * j;
+      *(float *)(sp + fa_swp::off(r, c >> 2) + 4 * (c & 3)) = p;
+    }
+    st.l[i] = st.l[i] * alpha + sum; /* per-lane partial, reduced at the end */
+#pragma unroll
+    for (int j = 0; j < FA_TO; j++) {
+      st.o[i][j].x *= alpha;
+      st.o[i][j].y *= alpha;
+      st.o[i][j].z *= alpha;
+      st.o[i][j].w *= alpha;
+    }
+  }
+  __syncwarp(); /* P rows are written and read by this warp only */
+#pragma unroll 2
+  for (int kc = 0; kc < FA_PNC; kc++) {
+    float4 p[FA_TM];
+#pragma unroll
+    for (int i = 0; i < FA_TM; i++) p[i] = fa_ld4(sp + fa_swp::off(wr0 + st.ry + FA_RL * i, kc));
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+#pragma unroll
+      for (int j = 0; j < FA_TO; j++) {
+        const float4 v = fa_ld4(sv + fa_swt::off(4 * kc + e, st.cx + FA_CL * j));
+#pragma unroll
+        for (int i = 0; i < FA_TM; i++) {
+          const float pe = e == 0 ? p[i].x : e == 1 ? p[i].y : e == 2 ? p[i].z : p[i].w;
+          st.o[i][j].x = fmaf(pe, v.x, st.o[i][j].x);
+          st.o[i][j].y = fmaf(pe, v.y, st.o[i][j].y);
+          st.o[i][j].z = fmaf(pe, v.z, st.o[i][j].z);
+          st.o[i][j].w = fmaf(pe, v.w, st.o[i][j].w);
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0) {
+#pragma unroll
+  for (int i = 0; i < FA_TM; i++) {
+    float l = st.l[i];
+#pragma unroll
+    for (int x = 1; x < FA_CL; x *= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int r = wr0 + st.ry + FA_RL * i;
+    if (r < rows) {
+#pragma unroll
+      for (int j = 0; j < FA_TO; j++) {
+        const float4 v = st.o[i][j];
+        *(float4 *)(o + (long long)r * FA_D + (st.cx + FA_CL * j) * 4) =
+            make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+      }
+    }
+  }
+}
+#endif
+
+/* Key block jb of n_kv keys: its first key and its number of rows. n_kv < 2^31 (gen/launch.c), so ints hold them. */
+__device__ __forceinline__ int fa_cols(int j0, int n_kv) { return n_kv - j0 < FA_BC ? n_kv - j0 : FA_BC; }
+
+extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
-  extern __shared__ float sm[];
-  float *o = (float *)a.o;
-  sm[threadIdx.x] = a.scale;
-  __syncthreads();
-  if (blockIdx.x * blockDim.x + threadIdx.x < a.n) o[blockIdx.x * blockDim.x + threadIdx.x] = sm[threadIdx.x];
-  ATTN_CIO_READ(1);
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  if ((long long)blockIdx.x < a.grid_items) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n = (int)a.n, n_kv = (int)a.n_kv; /* both < 2^31 (gen/launch.c) */
+    const int nqb = (n - 1) / FA_BR + 1; /* n >= 1; n + Br - 1 could overflow */
+    const long long bh = blockIdx.x / nqb;
+    int qb = blockIdx.x % nqb;
+    if (ATTN_CAUSAL) qb = nqb - 1 - qb; /* heaviest first */
+    const int i0 = qb * FA_BR;
+    const int rows = n - i0 < FA_BR ? n - i0 : FA_BR;
+    const long long heads = a.heads, heads_kv = a.heads_kv > 0 ? a.heads_kv : a.heads;
+    const long long b = bh / heads, hk = (bh % heads) / (heads / heads_kv);
+    const fa_elem *q = (const fa_elem *)a.q + (bh * n + i0) * FA_D;
+    const fa_elem *k = (const fa_elem *)a.k + (b * heads_kv + hk) * n_kv * FA_D;
+    const fa_elem *v = (const fa_elem *)a.v + (b * heads_kv + hk) * n_kv * FA_D;
+    const float sl2 = a.scale * 1.4426950408889634f; /* scores in base 2 */
+    const int wr0 = warp * FA_RW;                     /* the warp's first row in the block */
+
+    /* keys visible to some row of the block: [0, L); causal: L = min(n_kv, max(0, i0 + rows + n_kv - n)) */
+    int L = n_kv;
+    if (ATTN_CAUSAL) {
+      const long long e = (long long)i0 + rows + n_kv - n;
+      L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
+    }
+    const int nb = L > 0 ? (L - 1) / FA_BC + 1 : 0;
+    /* Last key visible to the warp's first row, clamped to [-RW-1, n_kv-1] (the same masks, and 32 bits): key
+     * block j0 hides a key from some row of the warp iff j0 > diag - Bc + 1 (the first row sees the fewest keys;
+     * with diag = n_kv - 1 that is the block cut by n_kv). */
+    int diag = n_kv - 1;
+    if (ATTN_CAUSAL) {
+      const long long dg = (long long)i0 + wr0 + n_kv - n;
+      diag = dg < -FA_RW - 1 ? -FA_RW - 1 : dg < n_kv - 1 ? (int)dg : n_kv - 1;
+    }
+
+    const unsigned sbase = fa_saddr(attn_smem);
+    fa_state st;
+    fa_lane_setup(st, lane);
+    fa_init(st);
+
+    fa_load_q(sbase, q, rows, wr0, lane);
+    ATTN_CIO_READ((long long)rows * FA_D);
+    fa_commit();
+
+#if FA_S == 1
+    if (nb > 0) {
+      const int cols = fa_cols(0, n_kv);
+      fa_load_block(sbase + FA_OFF_K(0), k, cols, tid);
+      ATTN_CIO_READ((long long)cols * FA_D);
+    }
+    fa_commit();
+    fa_wait<1>(); /* Q */
+    __syncwarp();
+    fa_q_regs(st, sbase, wr0);
+    for (int jb = 0; jb < nb; jb++) {
+      const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
+      const bool masked = j0 > diag - FA_BC + 1;
+      const int lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW); /* see fa_limit */
+      fa_wait<0>();    /* K_j */
+      __syncthreads(); /* K_j visible to all; every warp is done with V_{j-1} */
+      fa_load_block(sbase + FA_OFF_V(0), v + (long long)j0 * FA_D, cols, tid);
+      ATTN_CIO_READ((long long)cols * FA_D);
+      fa_commit();
+      fa_scores sc;
+#if ATTN_DTYPE == 0
+      fa_qk(sc, st, attn_smem, attn_smem + FA_OFF_K(0), wr0);
+#else
+      fa_qk(sc, st, sbase, sbase + FA_OFF_K(0), wr0);
+#endif
+      fa_wait<0>();    /* V_j */
+      __syncthreads(); /* V_j visible to all; every warp is done with K_j */
+      if (jb + 1 < nb) {
+        const int j1 = j0 + FA_BC, c1 = fa_cols(j1, n_kv);
+        fa_load_block(sbase + FA_OFF_K(0), k + (long long)j1 * FA_D, c1, tid);
+        ATTN_CIO_READ((long long)c1 * FA_D);
+        fa_commit();
+      }
+#if ATTN_DTYPE == 0
+      fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(0), sl2, masked, cols, lb, wr0);
+#else
+      fa_softmax_pv(st, sc, sbase + FA_OFF_V(0), sl2, masked, cols, lb, lane);
+#endif
+    }
+#else
+    /* prologue: blocks 0 .. S-2, one group each (empty groups keep the count of groups fixed) */
+#pragma unroll
+    for (int s = 0; s < FA_S - 1; s++) {
+      if (s < nb) {
+        const int j0 = s * FA_BC, cols = fa_cols(j0, n_kv);
+        fa_load_block(sbase + FA_OFF_K(s), k + (long long)j0 * FA_D, cols, tid);
+        fa_load_block(sbase + FA_OFF_V(s), v + (long long)j0 * FA_D, cols, tid);
+        ATTN_CIO_READ(2LL * cols * FA_D);
+      }
+      fa_commit();
+    }
+    fa_wait<FA_S - 1>(); /* Q */
+    __syncwarp();
+    fa_q_regs(st, sbase, wr0);
+    int stage = 0;
+    for (int jb = 0; jb < nb; jb++) {
+      const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
+      const bool masked = j0 > diag - FA_BC + 1;
+      const int lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW); /* see fa_limit */
+      fa_wait<FA_S - 2>(); /* block j */
+      __syncthreads();     /* block j visible to all; every warp is done with block j-1, whose buffer refills now */
+      {
+        const int jn = jb + FA_S - 1;
+        if (jn < nb) {
+          const int sn = stage == 0 ? FA_S - 1 : stage - 1;
+          const int j1 = jn * FA_BC, c1 = fa_cols(j1, n_kv);
+          fa_load_block(sbase + FA_OFF_K(sn), k + (long long)j1 * FA_D, c1, tid);
+          fa_load_block(sbase + FA_OFF_V(sn), v + (long long)j1 * FA_D, c1, tid);
+          ATTN_CIO_READ(2LL * c1 * FA_D);
+        }
+        fa_commit();
+      }
+      {
+        fa_scores sc;
+#if ATTN_DTYPE == 0
+        fa_qk(sc, st, attn_smem, attn_smem + FA_OFF_K(stage), wr0);
+        fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(stage), sl2, masked, cols, lb, wr0);
+#else
+        fa_qk(sc, st, sbase, sbase + FA_OFF_K(stage), wr0);
+        fa_softmax_pv(st, sc, sbase + FA_OFF_V(stage), sl2, masked, cols, lb, lane);
+#endif
+      }
+      stage = stage == FA_S - 1 ? 0 : stage + 1;
+    }
+#endif
+
+    fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_D;
+#if ATTN_DTYPE == 0
+    fa_wait<0>();
+    fa_epilogue(st, o, rows, wr0);
+#else
+    fa_epilogue(st, attn_smem, o, rows, wr0, lane);
+#endif
+    ATTN_CIO_WRITE((long long)rows * FA_D);
+  }
   ATTN_CIO_FLUSH(a);
 }

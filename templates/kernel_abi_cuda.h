@@ -29,16 +29,18 @@ typedef struct attn_cuda_kargs {
  * flash: Q_i (Br x d) and `stages` buffers of K_j, V_j (Bc x d each) in the input type; the f32 kernel also keeps
  *   P (Br x Bc floats) there (its threads own O by rows, so P goes through shared memory).
  * smallcache: three T x T fp32 tiles (Q|P, K|V, accumulator) and m, l for Br rows, T = tile (0: Br).
- * lowrank: the r x (d+1) fp32 state (KV | z), a key block's features (Bc x r), the block's V rows (Bc x d) and one
- *   query row's features and numerator (r + d), all fp32. */
+ * lowrank: all fp32, r4 = r rounded up to 4, rs = r4 + 4 or r4 + 8 (rs/4 odd): the state KV | z (r4 x (d+1)), the
+ *   features of a key block and of a query group (2 x Bc x rs), their K, Q or V rows (Bc x d), S (Bc x Bc), 3 x Bc. */
 #define ATTN_FLASH_SMEM(esize, d, br, bc, stages) \
   ((esize) == 4 ? 4LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d) + (long long)(br) * (bc)) \
                 : 2LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d)))
 #define ATTN_SC_TILE(br, tile) ((tile) > 0 ? (tile) : (br))
 #define ATTN_SMALLCACHE_SMEM(d, br, tile) \
   (4LL * (3LL * ATTN_SC_TILE(br, tile) * ATTN_SC_TILE(br, tile) + 2LL * (br)))
-#define ATTN_LOWRANK_SMEM(d, r, bc) \
-  (4LL * ((long long)(r) * ((d) + 1) + (long long)(bc) * (r) + (long long)(bc) * (d) + (r) + (d)))
+#define ATTN_LOWRANK_SMEM(d, r, bc)                                                                              \
+  (4LL * ((((long long)(r) + 3) / 4 * 4) * ((d) + 1) +                                                           \
+          2LL * (bc) * ((((long long)(r) + 3) / 4 * 4) + 4 + ((((long long)(r) + 3) / 4 * 4) & 4)) +             \
+          (long long)(bc) * (d) + (long long)(bc) * (bc) + 3LL * (bc)))
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 /* Counting build. Every thread of a block keeps the block's count (the same uniform value in each thread: call

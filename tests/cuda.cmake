@@ -1,6 +1,7 @@
 # CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV, and NVRTC compiles the
-# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d, dtype and causal with no spills; a spread
-# sample of the tuner's space; the whole space under the nightly label). Exit 77 (skipped) without NVRTC.
+# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d and dtype with no spills, causal alternating;
+# a spread sample of the tuner's space; both causal values and the whole space under the nightly label). Exit 77
+# (skipped) without NVRTC.
 set(ATTN_CUDA_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache-cuda)
 file(MAKE_DIRECTORY ${ATTN_CUDA_TEST_CACHE})
 set(ATTN_CUDA_ENV "ATTN_CACHE_DIR=${ATTN_CUDA_TEST_CACHE}" "ATTN_DB=${ATTN_CUDA_TEST_CACHE}/no-database.db")
@@ -15,6 +16,9 @@ foreach(arch sm_80 sm_90)
   foreach(algo flash smallcache lowrank)
     add_test(NAME cuda_compile_defaults_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo})
     set_tests_properties(cuda_compile_defaults_${algo}_${arch} PROPERTIES LABELS cuda TIMEOUT 900
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+    add_test(NAME cuda_compile_defaults_all_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo} all)
+    set_tests_properties(cuda_compile_defaults_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
   endforeach()
   add_test(NAME cuda_compile_space_${arch} COMMAND cuda_compile space ${arch} 23)

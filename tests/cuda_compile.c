@@ -1,7 +1,9 @@
 /* cuda_compile: the CUDA templates through NVRTC to cubin, no GPU needed.
- *   cuda_compile defaults ARCH [ALGO]   the default configuration of every (algorithm, d, dtype, causal) compiles with
- *                                       zero errors, no local-memory spills, and shared memory within the arch's
- *                                       per-block limit; the counting build of each compiles too
+ *   cuda_compile defaults ARCH [ALGO [all]]
+ *                                       the default configuration of every (algorithm, d, dtype) compiles with zero
+ *                                       errors, no local-memory spills, and shared memory within the arch's per-block
+ *                                       limit, causal alternating with d and dtype (`all`: both causal values for
+ *                                       each); the counting builds of d = 64, 128, 192, 256 compile too
  *   cuda_compile space ARCH STRIDE      every STRIDE-th configuration of the tuner's CUDA space (flash, smallcache,
  *                                       lowrank) for a spread of d, dtypes and causal; STRIDE 1 is the whole space
  *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
@@ -79,7 +81,9 @@ static int nvrtc_or_skip(void) {
   return 0;
 }
 
-static int defaults(const char *arch, const char *only) {
+/* all = 0: each (d, dtype) once, causal alternating so both values occur for every d and every dtype (CI);
+ * all = 1: both causal values everywhere (nightly). */
+static int defaults(const char *arch, const char *only, int all) {
   static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
   static const attn_dtype dtypes[] = {ATTN_F16, ATTN_BF16, ATTN_F32};
   for (int a = 0; a < 3; a++) {
@@ -87,11 +91,12 @@ static int defaults(const char *arch, const char *only) {
     for (int d = 16; d <= 256; d += 16)
       for (int t = 0; t < 3; t++)
         for (int causal = 0; causal < 2; causal++) {
+          if (!all && causal != (d / 16 + t) % 2) continue;
           attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, causal);
           snprintf(s.arch, sizeof s.arch, "%s", arch);
           check(&s, 0, 1, 1);
           /* the counting build must compile as well; a few extra registers for the counters are fine */
-          if (d % 64 == 0 && causal == 1) check(&s, 1, 0, 0);
+          if (d % 64 == 0 && (causal == 1 || !all)) check(&s, 1, 0, 0);
         }
   }
   return 0;
@@ -136,13 +141,13 @@ static int space(const char *arch, int stride) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO] | space ARCH STRIDE | spec \"SPEC\" [count] [log]\n");
+    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO [all]] | space ARCH STRIDE | spec \"SPEC\" [count] [log]\n");
     return 2;
   }
   int skip = nvrtc_or_skip();
   if (skip) return skip;
   if (strcmp(argv[1], "defaults") == 0) {
-    defaults(argv[2], argc > 3 ? argv[3] : NULL);
+    defaults(argv[2], argc > 3 ? argv[3] : NULL, argc > 4 && strcmp(argv[4], "all") == 0);
   } else if (strcmp(argv[1], "space") == 0) {
     int stride = argc > 3 ? atoi(argv[3]) : 1;
     if (space(argv[2], stride > 0 ? stride : 1)) return 1;

@@ -161,9 +161,13 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     }
   } else {
     double regs = cuda_regs(c);
-    if (regs > 255) {
-      snprintf(why, len, "Br=%d Bc=%d with %d warps needs about %.0f registers per thread (at most 255)", c->br, c->bc,
-               c->warps, regs);
+    /* flash with 32 or more query rows per warp: the estimate understates the fragments and softmax temporaries;
+     * ptxas spills from about 232 (f16/bf16) and 180 (f32, whose lanes hold more rows each) estimated registers */
+    double limit = 255;
+    if (c->algo == ATTN_ALGO_FLASH && c->br / c->warps >= 32) limit = c->dtype == ATTN_F32 ? 180 : 231;
+    if (regs > limit) {
+      snprintf(why, len, "Br=%d Bc=%d with %d warps needs about %.0f registers per thread (at most %.0f here)", c->br,
+               c->bc, c->warps, regs, limit);
       return -1;
     }
     if (o->gpu && regs * 32.0 * c->warps > o->gpu->regs_per_sm) {
@@ -171,8 +175,9 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
                o->gpu->regs_per_sm);
       return -1;
     }
-    if (c->algo == ATTN_ALGO_FLASH && c->br % (16 * c->warps)) {
-      snprintf(why, len, "Br=%d must be a multiple of 16 rows x %d warps", c->br, c->warps);
+    const int rows = c->dtype == ATTN_F32 ? 8 : 16; /* a warp's query rows: mma tiles, or the f32 lane grid */
+    if (c->algo == ATTN_ALGO_FLASH && c->br % (rows * c->warps)) {
+      snprintf(why, len, "Br=%d must be a multiple of %d rows x %d warps", c->br, rows, c->warps);
       return -1;
     }
   }
