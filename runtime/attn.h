@@ -29,7 +29,8 @@ typedef struct attn_problem {
 /* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults. */
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
-int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o); /* host ptrs on CPU, device ptrs on CUDA */
+/* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written. */
+int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o);
 const char *attn_plan_describe(const attn_plan *plan);   /* "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" */
 void attn_plan_destroy(attn_plan *plan);                  /* NULL is fine */
 void attn_close(attn_runtime *rt);                        /* NULL is fine */

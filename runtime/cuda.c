@@ -454,6 +454,12 @@ const attn_spec *attn_cuda_kernel_spec(const attn_cuda_kernel *k) { return &k->s
 int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
                   const void *v, void *o, attn_io *io, double *ms) {
   attn_cuda *c = k->cu;
+  /* the kernels move 16-byte vectors (cp.async, vector loads and stores) */
+  const void *ptrs[4] = {q, kk, v, o};
+  for (int i = 0; i < 4; i++)
+    if ((uintptr_t)ptrs[i] % 16)
+      return attn_fail(rt, ATTN_EINVAL, "attn_execute: %c = %p is not 16-byte aligned (CUDA kernels load 16-byte vectors)",
+                       "qkvo"[i], ptrs[i]);
   int rc = make_current(rt, c);
   if (rc != ATTN_OK) return rc;
   char err[256];

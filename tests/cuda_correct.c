@@ -252,6 +252,16 @@ static void api(attn_runtime *rt) {
     printf("default plan: %s\n", attn_plan_describe(plan));
     rc = attn_execute(plan, NULL, (void *)1, (void *)1, (void *)1);
     CHECK(rc == ATTN_EINVAL, "attn_execute with q NULL: %d", rc);
+    void *buf = NULL;
+    if (attn_cuda_alloc(rt, 4 * 2 * 64 * 64 * 2 + 64, &buf) == ATTN_OK) {
+      char *b = buf;
+      rc = attn_execute(plan, b + 2, b + 16384, b + 32768, b + 49152);
+      CHECK(rc == ATTN_EINVAL && strstr(attn_last_error(rt), "aligned"), "a misaligned q: %d %s", rc,
+            attn_last_error(rt));
+      rc = attn_execute(plan, b, b + 16384, b + 32768, b + 49152);
+      CHECK(rc == ATTN_OK, "aligned device buffers: %s", attn_last_error(rt));
+      attn_cuda_free(rt, buf);
+    }
     attn_plan *again = NULL;
     rc = attn_plan_create(rt, &p, &again);
     CHECK(rc == ATTN_OK && again && attn_cuda_was_cached(again->cuda),
