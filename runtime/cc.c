@@ -11,69 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "cc.h"
+#include "files.h"
 
 extern char **environ;
 
 #define LOG_MAX (ATTN_ERRLEN - 3072) /* room for the message and command around it */
-
-static int mkdir_p(const char *dir) {
-  char buf[4096];
-  size_t l = strlen(dir);
-  if (l == 0 || l >= sizeof buf) return -1;
-  memcpy(buf, dir, l + 1);
-  for (char *s = buf + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-    *s = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-  struct stat st;
-  return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
-}
-
-static int write_all(int fd, const void *data, size_t len) {
-  const char *p = data;
-  while (len) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-static void *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  void *buf = NULL;
-  long sz = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz)) &&
-      fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) *len = (size_t)sz;
-  return buf;
-}
-
-/* Writes bytes to a unique temporary in dir, then renames it onto path: readers never see a partial file, and two
- * processes doing the same both succeed (the last rename wins with identical content). */
-static int install_bytes(const char *dir, const char *hash, const void *data, size_t len, const char *path) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s/%s-XXXXXX.so", dir, hash);
-  int fd = mkstemps(tmp, 3);
-  if (fd < 0) return -1;
-  int bad = write_all(fd, data, len) != 0;
-  bad |= close(fd) != 0;
-  if (bad || rename(tmp, path) != 0) {
-    unlink(tmp);
-    return -1;
-  }
-  return 0;
-}
 
 /* Splits $CC ("ccache gcc" is allowed) into argv words; returns the count, at most max-1. */
 static int split_words(char *s, char **argv, int max) {
@@ -156,7 +98,7 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     *was_cached = 1;
     return ATTN_OK;
   }
-  if (mkdir_p(dir) != 0)
+  if (attn_mkdir_p(dir) != 0)
     return attn_fail(rt, ATTN_ERUNTIME, "cannot create cache directory %s: %s", dir, strerror(errno));
 
   /* Artifacts are compiled with -march=native: keyed by the CPU model so another machine never loads them. */
@@ -165,7 +107,7 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     void *blob = NULL;
     size_t blen = 0;
     if (attn_db_artifact_get(rt->db, hash, cc, ATTN_CC_FLAGS, arch, &blob, &blen) == ATTN_OK && blob && blen) {
-      int rc = install_bytes(dir, hash, blob, blen, path);
+      int rc = attn_install_file(path, blob, blen);
       free(blob);
       if (rc == 0) {
         *was_cached = 1;
@@ -181,7 +123,7 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   snprintf(src, sizeof src, "%s/%s-XXXXXX.c", dir, hash);
   int fd = mkstemps(src, 2);
   if (fd < 0) return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source in %s: %s", dir, strerror(errno));
-  int bad = write_all(fd, source, slen) != 0;
+  int bad = attn_write_all(fd, source, slen) != 0;
   bad |= close(fd) != 0;
   if (bad) {
     unlink(src);
@@ -244,7 +186,7 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   if (rt->db) {
     /* Best effort: a failure to store only means the next process compiles again. */
     size_t blen = 0;
-    void *blob = read_file(path, &blen);
+    void *blob = attn_read_file(path, &blen);
     if (blob) attn_db_artifact_put(rt->db, hash, cc, ATTN_CC_FLAGS, arch, blob, blen);
     free(blob);
   }

@@ -3,17 +3,13 @@
  * device's architecture, cached as cubins in the cache directory and in the database's artifacts (an application
  * with a tuned database never runs NVRTC), and loaded with cuModuleLoadData. */
 #include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include "internal.h"
 #include "kernel_abi_cuda.h"
+#include "files.h"
 #include "launch.h"
 
 /* Driver API types and constants, declared here so that no toolkit header is needed to build. */
@@ -228,52 +224,6 @@ int attn_cuda_info(const attn_runtime *rt, attn_cuda_info_t *info) {
 
 #define NVRTC_FLAGS "--std=c++17 --use_fast_math"
 
-static void *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  void *buf = NULL;
-  long sz = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz)) &&
-      fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) *len = (size_t)sz;
-  return buf;
-}
-
-/* Writes a cubin beside its final name and renames it into place (readers never see a partial file). */
-static void save_cubin(const char *dir, const char *path, const void *data, size_t len) {
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    /* a missing parent: create the chain */
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *s = buf + 1; *s; s++)
-      if (*s == '/') {
-        *s = '\0';
-        mkdir(buf, 0755);
-        *s = '/';
-      }
-    mkdir(buf, 0755);
-  }
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) return;
-  const char *p = data;
-  size_t left = len;
-  int bad = 0;
-  while (left && !bad) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) bad = 1;
-    else p += w, left -= (size_t)w;
-  }
-  bad |= close(fd) != 0;
-  if (bad || rename(tmp, path) != 0) unlink(tmp);
-}
-
 /* A cubin for src: *blob malloc'd. force != 0 skips the caches (a cached cubin that would not load). */
 static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const char *label, int force, void **blob,
                      size_t *len, int *was_cached, char **log) {
@@ -291,13 +241,13 @@ static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const 
   char path[4200];
   snprintf(path, sizeof path, "%s/%s-%s.cubin", rt->cache_dir, hash, arch);
   if (!force) {
-    if ((*blob = slurp(path, len))) {
+    if ((*blob = attn_read_file(path, len))) {
       *was_cached = 1;
       return ATTN_OK;
     }
     if (rt->db && attn_db_artifact_get(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, blob, len) == ATTN_OK && *blob &&
         *len) {
-      save_cubin(rt->cache_dir, path, *blob, *len);
+      if (attn_mkdir_p(rt->cache_dir) == 0) attn_install_file(path, *blob, *len); /* best effort */
       *was_cached = 1;
       return ATTN_OK;
     }
@@ -309,8 +259,8 @@ static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const 
     return attn_fail(rt, ATTN_ECOMPILE, "%s: no compiled kernel is stored for %s and %s", label, arch,
                      *log ? *log : "NVRTC is not available");
   if (rc != ATTN_OK) return attn_fail(rt, ATTN_ECOMPILE, "NVRTC failed on %s for %s:\n%s", label, arch, *log ? *log : "");
-  save_cubin(rt->cache_dir, path, *blob, *len);
   /* Best effort: failing to store only means the next process compiles again. */
+  if (attn_mkdir_p(rt->cache_dir) == 0) attn_install_file(path, *blob, *len);
   if (rt->db) attn_db_artifact_put(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, *blob, *len);
   return ATTN_OK;
 }
