@@ -1,22 +1,13 @@
 /* bench_json.c: `attntune bench` end to end: its JSON parses, carries every contract field, the plan's output agrees
  * with the OpenBLAS baseline (or the fp64 reference rows), and bad usage exits 2. argv[1]: the attntune binary;
  * argv[2]: a database path (need not exist). */
+#include "check.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
-static int failures;
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      failures++;                                           \
-    }                                                       \
-  } while (0)
 
 /* Runs cmd, returns its exit status (-1 when it did not exit normally); stdout into *out (malloc'd). */
 static int run(const char *cmd, char **out) {

@@ -2,6 +2,7 @@
 #ifndef CPU_UTIL_H
 #define CPU_UTIL_H
 
+#include "check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,28 +11,8 @@
 
 #define TOL 1e-5
 
-static int failures;
 
-/* Fresh inputs on every run; the base seed is printed (and ATTN_TEST_SEED replays it). */
-__attribute__((unused)) static unsigned long long base_seed(void) {
-  static unsigned long long s;
-  if (!s) {
-    const char *e = getenv("ATTN_TEST_SEED");
-    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ULL % 1000000007ULL + 1;
-    printf("ATTN_TEST_SEED=%llu\n", s);
-  }
-  return s;
-}
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
 
 /* Buffers for one problem: fresh random q, k, v from seed; o poisoned with NaN. */
 typedef struct {
@@ -52,7 +33,7 @@ __attribute__((unused)) static int case_alloc(const attn_problem *p0, unsigned l
   c->v = malloc(c->nkv * sizeof(float));
   c->ref = malloc(c->nq * sizeof(double));
   if (!c->q || !c->o || !c->k || !c->v || !c->ref) return -1;
-  seed = seed * 1000003ULL + base_seed() * 3;
+  seed = seed * 1000003ULL + test_seed() * 3;
   attn_fill_random(c->q, c->nq, seed * 3 + 1);
   attn_fill_random(c->k, c->nkv, seed * 3 + 2);
   attn_fill_random(c->v, c->nkv, seed * 3 + 3);

@@ -7,6 +7,7 @@
  *   cuda_correct io                       counting builds equal tuner/io_theory.c's closed forms for CUDA specs
  *   cuda_correct api                      NULL pointers, cached cubin on a second load, tuned-row lookup
  * Exact algorithms: relative error <= 1e-2 in f16/bf16 and 1e-4 in f32. Exit 77 (skipped) without a CUDA device. */
+#include "check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,27 +16,9 @@
 #include "internal.h"
 #include "io_theory.h"
 
-static int failures, cases;
+static int cases;
 
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      failures++;                                           \
-    }                                                       \
-  } while (0)
 
-static unsigned long long base_seed(void) {
-  static unsigned long long s;
-  if (!s) {
-    const char *e = getenv("ATTN_TEST_SEED");
-    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ULL % 1000000007ULL + 1;
-    printf("ATTN_TEST_SEED=%llu\n", s);
-  }
-  return s;
-}
 
 static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
 
@@ -64,7 +47,7 @@ static int setup(const attn_problem *p0, unsigned long long seed, bufs *b) {
   b->v = malloc(b->nkv * sizeof(float));
   b->ref = malloc(b->nq * sizeof(double));
   if (!b->q || !b->o || !b->k || !b->v || !b->ref) return -1;
-  seed = seed * 1000003ULL + base_seed() * 3;
+  seed = seed * 1000003ULL + test_seed() * 3;
   attn_fill_random(b->q, b->nq, seed * 3 + 1);
   attn_fill_random(b->k, b->nkv, seed * 3 + 2);
   attn_fill_random(b->v, b->nkv, seed * 3 + 3);

@@ -3,6 +3,7 @@
  * a locked database, and three writer processes at once, each creating the database if it is not there yet.
  * Usage: db_unit WORKDIR */
 #define _POSIX_C_SOURCE 200809L
+#include "check.h"
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,17 +16,6 @@
 
 extern const char attn_schema_sql[];
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                                                            \
-  do {                                                                                                              \
-    checks++;                                                                                                       \
-    if (!(cond)) {                                                                                                  \
-      failures++;                                                                                                   \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                               \
-      fprintf(stderr, __VA_ARGS__);                                                                                 \
-      fputc('\n', stderr);                                                                                          \
-    }                                                                                                               \
-  } while (0)
 
 static char dir[2048];
 

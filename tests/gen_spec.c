@@ -1,20 +1,11 @@
 /* gen_spec: every default spec validates, its canonical text parses back to the same spec, bad specs are
  * rejected with a reason, and instantiation carries the spec's constants and the template text. */
+#include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "spec.h"
 
-static int failures;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
 
 static void round_trip(const attn_spec *s) {
   char text[512], again[512], err[256] = "";

@@ -2,6 +2,7 @@
 #ifndef IO_UTIL_H
 #define IO_UTIL_H
 
+#include "check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,28 +10,8 @@
 #include <time.h>
 #include "io_theory.h"
 
-static int failures;
 
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      failures++;                                           \
-    }                                                       \
-  } while (0)
 
-/* Fresh inputs every run; ATTN_TEST_SEED replays one. */
-static unsigned long long io_seed(void) {
-  static unsigned long long s;
-  if (!s) {
-    const char *e = getenv("ATTN_TEST_SEED");
-    s = e && *e ? strtoull(e, NULL, 10) : (unsigned long long)time(NULL) % 1000003ULL + 1;
-    printf("ATTN_TEST_SEED=%llu\n", s);
-  }
-  return s;
-}
 
 /* Counting build of s on (batch, heads, heads_kv, n, n_kv): io and relative error vs fp64. */
 static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, int heads_kv, int n, int n_kv,
@@ -56,7 +37,7 @@ static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, in
   float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
   double *ref = malloc(nq * 8);
   static unsigned long long bump;
-  unsigned long long seed = io_seed() * 7919 + ++bump * 3;
+  unsigned long long seed = test_seed() * 7919 + ++bump * 3;
   rc = ATTN_ENOMEM;
   if (q && k && v && o && ref) {
     attn_fill_random(q, nq, seed);

@@ -1,5 +1,6 @@
 /* tuner_unit.c: the tuner's pure parts: RANGE parsing (every accepted form and every bad one), the GPU table
  * lookup, the search space's constraints and neighbourhoods, and the performance model's basic orderings. */
+#include "check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,16 +10,6 @@
 #include "range.h"
 #include "space.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      failures++;                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-    }                                                      \
-  } while (0)
 
 static void range_ok(const char *s, const int *want, int nwant) {
   int *v = NULL, n = -1;
