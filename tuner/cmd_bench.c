@@ -44,15 +44,6 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int parse_int(const char *s, long lo, long hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -620,8 +611,8 @@ int attn_cmd_bench(int argc, char **argv) {
       } else if (!strcmp(a, "--dtype")) {
         dtype_s = val;
       } else if (!strcmp(a, "--heads")) {
-        if (parse_int(val, 1, 4096, &heads)) return usage("--heads %s: expected an integer in 1..4096", val);
-      } else if (parse_int(val, 1, 1000, &reps)) {
+        if (attn_parse_int(val, 1, 4096, &heads)) return usage("--heads %s: expected an integer in 1..4096", val);
+      } else if (attn_parse_int(val, 1, 1000, &reps)) {
         return usage("--reps %s: expected an integer in 1..1000", val);
       }
     } else {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "cmds.h"
 #include "io_theory.h"
+#include "range.h"
 
 static const char io_usage[] =
     "usage: attntune io --algo flash|smallcache|lowrank --n N --d D --M M [--br B --bc B] [--tile T] [--causal]\n"
@@ -20,15 +21,6 @@ static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fputc('\n', stderr);
   return 2;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
 }
 
 static int parse_m(const char *s, double *out) {
@@ -265,16 +257,16 @@ int attn_cmd_io(int argc, char **argv) {
     const char *v = argv[++i];
     int bad = 0;
     if (!strcmp(a, "--algo")) algo_s = v;
-    else if (!strcmp(a, "--n")) bad = parse_long(v, 1, 1L << 20, &n);
-    else if (!strcmp(a, "--n-kv")) bad = parse_long(v, 1, 1L << 20, &n_kv);
-    else if (!strcmp(a, "--d")) bad = parse_long(v, 1, 4096, &d);
+    else if (!strcmp(a, "--n")) bad = attn_parse_long(v, 1, 1L << 20, &n);
+    else if (!strcmp(a, "--n-kv")) bad = attn_parse_long(v, 1, 1L << 20, &n_kv);
+    else if (!strcmp(a, "--d")) bad = attn_parse_long(v, 1, 4096, &d);
     else if (!strcmp(a, "--M")) bad = parse_m(v, &M);
-    else if (!strcmp(a, "--br")) bad = parse_long(v, 1, 1024, &br);
-    else if (!strcmp(a, "--bc")) bad = parse_long(v, 1, 1024, &bc);
-    else if (!strcmp(a, "--tile")) bad = parse_long(v, 1, 1024, &tile);
-    else if (!strcmp(a, "--degree")) bad = parse_long(v, 0, 64, &degree);
-    else if (!strcmp(a, "--rank")) bad = parse_long(v, 1, 1L << 20, &rank);
-    else if (!strcmp(a, "--seed")) bad = parse_long(v, 0, 0xffffffffL, &seed);
+    else if (!strcmp(a, "--br")) bad = attn_parse_long(v, 1, 1024, &br);
+    else if (!strcmp(a, "--bc")) bad = attn_parse_long(v, 1, 1024, &bc);
+    else if (!strcmp(a, "--tile")) bad = attn_parse_long(v, 1, 1024, &tile);
+    else if (!strcmp(a, "--degree")) bad = attn_parse_long(v, 0, 64, &degree);
+    else if (!strcmp(a, "--rank")) bad = attn_parse_long(v, 1, 1L << 20, &rank);
+    else if (!strcmp(a, "--seed")) bad = attn_parse_long(v, 0, 0xffffffffL, &seed);
     else if (!strcmp(a, "--feature")) feature_s = v;
     else if (!strcmp(a, "--sweep")) sweep = v;
     else if (!strcmp(a, "--plot")) plot = v;

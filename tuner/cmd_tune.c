@@ -71,15 +71,6 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int parse_int(const char *s, long lo, long hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
-
 /* Comma list of names through parse (returns < 0 for unknown); bits set in *mask. */
 static int parse_names(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen) {
   char buf[256];
@@ -373,17 +364,17 @@ int attn_cmd_tune(int argc, char **argv) {
     else if (strcmp(a, "--dtype") == 0) dtype_s = v;
     else if (strcmp(a, "--causal") == 0) causal_s = v;
     else if (strcmp(a, "--budget") == 0) {
-      if (parse_int(v, 0, 1000000, &o.budget)) return usage("--budget %s: expected a count >= 1", v);
+      if (attn_parse_int(v, 0, 1000000, &o.budget)) return usage("--budget %s: expected a count >= 1", v);
       if (o.budget == 0) return usage("--budget 0: nothing would be evaluated; give --budget 1 or more");
       budget_given = 1;
     } else if (strcmp(a, "--jobs") == 0) {
-      if (parse_int(v, 1, 64, &o.jobs)) return usage("--jobs %s: expected 1..64", v);
+      if (attn_parse_int(v, 1, 64, &o.jobs)) return usage("--jobs %s: expected 1..64", v);
     } else if (strcmp(a, "--heads") == 0) {
-      if (parse_int(v, 1, 4096, &o.heads)) return usage("--heads %s: expected 1..4096", v);
+      if (attn_parse_int(v, 1, 4096, &o.heads)) return usage("--heads %s: expected 1..4096", v);
     } else if (strcmp(a, "--batch") == 0) {
-      if (parse_int(v, 1, 4096, &o.batch)) return usage("--batch %s: expected 1..4096", v);
+      if (attn_parse_int(v, 1, 4096, &o.batch)) return usage("--batch %s: expected 1..4096", v);
     } else if (strcmp(a, "--reps") == 0) {
-      if (parse_int(v, 1, 64, &o.reps)) return usage("--reps %s: expected 1..64", v);
+      if (attn_parse_int(v, 1, 64, &o.reps)) return usage("--reps %s: expected 1..64", v);
     } else if (strcmp(a, "--tolerance") == 0) {
       char *end;
       errno = 0;

@@ -1,4 +1,5 @@
-/* range.c: parses the CLI's RANGE arguments (doubling, stepped, list, single value) into a list of ints. */
+/* range.c: parses the CLI's RANGE arguments (doubling, stepped, list, single value) into a list of ints, and its
+ * single integers. */
 #include "range.h"
 #include <ctype.h>
 #include <errno.h>
@@ -112,4 +113,20 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
   *vals = v;
   *count = n;
   return ATTN_OK;
+}
+
+int attn_parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+int attn_parse_int(const char *s, long lo, long hi, int *out) {
+  long v;
+  if (lo < INT_MIN || hi > INT_MAX || attn_parse_long(s, lo, hi, &v)) return -1;
+  *out = (int)v;
+  return 0;
 }

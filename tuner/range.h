@@ -1,4 +1,4 @@
-/* range.h: the RANGE syntax of the attntune CLI (--d, --n, ...):
+/* range.h: the numbers of the attntune CLI: the RANGE syntax (--d, --n, ...) and single integers:
  *   "64..256"     doubling: 64, 128, 256
  *   "64..256:32"  step: 64, 96, ..., 256
  *   "64,80,128"   list (duplicates dropped, order kept)
@@ -13,5 +13,9 @@
 /* ATTN_OK with *vals malloc'd (caller frees) and *count >= 1; ATTN_EINVAL with a one-line reason in err
  * (empty text, not a number, non-positive or too large values, "64..", "256..64", step 0, too many values). */
 int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t errlen);
+
+/* A whole decimal integer in [lo, hi], nothing else in s: 0 and *out, or -1. For single-valued options. */
+int attn_parse_long(const char *s, long lo, long hi, long *out);
+int attn_parse_int(const char *s, long lo, long hi, int *out);
 
 #endif
