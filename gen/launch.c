@@ -1,21 +1,9 @@
 /* launch.c: launch geometry of the CUDA templates (see launch.h). Each case mirrors the loop structure its template
  * documents: flash and smallcache take one query block of one head per work item, lowrank one head. */
 #include "launch.h"
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "kernel_abi_cuda.h"
-
-static int fail(char *err, size_t len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t len, int code, const char *fmt, ...) {
-  if (err && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 static long long lowrank_rank(const attn_spec *s) {
   return s->feature == ATTN_FEAT_TAYLOR ? attn_taylor_rank(s->d, s->degree, 1L << 16) : s->rank;
@@ -36,11 +24,11 @@ long long attn_cuda_smem(const attn_spec *s) {
 int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long n_kv, long long max_resident,
                        attn_cuda_geom *g, char *err, size_t len) {
   memset(g, 0, sizeof *g);
-  if (!s || s->target != ATTN_TARGET_CUDA) return fail(err, len, ATTN_EINVAL, "launch geometry is for CUDA specs");
+  if (!s || s->target != ATTN_TARGET_CUDA) return attn_errf(err, len, ATTN_EINVAL, "launch geometry is for CUDA specs");
   if (bh < 1 || n < 1 || n_kv < 1)
-    return fail(err, len, ATTN_EINVAL, "batch*heads=%lld n=%lld n_kv=%lld must each be >= 1", bh, n, n_kv);
+    return attn_errf(err, len, ATTN_EINVAL, "batch*heads=%lld n=%lld n_kv=%lld must each be >= 1", bh, n, n_kv);
   if (n > 0x7fffffffLL || n_kv > 0x7fffffffLL)
-    return fail(err, len, ATTN_EUNSUPPORTED, "n=%lld n_kv=%lld: at most 2^31-1 rows on cuda", n, n_kv);
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "n=%lld n_kv=%lld: at most 2^31-1 rows on cuda", n, n_kv);
   g->block = 32u * (unsigned)(s->warps > 0 ? s->warps : 4);
   g->smem = attn_cuda_smem(s);
   const long long qblocks = (n + s->br - 1) / s->br;
@@ -59,7 +47,7 @@ int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long 
   }
   case ATTN_ALGO_LOWRANK: {
     const long long r = lowrank_rank(s);
-    if (r < 1) return fail(err, len, ATTN_EUNSUPPORTED, "lowrank rank for d=%d g=%d is too large", s->d, s->degree);
+    if (r < 1) return attn_errf(err, len, ATTN_EUNSUPPORTED, "lowrank rank for d=%d g=%d is too large", s->d, s->degree);
     g->items = grid = bh;
     /* random: the r x d Gaussian directions (stored d x r), a thread per pair of entries (Box-Muller draws two);
      * Taylor: the monomial table (parent, variable, coefficient), built by one thread */
@@ -68,10 +56,10 @@ int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long 
     g->init_grid = s->feature == ATTN_FEAT_RANDOM ? (unsigned)((r * s->d / 2 + 255) / 256) : 1u;
     break;
   }
-  default: return fail(err, len, ATTN_EINVAL, "unknown algorithm %d", (int)s->algo);
+  default: return attn_errf(err, len, ATTN_EINVAL, "unknown algorithm %d", (int)s->algo);
   }
   if (grid > 0x7fffffffLL)
-    return fail(err, len, ATTN_EUNSUPPORTED, "%lld work items exceed one launch's grid (2^31-1)", grid);
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "%lld work items exceed one launch's grid (2^31-1)", grid);
   g->grid = (unsigned)grid;
   return ATTN_OK;
 }

@@ -109,8 +109,7 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
   return s;
 }
 
-static int fail(char *err, size_t len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t len, int code, const char *fmt, ...) {
+int attn_errf(char *err, size_t len, int code, const char *fmt, ...) {
   if (err && len) {
     va_list ap;
     va_start(ap, fmt);
@@ -129,53 +128,53 @@ static int arch_number(const char *arch) {
 }
 
 int attn_spec_check(const attn_spec *s, char *err, size_t len) {
-  if (!s) return fail(err, len, ATTN_EINVAL, "spec is NULL");
+  if (!s) return attn_errf(err, len, ATTN_EINVAL, "spec is NULL");
   if (s->algo != ATTN_ALGO_FLASH && s->algo != ATTN_ALGO_SMALLCACHE && s->algo != ATTN_ALGO_LOWRANK)
-    return fail(err, len, ATTN_EINVAL, "algorithm must be flash, smallcache or lowrank");
+    return attn_errf(err, len, ATTN_EINVAL, "algorithm must be flash, smallcache or lowrank");
   if (s->target != ATTN_TARGET_CPU && s->target != ATTN_TARGET_CUDA)
-    return fail(err, len, ATTN_EINVAL, "target must be cpu or cuda");
+    return attn_errf(err, len, ATTN_EINVAL, "target must be cpu or cuda");
   const char *tn = attn_target_name(s->target);
-  if ((unsigned)s->dtype > ATTN_BF16) return fail(err, len, ATTN_EINVAL, "unknown dtype %d", (int)s->dtype);
+  if ((unsigned)s->dtype > ATTN_BF16) return attn_errf(err, len, ATTN_EINVAL, "unknown dtype %d", (int)s->dtype);
   if (s->target == ATTN_TARGET_CPU && s->dtype != ATTN_F32)
-    return fail(err, len, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
                 attn_dtype_name(s->dtype));
   if (!attn_d_supported(s->target, s->d))
-    return fail(err, len, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256",
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256",
                 s->d, tn, s->target == ATTN_TARGET_CUDA ? 16 : 8, s->target == ATTN_TARGET_CUDA ? 16 : 8);
   if (s->br < 1 || s->br > 1024 || s->bc < 1 || s->bc > 1024)
-    return fail(err, len, ATTN_EINVAL, "block sizes Br=%d Bc=%d must be in 1..1024", s->br, s->bc);
-  if (s->causal != 0 && s->causal != 1) return fail(err, len, ATTN_EINVAL, "causal must be 0 or 1");
-  if (s->unroll < 0 || s->unroll > 16) return fail(err, len, ATTN_EINVAL, "unroll=%d must be in 0..16", s->unroll);
-  if (s->tile < 0 || s->tile > 1024) return fail(err, len, ATTN_EINVAL, "tile=%d must be in 0..1024", s->tile);
+    return attn_errf(err, len, ATTN_EINVAL, "block sizes Br=%d Bc=%d must be in 1..1024", s->br, s->bc);
+  if (s->causal != 0 && s->causal != 1) return attn_errf(err, len, ATTN_EINVAL, "causal must be 0 or 1");
+  if (s->unroll < 0 || s->unroll > 16) return attn_errf(err, len, ATTN_EINVAL, "unroll=%d must be in 0..16", s->unroll);
+  if (s->tile < 0 || s->tile > 1024) return attn_errf(err, len, ATTN_EINVAL, "tile=%d must be in 0..1024", s->tile);
   if (s->target == ATTN_TARGET_CUDA) {
-    if (s->warps < 1 || s->warps > 16) return fail(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
-    if (s->stages < 1 || s->stages > 4) return fail(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
+    if (s->warps < 1 || s->warps > 16) return attn_errf(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
+    if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
     if (s->br % 16 || s->bc % 16)
-      return fail(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
+      return attn_errf(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
     if (s->algo == ATTN_ALGO_FLASH && s->br % ((s->dtype == ATTN_F32 ? 8 : 16) * s->warps) != 0)
-      return fail(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br,
+      return attn_errf(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br,
                   s->dtype == ATTN_F32 ? 8 : 16, s->warps);
     if (arch_number(s->arch) < 0)
-      return fail(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
+      return attn_errf(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
   } else {
     if (s->warps != 0 || s->stages != 0 || s->arch[0])
-      return fail(err, len, ATTN_EINVAL, "warps, stages and arch apply to cuda kernels only");
+      return attn_errf(err, len, ATTN_EINVAL, "warps, stages and arch apply to cuda kernels only");
   }
   if (s->algo == ATTN_ALGO_LOWRANK) {
     if (s->feature == ATTN_FEAT_TAYLOR) {
       if (s->degree < 2 || s->degree > 8 || s->degree % 2)
-        return fail(err, len, ATTN_EINVAL,
+        return attn_errf(err, len, ATTN_EINVAL,
                     "Taylor degree g=%d must be even in 2..8 (an even degree keeps the polynomial of exp positive)",
                     s->degree);
       if (attn_taylor_rank(s->d, s->degree, 1L << 16) < 0)
-        return fail(err, len, ATTN_EUNSUPPORTED,
+        return attn_errf(err, len, ATTN_EUNSUPPORTED,
                     "Taylor features of degree %d for d=%d have rank C(d+g,g) > 65536: use random features",
                     s->degree, s->d);
     } else if (s->feature == ATTN_FEAT_RANDOM) {
       if (s->rank < 1 || s->rank > 65536)
-        return fail(err, len, ATTN_EINVAL, "random features rank=%d must be in 1..65536", s->rank);
+        return attn_errf(err, len, ATTN_EINVAL, "random features rank=%d must be in 1..65536", s->rank);
     } else {
-      return fail(err, len, ATTN_EINVAL, "unknown feature map %d", (int)s->feature);
+      return attn_errf(err, len, ATTN_EINVAL, "unknown feature map %d", (int)s->feature);
     }
   }
   return ATTN_OK;
@@ -200,9 +199,9 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 }
 
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
-  if (!text || !s) return fail(err, len, ATTN_EINVAL, "spec text is NULL");
+  if (!text || !s) return attn_errf(err, len, ATTN_EINVAL, "spec text is NULL");
   char buf[512];
-  if (strlen(text) >= sizeof buf) return fail(err, len, ATTN_EINVAL, "spec text is too long");
+  if (strlen(text) >= sizeof buf) return attn_errf(err, len, ATTN_EINVAL, "spec text is too long");
   strcpy(buf, text);
   attn_spec t;
   memset(&t, 0, sizeof t);
@@ -212,7 +211,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
     if (pos == 0 || pos == 1 || pos == 2) {
       int v = pos == 0 ? attn_algo_parse(tok) : pos == 1 ? attn_target_parse(tok) : attn_dtype_parse(tok);
       if (v < 0 || (pos < 2 && v == 0))
-        return fail(err, len, ATTN_EINVAL, "spec '%s': unknown %s '%s'", text,
+        return attn_errf(err, len, ATTN_EINVAL, "spec '%s': unknown %s '%s'", text,
                     pos == 0 ? "algorithm" : pos == 1 ? "target" : "dtype", tok);
       if (pos == 0) t.algo = (attn_algo)v;
       else if (pos == 1) t.target = (attn_target)v;
@@ -220,7 +219,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
       continue;
     }
     char *eq = strchr(tok, '=');
-    if (!eq) return fail(err, len, ATTN_EINVAL, "spec '%s': '%s' is not key=value", text, tok);
+    if (!eq) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': '%s' is not key=value", text, tok);
     *eq = '\0';
     const char *key = tok, *val = eq + 1;
     long x = 0;
@@ -234,27 +233,27 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       if (strcmp(key, ints[i].key) != 0) continue;
       if (parse_int(val, INT_MIN, INT_MAX, &x))
-        return fail(err, len, ATTN_EINVAL, "spec '%s': %s=%s is not an integer", text, key, val);
+        return attn_errf(err, len, ATTN_EINVAL, "spec '%s': %s=%s is not an integer", text, key, val);
       *(int *)((char *)&t + ints[i].off) = (int)x;
       done = 1;
     }
     if (done) continue;
     if (strcmp(key, "seed") == 0) {
       if (parse_int(val, 0, UINT_MAX, &x))
-        return fail(err, len, ATTN_EINVAL, "spec '%s': seed=%s is not an unsigned integer", text, val);
+        return attn_errf(err, len, ATTN_EINVAL, "spec '%s': seed=%s is not an unsigned integer", text, val);
       t.seed = (unsigned)x;
     } else if (strcmp(key, "arch") == 0) {
-      if (strlen(val) >= sizeof t.arch) return fail(err, len, ATTN_EINVAL, "spec '%s': arch too long", text);
+      if (strlen(val) >= sizeof t.arch) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': arch too long", text);
       if (strcmp(val, "-") != 0) strcpy(t.arch, val);
     } else if (strcmp(key, "feature") == 0) {
       int f = lookup(feature_names, 2, val);
-      if (f < 0) return fail(err, len, ATTN_EINVAL, "spec '%s': unknown feature map '%s'", text, val);
+      if (f < 0) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': unknown feature map '%s'", text, val);
       t.feature = (attn_feature)f;
     } else {
-      return fail(err, len, ATTN_EINVAL, "spec '%s': unknown key '%s'", text, key);
+      return attn_errf(err, len, ATTN_EINVAL, "spec '%s': unknown key '%s'", text, key);
     }
   }
-  if (pos < 3) return fail(err, len, ATTN_EINVAL, "spec '%s': expected 'ALGO TARGET DTYPE key=value...'", text);
+  if (pos < 3) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': expected 'ALGO TARGET DTYPE key=value...'", text);
   int rc = attn_spec_check(&t, err, len);
   if (rc != ATTN_OK) return rc;
   *s = t;
@@ -316,13 +315,13 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
   const char *file = attn_spec_template(s);
   const char *tmpl = file ? attn_template_text(file) : NULL;
   if (!tmpl) {
-    fail(err, len, ATTN_EUNSUPPORTED, "no template templates/%s in this build", file ? file : "?");
+    attn_errf(err, len, ATTN_EUNSUPPORTED, "no template templates/%s in this build", file ? file : "?");
     return NULL;
   }
   const char *abi_file = s->target == ATTN_TARGET_CUDA ? "kernel_abi_cuda.h" : "kernel_abi.h";
   const char *abi = attn_template_text(abi_file);
   if (!abi) {
-    fail(err, len, ATTN_EUNSUPPORTED, "templates/%s is missing from this build", abi_file);
+    attn_errf(err, len, ATTN_EUNSUPPORTED, "templates/%s is missing from this build", abi_file);
     return NULL;
   }
   char canon[512];
@@ -340,7 +339,7 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
   sb_add(&b, "%s\n", abi);
   sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);
   if (!b.p) {
-    fail(err, len, ATTN_ENOMEM, "out of memory generating %s", file);
+    attn_errf(err, len, ATTN_ENOMEM, "out of memory generating %s", file);
     return NULL;
   }
   return b.p;

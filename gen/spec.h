@@ -70,6 +70,9 @@ const char *attn_spec_template(const attn_spec *s);
 /* Taylor features' rank C(d+g, g), or -1 when it exceeds limit (to avoid overflow on large d, g). */
 long attn_taylor_rank(int d, int g, long limit);
 
+/* The error convention of gen/ (and the tuner's parsers): a one-line reason into err (when not NULL), code returned. */
+int attn_errf(char *err, size_t len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* 64-bit FNV-1a of the bytes, as 16 hex digits plus NUL. */
 void attn_hash_hex(const void *data, size_t len, char out[17]);
 

@@ -4,22 +4,11 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attn.h"
-
-static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t len, const char *fmt, ...) {
-  if (err && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-  }
-  return ATTN_EINVAL;
-}
+#include "spec.h"
 
 /* A positive decimal int spanning exactly [b, e); -1 when not a number, -2 when <= 0, -3 when too large. */
 static int number(const char *b, const char *e, int *out) {
@@ -40,21 +29,21 @@ static int number(const char *b, const char *e, int *out) {
 
 static int bad_number(int why, const char *s, const char *b, const char *e, char *err, size_t len) {
   int w = (int)(e - b);
-  if (why == -2) return fail(err, len, "range '%s': %.*s must be a positive integer", s, w, b);
-  if (why == -3) return fail(err, len, "range '%s': %.*s is too large", s, w, b);
-  if (b == e) return fail(err, len, "range '%s': a number is missing", s);
-  return fail(err, len, "range '%s': '%.*s' is not a number", s, w, b);
+  if (why == -2) return attn_errf(err, len, ATTN_EINVAL, "range '%s': %.*s must be a positive integer", s, w, b);
+  if (why == -3) return attn_errf(err, len, ATTN_EINVAL, "range '%s': %.*s is too large", s, w, b);
+  if (b == e) return attn_errf(err, len, ATTN_EINVAL, "range '%s': a number is missing", s);
+  return attn_errf(err, len, ATTN_EINVAL, "range '%s': '%.*s' is not a number", s, w, b);
 }
 
 static int push(int **v, int *n, int *cap, int x, const char *s, char *err, size_t len) {
   for (int i = 0; i < *n; i++)
     if ((*v)[i] == x) return ATTN_OK;
   if (*n >= ATTN_RANGE_MAX)
-    return fail(err, len, "range '%s' has more than %d values", s, ATTN_RANGE_MAX);
+    return attn_errf(err, len, ATTN_EINVAL, "range '%s' has more than %d values", s, ATTN_RANGE_MAX);
   if (*n == *cap) {
     int c = *cap ? *cap * 2 : 16;
     int *p = realloc(*v, (size_t)c * sizeof *p);
-    if (!p) return fail(err, len, "range '%s': out of memory", s);
+    if (!p) return attn_errf(err, len, ATTN_EINVAL, "range '%s': out of memory", s);
     *v = p;
     *cap = c;
   }
@@ -65,30 +54,30 @@ static int push(int **v, int *n, int *cap, int x, const char *s, char *err, size
 int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t errlen) {
   if (vals) *vals = NULL;
   if (count) *count = 0;
-  if (!vals || !count) return fail(err, errlen, "range: no output");
-  if (!s) return fail(err, errlen, "range is missing");
+  if (!vals || !count) return attn_errf(err, errlen, ATTN_EINVAL, "range: no output");
+  if (!s) return attn_errf(err, errlen, ATTN_EINVAL, "range is missing");
   const char *end = s + strlen(s);
-  if (s == end) return fail(err, errlen, "range is empty: expected 64..256, 64..256:32, 64,80,128 or 64");
+  if (s == end) return attn_errf(err, errlen, ATTN_EINVAL, "range is empty: expected 64..256, 64..256:32, 64,80,128 or 64");
   int *v = NULL, n = 0, cap = 0, rc = ATTN_OK, why;
   const char *dots = strstr(s, "..");
   if (dots) {
     if (strchr(s, ','))
-      return fail(err, errlen, "range '%s': use either a list (64,80) or a range (64..256), not both", s);
+      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': use either a list (64,80) or a range (64..256), not both", s);
     const char *colon = strchr(dots + 2, ':');
     const char *hi_end = colon ? colon : end;
     int lo, hi, step = 0;
     if ((why = number(s, dots, &lo))) return bad_number(why, s, s, dots, err, errlen);
     if (dots + 2 == hi_end)
-      return fail(err, errlen, "range '%s': the upper end is missing (e.g. %d..%d)", s, lo, lo * 2);
+      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': the upper end is missing (e.g. %d..%d)", s, lo, lo * 2);
     if ((why = number(dots + 2, hi_end, &hi))) return bad_number(why, s, dots + 2, hi_end, err, errlen);
     if (colon) {
       if (colon[1] == '0' && strspn(colon + 1, "0") == strlen(colon + 1))
-        return fail(err, errlen, "range '%s': step 0 never reaches %d", s, hi);
+        return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': step 0 never reaches %d", s, hi);
       if ((why = number(colon + 1, end, &step))) return bad_number(why, s, colon + 1, end, err, errlen);
     }
-    if (hi < lo) return fail(err, errlen, "range '%s': %d..%d is descending (write %d..%d)", s, lo, hi, hi, lo);
+    if (hi < lo) return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': %d..%d is descending (write %d..%d)", s, lo, hi, hi, lo);
     if (step && (long)(hi - lo) / step + 1 > ATTN_RANGE_MAX)
-      return fail(err, errlen, "range '%s' has more than %d values", s, ATTN_RANGE_MAX);
+      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s' has more than %d values", s, ATTN_RANGE_MAX);
     for (long x = lo; x <= hi && rc == ATTN_OK; x = step ? x + step : x * 2)
       rc = push(&v, &n, &cap, (int)x, s, err, errlen);
   } else {
@@ -98,7 +87,7 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
       int x;
       if ((why = number(b, e, &x))) {
         free(v);
-        if (b == e) return fail(err, errlen, "range '%s': empty item in the list", s);
+        if (b == e) return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': empty item in the list", s);
         return bad_number(why, s, b, e, err, errlen);
       }
       rc = push(&v, &n, &cap, x, s, err, errlen);
