@@ -64,6 +64,7 @@ typedef float fa_elem;
 typedef unsigned short fa_elem;
 #endif
 
+/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_flash.h in their place. */
 /* ---- PTX wrappers ---- */
 __device__ __forceinline__ unsigned fa_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills without reading src */

@@ -93,6 +93,8 @@ typedef unsigned short lr_elem;
 #define LR_VEC 8
 #endif
 
+/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_lowrank.h in their place. */
+/* ---- PTX wrappers ---- */
 #if ATTN_DTYPE == 1
 static __device__ __forceinline__ float lr_half(unsigned h) {
   float f;
@@ -113,6 +115,7 @@ static __device__ __forceinline__ unsigned lr_pack(float lo, float hi) {
   return r;
 }
 #endif
+/* ---- end of PTX wrappers ---- */
 
 /* A 16-byte chunk as LR_VEC floats (element at the lower address first). */
 static __device__ __forceinline__ void lr_unpack(uint4 u, float *f) {

@@ -74,6 +74,8 @@ static_assert(4LL * (3LL * kT * kT + 2LL * kBR) == ATTN_SMALLCACHE_SMEM(ATTN_D, 
 
 __device__ __forceinline__ int sc_swz(int c) { return kSwizzle ? (c / kSwRows) & kSwMask : 0; }
 
+/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_smallcache.h in their place. */
+/* ---- PTX wrappers ---- */
 __device__ __forceinline__ float sc_h2f(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -89,6 +91,28 @@ __device__ __forceinline__ unsigned sc_pack2(float lo, float hi) {
 #endif
   return r;
 }
+/* Shared memory through 32-bit shared-window byte addresses: NVRTC would otherwise carry 64-bit generic pointers
+ * into the address arithmetic (more registers, and ptxas spills). volatile: the loads must not be merged or hoisted
+ * across the __syncthreads() that separate one tile's contents from the next. */
+template <int W>
+__device__ __forceinline__ void sc_lds(unsigned addr, float (&x)[W]) {
+  if constexpr (W == 4)
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(addr));
+  else if constexpr (W == 2)
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x[0]), "=f"(x[1]) : "r"(addr));
+  else
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(x[0]) : "r"(addr));
+}
+template <int W>
+__device__ __forceinline__ void sc_sts(unsigned addr, const float (&x)[W]) {
+  if constexpr (W == 4)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
+                 : "memory");
+  else
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(x[0]) : "memory");
+}
+/* ---- end of PTX wrappers ---- */
+
 __device__ __forceinline__ float sc_lo(unsigned w) {
 #if ATTN_DTYPE == 1
   return sc_h2f((unsigned short)(w & 0xffffu));
@@ -123,26 +147,6 @@ __device__ __forceinline__ void sc_load_in(const void *p, long long idx, float (
 #endif
 }
 
-/* Shared memory through 32-bit shared-window byte addresses: NVRTC would otherwise carry 64-bit generic pointers
- * into the address arithmetic (more registers, and ptxas spills). volatile: the loads must not be merged or hoisted
- * across the __syncthreads() that separate one tile's contents from the next. */
-template <int W>
-__device__ __forceinline__ void sc_lds(unsigned addr, float (&x)[W]) {
-  if constexpr (W == 4)
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(addr));
-  else if constexpr (W == 2)
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x[0]), "=f"(x[1]) : "r"(addr));
-  else
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(x[0]) : "r"(addr));
-}
-template <int W>
-__device__ __forceinline__ void sc_sts(unsigned addr, const float (&x)[W]) {
-  if constexpr (W == 4)
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
-                 : "memory");
-  else
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(x[0]) : "memory");
-}
 __device__ __forceinline__ float sc_lds1(unsigned addr) {
   float x[1];
   sc_lds<1>(addr, x);
@@ -270,8 +274,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
         for (int i = 0; i < kMR; i++) {
           const int r = ry + i * kRT;
           const long long lim = i0 + r0 + r + off; /* key c0 + c is visible iff c0 + c <= lim */
-          const float mold = r < tr ? sc_lds1(sm_m + 4u * (r0 + r)) : kNegInf;
-          const float lold = r < tr ? sc_lds1(sm_l + 4u * (r0 + r)) : 0.0f;
+          /* threads that repeat a row (!own) may sit in another warp than the row's lane 0, which is about to
+           * write m and l: they must not read them; what they compute is never written */
+          const float mold = own && r < tr ? sc_lds1(sm_m + 4u * (r0 + r)) : kNegInf;
+          const float lold = own && r < tr ? sc_lds1(sm_l + 4u * (r0 + r)) : 0.0f;
           float mx = mold;
 #pragma unroll
           for (int j = 0; j < kMC; j++) {

@@ -1,0 +1,700 @@
+/* cuda_emu: the CUDA templates run on the CPU through the host emulator of tests/emu, no GPU needed.
+ *   cuda_emu [OPTIONS] ALGO DTYPE [FIELD=VALUE ...]
+ *       one spec: attn_spec_default(ALGO, cuda, DTYPE, d, causal) with the fields given (d, br, bc, causal, warps,
+ *       stages, tile, feature=taylor|random, degree, rank, seed, arch)
+ *   cuda_emu [OPTIONS] space ALGO DTYPE d=D causal=C [stride=K] [offset=O] [arch=sm_80|sm_90]
+ *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU
+ *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C]
+ *       the default spec of every d = 16, 32, ..., 256 (causal on alternate d unless C is given)
+ *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every thread order and cp.async mode),
+ *            --asan (the emulator and the kernel built with AddressSanitizer)
+ * For each spec the source NVRTC would compile (attn_spec_source, counting build) is written to a temporary
+ * directory with its PTX wrapper section replaced by tests/emu/ptx_<template>.h, compiled with the C++ compiler
+ * CMake found and run on shapes with n = 1, odd n, n not a multiple of any block, n_kv != n both ways (causal
+ * rows that see no key), grouped-query heads, batch > 1 and non-default scales, each under the launch geometry of
+ * gen/launch.c. Checked: the output against the fp64 reference (relative Frobenius error <= 1e-4 in f32, 1e-2 in
+ * f16/bf16, and per row), every output written, zeros for rows that see no key, the counted I/O equal to
+ * tuner/io_theory.c's closed form; lowrank against the CPU lowrank kernel with the same features (its error
+ * against fp64 reported). ATTN_EMU_KEEP=1 keeps the directory (kernel.cu, main.cpp, the binary, the case files);
+ * ATTN_EMU_TEMPLATE=FILE runs FILE in place of the spec's template (a modified copy, without rebuilding).
+ * Exit 77 (skipped) without a C++ compiler. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "emu/emu_case.h"
+#include "gpus.h"
+#include "internal.h"
+#include "io_theory.h"
+#include "launch.h"
+#include "space.h"
+
+#ifndef ATTN_EMU_CXX
+#define ATTN_EMU_CXX ""
+#endif
+
+static const char BEGIN[] = "/* ---- PTX wrappers ---- */", END[] = "/* ---- end of PTX wrappers ---- */";
+
+static int failures, cases, quick, all_orders, asan;
+static char workdir[4096];
+static attn_runtime *cpu_rt;
+
+#define FAIL(...)                 \
+  do {                            \
+    printf("FAIL ");              \
+    printf(__VA_ARGS__);          \
+    printf("\n");                 \
+    failures++;                   \
+  } while (0)
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void path(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", workdir, name); }
+
+static int write_file(const char *name, const void *data, size_t len) {
+  char p[4200];
+  path(p, sizeof p, name);
+  FILE *f = fopen(p, "wb");
+  int ok = f && fwrite(data, 1, len, f) == len;
+  if (f && fclose(f) != 0) ok = 0;
+  return ok ? 0 : -1;
+}
+
+static char *read_text(const char *p) {
+  FILE *f = fopen(p, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  if (b) b[n] = '\0';
+  fclose(f);
+  return b;
+}
+
+/* Runs argv with stdout and stderr into the work directory's file log; the exit status, or -1. */
+static int run(char *const argv[], const char *log) {
+  char lp[4200];
+  path(lp, sizeof lp, log);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (!freopen(lp, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+    execv(argv[0], argv);
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0) return -1;
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void show_log(const char *log) {
+  char lp[4200];
+  path(lp, sizeof lp, log);
+  char *t = read_text(lp);
+  if (t && *t) printf("%s%s", t, t[strlen(t) - 1] == '\n' ? "" : "\n");
+  free(t);
+}
+
+/* ---- the kernel's emulation binary ---- */
+
+/* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in a generated source (a modified copy of a template,
+ * tested without rebuilding the project). */
+static int substitute(char **src, const char *file) {
+  char *t = read_text(file), *at = strstr(*src, "\n#line 1 \"templates/");
+  if (!t || !at) {
+    free(t);
+    return -1;
+  }
+  at = strchr(at + 1, '\n') + 1;
+  const size_t head = (size_t)(at - *src), tl = strlen(t);
+  char *n = malloc(head + tl + 1);
+  if (!n) {
+    free(t);
+    return -1;
+  }
+  memcpy(n, *src, head);
+  memcpy(n + head, t, tl + 1);
+  free(t);
+  free(*src);
+  *src = n;
+  return 0;
+}
+
+/* kernel.cu: the generated source with its PTX wrapper section replaced by tests/emu/ptx_<stem>.h, which must have
+ * been written from exactly this section (its hash); main.cpp: the emulator, the kernel, the driver. */
+static int build(const attn_spec *s, const char *label) {
+  char err[512];
+  char *src = attn_spec_source(s, 1, err, sizeof err);
+  if (!src) {
+    FAIL("%s: %s", label, err);
+    return -1;
+  }
+  const char *file = attn_spec_template(s);
+  const char *alt = getenv("ATTN_EMU_TEMPLATE");
+  if (alt && *alt && substitute(&src, alt) != 0) {
+    FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
+    free(src);
+    return -1;
+  }
+  char stem[64];
+  snprintf(stem, sizeof stem, "%.*s", (int)(strcspn(file, ".")), file);
+  char *b = strstr(src, BEGIN), *e = b ? strstr(b, END) : NULL;
+  char *line1 = strstr(src, "\n#line 1 \"templates/");
+  if (!b || !e || strstr(b + 1, BEGIN) || strstr(e + 1, END) || !line1 || line1 > b) {
+    FAIL("%s: templates/%s needs exactly one PTX wrapper section, \"%s\" ... \"%s\"", label, file, BEGIN, END);
+    free(src);
+    return -1;
+  }
+  const char *body = b + strlen(BEGIN);
+  char hash[17];
+  attn_hash_hex(body, (size_t)(e - body), hash);
+  char hp[4200];
+  snprintf(hp, sizeof hp, "%s/ptx_%s.h", ATTN_EMU_DIR, stem);
+  char *ptx = read_text(hp);
+  const char *h = ptx ? strstr(ptx, "attn-emu-section: ") : NULL;
+  if (!h || strncmp(h + 18, hash, 16) != 0) {
+    FAIL("%s: the PTX wrapper section of templates/%s (hash %s) is not the one %s was written from (%.16s): review "
+         "the emulated wrappers against the section, then update the hash",
+         label, file, hash, hp, h ? h + 18 : "none");
+    free(ptx);
+    free(src);
+    return -1;
+  }
+  free(ptx);
+  int line = 1; /* the template's line of the end marker, so that diagnostics name template lines */
+  for (const char *c = strchr(line1 + 1, '\n') + 1; c < e; c++) line += *c == '\n';
+  const size_t head = (size_t)(body - src);
+  char mid[256];
+  int ml = snprintf(mid, sizeof mid, "\n#include \"ptx_%s.h\"\n#line %d \"templates/%s\"\n", stem, line, file);
+  size_t tail = strlen(e);
+  char *k = malloc(head + (size_t)ml + tail + 1);
+  memcpy(k, src, head);
+  memcpy(k + head, mid, (size_t)ml);
+  memcpy(k + head + ml, e, tail + 1);
+  int rc = write_file("kernel.cu", k, strlen(k));
+  free(k);
+  free(src);
+  attn_cuda_geom g;
+  attn_cuda_geometry(s, 1, 1, 1, 0, &g, err, sizeof err);
+  char main_cpp[256];
+  snprintf(main_cpp, sizeof main_cpp,
+           "#include \"cuda_emu.h\"\n#include \"kernel.cu\"\nATTN_EMU_MAIN(attn_kernel, %s)\n",
+           g.consts > 0 ? "attn_init" : "nullptr");
+  if (rc || write_file("main.cpp", main_cpp, strlen(main_cpp))) {
+    FAIL("%s: cannot write into %s", label, workdir);
+    return -1;
+  }
+  char inc[4200], out[4200], in[4200];
+  snprintf(inc, sizeof inc, "-I%s", ATTN_EMU_DIR);
+  path(out, sizeof out, "emu");
+  path(in, sizeof in, "main.cpp");
+  char *cmd[24];
+  int n = 0;
+  cmd[n++] = (char *)ATTN_EMU_CXX;
+  cmd[n++] = "-std=c++17";
+  cmd[n++] = "-O1";
+  /* CUDA code reads shared memory through any pointer type */
+  cmd[n++] = "-fno-strict-aliasing";
+  cmd[n++] = "-Wno-unknown-pragmas";
+  if (asan) {
+    cmd[n++] = "-fsanitize=address";
+    cmd[n++] = "-fno-omit-frame-pointer";
+  }
+  cmd[n++] = inc;
+  cmd[n++] = "-o";
+  cmd[n++] = out;
+  cmd[n++] = in;
+  cmd[n++] = asan ? ATTN_EMU_LIB_ASAN : ATTN_EMU_LIB;
+  cmd[n++] = "-lm";
+  cmd[n] = NULL;
+  rc = run(cmd, "compile.log");
+  if (rc != 0) {
+    FAIL("%s: the emulation binary does not compile (%s, exit %d):", label, ATTN_EMU_CXX, rc);
+    show_log("compile.log");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- one shape ---- */
+
+typedef struct {
+  int batch, heads, heads_kv, n, n_kv;
+  float scale; /* 0: 1/sqrt(d) */
+} shape;
+
+static const shape SHAPES[] = {
+    {1, 1, 1, 1, 1, 0.0f},      /* n = 1 */
+    {1, 2, 1, 37, 29, 0.0f},    /* grouped-query heads; odd n > n_kv: causal rows 0..7 see no key */
+    {2, 2, 2, 19, 83, 0.37f},   /* batch 2, n_kv > n, another scale */
+    {1, 4, 2, 70, 1, -0.8f},    /* a single key, a negative scale */
+    {1, 1, 1, 150, 150, 0.0f},  /* n = n_kv, not a multiple of any block */
+    {1, 3, 1, 129, 257, 2.5f},  /* three query heads on one kv head, a large scale */
+};
+#define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
+
+/* Blocks resident at once for smallcache's grid: few, so that blocks loop over work items. */
+#define EMU_RESIDENT 3
+
+static const char *order_name(int order) { return order == 0 ? "forward" : order == 1 ? "reverse" : "random"; }
+
+static void round_to(attn_dtype t, float *x, size_t count) {
+  for (size_t i = 0; i < count && t != ATTN_F32; i++)
+    x[i] = t == ATTN_F16 ? attn_f16_to_f32(attn_f32_to_f16(x[i])) : attn_bf16_to_f32(attn_f32_to_bf16(x[i]));
+}
+static void to_raw(attn_dtype t, const float *x, size_t count, unsigned char *out) {
+  for (size_t i = 0; i < count; i++) {
+    if (t == ATTN_F32) {
+      memcpy(out + 4 * i, &x[i], 4);
+    } else {
+      unsigned short h = t == ATTN_F16 ? attn_f32_to_f16(x[i]) : attn_f32_to_bf16(x[i]);
+      memcpy(out + 2 * i, &h, 2);
+    }
+  }
+}
+/* raw outputs to float; returns how many still hold the poison (all bits set: never written) */
+static size_t from_raw(attn_dtype t, const unsigned char *raw, size_t count, float *x) {
+  size_t unwritten = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (t == ATTN_F32) {
+      unsigned u;
+      memcpy(&u, raw + 4 * i, 4);
+      memcpy(&x[i], &u, 4);
+      unwritten += u == 0xffffffffu;
+    } else {
+      unsigned short h;
+      memcpy(&h, raw + 2 * i, 2);
+      x[i] = t == ATTN_F16 ? attn_f16_to_f32(h) : attn_bf16_to_f32(h);
+      unwritten += h == 0xffffu;
+    }
+  }
+  return unwritten;
+}
+
+static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
+
+/* The CPU kernel computing the same approximation as a CUDA lowrank spec (as tests/cuda_correct.c pairs them). */
+static int cpu_twin(const attn_spec *s, const attn_problem *p, const float *q, const float *k, const float *v,
+                    float *o) {
+  if (!cpu_rt && attn_open(NULL, ATTN_TARGET_CPU, &cpu_rt) != ATTN_OK) return -1;
+  attn_spec c = *s;
+  c.target = ATTN_TARGET_CPU;
+  c.dtype = ATTN_F32;
+  c.warps = c.stages = 0;
+  c.arch[0] = '\0';
+  attn_problem pc = *p;
+  pc.dtype = ATTN_F32;
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_spec(cpu_rt, &pc, &c, 0, "twin", &plan);
+  if (rc == ATTN_OK) rc = attn_plan_run_f32(plan, q, k, v, o, NULL, NULL);
+  attn_plan_destroy(plan);
+  return rc == ATTN_OK ? 0 : -1;
+}
+
+/* Runs one shape through the built binary; 0 when every check passes. */
+static int run_shape(const attn_spec *s, const char *label, const shape *sh, int order, int deferred,
+                     unsigned long long seed) {
+  cases++;
+  char err[512], what[512];
+  attn_problem p0 = {.batch = sh->batch, .heads = sh->heads, .heads_kv = sh->heads_kv, .n = sh->n,
+                     .n_kv = sh->n_kv, .d = s->d, .dtype = s->dtype, .causal = s->causal,
+                     /* lowrank's feature maps take sqrt(scale): both of its kernels need scale > 0 */
+                     .scale = s->algo == ATTN_ALGO_LOWRANK ? fabsf(sh->scale) : sh->scale,
+                     .tolerance = s->algo == ATTN_ALGO_LOWRANK ? 0.5 : 0.0};
+  attn_problem p;
+  static attn_runtime cuda_rules; /* normalises as for the CUDA target (f16 and bf16 allowed) */
+  cuda_rules.target = ATTN_TARGET_CUDA;
+  if (attn_problem_normalize(&cuda_rules, &p0, &p) != ATTN_OK) {
+    FAIL("%s: bad shape: %s", label, attn_last_error(&cuda_rules));
+    return -1;
+  }
+  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s, cp.async %s", label, p.batch,
+           p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order), deferred ? "at wait" : "at issue");
+  const long long bh = (long long)p.batch * p.heads;
+  attn_cuda_geom g;
+  if (attn_cuda_geometry(s, bh, p.n, p.n_kv, EMU_RESIDENT, &g, err, sizeof err) != ATTN_OK) {
+    FAIL("%s: geometry: %s", what, err);
+    return -1;
+  }
+  if (g.smem > 227 * 1024) {
+    FAIL("%s: %lld bytes of shared memory a block, more than any GPU has", what, g.smem);
+    return -1;
+  }
+  const size_t nq = (size_t)bh * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
+  const size_t es = attn_dtype_size(p.dtype);
+  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
+  double *ref = malloc(nq * sizeof(double));
+  unsigned char *buf = malloc(sizeof(attn_emu_case) + (nq + 2 * nkv) * es);
+  unsigned char *res = NULL;
+  int bad = 0;
+  if (!q || !k || !v || !o || !ref || !buf) {
+    FAIL("%s: out of memory", what);
+    bad = 1;
+    goto out;
+  }
+  attn_fill_random(q, nq, seed * 3 + 1);
+  attn_fill_random(k, nkv, seed * 3 + 2);
+  attn_fill_random(v, nkv, seed * 3 + 3);
+  round_to(p.dtype, q, nq);
+  round_to(p.dtype, k, nkv);
+  round_to(p.dtype, v, nkv);
+  attn_reference(&p, q, k, v, ref);
+
+  attn_emu_case c;
+  memset(&c, 0, sizeof c);
+  c.magic = ATTN_EMU_MAGIC;
+  c.version = ATTN_EMU_VERSION;
+  c.esize = (int32_t)es;
+  c.d = p.d;
+  c.batch = p.batch, c.heads = p.heads, c.heads_kv = p.heads_kv, c.n = p.n, c.n_kv = p.n_kv;
+  c.scale = p.scale;
+  c.grid_items = (int32_t)g.items;
+  c.grid = g.grid, c.block = g.block, c.init_grid = g.init_grid, c.init_block = g.init_block;
+  c.smem = g.smem, c.scratch = g.scratch, c.consts = g.consts;
+  c.order = order;
+  c.deferred = deferred;
+  memcpy(buf, &c, sizeof c);
+  to_raw(p.dtype, q, nq, buf + sizeof c);
+  to_raw(p.dtype, k, nkv, buf + sizeof c + nq * es);
+  to_raw(p.dtype, v, nkv, buf + sizeof c + (nq + nkv) * es);
+  if (write_file("case.bin", buf, sizeof c + (nq + 2 * nkv) * es)) {
+    FAIL("%s: cannot write the case file", what);
+    bad = 1;
+    goto out;
+  }
+  char exe[4200], cp[4200], rp[4200];
+  path(exe, sizeof exe, "emu");
+  path(cp, sizeof cp, "case.bin");
+  path(rp, sizeof rp, "out.bin");
+  char *argv[] = {exe, cp, rp, NULL};
+  unlink(rp);
+  int rc = run(argv, "run.log");
+  if (rc != 0) {
+    FAIL("%s: the emulated kernel failed (exit %d):", what, rc);
+    show_log("run.log");
+    bad = 1;
+    goto out;
+  }
+  attn_emu_result r;
+  FILE *f = fopen(rp, "rb");
+  res = malloc(nq * es);
+  int ok = f && res && fread(&r, sizeof r, 1, f) == 1 && r.magic == ATTN_EMU_MAGIC && fread(res, es, nq, f) == nq;
+  if (f) fclose(f);
+  if (!ok) {
+    FAIL("%s: no result from the emulator", what);
+    bad = 1;
+    goto out;
+  }
+  const size_t unwritten = from_raw(p.dtype, res, nq, o);
+  if (unwritten) {
+    FAIL("%s: %zu of %zu outputs never written", what, unwritten, nq);
+    bad = 1;
+  }
+  /* rows that see no key (causal, i < n - n_kv) are zeros */
+  long zero_bad = 0;
+  for (size_t r0 = 0; p.causal && r0 < (size_t)bh * p.n; r0++)
+    if ((long)(r0 % (size_t)p.n) + p.n_kv - p.n < 0)
+      for (int j = 0; j < p.d; j++) zero_bad += o[r0 * p.d + j] != 0.0f;
+  if (zero_bad) {
+    FAIL("%s: %ld outputs of rows that see no key are not 0", what, zero_bad);
+    bad = 1;
+  }
+  const double fro = attn_rel_error(ref, o, nq);
+  /* the worst row, relative to its own norm (rows that see no key are checked above) */
+  double row = 0.0;
+  for (size_t r0 = 0; r0 < (size_t)bh * p.n; r0++) {
+    double num = 0.0, den = 0.0;
+    for (int j = 0; j < p.d; j++) {
+      const double dv = (double)o[r0 * p.d + j] - ref[r0 * p.d + j];
+      num += dv * dv;
+      den += ref[r0 * p.d + j] * ref[r0 * p.d + j];
+    }
+    const double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    if (!(e <= row)) row = isnan(e) ? INFINITY : e;
+  }
+  char errs[160];
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    float *co = malloc(nq * 4);
+    double *co64 = malloc(nq * sizeof(double));
+    if (!co || !co64 || cpu_twin(s, &p, q, k, v, co) != 0) {
+      FAIL("%s: the CPU lowrank kernel failed: %s", what, attn_last_error(cpu_rt));
+      bad = 1;
+    } else {
+      for (size_t i = 0; i < nq; i++) co64[i] = co[i];
+      const double diff = attn_rel_error(co64, o, nq), lim = p.dtype == ATTN_F32 ? 1e-3 : 2e-2;
+      if (!(diff <= lim)) {
+        FAIL("%s: differs from the CPU lowrank kernel by %.3g > %g", what, diff, lim);
+        bad = 1;
+      }
+      snprintf(errs, sizeof errs, "vs cpu lowrank %.2e, vs fp64 %.2e", diff, fro);
+    }
+    free(co);
+    free(co64);
+  } else {
+    const double tol = tolerance(p.dtype), rtol = 5 * tol;
+    if (!(fro <= tol) || !(row <= rtol)) {
+      FAIL("%s: relative error %.3g (limit %g), worst row %.3g (limit %g)", what, fro, tol, row, rtol);
+      bad = 1;
+    }
+    snprintf(errs, sizeof errs, "err %.2e, worst row %.2e", fro, row);
+  }
+  unsigned long long fr = 0, fw = 0;
+  attn_io_formula(s, (long)bh, p.n, p.n_kv, &fr, &fw);
+  if (r.io_reads != fr || r.io_writes != fw) {
+    FAIL("%s: counted I/O %llu/%llu, tuner/io_theory.c's formula %llu/%llu", what, (unsigned long long)r.io_reads,
+         (unsigned long long)r.io_writes, fr, fw);
+    bad = 1;
+  }
+  if (!bad) {
+    char ld[96] = "";
+    if (r.ldsm_phases)
+      snprintf(ld, sizeof ld, ", ldmatrix phases with bank conflicts %llu/%llu", (unsigned long long)r.ldsm_conflicts,
+               (unsigned long long)r.ldsm_phases);
+    printf("ok   %s: %s, io %llu/%llu%s\n", what, errs, fr, fw, ld);
+  }
+out:
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  free(ref);
+  free(buf);
+  free(res);
+  return bad ? -1 : 0;
+}
+
+/* ---- specs ---- */
+
+static void describe(const attn_spec *s, char *out, size_t len) {
+  int n = snprintf(out, len, "%s %s d=%d br=%d bc=%d warps=%d", attn_algo_name(s->algo), attn_dtype_name(s->dtype),
+                   s->d, s->br, s->bc, s->warps);
+  if (s->algo == ATTN_ALGO_FLASH) n += snprintf(out + n, len - n, " stages=%d", s->stages);
+  if (s->algo == ATTN_ALGO_SMALLCACHE) n += snprintf(out + n, len - n, " tile=%d", s->tile);
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    if (s->feature == ATTN_FEAT_TAYLOR) n += snprintf(out + n, len - n, " taylor degree=%d", s->degree);
+    else n += snprintf(out + n, len - n, " random rank=%d", s->rank);
+  }
+  snprintf(out + n, len - n, "%s", s->causal ? " causal" : "");
+}
+
+static void run_spec(const attn_spec *s) {
+  char label[256], err[512];
+  describe(s, label, sizeof label);
+  if (attn_spec_check(s, err, sizeof err) != ATTN_OK) {
+    FAIL("%s: %s", label, err);
+    return;
+  }
+  const double t0 = now();
+  if (build(s, label) != 0) return;
+  const double t1 = now();
+  const int nshapes = quick ? 4 : NSHAPES;
+  static const int orders[][2] = {{0, 0}, {1, 1}, {2, 0}, {0, 1}, {1, 0}, {2, 1}};
+  unsigned long long base = 1;
+  const char *e = getenv("ATTN_TEST_SEED");
+  if (e && *e) base = strtoull(e, NULL, 10);
+  for (int i = 0; i < nshapes; i++)
+    for (int j = 0; j < (all_orders ? 6 : 1); j++) {
+      const int *ord = orders[all_orders ? j : i % 6];
+      /* random orders take their seed from the shape */
+      run_shape(s, label, &SHAPES[i], ord[0] == 2 ? 2 + i : ord[0], ord[1], base * 1000003ULL + (unsigned long long)i);
+    }
+  printf("     %s: compiled in %.1f s, ran in %.1f s\n", label, t1 - t0, now() - t1);
+}
+
+static int parse_field(attn_spec *s, const char *kv) {
+  const char *eq = strchr(kv, '=');
+  if (!eq) return -1;
+  const size_t kl = (size_t)(eq - kv);
+  const char *v = eq + 1;
+  char *end;
+  long x = strtol(v, &end, 10);
+  const int num = *v && !*end;
+#define FIELD(name, dst)                              \
+  if (kl == strlen(name) && !strncmp(kv, name, kl)) { \
+    if (!num) return -1;                              \
+    dst = (int)x;                                     \
+    return 0;                                         \
+  }
+  FIELD("d", s->d)
+  FIELD("br", s->br)
+  FIELD("bc", s->bc)
+  FIELD("causal", s->causal)
+  FIELD("warps", s->warps)
+  FIELD("stages", s->stages)
+  FIELD("tile", s->tile)
+  FIELD("degree", s->degree)
+  FIELD("rank", s->rank)
+#undef FIELD
+  if (kl == 4 && !strncmp(kv, "seed", 4) && num) {
+    s->seed = (unsigned)x;
+    return 0;
+  }
+  if (kl == 4 && !strncmp(kv, "arch", 4)) {
+    snprintf(s->arch, sizeof s->arch, "%s", v);
+    return 0;
+  }
+  if (kl == 7 && !strncmp(kv, "feature", 7)) {
+    if (!strcmp(v, "taylor")) s->feature = ATTN_FEAT_TAYLOR, s->rank = 0;
+    else if (!strcmp(v, "random")) s->feature = ATTN_FEAT_RANDOM;
+    else return -1;
+    return 0;
+  }
+  return -1;
+}
+
+/* d= and causal= first (the default spec depends on them), then the rest over the default */
+static int spec_from_args(attn_algo a, attn_dtype t, int argc, char **argv, attn_spec *s) {
+  attn_spec pre;
+  memset(&pre, 0, sizeof pre);
+  pre.d = 64;
+  for (int i = 0; i < argc; i++)
+    if (!strncmp(argv[i], "d=", 2) || !strncmp(argv[i], "causal=", 7)) parse_field(&pre, argv[i]);
+  *s = attn_spec_default(a, ATTN_TARGET_CUDA, t, pre.d, pre.causal);
+  for (int i = 0; i < argc; i++)
+    if (parse_field(s, argv[i]) != 0) {
+      fprintf(stderr, "cuda_emu: bad field %s\n", argv[i]);
+      return -1;
+    }
+  return 0;
+}
+
+static int space(attn_algo a, attn_dtype t, int argc, char **argv) {
+  attn_spec s;
+  int stride = 1, offset = 0;
+  char *rest[16];
+  int nrest = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strncmp(argv[i], "stride=", 7)) stride = atoi(argv[i] + 7);
+    else if (!strncmp(argv[i], "offset=", 7)) offset = atoi(argv[i] + 7);
+    else if (nrest < 16) rest[nrest++] = argv[i];
+  }
+  if (spec_from_args(a, t, nrest, rest, &s) != 0 || stride < 1) return 2;
+  char err[512];
+  const attn_gpu *gpu = attn_gpu_find(strncmp(s.arch, "sm_8", 4) == 0 ? "A100" : "H100", err, sizeof err);
+  if (!gpu) {
+    FAIL("%s", err);
+    return 1;
+  }
+  attn_space_opts o;
+  memset(&o, 0, sizeof o);
+  o.target = ATTN_TARGET_CUDA;
+  o.dtype = t;
+  o.d = s.d;
+  o.causal = s.causal;
+  o.algos = ATTN_ALGO_BIT(a);
+  o.tolerance = 0.1;
+  o.fast_mem_bytes = gpu->smem_per_block_kb * 1024.0;
+  o.gpu = gpu;
+  snprintf(o.arch, sizeof o.arch, "%s", s.arch);
+  attn_space sp;
+  if (attn_space_build(&o, &sp, err, sizeof err) != ATTN_OK) {
+    FAIL("space: %s", err);
+    return 1;
+  }
+  printf("the tuner's %s space for %s d=%d causal=%d on %s: %d configurations, every %d-th from %d\n",
+         attn_algo_name(a), attn_dtype_name(t), s.d, s.causal, gpu->name, sp.count, stride, offset);
+  for (int i = offset; i < sp.count; i += stride) run_spec(&sp.cfg[i]);
+  attn_space_free(&sp);
+  return 0;
+}
+
+/* attn_spec_default for every d = 16, 32, ..., 256; causal on alternate d (which ones depends on the dtype) unless
+ * causal= says */
+static int defaults(attn_algo a, attn_dtype t, int argc, char **argv) {
+  int causal = -1;
+  for (int i = 0; i < argc; i++) {
+    if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
+    else return 2;
+  }
+  for (int d = 16; d <= 256; d += 16) {
+    attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, t, d, causal < 0 ? (d / 16 + (int)t) % 2 : causal);
+    run_spec(&s);
+  }
+  return 0;
+}
+
+static void cleanup(void) {
+  static const char *files[] = {"kernel.cu", "main.cpp", "emu", "compile.log", "case.bin", "out.bin", "run.log"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char p[4200];
+    path(p, sizeof p, files[i]);
+    unlink(p);
+  }
+  rmdir(workdir);
+}
+
+int main(int argc, char **argv) {
+  int i = 1;
+  for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--all-orders")) all_orders = 1;
+    else if (!strcmp(argv[i], "--asan")) asan = 1;
+    else {
+      fprintf(stderr, "cuda_emu: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  const int is_space = i < argc && !strcmp(argv[i], "space"), is_defaults = i < argc && !strcmp(argv[i], "defaults");
+  i += is_space || is_defaults;
+  if (argc - i < 2) {
+    fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] [--asan] ALGO DTYPE [FIELD=VALUE ...]\n"
+                    "       cuda_emu [--quick] [--all-orders] [--asan] space ALGO DTYPE d=D causal=C [stride=K]\n"
+                    "       cuda_emu [--quick] [--all-orders] [--asan] defaults ALGO DTYPE [causal=C]\n");
+    return 2;
+  }
+  const int a = attn_algo_parse(argv[i]), t = attn_dtype_parse(argv[i + 1]);
+  if (a < 0 || a == ATTN_ALGO_AUTO || t < 0) {
+    fprintf(stderr, "cuda_emu: unknown algorithm %s or dtype %s\n", argv[i], argv[i + 1]);
+    return 2;
+  }
+  if (!ATTN_EMU_CXX[0]) {
+    printf("SKIP: no C++ compiler was found when the project was configured\n");
+    return 77;
+  }
+  if (asan && !ATTN_EMU_LIB_ASAN[0]) {
+    printf("SKIP: the C++ compiler has no AddressSanitizer\n");
+    return 77;
+  }
+  /* the emulator's fibers switch stacks under ASan's feet; it is told, but the fake stacks stay off */
+  if (asan) setenv("ASAN_OPTIONS", "detect_stack_use_after_return=0", 0);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(workdir, sizeof workdir, "%s/attn-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(workdir)) {
+    fprintf(stderr, "cuda_emu: cannot create %s: %s\n", workdir, strerror(errno));
+    return 1;
+  }
+  int rc = 0;
+  if (is_space) {
+    rc = space((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2);
+  } else if (is_defaults) {
+    rc = defaults((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2);
+  } else {
+    attn_spec s;
+    if (spec_from_args((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2, &s) != 0) rc = 2;
+    else run_spec(&s);
+  }
+  attn_close(cpu_rt);
+  const char *keep = getenv("ATTN_EMU_KEEP");
+  if (keep && *keep && strcmp(keep, "0")) printf("kept %s\n", workdir);
+  else cleanup();
+  if (rc == 2) return 2;
+  printf("cuda_emu: %d cases, %d failures\n", cases, failures);
+  return failures || rc ? 1 : 0;
+}
