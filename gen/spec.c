@@ -146,6 +146,16 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->causal != 0 && s->causal != 1) return attn_errf(err, len, ATTN_EINVAL, "causal must be 0 or 1");
   if (s->unroll < 0 || s->unroll > 16) return attn_errf(err, len, ATTN_EINVAL, "unroll=%d must be in 0..16", s->unroll);
   if (s->tile < 0 || s->tile > 1024) return attn_errf(err, len, ATTN_EINVAL, "tile=%d must be in 0..1024", s->tile);
+  if (s->split < 0 || s->split > 64)
+    return attn_errf(err, len, ATTN_EINVAL, "split=%d must be in 0..64 (key-range parts per query block; 0, 1: none)",
+                     s->split);
+  /* only the CPU flash template has the partials and the merge; CUDA keys never carry the field */
+  if (s->target == ATTN_TARGET_CUDA && s->split != 0)
+    return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to cpu flash kernels only (cuda specs keep split=0)",
+                     s->split);
+  if (s->split > 1 && s->algo != ATTN_ALGO_FLASH)
+    return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to cpu flash kernels only, not %s", s->split,
+                     attn_algo_name(s->algo));
   if (s->target == ATTN_TARGET_CUDA) {
     if (s->warps < 1 || s->warps > 16) return attn_errf(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
     if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
@@ -181,12 +191,15 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
 }
 
 int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
+  /* split only when it changes the kernel: the keys of every kernel without it stay as they were */
+  char split[24] = "";
+  if (s->split > 1) snprintf(split, sizeof split, " split=%d", s->split);
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
-                  "degree=%d rank=%d seed=%u",
+                  "degree=%d rank=%d seed=%u%s",
                   attn_algo_name(s->algo), attn_target_name(s->target), attn_dtype_name(s->dtype), s->d, s->br,
                   s->bc, s->causal, s->unroll, s->warps, s->stages, s->arch[0] ? s->arch : "-", s->tile,
-                  (unsigned)s->feature < 2 ? feature_names[s->feature] : "?", s->degree, s->rank, s->seed);
+                  (unsigned)s->feature < 2 ? feature_names[s->feature] : "?", s->degree, s->rank, s->seed, split);
 }
 
 static int parse_int(const char *v, long lo, long hi, long *out) {
@@ -228,7 +241,8 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
         {"bc", offsetof(attn_spec, bc)},         {"causal", offsetof(attn_spec, causal)},
         {"unroll", offsetof(attn_spec, unroll)}, {"warps", offsetof(attn_spec, warps)},
         {"stages", offsetof(attn_spec, stages)}, {"tile", offsetof(attn_spec, tile)},
-        {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)}};
+        {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)},
+        {"split", offsetof(attn_spec, split)}};
     int done = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       if (strcmp(key, ints[i].key) != 0) continue;
@@ -262,6 +276,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
 
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
   char extra[128] = "";
+  if (s->split > 1) snprintf(extra, sizeof extra, " split=%d", s->split);
   if (s->algo == ATTN_ALGO_SMALLCACHE) snprintf(extra, sizeof extra, " tile=%d", s->tile);
   if (s->algo == ATTN_ALGO_LOWRANK) {
     if (s->feature == ATTN_FEAT_TAYLOR)
@@ -335,6 +350,8 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
          "#define ATTN_SEED %uu\n#define ATTN_ARCH %d\n",
          s->d, s->br, s->bc, s->causal, s->unroll, s->warps, s->stages, (int)s->dtype, s->tile, (int)s->feature,
          s->degree, s->rank, s->seed, s->target == ATTN_TARGET_CUDA ? arch_number(s->arch) : 0);
+  /* only when it changes the kernel: without it the template compiles to the kernel with no split */
+  if (s->split > 1) sb_add(&b, "#define ATTN_SPLIT %d\n", s->split);
   if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
   sb_add(&b, "%s\n", abi);
   sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);

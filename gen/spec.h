@@ -18,6 +18,7 @@ typedef struct attn_spec {
   int causal;           /* 0 or 1 */
   /* CPU */
   int unroll;           /* inner-loop unroll / vector hint; 0: compiler's choice */
+  int split;            /* flash: key-range parts per query block (split-K), merged exactly; 0 or 1: none */
   /* CUDA */
   int warps;            /* warps per thread block */
   int stages;           /* cp.async pipeline depth (1: no pipelining) */
@@ -50,11 +51,13 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
 int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
 
 /* Canonical text: "flash cpu f32 d=64 br=64 bc=128 causal=0 ..." (every field, fixed order); parse is its inverse.
+ * " split=N" is written only when split > 1, so that the keys of kernels without it stay what they were; texts
+ * without it parse to split 0 (split 1 therefore comes back as 0, which means the same kernel).
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
 
-/* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32". */
+/* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1). */
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
 
 /* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.

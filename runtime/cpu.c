@@ -1,5 +1,6 @@
 /* cpu.c: the CPU backend — loads a compiled kernel (runtime/cc.c) with dlopen and runs its work items in parallel
- * with OpenMP, each thread with its own scratch and I/O counter. */
+ * with OpenMP, each thread with its own scratch and I/O counter. Split-K kernels (kernel_abi.h) also get one
+ * partials buffer per call, and their merge items run after all the first-phase items. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@ struct attn_cpu_kernel {
   attn_kernel_items_fn items;
   attn_kernel_scratch_fn scratch;
   attn_kernel_run_fn run;
+  attn_kernel_partials_fn partials; /* both NULL unless the kernel splits the key range */
+  attn_kernel_merge_fn merge;
   int was_cached;
 };
 
@@ -25,9 +28,14 @@ static int load_object(attn_runtime *rt, const char *path, const char *label, at
   k->items = (attn_kernel_items_fn)dlsym(k->handle, "attn_kernel_items");
   k->scratch = (attn_kernel_scratch_fn)dlsym(k->handle, "attn_kernel_scratch");
   k->run = (attn_kernel_run_fn)dlsym(k->handle, "attn_kernel_run");
+  k->partials = (attn_kernel_partials_fn)dlsym(k->handle, "attn_kernel_partials");
+  k->merge = (attn_kernel_merge_fn)dlsym(k->handle, "attn_kernel_merge");
   int rc = ATTN_OK;
   if (!abi || !k->items || !k->scratch || !k->run)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s (%s) lacks the kernel entry points of kernel_abi.h", label, path);
+  else if (!k->partials != !k->merge)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s (%s) exports only one of attn_kernel_partials and attn_kernel_merge",
+                   label, path);
   else if (abi() != ATTN_KERNEL_ABI_VERSION)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s (%s) has kernel ABI %d, this runtime needs %d", label, path, abi(),
                    ATTN_KERNEL_ABI_VERSION);
@@ -103,8 +111,19 @@ static void *scratch_get(size_t bytes) {
   return tls_scratch;
 }
 
-int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a, attn_io *io) {
-  if (!k || !a) return attn_fail(rt, ATTN_EINVAL, "attn_cpu_run: kernel or arguments are NULL");
+int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a0, attn_io *io) {
+  if (!k || !a0) return attn_fail(rt, ATTN_EINVAL, "attn_cpu_run: kernel or arguments are NULL");
+  attn_kargs args = *a0;
+  const attn_kargs *a = &args;
+  args.partials = NULL;
+  long merges = 0;
+  if (k->partials) {
+    /* One buffer per call (not per plan): concurrent calls on one plan must not share it. */
+    const size_t pbytes = k->partials(a, &merges);
+    args.partials = pbytes ? aligned_alloc(64, (pbytes + 63) & ~(size_t)63) : NULL;
+    if (pbytes && !args.partials)
+      return attn_fail(rt, ATTN_ENOMEM, "out of memory for %zu bytes of split-K partials", pbytes);
+  }
   const long items = k->items(a);
   const size_t bytes = k->scratch(a);
   unsigned long long reads = 0, writes = 0;
@@ -116,6 +135,7 @@ int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a
     attn_io t = {0, 0};
     if (items > 0 && !s) failed = 1;
     for (long i = 0; i < items && !failed; i++) k->run(a, i, s, &t);
+    for (long i = 0; i < merges && !failed; i++) k->merge(a, i, &t);
     reads = t.reads;
     writes = t.writes;
   } else {
@@ -128,10 +148,16 @@ int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a
 #pragma omp for schedule(dynamic)
       for (long i = 0; i < items; i++)
         if (s) k->run(a, i, s, &t);
+      /* the loop's implicit barrier: every partial is written before any merge reads it */
+      if (merges > 0) {
+#pragma omp for schedule(dynamic)
+        for (long i = 0; i < merges; i++) k->merge(a, i, &t);
+      }
       reads += t.reads;
       writes += t.writes;
     }
   }
+  free(args.partials);
   if (failed) return attn_fail(rt, ATTN_ENOMEM, "out of memory for %zu bytes of kernel scratch", bytes);
   if (io) {
     io->reads = reads; /* this call's transfers, summed over threads */

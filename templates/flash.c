@@ -14,6 +14,15 @@
  * query block i the keys 0 .. i0 + rows - 1 + (n_kv - n) are read (in blocks of BC, the last one cut there), nothing
  * beyond: a query block reads 2*d*min(n_kv, max(0, i0 + rows + n_kv - n)) + rows*d entries and writes rows*d.
  *
+ * Split-K (ATTN_SPLIT = S > 1; decode and other problems with fewer query blocks than cores): each query block's
+ * visible key blocks are divided among S work items as evenly as possible (counts differ by at most one block). An
+ * item writes its partial result to the runtime's partials buffer — the unnormalised O over its keys and each row's
+ * running max m and sum l — and attn_kernel_merge combines the S partials of a query block exactly:
+ * m = max m_s, O = sum_s 2^(m_s - m) O_s / sum_s 2^(m_s - m) l_s. A part with no key block writes an empty partial
+ * (O = 0, m = -inf, l = 0) without reading Q_i. Counted: Q_i once per non-empty part, K and V as before (once per
+ * query block in total), rows*(d+2) entries written per part, S*rows*(d+2) read and rows*d written per merge.
+ * Without ATTN_SPLIT (or S <= 1) none of this is compiled.
+ *
  * Vector code: GCC/Clang vector extensions, so the compiler maps them onto whatever -march gives (AVX-512, AVX2,
  * SSE, NEON); fused multiply-add through intrinsics where the target has them. */
 #ifndef ATTN_D
@@ -30,6 +39,9 @@
 #endif
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 0
+#endif
+#ifndef ATTN_SPLIT
+#define ATTN_SPLIT 0
 #endif
 
 #ifndef ATTN_KERNEL_ABI_H
@@ -68,6 +80,11 @@ typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alia
 #define FL_BRP FL_RUP(FL_BR, FL_VW) /* query rows padded to whole vectors: the lanes of Qt and St */
 #define FL_NRV (FL_BRP / FL_VW)      /* vectors of query rows */
 #define FL_NDV (FL_D / FL_VW)        /* vectors per row of O and V */
+#if ATTN_SPLIT > 1
+#define FL_NSPLIT ATTN_SPLIT
+#else
+#define FL_NSPLIT 1
+#endif
 
 /* Register tiles. St = K_j Qt: ST_RC key rows x ST_NR query-row vectors. O += P V: PV_RO query rows x PV_ND
  * vectors of d. Sized so the accumulators plus operands fit the register file; ATTN_UNROLL > 0 overrides the
@@ -299,15 +316,28 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
 
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 
-long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads * ((a->n + FL_BR - 1) / FL_BR); }
+long attn_kernel_items(const attn_kargs *a) {
+  return a->batch * a->heads * ((a->n + FL_BR - 1) / FL_BR) * FL_NSPLIT;
+}
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
   (void)a;
   return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ) * sizeof(float);
 }
 
+#if ATTN_SPLIT > 1
+/* One part's partial in the partials buffer: O[BR][D] (unnormalised), then m[BR] and l[BR]. The S parts of query
+ * block qb of head bh are adjacent, at ((bh * nqb + qb) * S + part) * FL_PART floats. */
+#define FL_PART (FL_BR * (FL_D + 2))
+#endif
+
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
   const long nqb = (a->n + FL_BR - 1) / FL_BR;
+#if ATTN_SPLIT > 1
+  /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
+  const long part = item % ATTN_SPLIT;
+  item /= ATTN_SPLIT;
+#endif
   const long bh = item / nqb;
   long qb = item % nqb;
   /* Causal blocks cost more the later they come: interleave light and heavy ones (0, last, 1, last-1, ...) so that
@@ -326,6 +356,28 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ;
+
+#if ATTN_SPLIT > 1
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb holding keys visible to the block
+   * (j_end below). */
+  const long vis = ATTN_CAUSAL && i0 + rows + (n_kv - n) < n_kv ? i0 + rows + (n_kv - n) : n_kv;
+  const long nkb = vis > 0 ? (vis + FL_BC - 1) / FL_BC : 0;
+  const long j_begin = nkb * part / ATTN_SPLIT * FL_BC, j_stop = nkb * (part + 1) / ATTN_SPLIT * FL_BC;
+  float *po = (float *)a->partials + ((bh * nqb + qb) * ATTN_SPLIT + part) * FL_PART;
+  float *pm = po + FL_BR * FL_D, *pl = pm + FL_BR;
+  if (j_begin >= j_stop) {
+    /* no key block: an empty partial, so that the merge reads every part alike */
+    memset(po, 0, sizeof(float) * (size_t)rows * FL_D);
+    for (int r = 0; r < rows; r++) {
+      pm[r] = -__builtin_inff();
+      pl[r] = 0.0f;
+    }
+    ATTN_IO_WRITE(io, (long)rows * (FL_D + 2));
+    return;
+  }
+#else
+  const long j_begin = 0;
+#endif
 
   /* Scores in base 2: fold log2(e) into the scale once, on Q. */
   const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
@@ -346,7 +398,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     long last = i0 + rows - 1 + (n_kv - n) + 1; /* one past the last key the block's last row sees */
     if (last < j_end) j_end = last;
   }
-  for (long j0 = 0; j0 < j_end; j0 += FL_BC) {
+#if ATTN_SPLIT > 1
+  if (j_stop < j_end) j_end = j_stop;
+#endif
+  for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
     const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
     const float *kb = k + j0 * FL_D, *vb = v + j0 * FL_D;
     ATTN_IO_READ(io, (long)cols * FL_D); /* K_j */
@@ -360,9 +415,60 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     fl_pv(vb, st, alpha, o, cols, rows);
   }
 
+#if ATTN_SPLIT > 1
+  /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
+  (void)out;
+  memcpy(po, o, sizeof(float) * (size_t)rows * FL_D);
+  for (int r = 0; r < rows; r++) {
+    pm[r] = m[r];
+    pl[r] = l[r];
+  }
+  ATTN_IO_WRITE(io, (long)rows * (FL_D + 2));
+#else
   for (int r = 0; r < rows; r++) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     for (int kk = 0; kk < FL_D; kk++) out[(long)r * FL_D + kk] = o[r * FL_D + kk] * inv;
   }
   ATTN_IO_WRITE(io, (long)rows * FL_D);
+#endif
 }
+
+#if ATTN_SPLIT > 1
+size_t attn_kernel_partials(const attn_kargs *a, long *merge_items) {
+  const long blocks = a->batch * a->heads * ((a->n + FL_BR - 1) / FL_BR);
+  if (merge_items) *merge_items = blocks;
+  return (size_t)blocks * ATTN_SPLIT * FL_PART * sizeof(float);
+}
+
+/* Merge item = (batch*heads index, query block): m = max_s m_s per row, weights w_s = 2^(m_s - m) (0 for an empty
+ * part), O = sum_s w_s O_s / sum_s w_s l_s; a row no part saw a key for (m = -inf) outputs zeros. */
+void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
+  const long nqb = (a->n + FL_BR - 1) / FL_BR;
+  const long bh = item / nqb, i0 = item % nqb * FL_BR;
+  const int rows = (int)(a->n - i0 < FL_BR ? a->n - i0 : FL_BR);
+  const float *p = (const float *)a->partials + item * ATTN_SPLIT * FL_PART;
+  float *out = a->o + (bh * a->n + i0) * FL_D;
+  ATTN_IO_READ(io, (long)ATTN_SPLIT * rows * (FL_D + 2));
+  for (int r = 0; r < rows; r++) {
+    float mx = -__builtin_inff();
+    for (int s = 0; s < ATTN_SPLIT; s++) {
+      const float ms = p[s * FL_PART + FL_BR * FL_D + r];
+      mx = ms > mx ? ms : mx;
+    }
+    fl_vf acc[FL_NDV];
+    for (int v = 0; v < FL_NDV; v++) acc[v] = (fl_vf){0};
+    float l = 0.0f;
+    if (mx != -__builtin_inff())
+      for (int s = 0; s < ATTN_SPLIT; s++) {
+        const float *ps = p + s * FL_PART;
+        const float w = fl_exp2(fl_splat(ps[FL_BR * FL_D + r] - mx))[0];
+        l += w * ps[FL_BR * FL_D + FL_BR + r];
+        const fl_vf wv = fl_splat(w);
+        for (int v = 0; v < FL_NDV; v++) acc[v] = FL_FMA(wv, fl_ld(ps + r * FL_D + v * FL_VW), acc[v]);
+      }
+    const fl_vf inv = fl_splat(l > 0.0f ? 1.0f / l : 0.0f);
+    for (int v = 0; v < FL_NDV; v++) fl_st(out + (long)r * FL_D + v * FL_VW, acc[v] * inv);
+  }
+  ATTN_IO_WRITE(io, (long)rows * FL_D);
+}
+#endif

@@ -97,8 +97,37 @@ int main(int argc, char **argv) {
   json_decref(arr);
   free(out);
 
+  /* decode with n_kv keys, the plan's configuration at each --split value: one row each, added fields n_kv, split */
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --db '%s' --json",
+           argv[1], argv[2]);
+  st = run(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == 3, "--split: not a JSON array of 3 rows: %s", jerr.text);
+  for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && i < 3; i++) {
+    json_t *o = json_array_get(arr, i);
+    const int want = i == 0 ? 1 : (int)(2 * i);
+    CHECK(json_integer_value(json_object_get(o, "n")) == 1 && json_integer_value(json_object_get(o, "n_kv")) == 300,
+          "--split row %zu: n, n_kv", i);
+    CHECK(json_integer_value(json_object_get(o, "split")) == want, "--split row %zu: split %lld, want %d", i,
+          (long long)json_integer_value(json_object_get(o, "split")), want);
+    const char *plan = json_string_value(json_object_get(o, "plan"));
+    char tag[32];
+    snprintf(tag, sizeof tag, "split=%d", want);
+    CHECK(plan && (want > 1 ? strstr(plan, tag) != NULL : strstr(plan, "split=") == NULL), "--split row %zu: plan '%s'",
+          i, plan ? plan : "(null)");
+    CHECK(json_number_value(json_object_get(o, "plan_ms")) > 0, "--split row %zu: plan_ms", i);
+    json_t *ref = json_object_get(o, "ref_error");
+    CHECK(json_is_number(ref) && json_number_value(ref) <= 1e-5, "--split row %zu: ref_error %g", i,
+          json_number_value(ref));
+  }
+  json_decref(arr);
+  free(out);
+
   static const char *bad[] = {"--n 64..x --d 64", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
-                              "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64"};
+                              "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64",
+                              "--n 1 --d 64 --split 0", "--n 1 --d 64 --split 65", "--n 1 --d 64 --n-kv x",
+                              "--n 1 --d 64 --split 2 --target cuda"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' 2>/dev/null", argv[1], bad[i], argv[2]);
     st = run(cmd, NULL);

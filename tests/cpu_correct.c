@@ -1,13 +1,41 @@
 /* cpu_correct: CPU kernels against the fp64 reference on fresh random inputs with poisoned outputs.
  * argv[1] picks a group so that CTest runs groups in parallel: "d<D>" (every n in {1, 17, 100, 1000}, causal on and
- * off, at head dimension D), "shapes" (n_kv != n both ways, grouped-query heads, batch > 1, a non-default scale) or
- * "algos" (explicit algorithm choices). */
+ * off, at head dimension D), "shapes" (n_kv != n both ways, grouped-query heads, batch > 1, a non-default scale),
+ * "algos" (explicit algorithm choices) or "split" (split-K flash specs: S in {2, 3, 8}, n in {1, 17, 100}, n_kv in
+ * {1, 100, 1000, 4097}, including more parts than key blocks and rows that see no key). */
 #include <string.h>
 #include "cpu_util.h"
 
+/* One problem through an explicit spec (run_case plans from the defaults); the relative error, INFINITY on failure. */
+static double run_spec_case(attn_runtime *rt, const attn_problem *p, const attn_spec *s, unsigned long long seed) {
+  case_bufs c;
+  memset(&c, 0, sizeof c); /* a failed case_alloc leaves what it did not allocate NULL for case_free */
+  char sum[256];
+  attn_spec_summary(s, sum, sizeof sum);
+  if (case_alloc(p, seed, &c) != 0) {
+    CHECK(0, "%s: cannot set up buffers", shape(p));
+    case_free(&c);
+    return INFINITY;
+  }
+  attn_plan *plan = NULL;
+  double err = INFINITY;
+  int rc = attn_plan_create_spec(rt, &c.p, s, 0, "test", &plan);
+  CHECK(rc == ATTN_OK, "%s [%s]: plan: %s: %s", shape(p), sum, attn_strerror(rc), attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    rc = attn_execute(plan, c.q, c.k, c.v, c.o);
+    CHECK(rc == ATTN_OK, "%s [%s]: attn_execute: %s: %s", shape(p), sum, attn_strerror(rc), attn_last_error(rt));
+    if (rc == ATTN_OK) err = attn_rel_error(c.ref, c.o, c.nq);
+    CHECK(err <= TOL, "%s [%s]: relative error %.3g > %g", shape(p), sum, err, TOL);
+    if (err <= TOL) printf("ok   %-80s %-40s err %.2e\n", shape(p), sum, err);
+  }
+  attn_plan_destroy(plan);
+  case_free(&c);
+  return err;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: cpu_correct d<D>|shapes|algos\n");
+    fprintf(stderr, "usage: cpu_correct d<D>|shapes|algos|split\n");
     return 2;
   }
   attn_runtime *rt = NULL;
@@ -70,6 +98,24 @@ int main(int argc, char **argv) {
       run_case(rt, &lr, seed++);
       cases += 2;
     }
+  } else if (strcmp(argv[1], "split") == 0) {
+    /* Split-K against fp64: the default tiles (Bc = 128: n_kv = 1 and 100 have one key block, fewer than any S
+     * here) and small ones (Br = 16, Bc = 32: many blocks per part, partial last blocks); one head, or batch 2 with
+     * 4 query heads on 2 (causal: n > n_kv leaves rows with no visible key, which must output zeros). */
+    static const int splits[] = {2, 3, 8}, ns[] = {1, 17, 100}, nkvs[] = {1, 100, 1000, 4097};
+    for (int causal = 0; causal <= 1; causal++)
+      for (int si = 0; si < 3; si++)
+        for (int ni = 0; ni < 3; ni++)
+          for (int ki = 0; ki < 4; ki++) {
+            const int small = (ni + ki) % 2, d = small ? 32 : 64;
+            attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, d, causal);
+            if (small) s.br = 16, s.bc = 32;
+            s.split = splits[si];
+            attn_problem p = {.batch = 1, .heads = 1, .n = ns[ni], .n_kv = nkvs[ki], .d = d, .causal = causal};
+            if ((si + ki) % 2) p.batch = 2, p.heads = 4, p.heads_kv = 2;
+            run_spec_case(rt, &p, &s, seed++);
+            cases++;
+          }
   } else {
     fprintf(stderr, "cpu_correct: unknown group '%s'\n", argv[1]);
     attn_close(rt);

@@ -1,5 +1,5 @@
-/* gen_spec: every default spec validates, its canonical text parses back to the same spec, bad specs are
- * rejected with a reason, and instantiation carries the spec's constants and the template text. */
+/* gen_spec: every default spec validates, its canonical text parses back to the same spec (split-K specs too, with
+ * old keys unchanged), bad specs are rejected with a reason, and instantiation carries the spec's constants and the template text. */
 #include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +54,45 @@ int main(void) {
   expect_bad("lowrank cpu f32 d=64 br=64 bc=64 feature=taylor degree=3", ATTN_EINVAL, "must be even");
   expect_bad("lowrank cpu f32 d=256 br=64 bc=64 feature=taylor degree=4", ATTN_EUNSUPPORTED, "random features");
 
+  /* split: written only when > 1 (old keys unchanged), parsed back, validated */
+  static const int splits[] = {0, 1, 2, 3, 8, 64};
+  for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
+    for (int c = 0; c <= 1; c++) {
+      attn_spec sp = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, c);
+      sp.split = splits[i];
+      char text[512], want[32] = "", sum[256], err2[256] = "";
+      attn_spec_format(&sp, text, sizeof text);
+      if (sp.split > 1) snprintf(want, sizeof want, " split=%d", sp.split);
+      const char *at = sp.split > 1 ? strstr(text, want) : NULL;
+      CHECK(sp.split > 1 ? at && at[strlen(want)] == '\0' : !strstr(text, "split"), "split=%d formats as '%s'",
+            sp.split, text);
+      round_trip(&sp);
+      attn_spec back;
+      CHECK(attn_spec_parse(text, &back, err2, sizeof err2) == ATTN_OK && back.split == (sp.split > 1 ? sp.split : 0),
+            "'%s' parsed to split=%d (%s)", text, back.split, err2);
+      attn_spec_summary(&sp, sum, sizeof sum);
+      CHECK(sp.split > 1 ? strstr(sum, want) != NULL : !strstr(sum, "split"), "summary '%s' for split=%d", sum,
+            sp.split);
+    }
+  {
+    /* a key stored before split existed reads as split 0 */
+    attn_spec old;
+    char err2[256] = "";
+    CHECK(attn_spec_parse("flash cpu f32 d=64 br=64 bc=128 causal=0 unroll=0 warps=0 stages=0 arch=- tile=0 "
+                          "feature=taylor degree=0 rank=0 seed=0",
+                          &old, err2, sizeof err2) == ATTN_OK && old.split == 0,
+          "old key: split=%d (%s)", old.split, err2);
+    CHECK(attn_spec_parse("flash cpu f32 d=64 br=64 bc=128 split=1", &old, err2, sizeof err2) == ATTN_OK,
+          "split=1: %s", err2);
+  }
+  expect_bad("flash cpu f32 d=64 br=64 bc=128 split=65", ATTN_EINVAL, "split=65 must be in 0..64");
+  expect_bad("flash cpu f32 d=64 br=64 bc=128 split=-1", ATTN_EINVAL, "split=-1 must be in 0..64");
+  expect_bad("flash cpu f32 d=64 br=64 bc=128 split=two", ATTN_EINVAL, "split=two is not an integer");
+  expect_bad("flash cuda f16 d=64 br=64 bc=64 warps=4 stages=2 arch=sm_80 split=2", ATTN_EINVAL,
+             "split=2 applies to cpu flash kernels only");
+  expect_bad("flash cuda f16 d=64 br=64 bc=64 warps=4 stages=2 arch=sm_80 split=1", ATTN_EINVAL, "cuda specs keep");
+  expect_bad("smallcache cpu f32 d=64 br=64 bc=64 tile=32 split=4", ATTN_EINVAL, "not smallcache");
+
   CHECK(attn_taylor_rank(64, 2, 1L << 16) == 2145, "C(66,2) = %ld", attn_taylor_rank(64, 2, 1L << 16));
   CHECK(attn_taylor_rank(16, 4, 1L << 16) == 4845, "C(20,4) = %ld", attn_taylor_rank(16, 4, 1L << 16));
 
@@ -71,6 +110,8 @@ int main(void) {
       CHECK(strstr(src, "ATTN_KERNEL_ABI_VERSION") != NULL, "kernel ABI not inlined");
       CHECK(strstr(src, tmpl) != NULL, "template text not included");
       CHECK(!strstr(src, "ATTN_COUNT_IO 1") && strstr(counted, "#define ATTN_COUNT_IO 1\n"), "count define");
+      const char *body = strstr(src, "#line 1 \"templates/flash.c\""), *def = strstr(src, "#define ATTN_SPLIT");
+      CHECK(body && (!def || def > body), "a spec without split defines ATTN_SPLIT before the template");
       char h1[17], h2[17];
       attn_hash_hex(src, strlen(src), h1);
       attn_hash_hex(counted, strlen(counted), h2);
@@ -78,6 +119,13 @@ int main(void) {
     }
     free(src);
     free(counted);
+  }
+  if (tmpl) {
+    attn_spec sp = s;
+    sp.split = 4;
+    char *src = attn_spec_source(&sp, 0, err, sizeof err);
+    CHECK(src && strstr(src, "#define ATTN_SPLIT 4\n"), "split=4 source lacks its define: %s", src ? "" : err);
+    free(src);
   }
   attn_spec bad = s;
   bad.d = 0;

@@ -1,5 +1,5 @@
-# I/O counting: the counting builds of flash, smallcache and lowrank against their closed forms, the theory's
-# regimes, lowrank's measured error, and `attntune io` (tile choice, JSON, bad input).
+# I/O counting: the counting builds of flash (also split-K), smallcache and lowrank against their closed forms, the
+# theory's regimes, lowrank's measured error, and `attntune io` (tile choice, JSON, bad input).
 set(ATTN_IO_CACHE ${CMAKE_BINARY_DIR}/test-cache-io)
 file(MAKE_DIRECTORY ${ATTN_IO_CACHE})
 set(ATTN_IO_ENV "ATTN_CACHE_DIR=${ATTN_IO_CACHE}" "ATTN_DB=${ATTN_IO_CACHE}/no-database.db")
@@ -8,7 +8,7 @@ foreach(t exact scaling)
   target_include_directories(io_${t} PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
   target_link_libraries(io_${t} PRIVATE attn_core m)
 endforeach()
-foreach(a flash smallcache lowrank)
+foreach(a flash split smallcache lowrank)
   add_test(NAME io_exact_${a} COMMAND io_exact ${a})
   set_tests_properties(io_exact_${a} PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
 endforeach()

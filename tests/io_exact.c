@@ -1,5 +1,5 @@
 /* io_exact: the counting build of each algorithm moves exactly what its closed form says (partial blocks, causal,
- * n_kv != n, grouped-query heads), never less than reading Q, K, V and writing O once, and its output is still
+ * n_kv != n, grouped-query heads, split-K flash), never less than reading Q, K, V and writing O once, and its output is still
  * right: flash and smallcache within 1e-5 of fp64; lowrank's error is reported and shrinks as g or r grows. */
 #include "io_util.h"
 
@@ -49,6 +49,37 @@ int main(int argc, char **argv) {
       exact_case(rt, io_spec(ATTN_ALGO_FLASH, 16, 8, 8, 0, causal[c]), 1, 1, 1, 45, 20);
       exact_case(rt, io_spec(ATTN_ALGO_FLASH, 16, 8, 8, 0, causal[c]), 1, 1, 1, 1, 1);
     }
+  }
+  if (!strcmp(what, "split") || !strcmp(what, "all")) {
+    /* split-K flash: each part's partial (rows (d + 2)) and the merge's reads of them are slow-memory traffic;
+     * K and V still once per query block. Decode (n = 1), odd n, n_kv != n both ways, more parts than key blocks,
+     * grouped-query heads. */
+    static const int splits[] = {2, 3, 5, 8};
+    for (int c = 0; c < 2; c++)
+      for (int si = 0; si < 4; si++) {
+        attn_spec s = io_spec(ATTN_ALGO_FLASH, 64, 64, 128, 0, causal[c]);
+        s.split = splits[si];
+        exact_case(rt, s, 1, 1, 1, 1, 1000);
+        exact_case(rt, s, 1, 2, 1, 77, 300);
+        s = io_spec(ATTN_ALGO_FLASH, 32, 16, 24, 0, causal[c]);
+        s.split = splits[si];
+        exact_case(rt, s, 2, 2, 2, 50, 91);
+        exact_case(rt, s, 1, 4, 2, 1, 4097);
+        s = io_spec(ATTN_ALGO_FLASH, 16, 8, 8, 0, causal[c]);
+        s.split = splits[si];
+        exact_case(rt, s, 1, 1, 1, 45, 20);
+        exact_case(rt, s, 1, 1, 1, 1, 1);
+      }
+    /* against the unsplit kernel: the same K, V and Q reads when every part has a key block, plus exactly the
+     * partials' traffic */
+    attn_spec s0 = io_spec(ATTN_ALGO_FLASH, 64, 32, 32, 0, 0), s4 = s0;
+    s4.split = 4;
+    unsigned long long r0, w0, r4, w4;
+    attn_io_formula(&s0, 3, 33, 500, &r0, &w0);
+    attn_io_formula(&s4, 3, 33, 500, &r4, &w4);
+    const unsigned long long q = 3ULL * 33 * 64, part = 3ULL * 33 * (64 + 2);
+    CHECK(r4 == r0 + 3 * q + 4 * part && w4 == w0 + 4 * part, "split closed form %llu/%llu vs %llu/%llu", r4, w4, r0,
+          w0);
   }
   if (!strcmp(what, "smallcache") || !strcmp(what, "all")) {
     for (int c = 0; c < 2; c++) {

@@ -44,7 +44,8 @@ static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, in
     attn_fill_random(k, nk, seed + 1);
     attn_fill_random(v, nk, seed + 2);
     attn_poison(o, nq);
-    attn_kargs a = {q, k, v, o, p->batch, p->heads, p->heads_kv, p->n, p->n_kv, p->scale};
+    attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
+                    .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
     rc = attn_cpu_run(rt, plan->cpu, &a, io);
     if (rc == ATTN_OK) {
       attn_reference(p, q, k, v, ref);

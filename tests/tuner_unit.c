@@ -122,6 +122,50 @@ static void test_space(void) {
     }
   }
   CHECK(total > 0, "no neighbours at all");
+  /* split: in the space when the problem is unknown, a neighbour step like any tunable, 1 the same point as 0 */
+  int with_split = 0, split_steps = 0;
+  for (int i = 0; i < sp.count; i++) {
+    if (sp.cfg[i].split <= 1) continue;
+    with_split++;
+    int k = attn_space_neighbours(&sp, i, nb, 32);
+    for (int j = 0; j < k; j++) split_steps += sp.cfg[nb[j]].split != sp.cfg[i].split;
+  }
+  CHECK(with_split > 0 && split_steps > 0, "split: %d points, %d steps", with_split, split_steps);
+  {
+    attn_spec one = sp.cfg[0];
+    CHECK(one.split == 0, "first point has split=%d", one.split);
+    attn_space_param_set(&one, ATTN_SPACE_NPARAMS - 1, 1);
+    CHECK(strcmp(attn_space_param_names[ATTN_SPACE_NPARAMS - 1], "split") == 0 && one.split == 0 &&
+              attn_space_find(&sp, &one) == 0,
+          "split=1 is not the point without split");
+  }
+  /* the problem known: split only where the query blocks leave threads idle and each part gets a key block */
+  {
+    attn_space_opts k = o;
+    k.n = 1, k.n_kv = 8192, k.heads = 1, k.threads = 2;
+    attn_space dec;
+    CHECK(attn_space_build(&k, &dec, err, sizeof err) == ATTN_OK && dec.count == sp.count, "decode: %d of %d",
+          dec.count, sp.count);
+    k.n = 1024, k.n_kv = 1024, k.heads = 2;
+    attn_space big;
+    int splits = 0;
+    CHECK(attn_space_build(&k, &big, err, sizeof err) == ATTN_OK && big.count > 0, "n=1024: %d", big.count);
+    for (int i = 0; i < big.count; i++) splits += big.cfg[i].split > 1;
+    CHECK(splits == 0, "n=1024 on 2 threads keeps %d split points", splits);
+    attn_spec c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
+    c.split = 2;
+    char why[256];
+    CHECK(attn_space_admit(&k, &c, why, sizeof why) != 0 && strstr(why, "already keep the 2 threads busy"),
+          "split with 32 query blocks on 2 threads: %s", why);
+    k.n = 1, k.n_kv = 200, k.heads = 1; /* Bc = 128: two key blocks */
+    c.split = 4;
+    CHECK(attn_space_admit(&k, &c, why, sizeof why) != 0 && strstr(why, "more parts than the 2 key blocks"),
+          "split 4 over 2 key blocks: %s", why);
+    c.split = 2;
+    CHECK(attn_space_admit(&k, &c, why, sizeof why) == 0, "split 2 over 2 key blocks: %s", why);
+    attn_space_free(&dec);
+    attn_space_free(&big);
+  }
   /* a small fast memory prunes the large tiles, with a reason */
   attn_space small;
   o.fast_mem_bytes = 64 * 1024;

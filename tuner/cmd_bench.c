@@ -21,12 +21,16 @@ char *openblas_get_corename(void); /* OpenBLAS extension, declared by some cblas
 #endif
 
 #define BENCH_FAIL_ERROR 1e-4 /* fp32 flash vs fp32 BLAS differ by ~1e-6; beyond this the kernel is wrong */
+#define BENCH_MAX_SPLITS 16   /* --split values per point */
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
-    "                      [--dtype LIST] [--no-blas] [--json]\n"
+    "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
     "  cpu: the plan against the standard algorithm on OpenBLAS (f32)\n"
+    "       --n-kv: keys per head (default n; every n with every n_kv)\n"
+    "       --split: the plan's configuration with each split-K value (1: none, up to 64), one row each, all timed in\n"
+    "                alternation with the baseline\n"
     "  cuda: the plan (tuned or default) against the default flash kernel on device buffers, CUDA events, TFLOP/s\n"
     "        against the GPU's dense peak (--dtype f16 by default; f16,bf16,f32); PyTorch's attention is compared by\n"
     "        scripts/gpu/torch_compare.py\n";
@@ -241,7 +245,7 @@ static double sgemm_rate(int m) {
 #endif
 
 typedef struct bench_row {
-  int n, d, heads, causal;
+  int n, n_kv, d, heads, causal, split;
   char plan[512];
   double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
   double rel_error, ref_error;
@@ -269,6 +273,8 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "rel_error", json_real(isfinite(r->rel_error) ? r->rel_error : 1e300));
   json_object_set_new(o, "ref_error", json_real(isfinite(r->ref_error) ? r->ref_error : 1e300));
   if (r->blas_note) json_object_set_new(o, "blas_note", json_string(r->blas_note));
+  json_object_set_new(o, "n_kv", json_integer(r->n_kv));
+  json_object_set_new(o, "split", json_integer(r->split)); /* key-range parts per query block; 1: none */
   return o;
 }
 
@@ -281,91 +287,145 @@ static void fmt_num(char *buf, size_t len, const char *f, double x) {
 
 static void row_text(const bench_row *r) {
   char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32];
-  fmt_num(pm, sizeof pm, "%.2f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
-  fmt_num(bm, sizeof bm, "%.2f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
+  fmt_num(pm, sizeof pm, "%.3f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
+  fmt_num(bm, sizeof bm, "%.3f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
   fmt_num(ra, sizeof ra, "%.2fx", r->ratio), fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
   fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
-  printf("%6d %4d %5d %6s %10s %8s %10s %8s %7s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->d, r->heads,
+  printf("%6d %6d %4d %5d %6s %10s %8s %10s %8s %7s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d, r->heads,
          r->causal ? "yes" : "no", pm, pg, bm, bg, ra, sg, pp, bp, r->rel_error, r->plan, r->blas_note ? "; blas: " : "",
          r->blas_note ? r->blas_note : "");
 }
 
-/* One (n, d) point. Returns 0, or 1 after printing the reason. */
-static int bench_point(attn_runtime *rt, int n, int d, int heads, int causal, int reps, int no_blas, bench_row *row) {
-  memset(row, 0, sizeof *row);
-  row->n = n, row->d = d, row->heads = heads, row->causal = causal;
-  row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
-  attn_problem p = {0};
-  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n, p.heads_kv = heads, p.dtype = ATTN_F32;
-  p.causal = causal, p.algo = ATTN_ALGO_AUTO;
-  const size_t cnt = (size_t)heads * n * d;
-  float *q = malloc(cnt * sizeof *q), *k = malloc(cnt * sizeof *k), *v = malloc(cnt * sizeof *v);
-  float *o = malloc(cnt * sizeof *o), *ob = NULL, *s = NULL;
-  attn_plan *plan = NULL;
-  double *tp = calloc((size_t)reps, sizeof *tp), *tb = calloc((size_t)reps, sizeof *tb);
-  int rc = 1;
-  if (!q || !k || !v || !o || !tp || !tb) {
-    fprintf(stderr, "attntune bench: out of memory for n=%d d=%d\n", n, d);
-    goto done;
-  }
-  attn_fill_random(q, cnt, 1), attn_fill_random(k, cnt, 2), attn_fill_random(v, cnt, 3);
-  for (size_t i = 0; i < cnt; i++) o[i] = NAN; /* poison: an output the kernel never writes shows as NaN */
-
-  /* The plan: creation and first run under the memory probe (inputs and output already resident). */
-  long m0 = mem_probe_start();
-  int e = attn_plan_create(rt, &p, &plan);
+/* --split: the configuration the runtime would use for p (tuned or default) and its origin ("default", "tuned",
+ * ...: the parenthesis that ends describe), so that each split value varies that configuration only. */
+static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t len) {
+  attn_plan *base = NULL;
+  int e = attn_plan_create(rt, p, &base);
   if (e != ATTN_OK) {
-    fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
+    fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: %s: %s\n", p->n, p->n_kv, p->d, attn_strerror(e),
+            attn_last_error(rt));
+    return 1;
+  }
+  *s = base->spec;
+  const char *open = strrchr(attn_plan_describe(base), '(');
+  snprintf(origin, len, "%.*s, split from --split", open ? (int)strcspn(open + 1, ")") : 5, open ? open + 1 : "given");
+  attn_plan_destroy(base);
+  return 0;
+}
+
+/* One (n, n_kv, d) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
+ * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. */
+static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int causal, int reps, int no_blas,
+                       const int *splits, int nsplit, bench_row *rows, int *nrows) {
+  const int maxv = nsplit > 0 ? nsplit : 1;
+  *nrows = 0;
+  attn_problem p = {0};
+  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n_kv, p.heads_kv = heads, p.dtype = ATTN_F32;
+  p.causal = causal, p.algo = ATTN_ALGO_AUTO;
+  const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)heads * n_kv * d;
+  float *q = malloc(cnt * sizeof *q), *k = malloc(kvcnt * sizeof *k), *v = malloc(kvcnt * sizeof *v);
+  float *o = malloc(cnt * sizeof *o), *ob = NULL, *s = NULL;
+  attn_plan *plans[BENCH_MAX_SPLITS] = {0};
+  int nv = 0;
+  double *tp = calloc((size_t)reps * maxv, sizeof *tp), *tb = calloc((size_t)reps, sizeof *tb);
+  int rc = 1, e;
+  for (int i = 0; i < maxv; i++) {
+    bench_row *row = &rows[i];
+    memset(row, 0, sizeof *row);
+    row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal;
+    row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
+  }
+  if (!q || !k || !v || !o || !tp || !tb) {
+    fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d\n", n, n_kv, d);
     goto done;
   }
-  snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plan));
-  if ((e = attn_execute(plan, q, k, v, o)) != ATTN_OK) {
-    fprintf(stderr, "attntune bench: n=%d d=%d: execute: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
-    goto done;
-  }
-  row->plan_peak_mib = mem_probe_mib(m0);
+  attn_fill_random(q, cnt, 1), attn_fill_random(k, kvcnt, 2), attn_fill_random(v, kvcnt, 3);
   p.scale = 1.0f / sqrtf((float)d);
-  row->ref_error = ref_error(&p, q, k, v, o);
-  row->rel_error = row->ref_error;
+
+  attn_spec spec;
+  char origin[256];
+  if (nsplit > 0 && base_spec(rt, &p, &spec, origin, sizeof origin)) goto done;
+  /* Each plan: creation and first run under the memory probe (inputs and output already resident), its output
+   * poisoned first (an output the kernel never writes shows as NaN) and checked against fp64 rows. */
+  long m0;
+  for (int i = 0; i < maxv; i++, nv++) {
+    bench_row *row = &rows[i];
+    for (size_t j = 0; j < cnt; j++) o[j] = NAN;
+    m0 = mem_probe_start();
+    if (nsplit > 0) {
+      spec.split = splits[i] > 1 ? splits[i] : 0;
+      e = attn_plan_create_spec(rt, &p, &spec, 0, origin, &plans[i]);
+    } else {
+      e = attn_plan_create(rt, &p, &plans[i]);
+    }
+    if (e != ATTN_OK) {
+      fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d%s: %s: %s\n", n, n_kv, d, nsplit ? " (--split)" : "",
+              attn_strerror(e), attn_last_error(rt));
+      goto done;
+    }
+    if ((e = attn_execute(plans[i], q, k, v, o)) != ATTN_OK) {
+      fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
+              attn_last_error(rt));
+      goto done;
+    }
+    row->plan_peak_mib = mem_probe_mib(m0);
+    snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plans[i]));
+    row->split = plans[i]->spec.split > 1 ? plans[i]->spec.split : 1;
+    row->ref_error = ref_error(&p, q, k, v, o);
+    row->rel_error = row->ref_error;
+  }
 
   int blas = 0;
 #ifdef ATTN_HAVE_OPENBLAS
-  const double s_bytes = (double)n * n * sizeof(float);
+  const double s_bytes = (double)n * n_kv * sizeof(float);
+  const char *note = NULL;
   if (no_blas) {
-    row->blas_note = "skipped (--no-blas)";
+    note = "skipped (--no-blas)";
   } else if (s_bytes > 16.0 * (1 << 30)) {
-    row->blas_note = "skipped: S would need more than 16 GiB";
+    note = "skipped: S would need more than 16 GiB";
   } else {
     m0 = mem_probe_start();
     ob = malloc(cnt * sizeof *ob); /* the baseline's output is an output, not extra memory, but it is new here */
-    s = malloc((size_t)n * n * sizeof *s);
+    s = malloc((size_t)n * n_kv * sizeof *s);
     if (!ob || !s) {
-      row->blas_note = "skipped: cannot allocate S";
+      note = "skipped: cannot allocate S";
     } else {
       blas_attention(&p, q, k, v, ob, s);
-      row->blas_peak_mib = mem_probe_mib(m0);
-      if (row->blas_peak_mib >= 0) row->blas_peak_mib -= cnt * sizeof(float) / 1048576.0;
-      if (row->blas_peak_mib < 0 && m0 >= 0) row->blas_peak_mib = 0;
-      row->rel_error = rel_diff(o, ob, cnt);
+      double peak = mem_probe_mib(m0);
+      if (peak >= 0) peak -= cnt * sizeof(float) / 1048576.0;
+      if (peak < 0 && m0 >= 0) peak = 0;
+      for (int i = 0; i < nv; i++) {
+        rows[i].blas_peak_mib = peak;
+        if ((e = attn_execute(plans[i], q, k, v, o)) != ATTN_OK) {
+          fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
+                  attn_last_error(rt));
+          goto done;
+        }
+        rows[i].rel_error = rel_diff(o, ob, cnt);
+      }
       blas = 1;
     }
   }
+  for (int i = 0; i < nv; i++) rows[i].blas_note = note;
 #else
   (void)no_blas;
-  row->blas_note = "unavailable: built without OpenBLAS";
+  for (int i = 0; i < nv; i++) rows[i].blas_note = "unavailable: built without OpenBLAS";
 #endif
 
-  /* Alternating timed runs (the order flips each repetition so neither side always follows the other). */
+  /* Alternating timed runs: plans 0 .. nv-1 and the baseline (side nv) in turn, starting one later each
+   * repetition, so that no side always follows the same other side. */
+  const int sides = nv + 1;
   for (int r = 0; r < reps; r++)
-    for (int side = 0; side < 2; side++) {
-      int which = (r % 2) ? 1 - side : side;
+    for (int t = 0; t < sides; t++) {
+      const int which = (r + t) % sides;
       double t0 = now_s();
-      if (which == 0) {
-        if ((e = attn_execute(plan, q, k, v, o)) != ATTN_OK) {
-          fprintf(stderr, "attntune bench: n=%d d=%d: execute: %s: %s\n", n, d, attn_strerror(e), attn_last_error(rt));
+      if (which < nv) {
+        if ((e = attn_execute(plans[which], q, k, v, o)) != ATTN_OK) {
+          fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
+                  attn_last_error(rt));
           goto done;
         }
-        tp[r] = now_s() - t0;
+        tp[(size_t)which * reps + r] = now_s() - t0;
       } else if (blas) {
 #ifdef ATTN_HAVE_OPENBLAS
         blas_attention(&p, q, k, v, ob, s);
@@ -373,26 +433,32 @@ static int bench_point(attn_runtime *rt, int n, int d, int heads, int causal, in
         tb[r] = now_s() - t0;
       }
     }
-  const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
-  row->plan_ms = median(tp, reps) * 1e3;
-  row->plan_gflops = flops / row->plan_ms * 1e-6;
-  if (blas) {
-    row->blas_ms = median(tb, reps) * 1e3;
-    row->blas_gflops = flops / row->blas_ms * 1e-6;
-    row->ratio = row->blas_ms / row->plan_ms;
-#ifdef ATTN_HAVE_OPENBLAS
-    row->sgemm_gflops = sgemm_rate(n < 256 ? 256 : n > 2048 ? 2048 : n);
-#endif
-  }
-  if (!(row->rel_error <= BENCH_FAIL_ERROR) || !(row->ref_error <= BENCH_FAIL_ERROR)) {
-    fprintf(stderr, "attntune bench: n=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g): %s is wrong\n",
-            n, d, row->rel_error, row->ref_error, row->plan);
-    rc = 1;
-    goto done;
-  }
+  const double flops = 4.0 * n * (double)n_kv * d * heads * (causal ? 0.5 : 1.0);
+  double blas_ms = blas ? median(tb, reps) * 1e3 : -1;
   rc = 0;
+  for (int i = 0; i < nv; i++) {
+    bench_row *row = &rows[i];
+    row->plan_ms = median(tp + (size_t)i * reps, reps) * 1e3;
+    row->plan_gflops = flops / row->plan_ms * 1e-6;
+    if (blas) {
+      row->blas_ms = blas_ms;
+      row->blas_gflops = flops / row->blas_ms * 1e-6;
+      row->ratio = row->blas_ms / row->plan_ms;
+#ifdef ATTN_HAVE_OPENBLAS
+      row->sgemm_gflops = sgemm_rate(n < 256 ? 256 : n > 2048 ? 2048 : n);
+#endif
+    }
+    if (!(row->rel_error <= BENCH_FAIL_ERROR) || !(row->ref_error <= BENCH_FAIL_ERROR)) {
+      fprintf(stderr,
+              "attntune bench: n=%d n_kv=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g): %s is "
+              "wrong\n",
+              n, n_kv, d, row->rel_error, row->ref_error, row->plan);
+      rc = 1;
+    }
+  }
+  if (rc == 0) *nrows = nv;
 done:
-  attn_plan_destroy(plan);
+  for (int i = 0; i < maxv; i++) attn_plan_destroy(plans[i]);
   free(q), free(k), free(v), free(o), free(ob), free(s), free(tp), free(tb);
   return rc;
 }
@@ -578,7 +644,7 @@ static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int 
 }
 
 int attn_cmd_bench(int argc, char **argv) {
-  const char *n_s = NULL, *d_s = NULL, *db = NULL;
+  const char *n_s = NULL, *d_s = NULL, *db = NULL, *nkv_s = NULL, *split_s = NULL;
   int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0;
   const char *dtype_s = NULL;
   attn_target target = ATTN_TARGET_CPU;
@@ -595,7 +661,8 @@ int attn_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--no-blas")) {
       no_blas = 1;
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
-               !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype")) {
+               !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype") || !strcmp(a, "--n-kv") ||
+               !strcmp(a, "--split")) {
       if (!val) return usage("%s needs a value", a);
       i++;
       if (!strcmp(a, "--target")) {
@@ -606,6 +673,10 @@ int attn_cmd_bench(int argc, char **argv) {
         n_s = val;
       } else if (!strcmp(a, "--d")) {
         d_s = val;
+      } else if (!strcmp(a, "--n-kv")) {
+        nkv_s = val;
+      } else if (!strcmp(a, "--split")) {
+        split_s = val;
       } else if (!strcmp(a, "--db")) {
         db = val;
       } else if (!strcmp(a, "--dtype")) {
@@ -643,6 +714,27 @@ int attn_cmd_bench(int argc, char **argv) {
     free(ns);
     return usage("--d: %s", err);
   }
+  if (target == ATTN_TARGET_CUDA && (nkv_s || split_s)) {
+    free(ns);
+    free(ds);
+    return usage("%s applies to --target cpu only", nkv_s ? "--n-kv" : "--split");
+  }
+  int *nkvs = NULL, nnkv = 0, *splits = NULL, nsplit = 0;
+  if (nkv_s && attn_range_parse(nkv_s, &nkvs, &nnkv, err, sizeof err) != ATTN_OK) {
+    free(ns);
+    free(ds);
+    return usage("--n-kv: %s", err);
+  }
+  if (split_s) {
+    int bad = attn_range_parse(split_s, &splits, &nsplit, err, sizeof err) != ATTN_OK;
+    if (!bad && nsplit > BENCH_MAX_SPLITS) snprintf(err, sizeof err, "more than %d values", BENCH_MAX_SPLITS), bad = 1;
+    for (int i = 0; i < nsplit && !bad; i++)
+      if (splits[i] > 64) snprintf(err, sizeof err, "%d is not in 1..64", splits[i]), bad = 1;
+    if (bad) {
+      free(ns), free(ds), free(nkvs), free(splits);
+      return usage("--split: %s", err);
+    }
+  }
   if (target == ATTN_TARGET_CUDA) {
     int rc = bench_cuda(db, ns, nn, ds, nd, heads, causal, reps, dtypes, json);
     free(ns);
@@ -659,8 +751,7 @@ int attn_cmd_bench(int argc, char **argv) {
   int e = attn_open(db, target, &rt);
   if (e != ATTN_OK) {
     fprintf(stderr, "attntune bench: cannot open the runtime: %s: %s\n", attn_strerror(e), attn_last_error(rt));
-    free(ns);
-    free(ds);
+    free(ns), free(ds), free(nkvs), free(splits);
     return 1;
   }
   if (!json) {
@@ -673,24 +764,27 @@ int attn_cmd_bench(int argc, char **argv) {
     if (blas_threads) snprintf(base, sizeof base, "OpenBLAS sgemm + softmax + sgemm (%d threads)", blas_threads);
     printf("device %s, %d threads; baseline: %s; median of %d alternating runs; GFLOP/s count 4*n*n_kv*d*heads%s\n",
            rt->device, rt->threads, base, reps, causal ? "/2 (causal)" : "");
-    printf("%6s %4s %5s %6s %10s %8s %10s %8s %7s %7s %9s %9s %9s  %s\n", "n", "d", "heads", "causal", "plan ms",
-           "GFLOP/s", "blas ms", "GFLOP/s", "ratio", "sgemm", "plan MiB", "blas MiB", "rel err", "plan");
+    printf("%6s %6s %4s %5s %6s %10s %8s %10s %8s %7s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d", "heads", "causal",
+           "plan ms", "GFLOP/s", "blas ms", "GFLOP/s", "ratio", "sgemm", "plan MiB", "blas MiB", "rel err", "plan");
   }
   json_t *arr = json_array();
   int rc = 0;
   for (int i = 0; i < nn; i++)
-    for (int j = 0; j < nd; j++) {
-      bench_row row;
-      if (bench_point(rt, ns[i], ds[j], heads, causal, reps, no_blas, &row)) {
-        rc = 1;
-        continue;
+    for (int kv = 0; kv < (nkvs ? nnkv : 1); kv++)
+      for (int j = 0; j < nd; j++) {
+        bench_row rows[BENCH_MAX_SPLITS];
+        int nrows = 0;
+        if (bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], ds[j], heads, causal, reps, no_blas, splits, nsplit, rows,
+                        &nrows))
+          rc = 1;
+        for (int r = 0; r < nrows; r++) {
+          if (json)
+            json_array_append_new(arr, row_json(&rows[r]));
+          else
+            row_text(&rows[r]);
+        }
+        fflush(stdout);
       }
-      if (json)
-        json_array_append_new(arr, row_json(&row));
-      else
-        row_text(&row);
-      fflush(stdout);
-    }
   if (json) {
     char *text = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     if (text) {
@@ -702,7 +796,6 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   json_decref(arr);
   attn_close(rt);
-  free(ns);
-  free(ds);
+  free(ns), free(ds), free(nkvs), free(splits);
   return rc;
 }

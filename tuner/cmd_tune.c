@@ -542,10 +542,11 @@ int attn_cmd_tune(int argc, char **argv) {
     goto out;
   }
 
-  /* Spaces per (dtype, causal, d); the total for the progress line. */
+  /* Spaces per (dtype, causal, d, n): the CPU's split-K values depend on the problem's work items; the total for
+   * the progress line. */
   int nspaces = 0;
   for (int t = 0; t < 3; t++) nspaces += (o.dtypes >> t) & 1;
-  nspaces *= o.ncausal * o.nd;
+  nspaces *= o.ncausal * o.nd * o.nn;
   attn_space *spaces = calloc((size_t)nspaces, sizeof *spaces);
   if (!spaces) {
     fprintf(stderr, "attntune tune: out of memory\n");
@@ -557,33 +558,35 @@ int attn_cmd_tune(int argc, char **argv) {
   for (int t = 0; t < 3; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal; c++)
-      for (int di = 0; di < o.nd; di++, si++) {
-        attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
-                              .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu};
-        so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
-        if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
-        if (gpu && !ts.model) { /* the device present: its own limits and arch */
-          so.fast_mem_bytes = devinfo.smem_optin;
-          snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
+      for (int di = 0; di < o.nd; di++)
+        for (int ni = 0; ni < o.nn; ni++, si++) {
+          attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
+                                .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu, .n = o.ns[ni],
+                                .n_kv = o.ns[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0};
+          so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
+          if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
+          if (gpu && !ts.model) { /* the device present: its own limits and arch */
+            so.fast_mem_bytes = devinfo.smem_optin;
+            snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
+          }
+          if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
+            fprintf(stderr, "attntune tune: %s\n", err);
+            status = 1;
+            continue;
+          }
+          int cnt = spaces[si].count;
+          if (cnt == 0 && ni == 0) { /* n only prunes split values: the first n's space speaks for the others */
+            fprintf(stderr,
+                    "attntune tune: empty search space for %s d=%d %s causal=%d on %s: all %d configurations are "
+                    "ruled out (e.g. %s)\n",
+                    algo_list(o.algos, algos_buf, sizeof algos_buf), so.d, attn_dtype_name(so.dtype), so.causal,
+                    device, spaces[si].considered,
+                    spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
+            empty++;
+          }
+          int per = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? cnt : 24);
+          ts.total += per < cnt ? per : cnt;
         }
-        if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
-          fprintf(stderr, "attntune tune: %s\n", err);
-          status = 1;
-          continue;
-        }
-        int cnt = spaces[si].count;
-        if (cnt == 0) {
-          fprintf(stderr,
-                  "attntune tune: empty search space for %s d=%d %s causal=%d on %s: all %d configurations are "
-                  "ruled out (e.g. %s)\n",
-                  algo_list(o.algos, algos_buf, sizeof algos_buf), so.d, attn_dtype_name(so.dtype), so.causal,
-                  device, spaces[si].considered,
-                  spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
-          empty++;
-        }
-        int per = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? cnt : 24);
-        ts.total += (per < cnt ? per : cnt) * o.nn;
-      }
   }
 
   struct sigaction sa, old_sa;
@@ -598,10 +601,10 @@ int attn_cmd_tune(int argc, char **argv) {
   for (int t = 0; t < 3 && !g_stop; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal && !g_stop; c++)
-      for (int di = 0; di < o.nd && !g_stop; di++, si++) {
-        attn_space *sp = &spaces[si];
-        if (!sp->count) continue;
+      for (int di = 0; di < o.nd && !g_stop; di++, si += o.nn) {
         for (int ni = 0; ni < o.nn && !g_stop; ni++) {
+          attn_space *sp = &spaces[si + ni];
+          if (!sp->count) continue;
           attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .d = o.ds[di],
                             .dtype = (attn_dtype)t, .causal = o.causals[c], .tolerance = o.tolerance};
           ts.prob = p;

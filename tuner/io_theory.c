@@ -32,6 +32,14 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
       /* the CUDA kernel loads whole key blocks up to the one holding the last visible key (rows past n_kv are
        * zero-filled, not read); the CPU kernel stops at that key */
       if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(c, s->bc) * s->bc);
+      if (s->split > 1) {
+        /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes
+         * O, m, l (rows (d + 2)); the merge reads the S partials and writes O_i */
+        const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
+        r += (unsigned long long)(parts * rows * d + 2 * c * d + S * rows * (d + 2));
+        w += (unsigned long long)(S * rows * (d + 2) + rows * d);
+        continue;
+      }
       r += (unsigned long long)(rows * d + 2 * c * d);
       w += (unsigned long long)(rows * d);
     }

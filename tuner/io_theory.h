@@ -8,7 +8,8 @@
 #include "internal.h"
 
 /* Exact entries read and written by the template's loop structure (partial blocks counted by real sizes), for
- * batch*heads = bh (query) heads of n rows against n_kv keys. ATTN_OK, or ATTN_EINVAL for an unknown algorithm. */
+ * batch*heads = bh (query) heads of n rows against n_kv keys; split-K flash counts its partials as slow-memory
+ * traffic (docs/io.md). ATTN_OK, or ATTN_EINVAL for an unknown algorithm. */
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes);
 

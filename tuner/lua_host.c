@@ -70,7 +70,7 @@ static void hook(lua_State *L, lua_Debug *ar) {
 /* ---- configurations <-> tables ---- */
 
 static void push_cfg(lua_State *L, const attn_spec *s) {
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, ATTN_SPACE_NPARAMS);
   lua_pushstring(L, attn_algo_name(s->algo));
   lua_setfield(L, -2, "algo");
   for (int i = 1; i < ATTN_SPACE_NPARAMS; i++) {

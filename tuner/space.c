@@ -8,8 +8,9 @@
 #include "io_theory.h"
 #include "launch.h"
 
-const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo",   "br",   "bc",      "unroll", "warps",
-                                                                "stages", "tile", "feature", "degree", "rank"};
+const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo", "br",      "bc",     "unroll",
+                                                                "warps", "stages", "tile",    "feature",
+                                                                "degree", "rank",  "split"};
 
 int attn_space_param_get(const attn_spec *c, int i) {
   switch (i) {
@@ -23,6 +24,7 @@ int attn_space_param_get(const attn_spec *c, int i) {
   case 7: return (int)c->feature;
   case 8: return c->degree;
   case 9: return c->rank;
+  case 10: return c->split > 1 ? c->split : 0; /* 0 and 1 are the same kernel */
   default: return 0;
   }
 }
@@ -39,6 +41,7 @@ void attn_space_param_set(attn_spec *c, int i, int v) {
   case 7: c->feature = (attn_feature)v; break;
   case 8: c->degree = v; break;
   case 9: c->rank = v; break;
+  case 10: c->split = v == 1 ? 0 : v; break; /* the canonical "no split"; bad values are left to the spec check */
   default: break;
   }
 }
@@ -145,6 +148,20 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     snprintf(why, len, "smallcache tile=%d must divide Br=%d", c->tile, c->br);
     return -1;
   }
+  if (c->split > 1 && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->threads > 0) {
+    /* split-K pays for its partials only by filling threads the query blocks leave idle, and a part without a key
+     * block is pure overhead */
+    const long blocks = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
+    if (blocks >= o->threads) {
+      snprintf(why, len, "split=%d: the %ld query blocks of Br=%d already keep the %d threads busy", c->split, blocks,
+               c->br, o->threads);
+      return -1;
+    }
+    if (c->split > kblocks) {
+      snprintf(why, len, "split=%d: more parts than the %ld key blocks of Bc=%d", c->split, kblocks, c->bc);
+      return -1;
+    }
+  }
   if (o->target == ATTN_TARGET_CPU) {
     /* templates/flash.c's register tiles: unroll rows x nr vectors of accumulators, nr operand vectors and one
      * broadcast, with nr = 4 (32 vector registers, AVX-512) or 2 (16 registers), in the vector width -march gives */
@@ -224,15 +241,17 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(base.arch, sizeof base.arch, "%s", o->arch);
   int rc = 0;
   if (o->target == ATTN_TARGET_CPU) {
-    static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 5};
+    static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 5},
+                     splits[] = {0, 2, 4, 8};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
       for (int a = 0; a < LEN(brs); a++)
         for (int b = 0; b < LEN(bcs); b++)
-          for (int u = 0; u < LEN(unrolls) && !rc; u++) {
-            attn_spec c = base;
-            c.br = brs[a], c.bc = bcs[b], c.unroll = unrolls[u];
-            rc = consider(sp, &v, &c);
-          }
+          for (int u = 0; u < LEN(unrolls); u++)
+            for (int k = 0; k < LEN(splits) && !rc; k++) {
+              attn_spec c = base;
+              c.br = brs[a], c.bc = bcs[b], c.unroll = unrolls[u], c.split = splits[k];
+              rc = consider(sp, &v, &c);
+            }
     static const int sbrs[] = {16, 32, 64, 128}, tiles[] = {8, 16, 32, 64};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
       for (int a = 0; a < LEN(sbrs); a++)

@@ -1,6 +1,6 @@
 /* space.h: the tuner's search space for one (target, dtype, d, causal) and a set of algorithms: the grid of
- * tunables (Br, Bc, unroll on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's feature map, degree and
- * rank) minus what the constraints rule out before anything is compiled (fast-memory footprint against the
+ * tunables (Br, Bc, unroll and flash's split-K on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's
+ * feature map, degree and rank) minus what the constraints rule out before anything is compiled (fast-memory footprint against the
  * device's fast memory, registers, divisibility, the spec's own validity). */
 #ifndef ATTN_SPACE_H
 #define ATTN_SPACE_H
@@ -20,6 +20,12 @@ typedef struct attn_space_opts {
   double fast_mem_bytes;   /* CPU: one core's L2; CUDA: shared memory per block */
   const attn_gpu *gpu;     /* CUDA: registers and shared memory per SM; NULL on the CPU */
   char arch[16];           /* CUDA: "sm_90" */
+  /* The problem, for CPU flash's split (0: unknown, and every split value stays in the space). When known, split > 1
+   * is admitted only where the query blocks leave threads idle (heads * ceil(n / Br) < threads) and every part gets
+   * a key block (split <= ceil(n_kv / Bc)). */
+  long n, n_kv;            /* query rows and keys per head */
+  long heads;              /* batch * query heads */
+  int threads;             /* CPU worker threads */
 } attn_space_opts;
 
 typedef struct attn_space {
@@ -58,8 +64,8 @@ void attn_cpu_vectors(int d, int *regs, int *width);
 double attn_cpu_llc_bytes(void);
 
 /* Tunables by name, for the Lua host and the neighbourhood: "algo", "br", "bc", "unroll", "warps", "stages",
- * "tile", "feature", "degree", "rank". */
-#define ATTN_SPACE_NPARAMS 10
+ * "tile", "feature", "degree", "rank", "split" (0: no split; set maps 1 to 0, the same kernel). */
+#define ATTN_SPACE_NPARAMS 11
 extern const char *const attn_space_param_names[ATTN_SPACE_NPARAMS];
 int  attn_space_param_get(const attn_spec *c, int i);
 void attn_space_param_set(attn_spec *c, int i, int v);

@@ -9,8 +9,8 @@ return function(space, tune)
   local total = math.max(tune.budget_left(), 1)
 
   local function key(c)
-    return string.format("%s/%d/%d/%d/%d/%d/%d/%s/%d/%d", c.algo, c.br, c.bc, c.unroll, c.warps, c.stages,
-      c.tile, c.feature, c.degree, c.rank)
+    return string.format("%s/%d/%d/%d/%d/%d/%d/%s/%d/%d/%d", c.algo, c.br, c.bc, c.unroll, c.warps, c.stages,
+      c.tile, c.feature, c.degree, c.rank, c.split)
   end
   local seen = {}          -- key -> time (math.huge when it failed)
   local function cost(c)

@@ -7,7 +7,7 @@ return function(space, tune)
   if size == 0 then return end
   local POP = math.max(2, math.min(8, size, tune.budget_left()))
   local MUTATE = 0.3
-  local FIELDS = {"br", "bc", "unroll", "warps", "stages", "tile", "feature", "degree", "rank"}
+  local FIELDS = {"br", "bc", "unroll", "warps", "stages", "tile", "feature", "degree", "rank", "split"}
 
   local function key(c)
     local parts = {c.algo}
