@@ -206,25 +206,26 @@ FL_INLINE void fl_scores_tile(const float *restrict kb, const float *restrict qt
   }
 }
 
-/* One band of rc key rows across all query-row vectors (tile shapes are compile-time constants). */
+/* One band of rc key rows across the first nrv query-row vectors (FL_NRV, a compile-time constant, for a full
+ * query block: then the tile shapes are constants too). */
 FL_INLINE void fl_scores_band(const float *restrict kb, const float *restrict qt, float *restrict st,
-                              fl_vf *restrict mx, int rc) {
+                              fl_vf *restrict mx, int rc, int nrv) {
   int rv = 0;
-  for (; rv + FL_ST_NR <= FL_NRV; rv += FL_ST_NR) fl_scores_tile(kb, qt + rv * FL_VW, st + rv * FL_VW, mx + rv, rc, FL_ST_NR);
-  if (FL_NRV % FL_ST_NR) fl_scores_tile(kb, qt + rv * FL_VW, st + rv * FL_VW, mx + rv, rc, FL_NRV % FL_ST_NR);
+  for (; rv + FL_ST_NR <= nrv; rv += FL_ST_NR) fl_scores_tile(kb, qt + rv * FL_VW, st + rv * FL_VW, mx + rv, rc, FL_ST_NR);
+  if (nrv % FL_ST_NR) fl_scores_tile(kb, qt + rv * FL_VW, st + rv * FL_VW, mx + rv, rc, nrv % FL_ST_NR);
 }
 
-/* All of St for cols key rows, and mx = the max of each query row over them. A full block's tail band has a
- * constant height; a partial block's tail goes a key row at a time. */
+/* St for cols key rows and the first nrv query-row vectors, and mx = the max of each query row over them. A full
+ * block's tail band has a constant height; a partial block's tail goes a key row at a time. */
 FL_INLINE void fl_scores(const float *restrict kb, const float *restrict qt, float *restrict st, fl_vf *restrict mx,
-                         int cols) {
-  for (int rv = 0; rv < FL_NRV; rv++) mx[rv] = fl_splat(-__builtin_inff());
+                         int cols, int nrv) {
+  for (int rv = 0; rv < nrv; rv++) mx[rv] = fl_splat(-__builtin_inff());
   int c = 0;
-  for (; c + FL_ST_RC <= cols; c += FL_ST_RC) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, FL_ST_RC);
+  for (; c + FL_ST_RC <= cols; c += FL_ST_RC) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, FL_ST_RC, nrv);
   if (cols == FL_BC) {
-    if (FL_BC % FL_ST_RC) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, FL_BC % FL_ST_RC);
+    if (FL_BC % FL_ST_RC) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, FL_BC % FL_ST_RC, nrv);
   } else {
-    for (; c < cols; c++) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, 1);
+    for (; c < cols; c++) fl_scores_band(kb + c * FL_D, qt, st + c * FL_BRP, mx, 1, nrv);
   }
 }
 
@@ -274,14 +275,14 @@ FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const f
  * sum l, turns St into probabilities P = 2^(s - m) and leaves alpha = 2^(m_old - m_new) for rescaling O.
  * diag = j0 - i0 - (n_kv - n): key row c is hidden from query row r iff r < c + diag. */
 FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restrict m, float *restrict l,
-                          float *restrict alpha, int cols, int masked, long diag) {
+                          float *restrict alpha, int cols, int nrv, int masked, long diag) {
   if (masked) {
     fl_vi lane;
     for (int i = 0; i < FL_VW; i++) lane[i] = i;
-    for (int rv = 0; rv < FL_NRV; rv++) mx[rv] = fl_splat(-__builtin_inff());
+    for (int rv = 0; rv < nrv; rv++) mx[rv] = fl_splat(-__builtin_inff());
     for (int c = 0; c < cols; c++) {
       long t = c + diag; /* rows below t are hidden from key c */
-      for (int rv = 0; rv < FL_NRV; rv++) {
+      for (int rv = 0; rv < nrv; rv++) {
         long lo = t - (long)rv * FL_VW;
         if (lo <= 0) { /* no hidden lane in this vector */
           mx[rv] = FL_MAX(mx[rv], fl_ld(st + c * FL_BRP + rv * FL_VW));
@@ -295,7 +296,7 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     }
   }
   fl_vf mu[FL_NRV], sum[FL_NRV];
-  for (int rv = 0; rv < FL_NRV; rv++) {
+  for (int rv = 0; rv < nrv; rv++) {
     fl_vf mold = fl_ld(m + rv * FL_VW);
     fl_vf mnew = FL_MAX(mold, mx[rv]);
     /* a row that has seen no visible key yet keeps m = -inf; subtract 0 instead so that -inf - -inf never occurs */
@@ -305,13 +306,33 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     sum[rv] = (fl_vf){0};
   }
   for (int c = 0; c < cols; c++)
-    for (int rv = 0; rv < FL_NRV; rv++) {
+    for (int rv = 0; rv < nrv; rv++) {
       fl_vf p = fl_exp2(fl_ld(st + c * FL_BRP + rv * FL_VW) - mu[rv]);
       fl_st(st + c * FL_BRP + rv * FL_VW, p);
       sum[rv] += p;
     }
-  for (int rv = 0; rv < FL_NRV; rv++)
+  for (int rv = 0; rv < nrv; rv++)
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
+}
+
+/* The key blocks [j_begin, j_end) of a query block of rows rows at i0 (nrv of its query-row vectors hold rows):
+ * scores, online softmax, O += P V. off = n_kv - n. */
+FL_INLINE void fl_blocks(const float *restrict k, const float *restrict v, const float *restrict qt,
+                         float *restrict st, float *restrict o, float *restrict m, float *restrict l,
+                         float *restrict alpha, long i0, long j_begin, long j_end, long off, int rows, int nrv,
+                         attn_io *io) {
+  for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
+    const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
+    const float *kb = k + j0 * FL_D, *vb = v + j0 * FL_D;
+    ATTN_IO_READ(io, (long)cols * FL_D); /* K_j */
+    ATTN_IO_READ(io, (long)cols * FL_D); /* V_j */
+    fl_vf mx[FL_NRV];
+    fl_scores(kb, qt, st, mx, cols, nrv);
+    /* the block crosses the diagonal when its last key is hidden from the block's first row */
+    const int masked = ATTN_CAUSAL && j0 + cols - 1 > i0 + off;
+    fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, j0 - i0 - off);
+    fl_pv(vb, st, alpha, o, cols, rows);
+  }
 }
 
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
@@ -401,19 +422,12 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
 #endif
-  for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
-    const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
-    const float *kb = k + j0 * FL_D, *vb = v + j0 * FL_D;
-    ATTN_IO_READ(io, (long)cols * FL_D); /* K_j */
-    ATTN_IO_READ(io, (long)cols * FL_D); /* V_j */
-    fl_vf mx[FL_NRV];
-    fl_scores(kb, qt, st, mx, cols);
-    const long diag = j0 - i0 - (n_kv - n);
-    /* the block crosses the diagonal when its last key is hidden from the block's first row */
-    const int masked = ATTN_CAUSAL && j0 + cols - 1 > i0 + (n_kv - n);
-    fl_softmax(st, mx, m, l, alpha, cols, masked, diag);
-    fl_pv(vb, st, alpha, o, cols, rows);
-  }
+  /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's single row) would
+   * otherwise compute scores for all Br rows. Full blocks take a copy of the loop with the compile-time count. */
+  if (rows == FL_BR)
+    fl_blocks(k, v, qt, st, o, m, l, alpha, i0, j_begin, j_end, n_kv - n, rows, FL_NRV, io);
+  else
+    fl_blocks(k, v, qt, st, o, m, l, alpha, i0, j_begin, j_end, n_kv - n, rows, (rows + FL_VW - 1) / FL_VW, io);
 
 #if ATTN_SPLIT > 1
   /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */

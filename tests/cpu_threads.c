@@ -1,5 +1,8 @@
-/* cpu_threads: one plan executed from 4 threads at once, each on its own inputs, every result checked. */
+/* cpu_threads: one plan executed from 4 threads at once, each on its own inputs, every result checked: a
+ * grouped-query causal plan, then the untuned decode plan (n = 1), which on 2 or more threads splits the key range
+ * (and so gets a partials buffer per call, which concurrent calls must not share). */
 #include <pthread.h>
+#include <string.h>
 #include "cpu_util.h"
 
 #define THREADS 4
@@ -36,15 +39,23 @@ int main(void) {
     fprintf(stderr, "attn_open: %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
     return 1;
   }
-  attn_problem p = {.batch = 2, .heads = 4, .heads_kv = 2, .n = 200, .n_kv = 230, .d = 64, .causal = 1};
-  attn_plan *plan = NULL;
-  rc = attn_plan_create(rt, &p, &plan);
-  CHECK(rc == ATTN_OK, "attn_plan_create: %s: %s", attn_strerror(rc), attn_last_error(rt));
-  if (rc == ATTN_OK) {
+  const attn_problem probs[] = {
+      {.batch = 2, .heads = 4, .heads_kv = 2, .n = 200, .n_kv = 230, .d = 64, .causal = 1},
+      {.batch = 1, .heads = 1, .n = 1, .n_kv = 3000, .d = 64},
+  };
+  for (int pi = 0; pi < 2; pi++) {
+    const attn_problem *p = &probs[pi];
+    attn_plan *plan = NULL;
+    rc = attn_plan_create(rt, p, &plan);
+    CHECK(rc == ATTN_OK, "attn_plan_create: %s: %s", attn_strerror(rc), attn_last_error(rt));
+    if (rc != ATTN_OK) continue;
+    const char *desc = attn_plan_describe(plan);
+    printf("plan %d: %s\n", pi, desc);
+    if (pi == 1) CHECK(strstr(desc, "split=") != NULL, "the untuned decode plan does not split: %s", desc);
     pthread_t t[THREADS];
     job j[THREADS];
     for (int i = 0; i < THREADS; i++) {
-      j[i] = (job){.plan = plan, .p = &p, .id = i + 1};
+      j[i] = (job){.plan = plan, .p = p, .id = i + 1 + 10 * pi};
       CHECK(pthread_create(&t[i], NULL, worker, &j[i]) == 0, "pthread_create");
     }
     for (int i = 0; i < THREADS; i++) {
@@ -52,8 +63,8 @@ int main(void) {
       printf("thread %d: %d rounds, worst relative error %.3g\n", i, ROUNDS, j[i].worst);
       CHECK(j[i].bad == 0, "thread %d: %d of %d rounds wrong (worst error %.3g)", i, j[i].bad, ROUNDS, j[i].worst);
     }
+    attn_plan_destroy(plan);
   }
-  attn_plan_destroy(plan);
   attn_close(rt);
   printf("cpu_threads: %d failures\n", failures);
   return failures ? 1 : 0;
