@@ -288,6 +288,8 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
   if (s->target == ATTN_TARGET_CUDA)
     snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s", attn_dtype_name(s->dtype), s->warps, s->stages,
              s->arch);
+  else if (s->unroll > 0)
+    snprintf(dev, sizeof dev, "cpu %s unroll=%d", attn_dtype_name(s->dtype), s->unroll);
   else
     snprintf(dev, sizeof dev, "cpu %s", attn_dtype_name(s->dtype));
   return snprintf(buf, len, "%s d=%d Br=%d Bc=%d%s %s%s", attn_algo_name(s->algo), s->d, s->br, s->bc, extra, dev,

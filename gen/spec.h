@@ -57,7 +57,8 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
 
-/* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1). */
+/* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1,
+ * "cpu f32 unroll=4" when unroll > 0). */
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
 
 /* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.

@@ -167,16 +167,9 @@ typedef struct tune_state {
   char db_err[512];
 } tune_state;
 
-/* attn_spec_summary plus the CPU unroll, which the summary leaves out. */
-static void summary(const attn_spec *s, char *buf, size_t len) {
-  attn_spec_summary(s, buf, len);
-  size_t l = strlen(buf);
-  if (s->unroll > 0 && l < len) snprintf(buf + l, len - l, " unroll=%d", s->unroll);
-}
-
 static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed) {
   char sum[256];
-  summary(s, sum, sizeof sum);
+  attn_spec_summary(s, sum, sizeof sum);
   if (e->ok && (ts->best_ms <= 0 || e->time_ms < ts->best_ms)) {
     ts->best_ms = e->time_ms;
     snprintf(ts->best_line, sizeof ts->best_line, "%.200s %.4g ms", sum, e->time_ms);
@@ -640,7 +633,7 @@ int attn_cmd_tune(int argc, char **argv) {
           if (ts.db_error) break;
           char sum[256];
           if (tu.have_best) {
-            summary(&tu.best, sum, sizeof sum);
+            attn_spec_summary(&tu.best, sum, sizeof sum);
             printf("best n=%d d=%d %s causal=%d: %s: %.4g ms (%s, %d evaluated)\n", p.n, p.d,
                    attn_dtype_name(p.dtype), p.causal, sum, tu.best_eval.time_ms, ts.provenance, tu.used);
           } else {

@@ -87,17 +87,24 @@ int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
   return out->ok;
 }
 
-int attn_strategy_exhaustive(attn_tuner *t) {
-  const int n = t->space->count < t->budget ? t->space->count : t->budget;
-  int *idx = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-  if (!idx) return ATTN_ENOMEM;
-  for (int i = 0; i < n; i++) idx[i] = i;
+/* Evaluate the first min(count, budget) configurations of the order idx (prefetched first: compiles in parallel),
+ * until the budget runs out or the run is stopped; frees idx. */
+static int evaluate_order(attn_tuner *t, int *idx, int count) {
+  const int n = count < t->budget ? count : t->budget;
   if (t->prefetch && n > 0) t->prefetch(t, idx, n);
   attn_eval e;
   for (int i = 0; i < n && !attn_tuner_stopped(t) && attn_tuner_budget_left(t) > 0; i++)
     attn_tuner_evaluate(t, &t->space->cfg[idx[i]], &e);
   free(idx);
   return ATTN_OK;
+}
+
+int attn_strategy_exhaustive(attn_tuner *t) {
+  const int count = t->space->count;
+  int *idx = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
+  if (!idx) return ATTN_ENOMEM;
+  for (int i = 0; i < count; i++) idx[i] = i;
+  return evaluate_order(t, idx, count);
 }
 
 int attn_strategy_random(attn_tuner *t) {
@@ -111,11 +118,5 @@ int attn_strategy_random(attn_tuner *t) {
     idx[i] = idx[j];
     idx[j] = x;
   }
-  const int n = count < t->budget ? count : t->budget;
-  if (t->prefetch && n > 0) t->prefetch(t, idx, n);
-  attn_eval e;
-  for (int i = 0; i < n && !attn_tuner_stopped(t) && attn_tuner_budget_left(t) > 0; i++)
-    attn_tuner_evaluate(t, &t->space->cfg[idx[i]], &e);
-  free(idx);
-  return ATTN_OK;
+  return evaluate_order(t, idx, count);
 }
