@@ -29,12 +29,31 @@ static const char migration2[] =
     "      WHERE m.status = 'ok' AND m.time_ms > 0)\n"
     "WHERE pos = 1;\n";
 
+/* 3: the best view with the transfer tie-break (db.h). Times within the tie factor of the fastest of the same class
+ * (exact or lowrank, measured or modelled) are equal; then fewer entries moved, then time. */
+static const char migration3[] =
+    "DROP VIEW best;\n"
+    "CREATE VIEW best AS\n"
+    "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,\n"
+    "       gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, algo\n"
+    "FROM (SELECT *, row_number() OVER (PARTITION BY device_id, d, n, dtype, causal\n"
+    "                                   ORDER BY algo = 'lowrank', provenance <> 'measured',\n"
+    "                                            time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id) AS pos\n"
+    "      FROM (SELECT m.*, dv.name AS device, k.spec AS spec, k.source_hash AS source_hash, k.algo AS algo,\n"
+    "                   coalesce(m.reads + m.writes, 9e18) AS io,\n"
+    "                   min(m.time_ms) OVER (PARTITION BY m.device_id, m.d, m.n, m.dtype, m.causal,\n"
+    "                                        k.algo = 'lowrank', m.provenance <> 'measured') AS tmin\n"
+    "            FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id\n"
+    "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
+    "WHERE pos = 1;\n";
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
 } migrations[] = {
     {NULL, "PRAGMA user_version = 1"},
     {migration2, "PRAGMA user_version = 2"},
+    {migration3, "PRAGMA user_version = 3"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -60,11 +79,15 @@ static const char *const sql_text[S_COUNT] = {
     [S_ROLLBACK] = "ROLLBACK",
     [S_VERSION] = "PRAGMA user_version",
     [S_LOOKUP] =
-        "SELECT k.spec, m.n, m.time_ms, m.error, m.provenance FROM measurements m "
+        /* the nearest n (log scale; of two, the one whose best is faster), then the tie rule of db.h */
+        "SELECT spec, n, time_ms, error, provenance FROM "
+        "(SELECT k.spec, m.n, m.time_ms, m.error, m.provenance, m.id, coalesce(m.reads + m.writes, 9e18) AS io, "
+        "min(m.time_ms) OVER (PARTITION BY m.n, m.provenance <> 'measured') AS tmin FROM measurements m "
         "JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id "
         "WHERE dv.name = ?1 AND m.d = ?2 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' AND m.time_ms > 0 "
-        "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5)) "
-        "ORDER BY m.provenance <> 'measured', attn_logdist(m.n, ?6), m.time_ms, m.id LIMIT 1",
+        "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))) "
+        "ORDER BY provenance <> 'measured', attn_logdist(n, ?6), tmin, time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, "
+        "io, time_ms, id LIMIT 1",
     [S_ART_PUT] =
         "INSERT OR REPLACE INTO artifacts(source_hash, compiler, flags, arch, blob) VALUES (?1, ?2, ?3, ?4, ?5)",
     [S_ART_GET] = "SELECT blob FROM artifacts WHERE source_hash = ?1 AND compiler = ?2 AND flags = ?3 AND arch = ?4",

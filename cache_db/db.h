@@ -10,6 +10,13 @@
 
 typedef struct attn_db attn_db;
 
+/* "Best" everywhere (the tuner's best, the `best` view, attn_db_lookup): the fastest configuration, except that
+ * among those within ATTN_DB_TIE_FACTOR of the fastest time (the spread of repeated medians on a loaded machine)
+ * the one that moves the fewest entries wins: it is the one that keeps its speed when n grows past the caches or
+ * another process shares them. Unknown transfers count as more than any known. Written as text for the SQL. */
+#define ATTN_DB_TIE_FACTOR 1.03
+#define ATTN_DB_TIE_FACTOR_SQL "1.03"
+
 /* Opens (create != 0: creates and migrates) the database. WAL, busy timeout, schema migrated by user_version.
  * create == 0 and no file: ATTN_EDB with "no such database". Not a SQLite file / locked past the timeout:
  * ATTN_EDB with SQLite's message in err. The busy timeout is 5000 ms unless $ATTN_DB_TIMEOUT_MS says otherwise.

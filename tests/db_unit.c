@@ -549,6 +549,59 @@ static void test_concurrent(void) {
   CHECK(raw_int(p, "PRAGMA user_version") == attn_db_schema_version(), "created once, migrated once");
 }
 
+/* The tie rule of db.h, in attn_db_lookup and in the best view alike: within the tie factor of the fastest time,
+ * fewer transfers win; unknown transfers lose every tie; a row faster by more than the factor wins regardless. */
+typedef struct {
+  char spec[512];
+} tie_ctx;
+
+static int tie_cb(void *ctx, const attn_db_meas *m) {
+  if (strcmp(m->device, "cpu:tie") == 0) snprintf(((tie_ctx *)ctx)->spec, sizeof ((tie_ctx *)ctx)->spec, "%s", m->spec);
+  return 0;
+}
+
+static void expect_best(attn_db *db, const char *want, const char *what) {
+  attn_db_query q = {.device = "cpu:tie", .d = 64, .n = 4096, .dtype = ATTN_F32};
+  attn_db_best b;
+  int rc = attn_db_lookup(db, &q, &b);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, want) == 0, "%s: lookup chose '%s'", what, rc == ATTN_OK ? b.spec : "");
+  tie_ctx t = {""};
+  CHECK(attn_db_best_foreach(db, tie_cb, &t) == 0 && strcmp(t.spec, want) == 0, "%s: best view has '%s'", what,
+        t.spec);
+}
+
+static void test_tie(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("tie.db");
+  unlink(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "open: %s", err);
+  if (!db) return;
+  const char *a = spec("flash", 64, 16, "f32", 0), *b = spec("flash", 64, 32, "f32", 0);
+  const char *c = spec("flash", 64, 64, "f32", 0), *d = spec("flash", 64, 128, "f32", 0);
+  const char *u = spec("flash", 64, 256, "f32", 0);
+  attn_db_meas m = row("cpu:tie", a, 4096, 64, 0, 10.0, "ok", "measured");
+  m.reads = 900, m.writes = 100;
+  CHECK(put(db, m) == ATTN_OK, "put a");
+  expect_best(db, a, "one row");
+  m = row("cpu:tie", b, 4096, 64, 0, 10.2, "ok", "measured"); /* 2% slower, half the transfers */
+  m.reads = 400, m.writes = 100;
+  CHECK(put(db, m) == ATTN_OK, "put b");
+  expect_best(db, b, "within the factor, fewer transfers");
+  m = row("cpu:tie", c, 4096, 64, 0, 9.5, "ok", "measured"); /* 5% faster than a, more transfers */
+  m.reads = 1900, m.writes = 100;
+  CHECK(put(db, m) == ATTN_OK, "put c");
+  expect_best(db, c, "faster beyond the factor");
+  m = row("cpu:tie", u, 4096, 64, 0, 9.6, "ok", "measured"); /* within the factor of c, transfers unknown */
+  CHECK(put(db, m) == ATTN_OK, "put u");
+  expect_best(db, c, "unknown transfers lose the tie");
+  m = row("cpu:tie", d, 4096, 64, 0, 9.7, "ok", "measured"); /* within the factor of c, fewer transfers */
+  m.reads = 500, m.writes = 100;
+  CHECK(put(db, m) == ATTN_OK, "put d");
+  expect_best(db, d, "within the factor of the new fastest, fewer transfers");
+  attn_db_close(db);
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s", argc > 1 ? argv[1] : "db-unit-work");
   mkdir(dir, 0755);
@@ -557,6 +610,7 @@ int main(int argc, char **argv) {
   test_not_a_db();
   test_migrate();
   test_lookup();
+  test_tie();
   test_artifacts();
   test_locked();
   test_concurrent();

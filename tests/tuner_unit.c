@@ -9,6 +9,7 @@
 #include "model.h"
 #include "range.h"
 #include "space.h"
+#include "strategy.h"
 
 
 static void range_ok(const char *s, const int *want, int nwant) {
@@ -237,11 +238,44 @@ static void test_model(void) {
   CHECK(attn_model_time(a100, &p, &cpu, &rs, err, sizeof err) != ATTN_OK, "model accepted a CPU spec");
 }
 
+/* The tuner's best follows the database's tie rule (db.h): a fake evaluator gives every configuration a time and a
+ * transfer count from its Br; the best must not depend on the order the strategy evaluates in. */
+static void fake_eval(attn_tuner *t, const attn_spec *s, attn_eval *out) {
+  (void)t;
+  memset(out, 0, sizeof *out);
+  out->ok = 1;
+  snprintf(out->status, sizeof out->status, "ok");
+  /* Br=32 fastest; Br=64 2% slower with half the transfers; Br=128 5% slower with a quarter; others 20% slower */
+  out->time_ms = s->br == 32 ? 10.0 : s->br == 64 ? 10.2 : s->br == 128 ? 10.5 : 12.0;
+  out->io = 1e6 * 64.0 / s->br;
+  out->reads = (long long)out->io, out->writes = 0;
+  out->error = 1e-7;
+}
+
+static void test_best(void) {
+  char err[256];
+  attn_space sp;
+  attn_space_opts o = {.target = ATTN_TARGET_CPU, .dtype = ATTN_F32, .d = 64, .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH),
+                       .fast_mem_bytes = 2 << 20};
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK, "space: %s", err);
+  for (int order = 0; order < 2; order++) {
+    attn_tuner t = {.space = &sp, .budget = sp.count, .eval = fake_eval};
+    attn_eval e;
+    for (int i = 0; i < sp.count; i++) attn_tuner_evaluate(&t, &sp.cfg[order ? sp.count - 1 - i : i], &e);
+    CHECK(t.have_best && t.best.br == 64 && t.best_eval.time_ms == 10.2,
+          "order %d: best Br=%d %.1f ms, want Br=64 (within 3%% of Br=32, half the transfers)", order, t.best.br,
+          t.best_eval.time_ms);
+    attn_tuner_release(&t);
+  }
+  attn_space_free(&sp);
+}
+
 int main(void) {
   test_range();
   test_gpus();
   test_space();
   test_model();
+  test_best();
   if (failures) {
     fprintf(stderr, "tuner_unit: %d failures\n", failures);
     return 1;

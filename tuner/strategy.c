@@ -2,6 +2,7 @@
  * exhaustive (every point of the space in grid order, up to the budget) and random (a seeded sample without
  * repetition). Both hand their whole list to prefetch first, so --jobs can compile it in parallel. */
 #include "strategy.h"
+#include "db.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,31 @@ static void set(attn_eval *e, const char *status, const char *msg) {
   e->reads = e->writes = -1;
   snprintf(e->status, sizeof e->status, "%s", status);
   snprintf(e->message, sizeof e->message, "%s", msg);
+}
+
+/* The best of this run's evaluations by the rule the database uses (db.h): the fastest, or of those within the tie
+ * factor of it the one with the fewest transfers (unknown: last), then the faster. Recomputed over the whole
+ * memory, so that it never depends on the order of evaluation. */
+static void update_best(attn_tuner *t) {
+  double tmin = -1;
+  for (int i = 0; i < t->space->count; i++)
+    if (t->memo_have[i] && t->memo[i].ok && (tmin < 0 || t->memo[i].time_ms < tmin)) tmin = t->memo[i].time_ms;
+  int best = -1;
+  for (int i = 0; i < t->space->count; i++) {
+    const attn_eval *e = &t->memo[i];
+    if (!t->memo_have[i] || !e->ok || e->time_ms > ATTN_DB_TIE_FACTOR * tmin) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const attn_eval *b = &t->memo[best];
+    const double io = e->io >= 0 ? e->io : 9e18, bio = b->io >= 0 ? b->io : 9e18;
+    if (io < bio || (io == bio && e->time_ms < b->time_ms)) best = i;
+  }
+  if (best < 0) return;
+  t->have_best = 1;
+  t->best = t->space->cfg[best];
+  t->best_eval = t->memo[best];
 }
 
 int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
@@ -79,11 +105,7 @@ int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
   t->used++;
   t->memo[idx] = *out;
   t->memo_have[idx] = 1;
-  if (out->ok && (!t->have_best || out->time_ms < t->best_eval.time_ms)) {
-    t->have_best = 1;
-    t->best = *s;
-    t->best_eval = *out;
-  }
+  if (out->ok) update_best(t);
   return out->ok;
 }
 
