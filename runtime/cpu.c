@@ -139,17 +139,24 @@ int attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a
     reads = t.reads;
     writes = t.writes;
   } else {
-#pragma omp parallel num_threads(threads) reduction(+ : reads, writes) reduction(| : failed)
+#pragma omp parallel num_threads(threads) reduction(+ : reads, writes) shared(failed)
     {
       void *s = scratch_get(bytes);
       attn_io t = {0, 0};
-      if (!s) failed = 1;
+      if (!s) {
+#pragma omp atomic write
+        failed = 1;
+      }
       /* Dynamic: items differ in cost (causal blocks, the last partial block). */
 #pragma omp for schedule(dynamic)
       for (long i = 0; i < items; i++)
         if (s) k->run(a, i, s, &t);
-      /* the loop's implicit barrier: every partial is written before any merge reads it */
-      if (merges > 0) {
+      /* The loop's implicit barrier: every partial is written before any merge reads it, and every thread sees the
+       * same failed (a thread without scratch skipped its items, so there is nothing whole to merge). */
+      int skip;
+#pragma omp atomic read
+      skip = failed;
+      if (merges > 0 && !skip) {
 #pragma omp for schedule(dynamic)
         for (long i = 0; i < merges; i++) k->merge(a, i, &t);
       }
