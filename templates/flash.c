@@ -378,11 +378,15 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ;
 
+  /* Keys visible to at least one row of this block: j < j_end. */
+  long j_end = n_kv;
+  if (ATTN_CAUSAL) {
+    long last = i0 + rows - 1 + (n_kv - n) + 1; /* one past the last key the block's last row sees */
+    if (last < j_end) j_end = last;
+  }
 #if ATTN_SPLIT > 1
-  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb holding keys visible to the block
-   * (j_end below). */
-  const long vis = ATTN_CAUSAL && i0 + rows + (n_kv - n) < n_kv ? i0 + rows + (n_kv - n) : n_kv;
-  const long nkb = vis > 0 ? (vis + FL_BC - 1) / FL_BC : 0;
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb holding keys below j_end. */
+  const long nkb = j_end > 0 ? (j_end + FL_BC - 1) / FL_BC : 0;
   const long j_begin = nkb * part / ATTN_SPLIT * FL_BC, j_stop = nkb * (part + 1) / ATTN_SPLIT * FL_BC;
   float *po = (float *)a->partials + ((bh * nqb + qb) * ATTN_SPLIT + part) * FL_PART;
   float *pm = po + FL_BR * FL_D, *pl = pm + FL_BR;
@@ -413,12 +417,6 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     l[r] = 0.0f;
   }
 
-  /* Keys visible to at least one row of this block: j < j_end. */
-  long j_end = n_kv;
-  if (ATTN_CAUSAL) {
-    long last = i0 + rows - 1 + (n_kv - n) + 1; /* one past the last key the block's last row sees */
-    if (last < j_end) j_end = last;
-  }
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
 #endif
