@@ -286,29 +286,36 @@ static int default_split(const attn_runtime *rt, const attn_problem *p, const at
   return split > 1 ? split : 0;
 }
 
-ATTN_API int attn_plan_create(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
-  if (out) *out = NULL;
-  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create: runtime is NULL");
-  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: out is NULL");
-  attn_problem p;
-  int rc = attn_problem_normalize(rt, prob, &p);
-  if (rc != ATTN_OK) return rc;
-  if (p.algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
+int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen) {
+  if (p->algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "lowrank is approximate: set the problem's tolerance > 0 to allow it, or ask for flash");
-  attn_spec s;
-  char origin[128] = "default";
-  if (tuned_spec(rt, &p, &s, origin, sizeof origin) != 0) {
-    attn_algo a = p.algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : p.algo;
+  snprintf(origin, olen, "default");
+  if (tuned_spec(rt, p, s, origin, olen) != 0) {
+    attn_algo a = p->algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : p->algo;
     /* An approximation's error is measured, never assumed: without a stored row that met the tolerance on this
      * shape, the exact algorithm serves, and describe says why. */
     if (a == ATTN_ALGO_LOWRANK) {
       a = ATTN_ALGO_FLASH;
-      snprintf(origin, sizeof origin, "default: no lowrank row measured within tolerance %g", p.tolerance);
+      snprintf(origin, olen, "default: no lowrank row measured within tolerance %g", p->tolerance);
     }
-    s = attn_spec_default(a, rt->target, p.dtype, p.d, p.causal);
-    s.split = default_split(rt, &p, &s);
+    *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
+    s->split = default_split(rt, p, s);
   }
+  return ATTN_OK;
+}
+
+ATTN_API int attn_plan_create(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
+  if (out) *out = NULL;
+  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create: runtime is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: out is NULL");
+  attn_problem p = {0}; /* set by normalize on success; zeroed for GCC, which cannot see that through the call */
+  int rc = attn_problem_normalize(rt, prob, &p);
+  if (rc != ATTN_OK) return rc;
+  attn_spec s;
+  char origin[128];
+  rc = attn_plan_choose(rt, &p, &s, origin, sizeof origin);
+  if (rc != ATTN_OK) return rc;
   return attn_plan_create_spec(rt, &p, &s, 0, origin, out);
 }
 

@@ -41,6 +41,11 @@ int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) __attribute__((f
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale); ATTN_EINVAL with a reason otherwise. */
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
 
+/* The configuration attn_plan_create uses for a normalised problem, without compiling it: the stored row (tuned or
+ * model, nearest n) or the default, and its origin for describe ("tuned", "tuned at n=4096", "default", ...).
+ * ATTN_EUNSUPPORTED for lowrank asked with tolerance <= 0. */
+int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen);
+
 /* A plan with an explicit spec (the tuner's entry point); origin is "tuned", "default", ... for describe. */
 int attn_plan_create_spec(attn_runtime *rt, const attn_problem *p, const attn_spec *s, int count_io,
                           const char *origin, attn_plan **out);

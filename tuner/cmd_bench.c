@@ -296,20 +296,19 @@ static void row_text(const bench_row *r) {
          r->blas_note ? r->blas_note : "");
 }
 
-/* --split: the configuration the runtime would use for p (tuned or default) and its origin ("default", "tuned",
- * ...: the parenthesis that ends describe), so that each split value varies that configuration only. */
+/* --split: the configuration the runtime would use for p (tuned or default) and its origin, so that each split
+ * value varies that configuration only. */
 static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t len) {
-  attn_plan *base = NULL;
-  int e = attn_plan_create(rt, p, &base);
+  attn_problem np;
+  char from[128];
+  int e = attn_problem_normalize(rt, p, &np);
+  if (e == ATTN_OK) e = attn_plan_choose(rt, &np, s, from, sizeof from);
   if (e != ATTN_OK) {
     fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: %s: %s\n", p->n, p->n_kv, p->d, attn_strerror(e),
             attn_last_error(rt));
     return 1;
   }
-  *s = base->spec;
-  const char *open = strrchr(attn_plan_describe(base), '(');
-  snprintf(origin, len, "%.*s, split from --split", open ? (int)strcspn(open + 1, ")") : 5, open ? open + 1 : "given");
-  attn_plan_destroy(base);
+  snprintf(origin, len, "%s, split from --split", from);
   return 0;
 }
 
