@@ -47,6 +47,62 @@ static const char migration3[] =
     "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
     "WHERE pos = 1;\n";
 
+/* 4: the harness's statistics and the finalist round (db.h): repetitions, spread and load behind each time, the thread
+ * count in the key (a row tuned on 2 threads is another problem than one on 32), and the round's marks. The table is
+ * rebuilt because SQLite cannot change a UNIQUE constraint in place; rows keep their ids. The best view partitions by
+ * the whole problem (n_kv, batch, heads, heads_kv, threads too) and puts the finalist round's choice first. */
+#define BEST_KEY "device_id, d, dtype, causal, n, n_kv, batch, heads, heads_kv, threads"
+#define BEST_KEY_M "m.device_id, m.d, m.dtype, m.causal, m.n, m.n_kv, m.batch, m.heads, m.heads_kv, m.threads"
+static const char migration4[] =
+    "DROP VIEW best;\n"
+    "CREATE TABLE measurements4 (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,\n"
+    "  device_id INTEGER NOT NULL REFERENCES devices(id),\n"
+    "  kernel_id INTEGER NOT NULL REFERENCES kernels(id),\n"
+    "  n INTEGER NOT NULL, n_kv INTEGER NOT NULL, d INTEGER NOT NULL,\n"
+    "  dtype TEXT NOT NULL CHECK (dtype IN ('f32', 'f16', 'bf16')),\n"
+    "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+    "  batch INTEGER NOT NULL, heads INTEGER NOT NULL, heads_kv INTEGER NOT NULL,\n"
+    "  time_ms REAL NOT NULL, gflops REAL, reads INTEGER, writes INTEGER, error REAL,\n"
+    "  status TEXT NOT NULL CHECK (status IN ('ok', 'wrong', 'compile_error', 'launch_error', 'skipped',\n"
+    "                                         'invalid', 'error')),\n"
+    "  log TEXT NOT NULL DEFAULT '',\n"
+    "  provenance TEXT NOT NULL CHECK (provenance IN ('measured', 'model')),\n"
+    "  created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),\n"
+    "  threads INTEGER NOT NULL DEFAULT 0,      -- CPU threads the kernel ran on; 0: a GPU, or not recorded\n"
+    "  reps INTEGER,                            -- timed repetitions behind time_ms (NULL: not recorded)\n"
+    "  iqr_ms REAL,                             -- their interquartile range\n"
+    "  load REAL,                               -- other processes' CPU use meanwhile, in cores\n"
+    "  final INTEGER NOT NULL DEFAULT 0,        -- 1: time_ms is from the finalist round (interleaved with the default)\n"
+    "  chosen INTEGER NOT NULL DEFAULT 0,       -- 1: the finalist round's choice for this problem\n"
+    "  is_default INTEGER NOT NULL DEFAULT 0,   -- 1: the untuned default configuration of this problem\n"
+    "  UNIQUE (device_id, kernel_id, n, n_kv, dtype, causal, batch, heads, heads_kv, threads, provenance)\n"
+    ");\n"
+    "INSERT INTO measurements4(id, run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv,\n"
+    "  time_ms, gflops, reads, writes, error, status, log, provenance, created)\n"
+    "SELECT id, run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms, gflops,\n"
+    "  reads, writes, error, status, log, provenance, created FROM measurements;\n"
+    "DROP TABLE measurements;\n"
+    "ALTER TABLE measurements4 RENAME TO measurements;\n"
+    "CREATE INDEX measurements_kernel ON measurements(kernel_id);\n"
+    "CREATE INDEX measurements_run ON measurements(run_id);\n"
+    "CREATE INDEX measurements_lookup ON measurements(device_id, d, dtype, causal, status);\n"
+    "CREATE VIEW best AS\n"
+    "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,\n"
+    "       gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, algo,\n"
+    "       threads, reps, iqr_ms, load, final, chosen, is_default\n"
+    "FROM (SELECT *, row_number() OVER (PARTITION BY " BEST_KEY "\n"
+    "                                   ORDER BY algo = 'lowrank', provenance <> 'measured', chosen DESC,\n"
+    "                                            time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id) AS pos\n"
+    "      FROM (SELECT m.*, dv.name AS device, k.spec AS spec, k.source_hash AS source_hash, k.algo AS algo,\n"
+    "                   coalesce(m.reads + m.writes, 9e18) AS io,\n"
+    "                   min(m.time_ms) OVER (PARTITION BY " BEST_KEY_M ",\n"
+    "                                        k.algo = 'lowrank', m.provenance <> 'measured') AS tmin\n"
+    "            FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id\n"
+    "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
+    "WHERE pos = 1;\n";
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
@@ -54,6 +110,7 @@ static const struct {
     {NULL, "PRAGMA user_version = 1"},
     {migration2, "PRAGMA user_version = 2"},
     {migration3, "PRAGMA user_version = 3"},
+    {migration4, "PRAGMA user_version = 4"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -61,7 +118,7 @@ static const struct {
 #define MEAS_COLS                                                                                                   \
   "m.id, m.run_id, dv.name, k.spec, k.source_hash, m.n, m.n_kv, m.d, m.dtype, m.causal, m.batch, m.heads, "       \
   "m.heads_kv, m.time_ms, m.gflops, m.reads, m.writes, m.error, m.status, m.log, m.provenance, m.created, "       \
-  "m.device_id, m.kernel_id"
+  "m.device_id, m.kernel_id, m.threads, m.reps, m.iqr_ms, m.load, m.final, m.chosen, m.is_default"
 
 enum {
   S_BEGIN, S_COMMIT, S_ROLLBACK, S_VERSION,
@@ -69,7 +126,7 @@ enum {
   S_DEV_GET, S_DEV_UPSERT, S_DEV_PUT, S_DEV_ALL,
   S_KER_GET, S_KER_UPSERT,
   S_RUN_BEGIN, S_RUN_END, S_RUN_FIND, S_RUN_PUT, S_RUN_ALL,
-  S_MEAS_PUT, S_MEAS_GET, S_MEAS_ALL, S_MEAS_COUNT, S_BEST_ALL,
+  S_MEAS_PUT, S_MEAS_GET, S_MEAS_UNCHOOSE, S_MEAS_CHOOSE, S_MEAS_ALL, S_MEAS_COUNT, S_BEST_ALL,
   S_COUNT
 };
 
@@ -79,15 +136,30 @@ static const char *const sql_text[S_COUNT] = {
     [S_ROLLBACK] = "ROLLBACK",
     [S_VERSION] = "PRAGMA user_version",
     [S_LOOKUP] =
-        /* the nearest n (log scale; of two, the one whose best is faster), then the tie rule of db.h */
-        "SELECT spec, n, time_ms, error, provenance FROM "
-        "(SELECT k.spec, m.n, m.time_ms, m.error, m.provenance, m.id, coalesce(m.reads + m.writes, 9e18) AS io, "
-        "min(m.time_ms) OVER (PARTITION BY m.n, m.provenance <> 'measured') AS tmin FROM measurements m "
-        "JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id "
+        /* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode
+         * bound. Rows of the other regime are kept but ranked last, so that a miss can say they exist (`other`).
+         * attn_logdist is a ratio, so the product of the four orders as the sum of |log| distances does. At equal
+         * distance a row on the query's threads, then one that did not record them, then the smaller problem.
+         * `later`: in a problem the finalist round judged, rows it did not choose (lowrank rows are not judged by it);
+         * the tie rule's fastest time is taken within (problem, provenance class, later). */
+        "SELECT spec, n, time_ms, error, provenance, n_kv, batch, heads, heads_kv, threads, chosen, is_default, id, "
+        "other FROM "
+        "(SELECT *, min(time_ms) OVER (PARTITION BY n, n_kv, batch, heads, heads_kv, threads, model, later) AS tmin "
+        "FROM (SELECT *, NOT (chosen = 1 OR lowrank OR judged = 0) AS later FROM "
+        "(SELECT k.spec, m.n, m.time_ms, m.error, m.provenance, m.n_kv, m.batch, m.heads, m.heads_kv, m.threads, "
+        "m.chosen, m.is_default, m.id, k.algo = 'lowrank' AS lowrank, m.provenance <> 'measured' AS model, "
+        "(m.n < ?12) <> (?6 < ?12) AS other, coalesce(m.reads + m.writes, 9e18) AS io, "
+        "max(m.chosen) OVER (PARTITION BY m.n, m.n_kv, m.batch, m.heads, m.heads_kv, m.threads, "
+        "m.provenance <> 'measured') AS judged, "
+        "attn_logdist(m.n, ?6) * attn_logdist(m.n_kv, ?7) * "
+        "attn_logdist(m.batch * m.heads * 1.0 / CASE WHEN m.threads > 0 THEN m.threads ELSE ?11 END, "
+        "?8 * ?9 * 1.0 / ?11) * attn_logdist(m.heads * 1.0 / m.heads_kv, ?9 * 1.0 / ?10) AS dist "
+        "FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id "
         "WHERE dv.name = ?1 AND m.d = ?2 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' AND m.time_ms > 0 "
-        "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))) "
-        "ORDER BY provenance <> 'measured', attn_logdist(n, ?6), tmin, time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, "
-        "io, time_ms, id LIMIT 1",
+        "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))))) "
+        "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
+        "n, n_kv, batch * heads, heads_kv, batch, threads, later, "
+        "time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id LIMIT 1",
     [S_ART_PUT] =
         "INSERT OR REPLACE INTO artifacts(source_hash, compiler, flags, arch, blob) VALUES (?1, ?2, ?3, ?4, ?5)",
     [S_ART_GET] = "SELECT blob FROM artifacts WHERE source_hash = ?1 AND compiler = ?2 AND flags = ?3 AND arch = ?4",
@@ -119,19 +191,31 @@ static const char *const sql_text[S_COUNT] = {
                   "LEFT JOIN devices dv ON dv.id = r.device_id ORDER BY r.id",
     [S_MEAS_PUT] =
         "INSERT OR REPLACE INTO measurements(run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, "
-        "heads_kv, time_ms, gflops, reads, writes, error, status, log, provenance, created) VALUES "
+        "heads_kv, time_ms, gflops, reads, writes, error, status, log, provenance, created, threads, reps, iqr_ms, "
+        "load, final, chosen, is_default) VALUES "
         "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-        "coalesce(?20, " NOW "))",
+        "coalesce(?20, " NOW "), ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
     [S_MEAS_GET] =
-        "SELECT id, run_id, time_ms, gflops, error, reads, writes, status, log, provenance, created FROM measurements "
+        "SELECT id, run_id, time_ms, gflops, error, reads, writes, status, log, provenance, created, threads, reps, "
+        "iqr_ms, load, final, chosen, is_default FROM measurements "
         "WHERE device_id = ?1 AND kernel_id = ?2 AND n = ?3 AND n_kv = ?4 AND dtype = ?5 AND causal = ?6 "
-        "AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10",
+        "AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 AND threads = ?11",
+    /* the finalist round's choice: one chosen row per problem (the key without the kernel) */
+    [S_MEAS_UNCHOOSE] =
+        "UPDATE measurements SET chosen = 0 WHERE chosen = 1 AND device_id = ?1 AND n = ?3 AND n_kv = ?4 "
+        "AND dtype = ?5 AND causal = ?6 AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 "
+        "AND threads = ?11 AND d = (SELECT d FROM kernels WHERE id = ?2)",
+    [S_MEAS_CHOOSE] =
+        "UPDATE measurements SET chosen = 1 WHERE device_id = ?1 AND kernel_id = ?2 AND n = ?3 AND n_kv = ?4 "
+        "AND dtype = ?5 AND causal = ?6 AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 "
+        "AND threads = ?11",
     [S_MEAS_ALL] = "SELECT " MEAS_COLS " FROM measurements m JOIN devices dv ON dv.id = m.device_id "
                    "JOIN kernels k ON k.id = m.kernel_id ORDER BY m.id",
     [S_MEAS_COUNT] = "SELECT count(*) FROM measurements",
     [S_BEST_ALL] = "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, "
-                   "time_ms, gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id "
-                   "FROM best ORDER BY device, dtype, causal, d, n",
+                   "time_ms, gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, "
+                   "threads, reps, iqr_ms, load, final, chosen, is_default "
+                   "FROM best ORDER BY device, dtype, causal, d, n, n_kv, batch * heads, heads_kv, threads",
 };
 
 struct attn_db {
@@ -460,15 +544,36 @@ int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
     bind_text(s, 3, dt);
     sqlite3_bind_int(s, 4, q->causal ? 1 : 0);
     sqlite3_bind_double(s, 5, q->tolerance);
-    sqlite3_bind_int(s, 6, q->n > 0 ? q->n : 1);
+    /* db.h's defaults for the fields left 0 */
+    const int n = q->n > 0 ? q->n : 1, heads = q->heads > 0 ? q->heads : 1;
+    sqlite3_bind_int(s, 6, n);
+    sqlite3_bind_int(s, 7, q->n_kv > 0 ? q->n_kv : n);
+    sqlite3_bind_int(s, 8, q->batch > 0 ? q->batch : 1);
+    sqlite3_bind_int(s, 9, heads);
+    sqlite3_bind_int(s, 10, q->heads_kv > 0 ? q->heads_kv : heads);
+    sqlite3_bind_int(s, 11, q->threads > 0 ? q->threads : 1);
+    sqlite3_bind_int(s, 12, ATTN_DB_DECODE_BELOW);
     int src = sqlite3_step(s);
-    if (src == SQLITE_ROW) {
-      memset(out, 0, sizeof *out);
+    memset(out, 0, sizeof *out);
+    if (src == SQLITE_ROW && sqlite3_column_int(s, 13)) {
+      /* only rows of the other regime fit: a miss, but say which n is stored */
+      out->n = sqlite3_column_int(s, 1);
+      rc = fail(db, ATTN_EUNSUPPORTED, "no %s row stored for this problem; %s rows do not apply",
+                n < ATTN_DB_DECODE_BELOW ? "decode" : "prefill", n < ATTN_DB_DECODE_BELOW ? "prefill" : "decode");
+    } else if (src == SQLITE_ROW) {
       snprintf(out->spec, sizeof out->spec, "%s", (const char *)sqlite3_column_text(s, 0));
       out->n = sqlite3_column_int(s, 1);
       out->time_ms = sqlite3_column_double(s, 2);
       out->error = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 3);
       snprintf(out->provenance, sizeof out->provenance, "%s", (const char *)sqlite3_column_text(s, 4));
+      out->n_kv = sqlite3_column_int(s, 5);
+      out->batch = sqlite3_column_int(s, 6);
+      out->heads = sqlite3_column_int(s, 7);
+      out->heads_kv = sqlite3_column_int(s, 8);
+      out->threads = sqlite3_column_int(s, 9);
+      out->chosen = sqlite3_column_int(s, 10);
+      out->is_default = sqlite3_column_int(s, 11);
+      out->id = sqlite3_column_int64(s, 12);
       rc = ATTN_OK;
     } else if (src == SQLITE_DONE) {
       rc = fail(db, ATTN_EUNSUPPORTED, "no stored row for this problem");
@@ -901,6 +1006,15 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
       bind_text(s, 18, m->log ? m->log : "");
       bind_text(s, 19, m->provenance);
       bind_text(s, 20, m->created && *m->created ? m->created : NULL);
+      sqlite3_bind_int(s, 21, m->threads > 0 ? m->threads : 0);
+      if (m->reps > 0) {
+        sqlite3_bind_int(s, 22, m->reps);
+        if (m->iqr_ms >= 0) sqlite3_bind_double(s, 23, m->iqr_ms);
+      }
+      if (m->load >= 0) sqlite3_bind_double(s, 24, m->load);
+      sqlite3_bind_int(s, 25, m->final ? 1 : 0);
+      sqlite3_bind_int(s, 26, m->chosen ? 1 : 0);
+      sqlite3_bind_int(s, 27, m->is_default ? 1 : 0);
       if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing a measurement");
       done(s);
     }
@@ -908,6 +1022,22 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
   }
   pthread_mutex_unlock(&db->mu);
   return rc;
+}
+
+/* A row's key as parameters 1..11 (device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv, provenance,
+ * threads), as S_MEAS_GET, S_MEAS_UNCHOOSE and S_MEAS_CHOOSE take it. */
+static void bind_key(sqlite3_stmt *s, const attn_db_meas *m, long long dev, long long ker, const char *dt) {
+  sqlite3_bind_int64(s, 1, dev);
+  sqlite3_bind_int64(s, 2, ker);
+  sqlite3_bind_int(s, 3, m->n);
+  sqlite3_bind_int(s, 4, m->n_kv);
+  bind_text(s, 5, dt);
+  sqlite3_bind_int(s, 6, m->causal ? 1 : 0);
+  sqlite3_bind_int(s, 7, m->batch);
+  sqlite3_bind_int(s, 8, m->heads);
+  sqlite3_bind_int(s, 9, m->heads_kv);
+  bind_text(s, 10, m->provenance);
+  sqlite3_bind_int(s, 11, m->threads > 0 ? m->threads : 0);
 }
 
 int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got) {
@@ -925,16 +1055,7 @@ int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got) {
     sqlite3_stmt *s = dev > 0 && ker > 0 ? stmt(db, S_MEAS_GET) : NULL;
     if (dev > 0 && ker > 0 && !s) found = -1;
     if (s) {
-      sqlite3_bind_int64(s, 1, dev);
-      sqlite3_bind_int64(s, 2, ker);
-      sqlite3_bind_int(s, 3, m->n);
-      sqlite3_bind_int(s, 4, m->n_kv);
-      bind_text(s, 5, dt);
-      sqlite3_bind_int(s, 6, m->causal ? 1 : 0);
-      sqlite3_bind_int(s, 7, m->batch);
-      sqlite3_bind_int(s, 8, m->heads);
-      sqlite3_bind_int(s, 9, m->heads_kv);
-      bind_text(s, 10, m->provenance);
+      bind_key(s, m, dev, ker, dt);
       int src = sqlite3_step(s);
       if (src == SQLITE_ROW) {
         found = 1;
@@ -958,6 +1079,13 @@ int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got) {
           got->log = got->log_buf;
           got->provenance = got->provenance_buf;
           got->created = got->created_buf;
+          got->threads = sqlite3_column_int(s, 11);
+          got->reps = sqlite3_column_int(s, 12);
+          got->iqr_ms = sqlite3_column_type(s, 13) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 13);
+          got->load = sqlite3_column_type(s, 14) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 14);
+          got->final = sqlite3_column_int(s, 15);
+          got->chosen = sqlite3_column_int(s, 16);
+          got->is_default = sqlite3_column_int(s, 17);
         }
       } else if (src != SQLITE_DONE) {
         sqlfail(db, "reading a measurement");
@@ -997,6 +1125,13 @@ static void read_meas(sqlite3_stmt *s, attn_db_meas *m) {
   m->created = (const char *)sqlite3_column_text(s, 21);
   m->device_id = sqlite3_column_int64(s, 22);
   m->kernel_id = sqlite3_column_int64(s, 23);
+  m->threads = sqlite3_column_int(s, 24);
+  m->reps = sqlite3_column_int(s, 25);
+  m->iqr_ms = sqlite3_column_type(s, 26) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 26);
+  m->load = sqlite3_column_type(s, 27) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 27);
+  m->final = sqlite3_column_int(s, 28);
+  m->chosen = sqlite3_column_int(s, 29);
+  m->is_default = sqlite3_column_int(s, 30);
 }
 
 static int meas_iterate(attn_db *db, int id, int (*cb)(void *, const attn_db_meas *), void *ctx) {
@@ -1032,6 +1167,34 @@ int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m
 
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx) {
   return meas_iterate(db, S_BEST_ALL, cb, ctx);
+}
+
+int attn_db_meas_choose(attn_db *db, const attn_db_meas *m) {
+  if (!db || !m) return ATTN_EINVAL;
+  const char *dt = dtype_text(m->dtype);
+  if (!dt || !m->provenance) return fail(db, ATTN_EINVAL, "attn_db_meas_choose: bad dtype or no provenance");
+  pthread_mutex_lock(&db->mu);
+  int rc = write_begin(db);
+  if (rc == ATTN_OK) {
+    long long dev, ker;
+    rc = resolve_ids(db, m, 0, &dev, &ker);
+    if (rc == ATTN_OK && (dev <= 0 || ker <= 0)) rc = fail(db, ATTN_EINVAL, "attn_db_meas_choose: no such row");
+    for (int id = S_MEAS_UNCHOOSE; rc == ATTN_OK && id <= S_MEAS_CHOOSE; id++) {
+      sqlite3_stmt *s = stmt(db, id);
+      if (!s) {
+        rc = ATTN_EDB;
+        break;
+      }
+      bind_key(s, m, dev, ker, dt);
+      if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "marking the finalist round's choice");
+      else if (id == S_MEAS_CHOOSE && sqlite3_changes(db->h) != 1)
+        rc = fail(db, ATTN_EINVAL, "attn_db_meas_choose: no such row");
+      done(s);
+    }
+    rc = write_end(db, rc);
+  }
+  pthread_mutex_unlock(&db->mu);
+  return rc;
 }
 
 long long attn_db_meas_count(attn_db *db) {

@@ -33,11 +33,18 @@ int attn_db_default_path(char *buf, size_t len);
 const char *attn_db_filename(attn_db *db);
 
 /* What the runtime asks: the best stored configuration for a problem on a device. */
+/* Problems with fewer query rows than this (decode) are a regime of their own: a decode problem is never served by a
+ * row tuned at a prefill shape, nor the reverse (one query block's worth of rows, the CPU's default Br). */
+#define ATTN_DB_DECODE_BELOW 64
+
 typedef struct attn_db_query {
   const char *device;     /* e.g. "cpu:Intel(R) Xeon(R) Processor" or "cuda:NVIDIA H100 80GB HBM3" / "H100" */
   int d, causal, n;
   attn_dtype dtype;
   double tolerance;       /* rows with error > tolerance (approximate algorithms) are skipped; 0: exact only */
+  /* The rest of the problem (schema 4); 0 means: n_kv as n, batch 1, heads 1, heads_kv as heads, threads unknown. */
+  int n_kv, batch, heads, heads_kv;
+  int threads;            /* the runtime's CPU threads; 0 on a GPU */
 } attn_db_query;
 
 typedef struct attn_db_best {
@@ -45,12 +52,21 @@ typedef struct attn_db_best {
   int n;                   /* the n the row was tuned at (nearest by log distance) */
   double time_ms, error;
   char provenance[16];     /* "measured" | "model" */
+  int n_kv, batch, heads, heads_kv, threads; /* the rest of the row's problem (threads 0: not recorded) */
+  int chosen, is_default;  /* the finalist round's choice; the untuned default configuration */
+  long long id;            /* the row's id in measurements */
 } attn_db_best;
 
 /* ATTN_OK and *out filled; ATTN_EUNSUPPORTED when no row matches (caller falls back to defaults); ATTN_EDB on error.
- * Exact (device, d, dtype, causal); measured rows before model rows; then nearest n by |log n - log n_row|.
- * Only status 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <= tolerance;
- * among rows at the same distance the fastest. error is -1 when the row has none. */
+ * Exact (device, d, dtype, causal) and the same regime (decode or prefill, ATTN_DB_DECODE_BELOW); measured rows
+ * before model rows; then the nearest problem by the sum of |log| distances of n, n_kv, the parallel width per thread
+ * (batch*heads/threads; a row without threads counts as the query's) and the group size heads/heads_kv. Only status
+ * 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <= tolerance. Within the
+ * nearest problem the finalist round's choice (and qualifying lowrank rows) before other rows, then the tie rule.
+ * error is -1 when the row has none. At equal distance, a row on the query's threads, then one without threads, then
+ * the problem with the smaller n, n_kv, batch*heads, heads_kv, batch, threads.
+ * On ATTN_EUNSUPPORTED *out is zeroed except n: the n of the nearest row of the other regime when only rows of that
+ * regime fit (so that the caller can say why the default serves), else 0. */
 int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out);
 
 /* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch. */
@@ -102,7 +118,7 @@ int attn_db_run_put(attn_db *db, const attn_db_run *run, long long *run_id);
 int attn_db_run_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_run *run), void *ctx);
 
 /* One measurement (or model estimate). Key: device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv,
- * provenance. */
+ * threads, provenance. */
 typedef struct attn_db_meas {
   long long id;                  /* filled by foreach / exists */
   long long run_id;              /* 0: none */
@@ -127,6 +143,14 @@ typedef struct attn_db_meas {
   char provenance_buf[16];
   char created_buf[40];
   char log_buf[512];              /* truncated; meas_foreach gives the whole log */
+  /* Schema 4: how the time was measured (tuner/measure.h) and the finalist round's marks. */
+  int threads;                   /* CPU threads the kernel ran on (part of the key); 0: a GPU or not recorded */
+  int reps;                      /* timed repetitions behind time_ms; 0: not recorded (iqr_ms is then ignored) */
+  double iqr_ms;                 /* interquartile range of those repetitions; -1: not recorded */
+  double load;                   /* other processes' CPU use during the measurement, in cores; -1: not recorded */
+  int final;                     /* 1: time_ms comes from the finalist round, interleaved with the default */
+  int chosen;                    /* 1: the finalist round chose this row for its problem (attn_db_meas_choose) */
+  int is_default;                /* 1: the kernel is the untuned default configuration of its problem */
 } attn_db_meas;
 
 /* INSERT OR REPLACE of m (its key replaces an existing row), committed before it returns unless inside
@@ -137,14 +161,26 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m);
  * pointing at them); 0 when not; -1 on a database error. m's device_id/kernel_id may be 0 with device/spec set:
  * an unknown device or kernel then means 0 (nothing is created). */
 int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got);
+/* The tuner's rule for two rows with one key (import, merge): 1 when a should replace b. An 'ok' row beats any
+ * other; of two failed rows a kernel's own verdict (wrong, compile_error, invalid) beats an environmental failure
+ * (error, launch_error, skipped), then the newer. Of two 'ok' rows a finalist-round time beats a screening time, then
+ * the lower time (interference from other processes only ever adds time, so of two medians of one kernel on one
+ * problem the lower is the closer to the machine's speed), then the newer. */
+int attn_db_meas_better(const attn_db_meas *a, const attn_db_meas *b);
+
+/* Marks m's row (found by its key) as the finalist round's choice for its problem and clears the mark on every
+ * other row of that problem (the key without the kernel), in one transaction. ATTN_EINVAL when no row has m's key. */
+int attn_db_meas_choose(attn_db *db, const attn_db_meas *m);
 /* Every measurement in id order (strings valid during the call only); a nonzero cb return stops and is returned.
  * 0 when done, -1 on a database error. */
 int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
 /* Number of measurements stored, or -1. */
 long long attn_db_meas_count(attn_db *db);
 
-/* The view `best`: per (device, d, n, dtype, causal) the fastest 'ok' row, exact algorithms before approximate
- * ones, measured before model. Ordered by device, dtype, causal, d, n. Same return convention as meas_foreach. */
+/* The view `best`: per problem (device, d, dtype, causal, n, n_kv, batch, heads, heads_kv, threads) one 'ok' row:
+ * exact algorithms before approximate ones, measured before model, the finalist round's choice before any other,
+ * then the tie rule above. Ordered by device, dtype, causal, d, n, n_kv, width. Same return convention as
+ * meas_foreach. */
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
 
 #endif

@@ -241,16 +241,44 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   return ATTN_OK;
 }
 
-/* The tuned row for this problem, when the database has one that fits; 0 and *s filled, else -1. */
+/* Where the row differs from the problem, as " n=512 batch*heads=2 ..." (only the fields that differ); "" when it is
+ * the same problem. heads_kv shows when the group size heads/heads_kv differs (the lookup's measure: with batch*heads
+ * equal, heads_kv alone differs only between MHA shapes of one width). A row without threads ran on the runtime's. */
+static void shape_diff(const attn_db_best *b, const attn_problem *p, int threads, char *buf, size_t len) {
+  const long long bh = (long long)b->batch * b->heads, pbh = (long long)p->batch * p->heads;
+  const struct {
+    const char *name;
+    long long row;
+    int differs;
+  } f[] = {{"n", b->n, b->n != p->n},
+           {"n_kv", b->n_kv, b->n_kv != p->n_kv},
+           {"batch*heads", bh, bh != pbh},
+           {"heads_kv", b->heads_kv, (long long)b->heads * p->heads_kv != (long long)p->heads * b->heads_kv},
+           {"threads", b->threads, b->threads > 0 && b->threads != threads}};
+  size_t k = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].differs && k < len) k += (size_t)snprintf(buf + k, len - k, " %s=%lld", f[i].name, f[i].row);
+}
+
+/* The tuned row for this problem, when the database has one that fits; 0 and *s filled, else -1 (origin says why
+ * when it is worth saying). */
 static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen) {
   if (!rt->db) return -1;
+  const int threads = rt->target == ATTN_TARGET_CPU ? rt->threads : 0;
   attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
-                     .tolerance = p->tolerance};
+                     .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
+                     .heads_kv = p->heads_kv, .threads = threads};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
   if (rc != ATTN_OK) {
     if (rc != ATTN_EUNSUPPORTED) snprintf(origin, olen, "default: database lookup failed");
+    else if (best.n > 0 && p->n < ATTN_DB_DECODE_BELOW)
+      snprintf(origin, olen, "default: no decode row (n < %d) stored; prefill rows do not apply", ATTN_DB_DECODE_BELOW);
+    else if (best.n > 0)
+      snprintf(origin, olen, "default: no prefill row (n >= %d) stored; decode rows do not apply",
+               ATTN_DB_DECODE_BELOW);
     return -1;
   }
   attn_spec t;
@@ -264,10 +292,12 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, cha
       t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
     return -1;
   const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
-  if (best.n == p->n || best.n <= 0)
+  char diff[128];
+  shape_diff(&best, p, threads, diff, sizeof diff);
+  if (!diff[0] || best.n <= 0)
     snprintf(origin, olen, "%s", kind);
   else
-    snprintf(origin, olen, "%s at n=%d", kind, best.n);
+    snprintf(origin, olen, "%s at%s: nearest stored shape", kind, diff);
   *s = t;
   return 0;
 }
@@ -286,6 +316,12 @@ static int default_split(const attn_runtime *rt, const attn_problem *p, const at
   return split > 1 ? split : 0;
 }
 
+void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo algo, attn_spec *s) {
+  attn_algo a = algo == ATTN_ALGO_AUTO || algo == ATTN_ALGO_LOWRANK ? ATTN_ALGO_FLASH : algo;
+  *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
+  s->split = default_split(rt, p, s);
+}
+
 int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen) {
   if (p->algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
@@ -299,8 +335,7 @@ int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
       a = ATTN_ALGO_FLASH;
       snprintf(origin, olen, "default: no lowrank row measured within tolerance %g", p->tolerance);
     }
-    *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
-    s->split = default_split(rt, p, s);
+    attn_plan_default(rt, p, a, s);
   }
   return ATTN_OK;
 }

@@ -171,8 +171,11 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     }
     unlink(obj);
     unlink(src);
-    int rc = attn_fail(rt, ATTN_ECOMPILE, "compiling %s failed (%s%d): %s\n%s", label,
-                       status < 0 ? "could not start compiler, " : "exit status ", status < 0 ? -1 : status, cmd, log);
+    /* Not the source's fault: the compiler could not start, was not found (127 with no output), or was killed. */
+    const int env = status < 0 || (status == 127 && strstr(log, "command not found")) || status >= 128;
+    int rc = attn_fail(rt, ATTN_ECOMPILE, "compiling %s failed (%s%d)%s: %s\n%s", label,
+                       status < 0 ? "could not start compiler, " : "exit status ", status < 0 ? -1 : status,
+                       env ? " " ATTN_CC_ENV_MARK : "", cmd, log);
     free(log);
     return rc;
   }

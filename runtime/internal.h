@@ -42,9 +42,14 @@ int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) __attribute__((f
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
 
 /* The configuration attn_plan_create uses for a normalised problem, without compiling it: the stored row (tuned or
- * model, nearest n) or the default, and its origin for describe ("tuned", "tuned at n=4096", "default", ...).
+ * model, nearest problem) or the default, and its origin for describe ("tuned", "tuned at n=4096 n_kv=4096: nearest
+ * stored shape", "default: no decode row ...", ...).
  * ATTN_EUNSUPPORTED for lowrank asked with tolerance <= 0. */
 int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen);
+
+/* The untuned default configuration of a normalised problem for algo (AUTO and LOWRANK: flash), as attn_plan_choose
+ * uses it when no row fits: the template's default tiles, and split-K where query blocks leave threads idle. */
+void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo algo, attn_spec *s);
 
 /* A plan with an explicit spec (the tuner's entry point); origin is "tuned", "default", ... for describe. */
 int attn_plan_create_spec(attn_runtime *rt, const attn_problem *p, const attn_spec *s, int count_io,
@@ -53,7 +58,9 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *p, const attn_sp
 /* The device name the runtime files rows under for its target. */
 int attn_device_name(attn_target t, char *buf, size_t len);
 
-/* CPU backend (runtime/cpu.c, runtime/cc.c). */
+/* CPU backend (runtime/cpu.c, runtime/cc.c). A compile that failed for the environment's sake (the compiler could
+ * not be started or was killed) says ATTN_CC_ENV_MARK in its ATTN_ECOMPILE message: the tuner retries those. */
+#define ATTN_CC_ENV_MARK "[environment]"
 int  attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out);
 int  attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a, attn_io *io);
 void attn_cpu_unload(attn_cpu_kernel *k);

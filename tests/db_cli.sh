@@ -37,18 +37,49 @@ fixture() {
   } >"$1"
 }
 
+# keep_better: one kernel per scenario (by its Br), every row on one problem; the schema-4 fields written out.
+kspec() { echo "flash cpu f32 d=64 br=$1 bc=64 causal=0 unroll=0 warps=0 stages=0 arch=- tile=0 feature=taylor degree=0 rank=0 seed=0"; }
+krow() { # br status time final created [threads]
+  printf '  {"device": "cpu:Keep CPU", "spec": "%s", "source_hash": null, "run": null, "n": 512, "n_kv": 512, "d": 64, "dtype": "f32", "causal": 0, "batch": 1, "heads": 8, "heads_kv": 8, "time_ms": %s, "gflops": null, "reads": null, "writes": null, "error": null, "status": "%s", "log": "", "provenance": "measured", "created": "%s", "threads": %s, "reps": 9, "iqr_ms": 0.01, "load": 0.5, "final": %s, "chosen": 0, "is_default": 0}' \
+    "$(kspec "$1")" "$3" "$2" "$5" "${6:-4}" "$4"
+}
+kfile() { # FILE "br status time final created [threads]" ...: a hand-written export of those rows
+  f=$1
+  shift
+  {
+    echo '{"attntune_export": 1, "devices": [{"name": "cpu:Keep CPU", "kind": "cpu", "arch": null, "info": null}],'
+    echo ' "measurements": ['
+    sep=
+    for r in "$@"; do
+      printf '%s' "$sep"
+      krow $r
+      sep=',
+'
+    done
+    printf '\n ]}\n'
+  } >"$f"
+}
+kq() { # DB BR [THREADS]: "status time final" of that scenario's row
+  sqlite3 "$1" "SELECT m.status || ' ' || m.time_ms || ' ' || m.final FROM measurements m JOIN kernels k ON k.id = m.kernel_id
+                WHERE k.spec LIKE '% br=$2 %' AND m.threads = ${3:-4}" 2>&1
+}
+kstate() { # DB: every row, for comparing two databases
+  sqlite3 "$1" "SELECT k.spec, m.threads, m.status, m.time_ms, m.final, m.created FROM measurements m
+                JOIN kernels k ON k.id = m.kernel_id ORDER BY k.spec, m.threads" 2>&1
+}
+
 case $case_ in
 roundtrip)  # export -> import into a fresh db -> export: identical; importing again changes nothing
   fixture "$W/in.json"
   "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
-  grep -q "6 measurements (6 new, 0 replaced)" "$out" || fail "import report"
+  grep -q "6 measurements (6 new, 0 replaced, 0 kept)" "$out" || fail "import report"
   [ "$(rows "$W/a.db")" -eq 6 ] || fail "rows $(rows "$W/a.db")"
   "$T" export "$W/e1.json" --db "$W/a.db" >"$out" 2>&1 || fail "export exit $?"
   "$T" import "$W/e1.json" --db "$W/b.db" >"$out" 2>&1 || fail "import 2 exit $?"
   ATTN_DB="$W/b.db" "$T" export "$W/e2.json" >"$out" 2>&1 || fail "export 2 exit $?"
   cmp "$W/e1.json" "$W/e2.json" >"$out" 2>&1 || fail "round trip differs"
   "$T" import "$W/e1.json" --db "$W/b.db" >"$out" 2>&1 || fail "re-import exit $?"
-  grep -q "(0 new, 6 replaced)" "$out" || fail "re-import report"
+  grep -q "(0 new, 0 replaced, 6 kept)" "$out" || fail "re-import report (the same rows are kept, not rewritten)"
   [ "$(sqlite3 "$W/b.db" "SELECT COUNT(*) FROM runs")" -eq 1 ] || fail "a re-import duplicated the run"
   "$T" export - --db "$W/b.db" >"$W/e3.json" 2>"$out" || fail "export - exit $?"
   cmp "$W/e1.json" "$W/e3.json" >"$out" 2>&1 || fail "re-import changed the rows"
@@ -83,7 +114,7 @@ import_bad)  # bad files: a clear reason, exit 1, and nothing imported
   [ "$(sqlite3 "$W/a.db" "SELECT count(*) FROM measurements WHERE n = 555")" -eq 0 ] || fail "partial import kept"
   sed 's/"status": "compile_error"/"status": "great"/' "$W/in.json" >"$W/status.json"
   "$T" import "$W/status.json" --db "$W/a.db" >"$out" 2>&1
-  [ $? -eq 1 ] && grep -q "measurements\[3\]: measurement: status 'great'" "$out" || fail "bad status"
+  [ $? -eq 1 ] && grep -q 'measurements\[3\]: "status" must be ok, wrong,' "$out" || fail "bad status"
   sed 's/"n": 100,/"n": "100",/' "$W/in.json" >"$W/type.json"
   "$T" import "$W/type.json" --db "$W/a.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q 'measurements\[4\]: "n" must be an integer' "$out" || fail "bad type"
@@ -102,9 +133,9 @@ show)  # the best row per (device, d, n, dtype, causal): exact before lowrank, o
   "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
   "$T" show --db "$W/a.db" >"$out" 2>&1 || fail "show exit $?"
   [ "$(grep -c '^cpu:Test CPU @ 2GHz' "$out")" -eq 2 ] || fail "cpu rows"
-  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024 f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2  *2.50e-07  measured" "$out" \
+  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024  *1024  *8  *- f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2  *2.50e-07  measured" "$out" \
     || fail "best at 1024 is the faster exact row"
-  grep -q "^H100  *128  *2048 f16 .* 0.0625 .* -  model" "$out" || fail "model row"
+  grep -q "^H100  *128  *2048  *2048  *8  *- f16 .* 0.0625 .* -  model" "$out" || fail "model row"
   grep -q "lowrank" "$out" && fail "an approximate row shown over exact ones"
   [ "$(wc -l <"$out")" -eq 4 ] || fail "header + 3 rows"
   "$T" show --db "$W/a.db" --json >"$out" 2>&1 || fail "show --json exit $?"
@@ -127,8 +158,9 @@ merge)  # B into A: new rows added, overlapping rows keep the better/newer, the 
   fixture "$W/in.json"
   "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import a"
   "$T" import "$W/in.json" --db "$W/b.db" >"$out" 2>&1 || fail "import b"
-  # B: one row re-measured later (newer, replaces), one older than A's (kept), one failed in B but ok in A (kept)
-  sqlite3 "$W/b.db" "UPDATE measurements SET time_ms = 9.75, created = '2026-02-01T00:00:00.000Z' WHERE n = 1024 AND gflops = 2.5;
+  # B: one row re-measured later and faster (replaces), one slower and older than A's (kept), one failed in B but ok
+  # in A (kept); the rule itself has its own case, keep_better
+  sqlite3 "$W/b.db" "UPDATE measurements SET time_ms = 0.75, created = '2026-02-01T00:00:00.000Z' WHERE n = 1024 AND gflops = 2.5;
     UPDATE measurements SET time_ms = 8.5, created = '2025-01-01T00:00:00.000Z' WHERE n = 1024 AND gflops = 3.25;
     UPDATE measurements SET status = 'wrong', created = '2027-01-01T00:00:00.000Z' WHERE n = 100;" || fail "sqlite3"
   "$T" --gpu H100 --d 64 --n 512 --db "$W/b.db" >"$out" 2>&1 || fail "tune b"
@@ -138,7 +170,7 @@ merge)  # B into A: new rows added, overlapping rows keep the better/newer, the 
   grep -q "$added added, 1 replaced, 5 kept" "$out" || fail "counts (want $added added)"
   grep -q "1 runs added" "$out" || fail "runs"
   [ "$(rows "$W/a.db")" -eq $((6 + added)) ] || fail "rows $(rows "$W/a.db")"
-  [ "$(sqlite3 "$W/a.db" "SELECT time_ms FROM measurements WHERE n = 1024 AND gflops = 2.5")" = "9.75" ] || fail "newer row"
+  [ "$(sqlite3 "$W/a.db" "SELECT time_ms FROM measurements WHERE n = 1024 AND gflops = 2.5")" = "0.75" ] || fail "faster row"
   [ "$(sqlite3 "$W/a.db" "SELECT time_ms FROM measurements WHERE n = 1024 AND gflops = 3.25")" = "1.25" ] || fail "older row"
   [ "$(sqlite3 "$W/a.db" "SELECT status FROM measurements WHERE n = 100")" = "ok" ] || fail "ok over wrong"
   "$T" merge "$W/a.db" "$W/b.db" >"$out" 2>&1 || fail "merge again"
@@ -147,12 +179,95 @@ merge)  # B into A: new rows added, overlapping rows keep the better/newer, the 
   "$T" merge "$W/a.db" "$W/a.db" >"$out" 2>&1 || fail "self merge exit"
   grep -q "0 added, 0 replaced, $n kept (the same database)" "$out" && [ "$(rows "$W/a.db")" -eq "$n" ] || fail "self merge"
   "$T" merge "$W/a.db" >"$out" 2>&1
-  [ $? -eq 2 ] && grep -q "needs two databases" "$out" || fail "one argument"
+  [ $? -eq 2 ] && grep -q "needs two databases or more" "$out" || fail "one argument"
   "$T" merge "$W/a.db" "$W/none.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q "no such database" "$out" || fail "missing B"
   echo "not a database ..................................................................................." >"$W/text.db"
   "$T" merge "$W/a.db" "$W/text.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q "file is not a database" "$out" && [ "$(rows "$W/a.db")" -eq "$n" ] || fail "text B"
+  ;;
+keep_better)  # merge and import keep the better row of a key by the tuner's rule (attn_db_meas_better)
+  OLD=2026-01-01T00:00:00.000Z NEW=2026-03-01T00:00:00.000Z
+  # target T and source S, per kernel: what each has and (comment) which must win
+  kfile "$W/t.json" "16 ok 2.0 0 $OLD" \
+                    "24 error 1.0 0 $NEW" \
+                    "32 ok 1.0 0 $OLD" \
+                    "40 ok 2.0 0 $NEW" \
+                    "48 ok 2.0 1 $OLD" \
+                    "56 wrong 0.5 0 $OLD"
+  kfile "$W/s.json" "16 error 1.0 0 $NEW" \
+                    "24 ok 3.0 0 $OLD" \
+                    "32 ok 1.5 0 $NEW" \
+                    "40 ok 1.5 0 $OLD" \
+                    "48 ok 1.0 0 $NEW" \
+                    "56 launch_error 0.5 0 $NEW" \
+                    "32 ok 0.5 0 $NEW 8"
+  for x in t s t2 s2 t3 t4; do
+    j=${x%2}; j=${j%3}; j=${j%4}
+    "$T" import "$W/$j.json" --db "$W/$x.db" >"$out" 2>&1 || fail "import $j.json into $x.db: exit $?"
+  done
+  [ "$(rows "$W/t.db")" -eq 6 ] && [ "$(rows "$W/s.db")" -eq 7 ] || fail "fixture rows"
+  "$T" merge "$W/t.db" "$W/s.db" >"$out" 2>&1 || fail "merge exit $?"
+  grep -q "s.db into .*t.db: 1 added, 2 replaced, 4 kept" "$out" || fail "merge counts"
+  [ "$(kq "$W/t.db" 16)" = "ok 2.0 0" ] || fail "ok replaced by a newer failed row: $(kq "$W/t.db" 16)"
+  [ "$(kq "$W/t.db" 24)" = "ok 3.0 0" ] || fail "failed row not replaced by an (older) ok row: $(kq "$W/t.db" 24)"
+  [ "$(kq "$W/t.db" 32)" = "ok 1.0 0" ] || fail "faster row replaced by a newer slower one: $(kq "$W/t.db" 32)"
+  [ "$(kq "$W/t.db" 40)" = "ok 1.5 0" ] || fail "slower row not replaced by an (older) faster one: $(kq "$W/t.db" 40)"
+  [ "$(kq "$W/t.db" 48)" = "ok 2.0 1" ] || fail "finalist time replaced by a faster screening time: $(kq "$W/t.db" 48)"
+  [ "$(kq "$W/t.db" 56)" = "wrong 0.5 0" ] || fail "kernel's own failure replaced by an environmental one: $(kq "$W/t.db" 56)"
+  [ "$(kq "$W/t.db" 32 8)" = "ok 0.5 0" ] || fail "threads are part of the key: $(kq "$W/t.db" 32 8)"
+  # the other way round the same rows win: the rule does not depend on which side is the target
+  "$T" merge "$W/s2.db" "$W/t2.db" >"$out" 2>&1 || fail "reverse merge exit $?"
+  grep -q "0 added, 4 replaced, 2 kept" "$out" || fail "reverse merge counts"
+  [ "$(kstate "$W/s2.db")" = "$(kstate "$W/t.db")" ] || fail "reverse merge differs: $(kstate "$W/s2.db")"
+  # import applies the same rule
+  "$T" import "$W/s.json" --db "$W/t2.db" >"$out" 2>&1 || fail "import exit $?"
+  grep -q "(1 new, 2 replaced, 4 kept)" "$out" || fail "import counts"
+  [ "$(kq "$W/t2.db" 16)" = "ok 2.0 0" ] && [ "$(kq "$W/t2.db" 24)" = "ok 3.0 0" ] || fail "import: ok vs failed"
+  [ "$(kq "$W/t2.db" 32)" = "ok 1.0 0" ] && [ "$(kq "$W/t2.db" 40)" = "ok 1.5 0" ] || fail "import: lower time"
+  [ "$(kstate "$W/t2.db")" = "$(kstate "$W/t.db")" ] || fail "import and merge differ: $(kstate "$W/t2.db")"
+  # two sources in one merge, in order: U's faster time for br=32 beats T's, then S's slower one is kept
+  kfile "$W/u.json" "32 ok 0.9 0 $OLD" "64 ok 1.0 0 $OLD"
+  "$T" import "$W/u.json" --db "$W/u.db" >"$out" 2>&1 || fail "import u"
+  "$T" merge "$W/t3.db" "$W/u.db" "$W/s.db" >"$out" 2>&1 || fail "two-source merge exit $?"
+  grep -q "u.db into .*t3.db: 1 added, 1 replaced, 0 kept" "$out" &&
+    grep -q "s.db into .*t3.db: 1 added, 2 replaced, 4 kept" "$out" || fail "two-source counts"
+  [ "$(kq "$W/t3.db" 32)" = "ok 0.9 0" ] && [ "$(kq "$W/t3.db" 64)" = "ok 1.0 0" ] &&
+    [ "$(rows "$W/t3.db")" -eq 8 ] || fail "two-source rows"
+  # one transaction for all sources: a bad second source leaves the target as it was
+  echo "not a database ..................................................................................." >"$W/text.db"
+  before=$(kstate "$W/t4.db")
+  "$T" merge "$W/t4.db" "$W/s.db" "$W/text.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "file is not a database" "$out" || fail "bad second source"
+  [ "$(kstate "$W/t4.db")" = "$before" ] || fail "a failed merge changed the target"
+  "$T" merge "$W/t4.db" "$W/s.db" "$W/none.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "no such database" "$out" && [ "$(kstate "$W/t4.db")" = "$before" ] || fail "missing second source"
+  # the schema-4 fields go out and come back
+  "$T" export "$W/e1.json" --db "$W/t.db" >"$out" 2>&1 || fail "export exit $?"
+  grep -q '"threads": 8,' "$W/e1.json" && grep -q '"reps": 9,' "$W/e1.json" && grep -q '"iqr_ms": 0.01' "$W/e1.json" &&
+    grep -q '"load": 0.5,' "$W/e1.json" && grep -q '"final": 1,' "$W/e1.json" && grep -q '"is_default": 0' "$W/e1.json" ||
+    fail "exported fields"
+  "$T" import "$W/e1.json" --db "$W/r.db" >"$out" 2>&1 || fail "re-import exit $?"
+  "$T" export "$W/e2.json" --db "$W/r.db" >"$out" 2>&1 || fail "re-export exit $?"
+  cmp "$W/e1.json" "$W/e2.json" >"$out" 2>&1 || fail "schema-4 round trip differs"
+  # an older file (no schema-4 fields) reads as not recorded
+  fixture "$W/old.json"
+  "$T" import "$W/old.json" --db "$W/o.db" >"$out" 2>&1 || fail "old import exit $?"
+  [ "$(sqlite3 "$W/o.db" "SELECT count(*) FROM measurements WHERE threads = 0 AND reps IS NULL AND iqr_ms IS NULL
+       AND load IS NULL AND final = 0 AND chosen = 0 AND is_default = 0")" -eq 6 ] || fail "old file defaults"
+  "$T" export "$W/o.json" --db "$W/o.db" >"$out" 2>&1 && grep -q '"reps": null,' "$W/o.json" &&
+    grep -q '"load": null,' "$W/o.json" || fail "not recorded exports as null"
+  # and the new fields are type-checked like the others
+  sed 's/"final": 1/"final": 2/' "$W/t.json" >"$W/bad1.json"
+  "$T" import "$W/bad1.json" --db "$W/o.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'measurements\[4\]: "final" is out of range' "$out" || fail "final out of range"
+  sed 's/"load": 0.5/"load": "high"/' "$W/t.json" >"$W/bad2.json"
+  "$T" import "$W/bad2.json" --db "$W/o.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'measurements\[0\]: "load" must be a number or null' "$out" || fail "load type"
+  sed 's/"iqr_ms": 0.01/"iqr_ms": -2/' "$W/t.json" >"$W/bad3.json"
+  "$T" import "$W/bad3.json" --db "$W/o.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q '"iqr_ms" must be a number >= 0 or null' "$out" || fail "negative iqr"
+  [ "$(rows "$W/o.db")" -eq 6 ] || fail "a bad file imported rows"
   ;;
 locked)  # a database locked past the timeout: a one-line reason, exit 1, no rows lost
   fixture "$W/in.json"

@@ -268,11 +268,11 @@ static void test_lookup(void) {
   CHECK(strcmp(b.provenance, "measured") == 0 && b.error == 1e-7, "fields %s %g", b.provenance, b.error);
   q.n = 300;
   CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 256 && strcmp(b.spec, f32) == 0, "n=300 -> 256: %d", b.n);
-  q.n = 1;
-  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 256, "n=1 -> 256: %d", b.n);
+  q.n = 1; /* decode: no decode row, and prefill rows do not serve it; the miss names the nearest prefill n */
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_EUNSUPPORTED && b.n == 256 && !b.spec[0], "n=1 -> miss: n=%d", b.n);
   q.n = 100000;
   CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 4096, "n=1e5 -> 4096: %d", b.n);
-  q.n = 2048; /* log distance 1024..2048 = 2048..4096: the tie goes to the faster row */
+  q.n = 2048; /* log distance 1024..2048 = 2048..4096: the tie goes to the smaller problem */
   CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 1024, "tie -> faster: %d", b.n);
   /* tolerance: lowrank only when tolerance > 0 and its error fits */
   q.n = 1024;
@@ -549,6 +549,126 @@ static void test_concurrent(void) {
   CHECK(raw_int(p, "PRAGMA user_version") == attn_db_schema_version(), "created once, migrated once");
 }
 
+/* The whole problem in the lookup (db.h): the decode/prefill regimes, the parallel width per thread, n_kv, the
+ * finalist round's choice within a problem, and lowrank rows beside it. */
+static attn_db_best lookup_shape(attn_db *db, int n, int n_kv, int heads, int threads, double tol, int *rc) {
+  attn_db_query q = {.device = "cpu:shape", .d = 64, .n = n, .n_kv = n_kv, .batch = 1, .heads = heads,
+                     .threads = threads, .dtype = ATTN_F32, .tolerance = tol};
+  attn_db_best b;
+  *rc = attn_db_lookup(db, &q, &b);
+  return b;
+}
+
+static void test_lookup_shape(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("shape.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "open: %s", err);
+  if (!db) return;
+  const char *dev = "cpu:shape";
+  const char *k16 = spec("flash", 64, 16, "f32", 0), *k32 = spec("flash", 64, 32, "f32", 0);
+  const char *k64 = spec("flash", 64, 64, "f32", 0), *k128 = spec("flash", 64, 128, "f32", 0);
+  const char *lr = spec("lowrank", 64, 64, "f32", 0);
+  int rc;
+  attn_db_best b;
+
+  /* (a) decode key: a prefill row alone does not serve n = 1 */
+  attn_db_meas m = row(dev, k64, 512, 64, 0, 1.0, "ok", "measured");
+  CHECK(put(db, m) == ATTN_OK, "put prefill");
+  b = lookup_shape(db, 1, 512, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_EUNSUPPORTED && b.n == 512, "decode with only prefill rows: rc %d n=%d", rc, b.n);
+  m = row(dev, k16, 1, 64, 0, 0.1, "ok", "measured");
+  m.n_kv = 512;
+  CHECK(put(db, m) == ATTN_OK, "put decode");
+  b = lookup_shape(db, 1, 512, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n == 1 && strcmp(b.spec, k16) == 0, "n=1 -> decode row: rc %d n=%d", rc, b.n);
+  b = lookup_shape(db, 4, 512, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n == 1, "n=4 -> decode row: n=%d", b.n);
+  b = lookup_shape(db, 512, 512, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n == 512 && strcmp(b.spec, k64) == 0, "n=512 -> prefill row: n=%d", b.n);
+  b = lookup_shape(db, 64, 512, 2, 0, 0, &rc); /* the bound is prefill, however near n = 1 is in the other */
+  CHECK(rc == ATTN_OK && b.n == 512, "n=64 -> prefill row: n=%d", b.n);
+  b = lookup_shape(db, 63, 512, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n == 1, "n=63 -> decode row: n=%d", b.n);
+
+  /* (b) width: rows at heads 2 and 32, same n, n_kv; each query gets its own width */
+  m = row(dev, k32, 2048, 64, 0, 5.0, "ok", "measured");
+  CHECK(put(db, m) == ATTN_OK, "put heads=2");
+  m = row(dev, k128, 2048, 64, 0, 40.0, "ok", "measured");
+  m.heads = m.heads_kv = 32;
+  CHECK(put(db, m) == ATTN_OK, "put heads=32");
+  b = lookup_shape(db, 2048, 2048, 32, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.heads == 32 && strcmp(b.spec, k128) == 0, "heads=32 -> heads=32 row: heads=%d", b.heads);
+  CHECK(b.n == 2048 && b.n_kv == 2048 && b.batch == 1 && b.heads_kv == 32 && b.threads == 0 && b.id > 0,
+        "fields n=%d n_kv=%d batch=%d heads_kv=%d threads=%d id=%lld", b.n, b.n_kv, b.batch, b.heads_kv, b.threads,
+        b.id);
+  b = lookup_shape(db, 2048, 2048, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.heads == 2 && strcmp(b.spec, k32) == 0, "heads=2 -> heads=2 row: heads=%d", b.heads);
+  /* rows without threads count as run on the query's: the width compares batch*heads alone */
+  b = lookup_shape(db, 2048, 2048, 32, 16, 0, &rc);
+  CHECK(rc == ATTN_OK && b.heads == 32, "heads=32 on 16 threads -> heads=32 row: heads=%d", b.heads);
+  /* a row that recorded its threads has its own width (heads=32 on 16 threads: 2 per thread, as heads=2 on 1); at
+   * equal distance the row on the query's threads wins */
+  m = row(dev, k16, 2048, 64, 0, 4.0, "ok", "measured");
+  m.heads = m.heads_kv = 32;
+  m.threads = 16;
+  CHECK(put(db, m) == ATTN_OK, "put heads=32 threads=16");
+  b = lookup_shape(db, 2048, 2048, 2, 1, 0, &rc);
+  CHECK(rc == ATTN_OK && b.heads == 2 && b.threads == 0, "heads=2 on 1 thread: heads=%d threads=%d", b.heads,
+        b.threads);
+  b = lookup_shape(db, 2048, 2048, 32, 16, 0, &rc);
+  CHECK(rc == ATTN_OK && b.heads == 32 && b.threads == 16, "heads=32 on 16 threads -> its own row: %d %d", b.heads,
+        b.threads);
+  b = lookup_shape(db, 2048, 2048, 2, 16, 0, &rc); /* 1/8 per thread: the heads=2 row (also 1/8) over 2 per thread */
+  CHECK(rc == ATTN_OK && b.heads == 2 && b.threads == 0, "heads=2 on 16 threads: heads=%d threads=%d", b.heads,
+        b.threads);
+  b = lookup_shape(db, 2048, 2048, 64, 32, 0, &rc); /* 2 per thread: the threads=16 row (2), not the 0 rows (1, 1/16) */
+  CHECK(rc == ATTN_OK && b.heads == 32 && b.threads == 16, "heads=64 on 32 threads: heads=%d threads=%d", b.heads,
+        b.threads);
+
+  /* (c) n_kv: decode rows at n_kv 8192 and 512; a query at 4096 is nearer 8192 (2x against 8x) */
+  m = row(dev, k32, 1, 64, 0, 0.9, "ok", "measured");
+  m.n_kv = 8192;
+  CHECK(put(db, m) == ATTN_OK, "put n_kv=8192");
+  b = lookup_shape(db, 1, 4096, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n_kv == 8192 && strcmp(b.spec, k32) == 0, "n_kv=4096 -> 8192: %d", b.n_kv);
+  b = lookup_shape(db, 1, 1024, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && b.n_kv == 512, "n_kv=1024 -> 512: %d", b.n_kv);
+
+  /* (d) the finalist round's choice within a problem: 10% slower, chosen, beats the faster row */
+  m = row(dev, k16, 256, 64, 0, 1.00, "ok", "measured");
+  CHECK(put(db, m) == ATTN_OK, "put fast");
+  m = row(dev, k32, 256, 64, 0, 1.10, "ok", "measured");
+  m.chosen = 1;
+  CHECK(put(db, m) == ATTN_OK, "put chosen");
+  b = lookup_shape(db, 256, 256, 2, 0, 0, &rc);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, k32) == 0 && b.chosen == 1, "chosen wins: %s", b.spec);
+  /* a lowrank row within tolerance, faster than the chosen row, wins when the tolerance allows it */
+  m = row(dev, lr, 256, 64, 0, 0.5, "ok", "measured");
+  m.error = 1e-3;
+  CHECK(put(db, m) == ATTN_OK, "put lowrank");
+  b = lookup_shape(db, 256, 256, 2, 0, 1e-2, &rc);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, lr) == 0, "tol 1e-2 -> lowrank: %s", b.spec);
+  b = lookup_shape(db, 256, 256, 2, 0, 1e-4, &rc);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, k32) == 0, "tol 1e-4 -> chosen: %s", b.spec);
+  /* a slower lowrank row does not displace the choice */
+  m = row(dev, lr, 256, 64, 0, 2.0, "ok", "measured");
+  m.error = 1e-3;
+  CHECK(put(db, m) == ATTN_OK, "put slow lowrank");
+  b = lookup_shape(db, 256, 256, 2, 0, 1e-2, &rc);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, k32) == 0, "slow lowrank -> chosen: %s", b.spec);
+  /* a problem the round did not judge: the tie rule alone, and the faster exact row beats the slow lowrank one */
+  m = row(dev, k16, 128, 64, 0, 1.0, "ok", "measured");
+  CHECK(put(db, m) == ATTN_OK, "put unjudged");
+  m = row(dev, lr, 128, 64, 0, 2.0, "ok", "measured");
+  m.error = 1e-3;
+  CHECK(put(db, m) == ATTN_OK, "put unjudged lowrank");
+  b = lookup_shape(db, 128, 128, 2, 0, 1e-2, &rc);
+  CHECK(rc == ATTN_OK && strcmp(b.spec, k16) == 0 && b.chosen == 0, "unjudged -> fastest: %s", b.spec);
+  attn_db_close(db);
+}
+
 /* The tie rule of db.h, in attn_db_lookup and in the best view alike: within the tie factor of the fastest time,
  * fewer transfers win; unknown transfers lose every tie; a row faster by more than the factor wins regardless. */
 typedef struct {
@@ -610,6 +730,7 @@ int main(int argc, char **argv) {
   test_not_a_db();
   test_migrate();
   test_lookup();
+  test_lookup_shape();
   test_tie();
   test_artifacts();
   test_locked();

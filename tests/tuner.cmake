@@ -9,9 +9,15 @@ add_test(NAME tuner_unit COMMAND tuner_unit)
 set_tests_properties(tuner_unit PROPERTIES LABELS tuner TIMEOUT 60)
 add_executable(tuner_plan ${CMAKE_CURRENT_LIST_DIR}/tuner_plan.c)
 target_link_libraries(tuner_plan PRIVATE attn_core m)
+# which stored row a plan uses and what describe says of it (nearest shape, decode/prefill regimes)
+add_executable(tuner_plan_describe ${CMAKE_CURRENT_LIST_DIR}/plan_describe.c)
+target_link_libraries(tuner_plan_describe PRIVATE attn_core m)
+add_test(NAME tuner_plan_describe COMMAND tuner_plan_describe ${CMAKE_CURRENT_BINARY_DIR}/plan-describe-work)
+set_tests_properties(tuner_plan_describe PROPERTIES LABELS tuner TIMEOUT 120
+                     ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE}")
 if(TARGET attntune)
   foreach(c cpu model unknown_gpu empty_space bad_args lua_error lua_runaway lua_nonsense anneal genetic sigint jobs verbs concurrent
-          compile_error large_n)
+          compile_error large_n decode env_retry remeasure)
     add_test(NAME tuner_cli_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tuner_cli.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/tuner-${c} $<TARGET_FILE:tuner_plan>)

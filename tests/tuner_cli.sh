@@ -14,7 +14,15 @@ cpu)  # measured rows, show prints them, the runtime uses them
   "$T" --gpu cpu --d 64 --n 128,256 --budget 4 --db "$W/x.db" >"$out" 2>&1 || fail "tune exit $?"
   grep -q "best n=128 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=128"
   grep -q "best n=256 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=256"
-  [ "$(rows "$W/x.db")" -eq 8 ] || fail "expected 8 rows, got $(rows "$W/x.db")"
+  # 4 per problem, and the untuned default when the strategy did not pick it: measured for the finalist round
+  n=$(rows "$W/x.db")
+  [ "$n" -ge 8 ] && [ "$n" -le 10 ] || fail "expected 8 to 10 rows, got $n"
+  [ "$(sqlite3 "$W/x.db" "SELECT COUNT(*) FROM measurements WHERE is_default = 1")" -eq 2 ] || fail "default rows"
+  [ "$(sqlite3 "$W/x.db" "SELECT COUNT(*) FROM measurements WHERE chosen = 1 GROUP BY n" | tr '\n' ' ')" = "1 1 " ] \
+    || fail "not one chosen row per problem"
+  [ "$(sqlite3 "$W/x.db" "SELECT COUNT(*) FROM measurements WHERE chosen = 1 AND final = 1 AND reps >= 5")" -eq 2 ] \
+    || fail "chosen rows lack the finalist round's statistics"
+  grep -q "finalists (" "$out" || fail "no finalist round"
   "$T" show --db "$W/x.db" >"$out" 2>&1 || fail "show exit $?"
   grep -q "cpu:" "$out" && grep -q "128" "$out" && grep -q "256" "$out" || fail "show lacks the rows"
   "$PLAN" "$W/x.db" 64 128 2 >"$out" 2>&1 || fail "plan is not tuned"
@@ -93,7 +101,7 @@ lua_nonsense)
 anneal)  # real measurements on this CPU
   "$T" --gpu cpu --d 32 --n 128 --strategy anneal --budget 3 --db "$W/a.db" >"$out" 2>&1 || fail "exit $?"
   grep -q "best n=128 d=32 f32 causal=0: flash .*(measured, 3 evaluated)" "$out" || fail "no best after 3"
-  [ "$(rows "$W/a.db")" -ge 1 ] && [ "$(rows "$W/a.db")" -le 3 ] || fail "rows $(rows "$W/a.db")"
+  [ "$(rows "$W/a.db")" -ge 1 ] && [ "$(rows "$W/a.db")" -le 4 ] || fail "rows $(rows "$W/a.db")"
   ;;
 genetic)
   "$T" --gpu H100 --d 64,128 --n 2048 --strategy genetic --budget 3 --db "$W/g.db" >"$out" 2>&1 || fail "exit $?"
@@ -120,8 +128,15 @@ sigint)  # interrupted after the first stored row, resumed with no repeats (own 
   first=$(rows "$W/s.db")
   [ "$first" -ge 1 ] && [ "$first" -lt 6 ] || fail "rows after interrupt: $first"
   "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$out" 2>&1 || fail "resume exit $?"
-  grep -q "6 evaluations ($((6 - first)) stored now, $first found stored)" "$out" || fail "resume counts"
-  [ "$(rows "$W/s.db")" -eq 6 ] || fail "rows after resume: $(rows "$W/s.db")"
+  # the six, then the untuned default (not among the first six of the grid) for the finalist round
+  grep -q "7 evaluations ($((7 - first)) stored now, $first found stored)" "$out" || fail "resume counts"
+  [ "$(rows "$W/s.db")" -eq 7 ] || fail "rows after resume: $(rows "$W/s.db")"
+  # a third run finds everything, keeps the stored choice, and measures nothing
+  before=$(sqlite3 "$W/s.db" "SELECT kernel_id, time_ms FROM measurements WHERE chosen = 1")
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$out" 2>&1 || fail "rerun exit $?"
+  grep -q "7 evaluations (0 stored now, 7 found stored)" "$out" || fail "rerun measured again"
+  grep -q "the stored finalist round's choice" "$out" || fail "rerun did not keep the choice"
+  [ "$(sqlite3 "$W/s.db" "SELECT kernel_id, time_ms FROM measurements WHERE chosen = 1")" = "$before" ] || fail "choice"
   ;;
 compile_error)  # a compiler that fails: rows stored as compile_error with the log, the run goes on and says so
   export ATTN_CACHE_DIR="$W/cache"
@@ -133,7 +148,8 @@ compile_error)  # a compiler that fails: rows stored as compile_error with the l
   ;;
 large_n)  # beyond n = 1024 the last 256 query rows of each head are checked against fp64, causal too
   "$T" --gpu cpu --d 32 --n 1100 --causal 0,1 --budget 1 --db "$W/ln.db" >"$out" 2>&1 || fail "exit $?"
-  [ "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" -eq 2 ] || fail "not two accurate rows"
+  [ "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" -ge 2 ] || fail "not two accurate rows"
+  [ "$(grep -c ": ok" "$out")" = "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" ] || fail "an inaccurate row"
   ;;
 concurrent)  # two tuners writing one database at once both succeed, and neither loses rows
   "$T" --gpu A100 --d 64..256 --db "$W/c.db" >"$W/c1.txt" 2>&1 &
@@ -163,8 +179,49 @@ verbs)  # gpus table (text and JSON), --version, --help
 jobs)  # parallel compiles (own cache, so they really compile) give rows as serial ones do
   export ATTN_CACHE_DIR="$W/cache"
   "$T" --gpu cpu --d 16 --n 64 --budget 4 --jobs 2 --db "$W/j.db" >"$out" 2>&1 || fail "exit $?"
-  [ "$(rows "$W/j.db")" -eq 4 ] || fail "rows"
-  [ "$(grep -c ": ok " "$out")" -eq 4 ] || fail "not all ok"
+  n=$(rows "$W/j.db")
+  [ "$n" -ge 4 ] && [ "$n" -le 5 ] || fail "rows $n"
+  [ "$(grep -c ": ok " "$out")" -eq "$n" ] || fail "not all ok"
+  ;;
+decode)  # decode and cross-attention have their own key: n_kv in the rows, decode rows never serve prefill
+  "$T" --gpu cpu --d 32 --n 1 --n-kv 300 --heads 2 --budget 3 --db "$W/d.db" >"$out" 2>&1 || fail "exit $?"
+  grep -q "best n=1 n_kv=300 d=32 f32 causal=0: flash" "$out" || fail "no best line for n=1 n_kv=300"
+  [ "$(sqlite3 "$W/d.db" "SELECT COUNT(*) FROM measurements WHERE n = 1 AND n_kv = 300 AND threads > 0")" = \
+    "$(rows "$W/d.db")" ] || fail "rows lack n_kv or threads"
+  "$PLAN" "$W/d.db" 32 1 2 300 >"$out" 2>&1 || fail "decode plan is not tuned (exit $?)"
+  grep -q "(tuned)" "$out" || fail "decode describe"
+  "$PLAN" "$W/d.db" 32 1 2 2000 >"$out" 2>&1 || fail "nearest n_kv not used (exit $?)"
+  grep -q "(tuned at n_kv=300: nearest stored shape)" "$out" || fail "describe of the nearest n_kv"
+  "$PLAN" "$W/d.db" 32 256 2 >"$out" 2>&1
+  [ $? -eq 3 ] || fail "a prefill problem was served by a decode row"
+  grep -q "default: no prefill row" "$out" || fail "describe of the prefill default"
+  "$T" show --db "$W/d.db" >"$out" 2>&1 || fail "show"
+  grep -q " 1  *300  *2 " "$out" || fail "show lacks n_kv"
+  ;;
+env_retry)  # failures the environment caused are measured again by the next run; a kernel's own are final
+  export ATTN_CACHE_DIR="$W/cache"
+  CC=/nonexistent/cc "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/e.db" >"$out" 2>&1 || fail "exit $?"
+  [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'error' AND log LIKE '%[environment]%'")" \
+    -eq 2 ] || fail "a missing compiler was not stored as an environmental error"
+  "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/e.db" >"$out" 2>&1 || fail "retry exit $?"
+  grep -q "found stored" "$out" && grep -q " 0 found stored" "$out" || fail "retry took stored errors as final"
+  [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'error'")" -eq 0 ] || fail "errors left"
+  [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'ok' AND chosen = 1")" -eq 1 ] || fail "choice"
+  # a compiler that runs and rejects the source is the kernel's verdict: kept, not retried
+  CC=false "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1 || fail "false exit $?"
+  "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1 || fail "rerun exit $?"
+  grep -q "1 found stored" "$out" || fail "a compile error was measured again"
+  ;;
+remeasure)  # --remeasure times stored rows again (same rows, new times) and runs the finalist round again
+  "$T" --gpu cpu --d 32 --n 128 --budget 2 --db "$W/m.db" >"$out" 2>&1 || fail "exit $?"
+  n=$(rows "$W/m.db")
+  t1=$(sqlite3 "$W/m.db" "SELECT group_concat(created) FROM measurements ORDER BY id")
+  "$T" --gpu cpu --d 32 --n 128 --budget 2 --remeasure --db "$W/m.db" >"$out" 2>&1 || fail "remeasure exit $?"
+  grep -q "($n stored now, 0 found stored)" "$out" || fail "not all re-timed"
+  grep -q "finalists (" "$out" || fail "no finalist round on --remeasure"
+  [ "$(rows "$W/m.db")" -eq "$n" ] || fail "rows changed in number"
+  [ "$(sqlite3 "$W/m.db" "SELECT group_concat(created) FROM measurements ORDER BY id")" != "$t1" ] || fail "same rows"
+  [ "$(sqlite3 "$W/m.db" "SELECT COUNT(*) FROM measurements WHERE chosen = 1")" -eq 1 ] || fail "one choice"
   ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac

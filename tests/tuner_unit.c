@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "finalist.h"
 #include "gpus.h"
+#include "timing.h"
 #include "model.h"
 #include "range.h"
 #include "space.h"
@@ -270,7 +272,73 @@ static void test_best(void) {
   attn_space_free(&sp);
 }
 
+/* The finalist round's rule: the default stays unless beaten beyond the noise; the tie rule among the rest. */
+static void test_finalist(void) {
+  char why[256];
+  /* 1.5% faster, tiny noise: below the 2% floor, the default stays */
+  attn_finalist a[] = {{10.0, 0.001, 100, 1, 1}, {9.85, 0.001, 100, 0, 1}};
+  CHECK(attn_finalist_pick(a, 2, why, sizeof why) == 0 && strstr(why, "default kept"), "1.5%%: %s", why);
+  /* 10% faster, 3% + 3% noise: replaces it */
+  attn_finalist b[] = {{10.0, 0.03, 100, 1, 1}, {9.0, 0.03, 100, 0, 1}};
+  CHECK(attn_finalist_pick(b, 2, why, sizeof why) == 1 && strstr(why, "faster than the default"), "10%%: %s", why);
+  /* 10% faster but 8% + 4% noise: the default stays */
+  attn_finalist c[] = {{10.0, 0.04, 100, 1, 1}, {9.0, 0.08, 100, 0, 1}};
+  CHECK(attn_finalist_pick(c, 2, why, sizeof why) == 0, "noisy win: %s", why);
+  /* unknown noise (INFINITY) never replaces the default */
+  attn_finalist d[] = {{10.0, INFINITY, 100, 1, 1}, {5.0, 0.01, 100, 0, 1}};
+  CHECK(attn_finalist_pick(d, 2, why, sizeof why) == 0, "unknown noise: %s", why);
+  /* two winners within 3% of each other: the one moving fewer entries; the default, slower, is out */
+  attn_finalist e[] = {{10.0, 0.01, 50, 1, 1}, {8.0, 0.01, 400, 0, 1}, {8.2, 0.01, 200, 0, 1}};
+  CHECK(attn_finalist_pick(e, 3, why, sizeof why) == 2, "tie rule among winners: %s", why);
+  /* the default within 3% of a winner and moving fewer entries stays */
+  attn_finalist f[] = {{10.0, 0.005, 50, 1, 1}, {9.75, 0.002, 400, 0, 1}};
+  CHECK(attn_finalist_pick(f, 2, why, sizeof why) == 0, "default by transfers: %s", why);
+  /* a finalist that did not run never wins; without a default the fastest does */
+  attn_finalist g[] = {{1.0, 0.01, 100, 0, 0}, {9.0, 0.01, 100, 0, 1}, {8.0, 0.01, 100, 0, 1}};
+  CHECK(attn_finalist_pick(g, 3, why, sizeof why) == 2, "no default: %s", why);
+  attn_finalist h[] = {{1.0, 0.01, 100, 1, 0}};
+  CHECK(attn_finalist_pick(h, 1, why, sizeof why) == -1, "none ok");
+}
+
+/* The timing statistics: clean repetitions when there are enough; the corrected time otherwise; the stop rule. */
+static void test_timing(void) {
+  attn_timing t;
+  attn_timing_stats s;
+  attn_timing_init(&t, 2);
+  /* 6 clean runs of ~1 ms and 6 delayed by another process (wall 2 ms, 1.5 ms waiting): the clean median */
+  for (int i = 0; i < 6; i++) {
+    CHECK(attn_timing_add(&t, 1.0 + 0.001 * i, 0) == 0, "add");
+    CHECK(attn_timing_add(&t, 2.0, 1.5) == 0, "add");
+  }
+  attn_timing_stats_of(&t, &s);
+  CHECK(!strcmp(s.method, "clean") && s.clean == 6 && fabs(s.median_ms - 1.0025) < 1e-9, "clean: %s %d %g", s.method,
+        s.clean, s.median_ms);
+  attn_timing_free(&t);
+  /* every run delayed: wall - delay/threads */
+  attn_timing_init(&t, 2);
+  for (int i = 0; i < 7; i++) CHECK(attn_timing_add(&t, 100.0, 40.0) == 0, "add");
+  attn_timing_stats_of(&t, &s);
+  CHECK(!strcmp(s.method, "corrected") && fabs(s.median_ms - 80.0) < 1e-9 && s.ci_rel == 0, "corrected: %s %g",
+        s.method, s.median_ms);
+  CHECK(attn_timing_enough(&t, &s, 0.02, 5, 0.7, 1.0), "7 identical corrected runs are enough");
+  /* one-sided leftovers of interference: the lower quartile, not the median */
+  for (int i = 0; i < 8; i++) CHECK(attn_timing_add(&t, 100.0 + 10 * i, 40.0) == 0, "add");
+  attn_timing_stats_of(&t, &s);
+  CHECK(!strcmp(s.method, "corrected") && s.median_ms == 80.0, "corrected quartile: %g", s.median_ms);
+  attn_timing_free(&t);
+  /* no scheduler statistics: the wall median; spread keeps it going until the cap */
+  attn_timing_init(&t, 2);
+  for (int i = 0; i < 9; i++) CHECK(attn_timing_add(&t, i % 2 ? 1.0 : 1.5, -1) == 0, "add");
+  attn_timing_stats_of(&t, &s);
+  CHECK(!strcmp(s.method, "wall") && s.ci_rel > 0.02, "wall: %s ci %g", s.method, s.ci_rel);
+  CHECK(!attn_timing_enough(&t, &s, 0.02, 5, 0.01, 1.0), "a wide interval is not enough before the cap");
+  CHECK(attn_timing_enough(&t, &s, 0.02, 5, 1.0, 1.0), "the cap ends it");
+  attn_timing_free(&t);
+}
+
 int main(void) {
+  test_finalist();
+  test_timing();
   test_range();
   test_gpus();
   test_space();

@@ -13,21 +13,28 @@
 #include "cmds.h"
 #include "gpus.h"
 #include "internal.h"
+#include "measure.h"
+#include "space.h"
 #include "range.h"
+#include "timing.h"
+#include "timing_env.h"
 #include <unistd.h>
 #ifdef ATTN_HAVE_OPENBLAS
 #include <cblas.h>
-char *openblas_get_corename(void); /* OpenBLAS extension, declared by some cblas.h versions only */
 #endif
 
 #define BENCH_FAIL_ERROR 1e-4 /* fp32 flash vs fp32 BLAS differ by ~1e-6; beyond this the kernel is wrong */
 #define BENCH_MAX_SPLITS 16   /* --split values per point */
+#define BENCH_CAP_S 20.0      /* timed running per point beyond --reps rounds, while a median is not yet known */
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
     "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
-    "  cpu: the plan against the standard algorithm on OpenBLAS (f32)\n"
+    "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2% (at most\n"
+    "  20 s of timed running per point); the timing harness of `attntune tune` (docs/tuning.md)\n"
+    "  cpu: the plan against the untuned default and the standard algorithm on OpenBLAS (f32), on input sets\n"
+    "       rotated through more than the last-level cache; vs def = default ms / plan ms\n"
     "       --n-kv: keys per head (default n; every n with every n_kv)\n"
     "       --split: the plan's configuration with each split-K value (1: none, up to 64), one row each, all timed in\n"
     "                alternation with the baseline\n"
@@ -178,48 +185,6 @@ static void blas_attention(const attn_problem *p, const float *q, const float *k
   }
 }
 
-/* Settings both libraries read only when they load, so bench runs itself again with them (once) when missing:
- * - OPENBLAS_CORETYPE: versions of OpenBLAS that do not know this CPU model fall back to the SSE3 "Prescott"
- *   kernels (0.3.21 on Sapphire/Emerald Rapids: ~35 instead of ~220 GFLOP/s), which would make the baseline a straw
- *   man; name the family the CPU belongs to instead.
- * - OPENBLAS_THREAD_TIMEOUT=4 and GOMP_SPINCOUNT=10000: after a call, idle OpenBLAS workers spin for ~2^28 cycles
- *   and idle OpenMP workers for ~300000 pauses, on the very cores the other side's next timed run needs (measured
- *   at n=1024: plan runs 2.7 or 11 ms depending on it, baseline 13 or 23 ms). Short spins make alternating runs
- *   measure each side alone.
- * Returns when nothing is to change or the exec failed (bench then goes on as it is). */
-static void bench_fix_env(int quiet) {
-  if (getenv("ATTN_BENCH_REEXEC")) return;
-  char what[256] = "";
-  const char *core = openblas_get_corename();
-  if (!getenv("OPENBLAS_CORETYPE") && core && !strcmp(core, "Prescott")) {
-    __builtin_cpu_init();
-    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
-    if (want && setenv("OPENBLAS_CORETYPE", want, 1) == 0)
-      snprintf(what + strlen(what), sizeof what - strlen(what), " OPENBLAS_CORETYPE=%s (OpenBLAS chose %s)", want, core);
-  }
-  if (!getenv("OPENBLAS_THREAD_TIMEOUT") && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0)
-    snprintf(what + strlen(what), sizeof what - strlen(what), " OPENBLAS_THREAD_TIMEOUT=4");
-  if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY") && setenv("GOMP_SPINCOUNT", "10000", 1) == 0)
-    snprintf(what + strlen(what), sizeof what - strlen(what), " GOMP_SPINCOUNT=10000");
-  if (!what[0]) return;
-  static char cmdline[65536];
-  char *args[512];
-  FILE *f = fopen("/proc/self/cmdline", "r");
-  if (!f) return;
-  size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
-  fclose(f);
-  if (len == 0 || len == sizeof cmdline - 1) return;
-  cmdline[len] = 0;
-  int argc = 0;
-  for (size_t i = 0; i < len && argc < 511; i += strlen(cmdline + i) + 1) args[argc++] = cmdline + i;
-  args[argc] = NULL;
-  if (setenv("ATTN_BENCH_REEXEC", "1", 1) != 0) return;
-  if (!quiet) fprintf(stderr, "attntune bench: running with%s\n", what);
-  fflush(NULL);
-  execv("/proc/self/exe", args);
-  fprintf(stderr, "attntune bench: could not run again with%s: %s\n", what, strerror(errno));
-}
-
 /* GFLOP/s of a square sgemm of side m (median of 3 after a warm-up); cached per side. */
 static double sgemm_rate(int m) {
   static int cached_m;
@@ -246,8 +211,10 @@ static double sgemm_rate(int m) {
 
 typedef struct bench_row {
   int n, n_kv, d, heads, causal, split;
-  char plan[512];
+  char plan[512], def[512];
   double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
+  double default_ms, vs_default, plan_iqr_ms, load; /* the untuned default, timed in the same rounds */
+  int rounds;
   double rel_error, ref_error;
   const char *blas_note; /* why the baseline did not run, or NULL */
 } bench_row;
@@ -275,6 +242,12 @@ static json_t *row_json(const bench_row *r) {
   if (r->blas_note) json_object_set_new(o, "blas_note", json_string(r->blas_note));
   json_object_set_new(o, "n_kv", json_integer(r->n_kv));
   json_object_set_new(o, "split", json_integer(r->split)); /* key-range parts per query block; 1: none */
+  json_object_set_new(o, "default", json_string(r->def));
+  json_object_set_new(o, "default_ms", num_or_null(r->default_ms));
+  json_object_set_new(o, "vs_default", num_or_null(r->vs_default)); /* default_ms / plan_ms */
+  json_object_set_new(o, "plan_iqr_ms", num_or_null(r->plan_iqr_ms));
+  json_object_set_new(o, "rounds", json_integer(r->rounds));
+  json_object_set_new(o, "load", num_or_null(r->load));
   return o;
 }
 
@@ -286,14 +259,15 @@ static void fmt_num(char *buf, size_t len, const char *f, double x) {
 }
 
 static void row_text(const bench_row *r) {
-  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32];
+  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32], dm[32], vd[32];
   fmt_num(pm, sizeof pm, "%.3f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
   fmt_num(bm, sizeof bm, "%.3f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
   fmt_num(ra, sizeof ra, "%.2fx", r->ratio), fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
   fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
-  printf("%6d %6d %4d %5d %6s %10s %8s %10s %8s %7s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d, r->heads,
-         r->causal ? "yes" : "no", pm, pg, bm, bg, ra, sg, pp, bp, r->rel_error, r->plan, r->blas_note ? "; blas: " : "",
-         r->blas_note ? r->blas_note : "");
+  fmt_num(dm, sizeof dm, "%.3f", r->default_ms), fmt_num(vd, sizeof vd, "%.3fx", r->vs_default);
+  printf("%6d %6d %4d %5d %6s %10s %8s %10s %8s %7s %10s %8s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d,
+         r->heads, r->causal ? "yes" : "no", pm, pg, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error, r->plan,
+         r->blas_note ? "; blas: " : "", r->blas_note ? r->blas_note : "");
 }
 
 /* --split: the configuration the runtime would use for p (tuned or default) and its origin, so that each split
@@ -326,7 +300,10 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
   float *o = malloc(cnt * sizeof *o), *ob = NULL, *s = NULL;
   attn_plan *plans[BENCH_MAX_SPLITS] = {0};
   int nv = 0;
-  double *tp = calloc((size_t)reps * maxv, sizeof *tp), *tb = calloc((size_t)reps, sizeof *tb);
+  attn_plan *dplan = NULL;
+  float *extra = NULL;
+  attn_timing *tm = NULL;
+  attn_timing_stats *st = NULL;
   int rc = 1, e;
   for (int i = 0; i < maxv; i++) {
     bench_row *row = &rows[i];
@@ -334,7 +311,7 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
     row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal;
     row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
   }
-  if (!q || !k || !v || !o || !tp || !tb) {
+  if (!q || !k || !v || !o) {
     fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d\n", n, n_kv, d);
     goto done;
   }
@@ -411,34 +388,90 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
   for (int i = 0; i < nv; i++) rows[i].blas_note = "unavailable: built without OpenBLAS";
 #endif
 
-  /* Alternating timed runs: plans 0 .. nv-1 and the baseline (side nv) in turn, starting one later each
-   * repetition, so that no side always follows the same other side. */
-  const int sides = nv + 1;
-  for (int r = 0; r < reps; r++)
+  /* The untuned default, timed beside the plan: what tuning bought on this very run. */
+  attn_problem np;
+  attn_spec dspec;
+  if ((e = attn_problem_normalize(rt, &p, &np)) != ATTN_OK) goto done;
+  attn_plan_default(rt, &np, ATTN_ALGO_FLASH, &dspec);
+  if ((e = attn_plan_create_spec(rt, &p, &dspec, 0, "default", &dplan)) != ATTN_OK ||
+      (e = attn_execute(dplan, q, k, v, o)) != ATTN_OK) {
+    fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: the default: %s: %s\n", n, n_kv, d, attn_strerror(e),
+            attn_last_error(rt));
+    goto done;
+  }
+  /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c): set 0 is q, k, v. */
+  const size_t set_floats = cnt + 2 * kvcnt;
+  double want = ceil(1.25 * attn_cpu_llc_bytes() / (4.0 * set_floats)) + 1;
+  if (want * 4.0 * set_floats > 1024.0 * 1048576) want = floor(1024.0 * 1048576 / (4.0 * set_floats));
+  int sets = want < 2 ? 2 : (int)want;
+  extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra);
+  if (!extra) sets = 1; /* not fatal: warm inputs then */
+  for (int i = 0; i + 1 < sets; i++) attn_fill_random(extra + (size_t)i * set_floats, set_floats, 100 + (unsigned)i);
+  /* Rounds: plans 0 .. nv-1, the default (side nv) and the baseline (side nv + 1), one run each per round in an
+   * order rotating by one each round, until every median is known within the harness's tolerance (timing.h) after
+   * at least reps rounds, or the cap is spent. */
+  const int sides = nv + 2;
+  tm = calloc((size_t)sides, sizeof *tm);
+  st = calloc((size_t)sides, sizeof *st);
+  if (!tm || !st) goto done;
+  for (int i = 0; i < sides; i++) attn_timing_init(&tm[i], rt->threads);
+  attn_sched_probe sp;
+  attn_sched_open(&sp);
+  attn_load_probe lp;
+  attn_load_start(&lp);
+  double spent = 0;
+  unsigned long long runs = 0;
+  int r;
+  for (r = 0;; r++) {
     for (int t = 0; t < sides; t++) {
       const int which = (r + t) % sides;
-      double t0 = now_s();
-      if (which < nv) {
-        if ((e = attn_execute(plans[which], q, k, v, o)) != ATTN_OK) {
+      if (which == nv + 1 && !blas) continue;
+      const int set = (int)(runs++ % (unsigned long long)sets);
+      const float *sq = set ? extra + (size_t)(set - 1) * set_floats : q;
+      const float *sk = set ? sq + cnt : k, *sv = set ? sq + cnt + kvcnt : v;
+      double d0 = attn_sched_delay_ms(&sp), t0 = now_s();
+      if (which <= nv) {
+        if ((e = attn_execute(which < nv ? plans[which] : dplan, sq, sk, sv, o)) != ATTN_OK) {
           fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
                   attn_last_error(rt));
+          attn_sched_close(&sp);
           goto done;
         }
-        tp[(size_t)which * reps + r] = now_s() - t0;
-      } else if (blas) {
+      } else {
 #ifdef ATTN_HAVE_OPENBLAS
-        blas_attention(&p, q, k, v, ob, s);
+        blas_attention(&p, sq, sk, sv, ob, s);
 #endif
-        tb[r] = now_s() - t0;
+      }
+      double ms = (now_s() - t0) * 1e3, d1 = attn_sched_delay_ms(&sp);
+      spent += ms / 1e3;
+      if (attn_timing_add(&tm[which], ms, d0 >= 0 && d1 >= 0 ? d1 - d0 : -1) != 0) {
+        attn_sched_close(&sp);
+        goto done;
       }
     }
+    int all = r + 1 >= reps;
+    for (int i = 0; i < sides; i++) {
+      if (i == nv + 1 && !blas) continue;
+      attn_timing_stats_of(&tm[i], &st[i]);
+      all &= st[i].ci_rel <= ATTN_MEAS_REL_TOL;
+    }
+    if (r + 1 >= reps && (all || spent >= BENCH_CAP_S)) break;
+  }
+  attn_sched_close(&sp);
+  const double load = attn_load_end(&lp);
   const double flops = 4.0 * n * (double)n_kv * d * heads * (causal ? 0.5 : 1.0);
-  double blas_ms = blas ? median(tb, reps) * 1e3 : -1;
+  double blas_ms = blas ? st[nv + 1].median_ms : -1;
   rc = 0;
   for (int i = 0; i < nv; i++) {
     bench_row *row = &rows[i];
-    row->plan_ms = median(tp + (size_t)i * reps, reps) * 1e3;
+    row->plan_ms = st[i].median_ms;
+    row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
+    row->default_ms = st[nv].median_ms;
+    row->vs_default = row->default_ms / row->plan_ms;
+    snprintf(row->def, sizeof row->def, "%s", attn_plan_describe(dplan));
+    row->rounds = r + 1;
+    row->load = load;
     if (blas) {
       row->blas_ms = blas_ms;
       row->blas_gflops = flops / row->blas_ms * 1e-6;
@@ -458,7 +491,10 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
   if (rc == 0) *nrows = nv;
 done:
   for (int i = 0; i < maxv; i++) attn_plan_destroy(plans[i]);
-  free(q), free(k), free(v), free(o), free(ob), free(s), free(tp), free(tb);
+  attn_plan_destroy(dplan);
+  for (int i = 0; tm && i < nv + 2; i++) attn_timing_free(&tm[i]);
+  free(tm), free(st), free(extra);
+  free(q), free(k), free(v), free(o), free(ob), free(s);
   return rc;
 }
 
@@ -500,11 +536,12 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
   const size_t cnt = (size_t)heads * n * d, es = attn_dtype_size(t);
   float *hq = malloc(cnt * sizeof(float)), *hk = malloc(cnt * sizeof(float)), *hv = malloc(cnt * sizeof(float));
   float *ho = malloc(cnt * sizeof(float));
-  double *tp = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
+  attn_timing tmp = {0}, tmb = {0};
+  attn_timing_stats stp, stb;
   void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL;
   attn_plan *plan = NULL, *base = NULL;
   int rc = 1, e = ATTN_OK;
-  if (!hq || !hk || !hv || !ho || !tp || !tb) {
+  if (!hq || !hk || !hv || !ho) {
     fprintf(stderr, "attntune bench: out of memory for n=%d d=%d\n", n, d);
     goto done;
   }
@@ -563,7 +600,13 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
       goto done;
     }
   }
-  for (int r = -1; r < reps; r++) /* r = -1: warm-up of both */
+  /* The harness's policy (timing.h): a warm-up of both, then interleaved rounds (the order swapping each round) for
+   * at least reps rounds and until both medians are known within its tolerance, or the cap is spent. CUDA events
+   * do not see the host's scheduler: every repetition counts as clean. */
+  attn_timing_init(&tmp, 1);
+  attn_timing_init(&tmb, 1);
+  double spent = 0;
+  for (int r = -1;; r++) {
     for (int side = 0; side < 2; side++) {
       const attn_plan *pl = both[(r & 1) ? 1 - side : side];
       double ms = 0;
@@ -571,11 +614,18 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
         fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_plan_describe(pl), attn_last_error(rt));
         goto done;
       }
-      if (r >= 0) (pl == plan ? tp : tb)[r] = ms;
+      spent += ms / 1e3;
+      if (r >= 0 && attn_timing_add(pl == plan ? &tmp : &tmb, ms, 0) != 0) goto done;
     }
+    if (r < 0) continue;
+    attn_timing_stats_of(&tmp, &stp);
+    attn_timing_stats_of(&tmb, &stb);
+    const int known = stp.ci_rel <= ATTN_MEAS_REL_TOL && stb.ci_rel <= ATTN_MEAS_REL_TOL;
+    if (r + 1 >= reps && (known || spent >= BENCH_CAP_S)) break;
+  }
   const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
-  row->plan_ms = median(tp, reps);
-  row->base_ms = median(tb, reps);
+  row->plan_ms = stp.median_ms;
+  row->base_ms = stb.median_ms;
   row->plan_tflops = flops / row->plan_ms * 1e-9;
   row->base_tflops = flops / row->base_ms * 1e-9;
   row->ratio = row->base_ms / row->plan_ms;
@@ -585,7 +635,8 @@ done:
   attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dout);
   attn_plan_destroy(plan);
   attn_plan_destroy(base);
-  free(hq), free(hk), free(hv), free(ho), free(tp), free(tb);
+  attn_timing_free(&tmp), attn_timing_free(&tmb);
+  free(hq), free(hk), free(hv), free(ho);
   return rc;
 }
 
@@ -602,8 +653,8 @@ static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int 
   char err[256];
   const attn_gpu *gpu = attn_gpu_find(rt->device, err, sizeof err); /* NULL: not in the table, no peak column */
   if (!json) {
-    printf("device %s (%s, %s, %d SMs); baseline: the default flash kernel; median of %d alternating runs (CUDA "
-           "events); TFLOP/s count 4*n*n_kv*d*heads%s%s\n",
+    printf("device %s (%s, %s, %d SMs); baseline: the default flash kernel; medians of at least %d interleaved "
+           "rounds (CUDA events); TFLOP/s count 4*n*n_kv*d*heads%s%s\n",
            rt->device, info.name, info.arch, info.sms, reps, causal ? "/2 (causal)" : "",
            gpu ? "; peak: the spec table's dense rate" : "");
     printf("%6s %4s %5s %6s %5s %10s %8s %6s %10s %8s %7s %9s  %s\n", "n", "d", "heads", "causal", "dtype", "plan ms",
@@ -740,9 +791,7 @@ int attn_cmd_bench(int argc, char **argv) {
     free(ds);
     return rc;
   }
-#ifdef ATTN_HAVE_OPENBLAS
-  if (!no_blas) bench_fix_env(json);
-#endif
+  attn_timing_env("bench", json);
   /* Large buffers straight from mmap and back to the system on free, so that each memory probe starts clean. */
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
@@ -761,10 +810,14 @@ int attn_cmd_bench(int argc, char **argv) {
 #endif
     char base[128] = "none (built without OpenBLAS)";
     if (blas_threads) snprintf(base, sizeof base, "OpenBLAS sgemm + softmax + sgemm (%d threads)", blas_threads);
-    printf("device %s, %d threads; baseline: %s; median of %d alternating runs; GFLOP/s count 4*n*n_kv*d*heads%s\n",
-           rt->device, rt->threads, base, reps, causal ? "/2 (causal)" : "");
-    printf("%6s %6s %4s %5s %6s %10s %8s %10s %8s %7s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d", "heads", "causal",
-           "plan ms", "GFLOP/s", "blas ms", "GFLOP/s", "ratio", "sgemm", "plan MiB", "blas MiB", "rel err", "plan");
+    printf("device %s, %d threads (%s); baseline: %s; the untuned default beside the plan; medians of at least %d "
+           "interleaved rounds on rotating inputs, more until each is known within %.0f%% (at most %.0f s); GFLOP/s "
+           "count 4*n*n_kv*d*heads%s\n",
+           rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, BENCH_CAP_S,
+           causal ? "/2 (causal)" : "");
+    printf("%6s %6s %4s %5s %6s %10s %8s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d", "heads",
+           "causal", "plan ms", "GFLOP/s", "default ms", "vs def", "sgemm", "blas ms", "GFLOP/s", "ratio", "plan MiB",
+           "blas MiB", "rel err", "plan");
   }
   json_t *arr = json_array();
   int rc = 0;

@@ -2,7 +2,11 @@
  * and measurements as one JSON document (Jansson), every field kept, so export -> import -> export is identical.
  *   {"attntune_export": 1, "schema_version": V, "devices": [...], "runs": [...], "measurements": [...]}
  * Runs are numbered 1.. within the file; measurements name their device and kernel spec. Compiled artifacts are
- * machine-specific and not exported. Import is one transaction: all rows or none. */
+ * machine-specific and not exported. Import is one transaction: all rows or none. A measurement whose key is
+ * stored already replaces the stored row only when it is better by the tuner's rule (attn_db_meas_better: ok over
+ * failed, a kernel's own failure over an environmental one, finalist over screening, lower time, newer).
+ * Schema-4 fields (threads, reps, iqr_ms, load, final, chosen, is_default) are optional on import: older files
+ * lack them and read as not recorded. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +137,14 @@ static int export_meas(void *vctx, const attn_db_meas *m) {
   json_object_set_new(o, "log", json_string(m->log ? m->log : ""));
   json_object_set_new(o, "provenance", json_string(m->provenance));
   json_object_set_new(o, "created", json_string(m->created));
+  /* schema 4: how the time was measured; null where not recorded (the database's NULLs) */
+  json_object_set_new(o, "threads", json_integer(m->threads));
+  json_object_set_new(o, "reps", m->reps > 0 ? json_integer(m->reps) : json_null());
+  json_object_set_new(o, "iqr_ms", m->reps > 0 && m->iqr_ms >= 0 ? json_real(m->iqr_ms) : json_null());
+  json_object_set_new(o, "load", m->load >= 0 ? json_real(m->load) : json_null());
+  json_object_set_new(o, "final", json_integer(m->final));
+  json_object_set_new(o, "chosen", json_integer(m->chosen));
+  json_object_set_new(o, "is_default", json_integer(m->is_default));
   return 0;
 }
 
@@ -266,10 +278,28 @@ static int get_num(import_err *e, json_t *o, const char *key, int nullable, int 
   return 0;
 }
 
+/* An optional integer (lo >= 0): missing or null gives dflt, the value of a file written before the field existed. */
+static int get_opt_int(import_err *e, json_t *o, const char *key, int lo, int hi, int dflt, int *out) {
+  long long v;
+  if (get_ll(e, o, key, lo, hi, 1, &v)) return -1;
+  *out = v < 0 ? dflt : (int)v; /* get_ll's -1 is "absent" since lo >= 0 */
+  return 0;
+}
+
+/* An optional number >= 0: missing or null gives -1 (not recorded), as the database reads a NULL. */
+static int get_opt_nonneg(import_err *e, json_t *o, const char *key, double *out) {
+  int has;
+  if (get_num(e, o, key, 1, &has, out)) return -1;
+  if (has && !(*out >= 0)) return bad(e, key, "must be a number >= 0 or null");
+  if (!has) *out = -1;
+  return 0;
+}
+
 static int import_meas(import_err *e, json_t *o, const long long *runs, int nruns, attn_db_meas *m) {
   static const char *const keys[] = {"device", "spec", "source_hash", "run", "n", "n_kv", "d", "dtype", "causal",
                                      "batch", "heads", "heads_kv", "time_ms", "gflops", "reads", "writes", "error",
-                                     "status", "log", "provenance", "created", NULL};
+                                     "status", "log", "provenance", "created", "threads", "reps", "iqr_ms", "load",
+                                     "final", "chosen", "is_default", NULL};
   memset(m, 0, sizeof *m);
   if (!json_is_object(o)) return bad(e, "", "must be an object");
   if (only_keys(e, o, keys)) return -1;
@@ -287,8 +317,17 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
       get_ll(e, o, "writes", 0, (long long)9e18, 1, &m->writes) ||
       get_num(e, o, "error", 1, &m->has_error, &m->error) || get_str(e, o, "status", 0, &m->status) ||
       get_str(e, o, "log", 1, &m->log) || get_str(e, o, "provenance", 0, &m->provenance) ||
-      get_str(e, o, "created", 1, &m->created))
+      get_str(e, o, "created", 1, &m->created) || get_opt_int(e, o, "threads", 0, 1 << 20, 0, &m->threads) ||
+      get_opt_int(e, o, "reps", 0, 1 << 30, 0, &m->reps) || get_opt_nonneg(e, o, "iqr_ms", &m->iqr_ms) ||
+      get_opt_nonneg(e, o, "load", &m->load) || get_opt_int(e, o, "final", 0, 1, 0, &m->final) ||
+      get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default))
     return -1;
+  /* checked here, not only by meas_put: a row the rule keeps out is never put, and a bad file must still fail */
+  static const char *const statuses[] = {"ok", "wrong", "compile_error", "launch_error", "skipped", "invalid",
+                                         "error", NULL};
+  int known = 0;
+  for (int i = 0; statuses[i] && !known; i++) known = strcmp(m->status, statuses[i]) == 0;
+  if (!known) return bad(e, "status", "must be ok, wrong, compile_error, launch_error, skipped, invalid or error");
   int dt = attn_dtype_parse(dtype);
   if (dt < 0) return bad(e, "dtype", "must be f32, f16 or bf16");
   m->dtype = (attn_dtype)dt;
@@ -330,8 +369,9 @@ int attn_cmd_import(int argc, char **argv) {
   import_err e = {.file = file};
   size_t nruns = runs ? json_array_size(runs) : 0;
   long long *run_ids = calloc(nruns + 1, sizeof *run_ids);
-  int status = 1, added = 0, replaced = 0;
-  if (!run_ids) {
+  int status = 1, added = 0, replaced = 0, kept = 0;
+  attn_db_meas *have = malloc(sizeof *have); /* the stored row of a key (large: its log buffer) */
+  if (!run_ids || !have) {
     fprintf(stderr, "attntune import: out of memory\n");
     goto out;
   }
@@ -377,14 +417,20 @@ int attn_cmd_import(int argc, char **argv) {
     attn_db_meas m;
     e.index = (int)i;
     if (import_meas(&e, o, run_ids, (int)nruns, &m)) goto fail;
-    int found = attn_db_meas_exists(db, &m, NULL);
-    if (found < 0 || attn_db_meas_put(db, &m) != ATTN_OK) goto dbfail;
+    int found = attn_db_meas_exists(db, &m, have);
+    if (found < 0) goto dbfail;
+    /* a stored row that is as good (a re-import of the same file, an older or slower time) stays */
+    if (found && !attn_db_meas_better(&m, have)) {
+      kept++;
+      continue;
+    }
+    if (attn_db_meas_put(db, &m) != ATTN_OK) goto dbfail;
     if (found) replaced++;
     else added++;
   }
   if (attn_db_commit(db) != ATTN_OK) goto dbfail;
-  fprintf(stderr, "imported %zu devices, %zu runs, %zu measurements (%d new, %d replaced) from %s into %s\n",
-          json_array_size(devs), nruns, json_array_size(meas), added, replaced, file, path);
+  fprintf(stderr, "imported %zu devices, %zu runs, %zu measurements (%d new, %d replaced, %d kept) from %s into %s\n",
+          json_array_size(devs), nruns, json_array_size(meas), added, replaced, kept, file, path);
   status = 0;
   goto out;
 dbfail:
@@ -393,6 +439,7 @@ fail:
   attn_db_rollback(db);
   fprintf(stderr, "attntune import: %s (nothing imported)\n", e.msg);
 out:
+  free(have);
   free(run_ids);
   attn_db_close(db);
   json_decref(doc);

@@ -1,6 +1,10 @@
-/* cmd_merge.c: `attntune merge A.db B.db`: the rows of B into A, in one transaction on A. A row of B whose key
- * (device, kernel, problem shape, provenance) is new to A is added; where A has the key, the better row stays:
- * an 'ok' row over a failed one, then the newer one. Devices and runs B has and A lacks come along. */
+/* cmd_merge.c: `attntune merge TARGET.db A.db [B.db ...]`: the rows of each source into TARGET, source by source in
+ * the order given, all in one transaction on TARGET (which must exist): every source or none. A row whose key
+ * (device, kernel, problem shape, threads, provenance) is new to TARGET is added; where TARGET has the key (from
+ * before, or from an earlier source), the better row stays by the tuner's rule (attn_db_meas_better): ok over
+ * failed, a kernel's own failure (wrong, compile_error, invalid) over an environmental one (error, launch_error,
+ * skipped), a finalist-round time over a screening time, the lower time, then the newer. Devices and runs a source
+ * has and TARGET lacks come along; TARGET's description of a device it has stays. */
 #define _DEFAULT_SOURCE
 #include <limits.h>
 #include <stdio.h>
@@ -10,15 +14,19 @@
 #include "db.h"
 
 typedef struct {
-  attn_db *a;
-  int same;                       /* A and B are one file: nothing to write */
-  long long *b_runs, *a_runs;     /* B's run ids and A's ids for them (ascending B ids) */
-  int nruns, bcap, acap;
-  long long a_max_run;            /* A's runs before the merge end here: a larger id is a new run */
-  char **a_devices;
-  int ndev, devcap;
   int added, replaced, kept, devices_added, runs_added;
-  int failed;                     /* 1: A's database error, 2: out of memory */
+  int same;                       /* the source is the target's file: nothing to write */
+} merge_count;
+
+typedef struct {
+  attn_db *a;
+  merge_count *n;                 /* the counts of the source being merged */
+  long long *b_runs, *a_runs;     /* the source's run ids and the target's ids for them (ascending source ids) */
+  int nruns, bcap, acap;
+  long long a_max_run;            /* the target's largest run id so far: a larger id returned is a new run */
+  char **a_devices;               /* device names the target has (from before or added by an earlier source) */
+  int ndev, devcap;
+  int failed;                     /* 1: the target's database error, 2: out of memory */
 } merge_ctx;
 
 static int grow(void **p, int *cap, int need, size_t size) {
@@ -43,12 +51,13 @@ static int note_a_device(void *vctx, const attn_db_device *d) {
 static int merge_device(void *vctx, const attn_db_device *d) {
   merge_ctx *c = vctx;
   for (int i = 0; i < c->ndev; i++)
-    if (strcmp(c->a_devices[i], d->name) == 0) return 0; /* A's description of its own device stays */
-  if (c->same) return 0;
+    if (strcmp(c->a_devices[i], d->name) == 0) return 0; /* the target's description of its own device stays */
+  if (c->n->same) return 0;
   attn_db_device copy = *d;
   if (attn_db_device_put(c->a, &copy, NULL) != ATTN_OK) return c->failed = 1;
-  c->devices_added++;
-  return 0;
+  c->n->devices_added++;
+  /* a later source naming it again neither replaces this description nor counts it twice */
+  return note_a_device(c, d);
 }
 
 static int merge_run(void *vctx, const attn_db_run *r) {
@@ -57,10 +66,14 @@ static int merge_run(void *vctx, const attn_db_run *r) {
       grow((void **)&c->a_runs, &c->acap, c->nruns + 1, sizeof *c->a_runs))
     return c->failed = 2;
   long long id = r->id;
-  if (!c->same) {
-    /* run_put finds a run A already has (same device, start and command) instead of adding it again */
+  if (!c->n->same) {
+    /* run_put finds a run the target already has (same device, start and command) instead of adding it again */
     if (attn_db_run_put(c->a, r, &id) != ATTN_OK) return c->failed = 1;
-    if (id > c->a_max_run) c->runs_added++;
+    /* new ids are past every existing one, so raising the mark keeps a later source's copy from counting again */
+    if (id > c->a_max_run) {
+      c->n->runs_added++;
+      c->a_max_run = id;
+    }
   }
   c->b_runs[c->nruns] = r->id;
   c->a_runs[c->nruns] = id;
@@ -85,17 +98,10 @@ static long long a_run_of(const merge_ctx *c, long long b_id) {
   return 0;
 }
 
-/* B's row wins over A's: ok over not ok, then newer (created is ISO 8601 text, so it orders as text). */
-static int b_is_better(const attn_db_meas *b, const attn_db_meas *a) {
-  int bok = strcmp(b->status, "ok") == 0, aok = strcmp(a->status, "ok") == 0;
-  if (bok != aok) return bok;
-  return strcmp(b->created ? b->created : "", a->created ? a->created : "") > 0;
-}
-
 static int merge_meas(void *vctx, const attn_db_meas *bm) {
   merge_ctx *c = vctx;
   attn_db_meas m = *bm;
-  /* B's ids mean nothing in A: resolve by name */
+  /* the source's ids mean nothing in the target: resolve by name */
   m.device_id = m.kernel_id = 0;
   m.run_id = bm->run_id > 0 ? a_run_of(c, bm->run_id) : 0;
   attn_db_meas *have = malloc(sizeof *have);
@@ -103,84 +109,120 @@ static int merge_meas(void *vctx, const attn_db_meas *bm) {
   int found = attn_db_meas_exists(c->a, &m, have);
   int rc = 0;
   if (found < 0) rc = c->failed = 1;
-  else if (found == 0 || (!c->same && b_is_better(&m, have))) {
-    if (c->same) c->kept++; /* cannot happen: a file's rows are all in itself */
-    else if (attn_db_meas_put(c->a, &m) != ATTN_OK) rc = c->failed = 1;
-    else if (found) c->replaced++;
-    else c->added++;
+  else if (c->n->same) c->n->kept++; /* a file's rows are all in itself */
+  else if (found == 0 || attn_db_meas_better(&m, have)) {
+    if (attn_db_meas_put(c->a, &m) != ATTN_OK) rc = c->failed = 1;
+    else if (found) c->n->replaced++;
+    else c->n->added++;
   } else {
-    c->kept++;
+    c->n->kept++;
   }
   free(have);
   return rc;
 }
 
+#define MERGE_USAGE "usage: attntune merge TARGET.db A.db [B.db ...]"
+
 int attn_cmd_merge(int argc, char **argv) {
-  const char *files[2] = {NULL, NULL};
+  const char **files = calloc((size_t)argc + 1, sizeof *files);
+  if (!files) {
+    fprintf(stderr, "attntune merge: out of memory\n");
+    return 1;
+  }
   int nf = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: attntune merge A.db B.db\n"
-             "  copies the rows of B into A (both must exist). Where both have a row for the same device, kernel,\n"
-             "  problem and provenance, the better one stays: ok over failed, then the newer.\n");
+      printf(MERGE_USAGE "\n"
+             "  copies the rows of each source (A, then B, ...) into TARGET, all in one transaction: every source\n"
+             "  or none. TARGET must exist. Where TARGET (or an earlier source) has a row for the same device,\n"
+             "  kernel, problem, threads and provenance, the better one stays: ok over failed, a kernel's own\n"
+             "  failure (wrong, compile_error, invalid) over an environmental one (error, launch_error, skipped),\n"
+             "  a finalist-round time over a screening time, then the lower time, then the newer.\n");
+      free(files);
       return 0;
     }
     if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      fprintf(stderr, "attntune merge: unknown option '%s' (usage: attntune merge A.db B.db)\n", argv[i]);
-      return 2;
-    }
-    if (nf == 2) {
-      fprintf(stderr, "attntune merge: two databases only (usage: attntune merge A.db B.db)\n");
+      fprintf(stderr, "attntune merge: unknown option '%s' (" MERGE_USAGE ")\n", argv[i]);
+      free(files);
       return 2;
     }
     files[nf++] = argv[i];
   }
-  if (nf != 2) {
-    fprintf(stderr, "attntune merge: needs two databases (usage: attntune merge A.db B.db)\n");
+  if (nf < 2) {
+    fprintf(stderr, "attntune merge: needs two databases or more (" MERGE_USAGE ")\n");
+    free(files);
     return 2;
   }
+  int nsrc = nf - 1;
   char err[1024];
-  attn_db *a = NULL, *b = NULL;
-  if (attn_db_open(files[0], 0, &a, err, sizeof err) != ATTN_OK ||
-      attn_db_open(files[1], 0, &b, err, sizeof err) != ATTN_OK) {
-    fprintf(stderr, "attntune merge: %s\n", err);
-    attn_db_close(a);
-    return 1;
-  }
-  merge_ctx c = {.a = a};
-  char ra[PATH_MAX], rb[PATH_MAX];
-  c.same = realpath(files[0], ra) && realpath(files[1], rb) && strcmp(ra, rb) == 0;
+  attn_db *a = NULL, **b = calloc((size_t)nsrc, sizeof *b);
+  merge_count *cnt = calloc((size_t)nsrc, sizeof *cnt);
+  merge_ctx c = {0};
   int status = 1;
-  if (!c.same && attn_db_begin(a) != ATTN_OK) {
+  if (!b || !cnt) {
+    fprintf(stderr, "attntune merge: out of memory\n");
+    goto out;
+  }
+  /* every file opens before anything is written: a missing source fails the merge at once */
+  if (attn_db_open(files[0], 0, &a, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune merge: %s\n", err);
+    goto out;
+  }
+  char ra[PATH_MAX], rb[PATH_MAX];
+  int ra_ok = realpath(files[0], ra) != NULL, writes = 0;
+  for (int k = 0; k < nsrc; k++) {
+    if (attn_db_open(files[k + 1], 0, &b[k], err, sizeof err) != ATTN_OK) {
+      fprintf(stderr, "attntune merge: %s\n", err);
+      goto out;
+    }
+    cnt[k].same = ra_ok && realpath(files[k + 1], rb) && strcmp(ra, rb) == 0;
+    if (!cnt[k].same) writes = 1;
+  }
+  c.a = a;
+  if (writes && attn_db_begin(a) != ATTN_OK) {
     fprintf(stderr, "attntune merge: %s: %s\n", files[0], attn_db_errmsg(a));
     goto out;
   }
   int rc = attn_db_device_foreach(a, note_a_device, &c);
   if (rc == 0) rc = attn_db_run_foreach(a, note_a_run, &c);
-  if (rc == 0) rc = attn_db_device_foreach(b, merge_device, &c);
-  if (rc == 0) rc = attn_db_run_foreach(b, merge_run, &c);
-  if (rc == 0) rc = attn_db_meas_foreach(b, merge_meas, &c);
+  int k = -1; /* -1: reading the target itself */
+  if (rc == 0)
+    for (k = 0; k < nsrc; k++) {
+      c.n = &cnt[k];
+      c.nruns = 0; /* run ids are per source */
+      rc = attn_db_device_foreach(b[k], merge_device, &c);
+      if (rc == 0) rc = attn_db_run_foreach(b[k], merge_run, &c);
+      if (rc == 0) rc = attn_db_meas_foreach(b[k], merge_meas, &c);
+      if (rc != 0) break;
+    }
   if (rc != 0) {
-    /* the callbacks name which side failed; a -1 without one is B's read */
-    const char *why = c.failed == 2 ? "out of memory" : c.failed == 1 ? attn_db_errmsg(a) : attn_db_errmsg(b);
-    fprintf(stderr, "attntune merge: %s: %s (nothing merged)\n", c.failed == 1 ? files[0] : files[1], why);
-    if (!c.same) attn_db_rollback(a);
+    /* the callbacks name which side failed; a -1 without one is the read of the file being read */
+    attn_db *who = c.failed == 1 || k < 0 ? a : b[k];
+    const char *why = c.failed == 2 ? "out of memory" : attn_db_errmsg(who);
+    fprintf(stderr, "attntune merge: %s: %s (nothing merged)\n", who == a ? files[0] : files[k + 1], why);
+    if (writes) attn_db_rollback(a);
     goto out;
   }
-  if (!c.same && attn_db_commit(a) != ATTN_OK) {
+  if (writes && attn_db_commit(a) != ATTN_OK) {
     fprintf(stderr, "attntune merge: %s: %s (nothing merged)\n", files[0], attn_db_errmsg(a));
     goto out;
   }
-  printf("merged %s into %s: %d added, %d replaced, %d kept%s; %d devices and %d runs added\n", files[1], files[0],
-         c.added, c.replaced, c.kept, c.same ? " (the same database)" : " (A's row was as good and as new)",
-         c.devices_added, c.runs_added);
+  /* reported only after the commit: until then nothing is merged */
+  for (k = 0; k < nsrc; k++)
+    printf("merged %s into %s: %d added, %d replaced, %d kept%s; %d devices and %d runs added\n", files[k + 1],
+           files[0], cnt[k].added, cnt[k].replaced, cnt[k].kept,
+           cnt[k].same ? " (the same database)" : " (the target's row was as good by the rule)",
+           cnt[k].devices_added, cnt[k].runs_added);
   status = 0;
 out:
   for (int i = 0; i < c.ndev; i++) free(c.a_devices[i]);
   free(c.a_devices);
   free(c.b_runs);
   free(c.a_runs);
-  attn_db_close(b);
+  for (int i = 0; b && i < nsrc; i++) attn_db_close(b[i]);
   attn_db_close(a);
+  free(b);
+  free(cnt);
+  free(files);
   return status;
 }

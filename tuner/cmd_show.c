@@ -1,5 +1,6 @@
-/* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per (device, d, n, dtype,
- * causal), from cache_db's `best` view, as an aligned table or a JSON array. */
+/* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per problem (device, d, n, n_kv,
+ * dtype, causal, batch*heads, heads_kv, threads), from cache_db's `best` view, as an aligned table or a JSON array,
+ * with how each time was measured: repetitions, spread, the load meanwhile, and a flag on noisy rows. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,18 @@ typedef struct {
   int has_error;
   long long reads, writes;
   char provenance[16];
+  int threads, reps, final, chosen, is_default;
+  double iqr_ms, load;
 } show_row;
+
+/* A row is flagged noisy when its repetitions spread over more than this fraction of the median, or other processes
+ * used more than this many cores while it was measured (the estimate corrects for them, but less surely). */
+#define NOISY_SPREAD 0.10
+#define NOISY_LOAD 0.5
+
+static int noisy(const show_row *r) {
+  return r->reps > 0 && ((r->iqr_ms >= 0 && r->iqr_ms > NOISY_SPREAD * r->time_ms) || r->load > NOISY_LOAD);
+}
 
 typedef struct {
   show_row *rows;
@@ -68,6 +80,13 @@ static int collect(void *ctx, const attn_db_meas *m) {
   r->reads = m->reads;
   r->writes = m->writes;
   snprintf(r->provenance, sizeof r->provenance, "%s", m->provenance ? m->provenance : "");
+  r->threads = m->threads;
+  r->reps = m->reps;
+  r->iqr_ms = m->iqr_ms;
+  r->load = m->load;
+  r->final = m->final;
+  r->chosen = m->chosen;
+  r->is_default = m->is_default;
   return 0;
 }
 
@@ -100,6 +119,14 @@ static int print_json(const show_list *l) {
     json_object_set_new(o, "error", r->has_error ? json_real(r->error) : json_null());
     json_object_set_new(o, "reads", r->reads >= 0 ? json_integer(r->reads) : json_null());
     json_object_set_new(o, "writes", r->writes >= 0 ? json_integer(r->writes) : json_null());
+    json_object_set_new(o, "threads", json_integer(r->threads));
+    json_object_set_new(o, "reps", r->reps > 0 ? json_integer(r->reps) : json_null());
+    json_object_set_new(o, "iqr_ms", r->reps > 0 && r->iqr_ms >= 0 ? json_real(r->iqr_ms) : json_null());
+    json_object_set_new(o, "load", r->load >= 0 ? json_real(r->load) : json_null());
+    json_object_set_new(o, "final", json_boolean(r->final));
+    json_object_set_new(o, "chosen", json_boolean(r->chosen));
+    json_object_set_new(o, "is_default", json_boolean(r->is_default));
+    json_object_set_new(o, "noisy", json_boolean(noisy(r)));
   }
   char *s = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(arr);
@@ -119,16 +146,37 @@ static void print_table(const show_list *l) {
     if (a > wdev) wdev = a;
     if (b > wsum) wsum = b;
   }
-  printf("%-*s %4s %7s %-5s %6s  %-*s %11s %9s %9s  %s\n", wdev, "device", "d", "n", "dtype", "causal", wsum,
-         "configuration", "time_ms", "GFLOP/s", "error", "provenance");
+  printf("%-*s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %9s %9s  %-10s %s\n", wdev, "device", "d", "n", "n_kv", "b*h",
+         "thr", "dtype", "causal", wsum, "configuration", "time_ms", "GFLOP/s", "error", "provenance", "measured");
+  int flagged = 0;
   for (int i = 0; i < l->count; i++) {
     const show_row *r = &l->rows[i];
-    char err[32];
+    char err[32], how[160] = "", thr[16] = "-";
     if (r->has_error) snprintf(err, sizeof err, "%.2e", r->error);
     else snprintf(err, sizeof err, "-");
-    printf("%-*s %4d %7d %-5s %6d  %-*s %11.4f %9.1f %9s  %s\n", wdev, r->device, r->d, r->n,
-           attn_dtype_name(r->dtype), r->causal, wsum, r->summary, r->time_ms, r->gflops, err, r->provenance);
+    if (r->threads > 0) snprintf(thr, sizeof thr, "%d", r->threads);
+    if (r->reps > 0) {
+      size_t k = (size_t)snprintf(how, sizeof how, "%d reps", r->reps);
+      if (r->iqr_ms >= 0 && r->time_ms > 0 && k < sizeof how)
+        k += (size_t)snprintf(how + k, sizeof how - k, ", iqr %.1f%%", 100 * r->iqr_ms / r->time_ms);
+      if (r->load >= 0 && k < sizeof how) k += (size_t)snprintf(how + k, sizeof how - k, ", load %.1f", r->load);
+    }
+    size_t k = strlen(how);
+    if (r->chosen && k < sizeof how)
+      k += (size_t)snprintf(how + k, sizeof how - k, "%s%s", k ? "; " : "",
+                            r->is_default ? "default kept by the finalist round" : "beat the default");
+    if (noisy(r) && k < sizeof how) {
+      snprintf(how + k, sizeof how - k, "%sNOISY", k ? "; " : "");
+      flagged++;
+    }
+    printf("%-*s %4d %7d %7d %5d %3s %-5s %6d  %-*s %11.4f %9.1f %9s  %-10s %s\n", wdev, r->device, r->d, r->n,
+           r->n_kv, r->batch * r->heads, thr, attn_dtype_name(r->dtype), r->causal, wsum, r->summary, r->time_ms,
+           r->gflops, err, r->provenance, how[0] ? how : "-");
   }
+  if (flagged)
+    printf("NOISY: the repetitions spread over more than %.0f%% of the median, or other processes used more than %.1f "
+           "cores meanwhile; `attntune tune --remeasure` with the same arguments times them again\n",
+           NOISY_SPREAD * 100, NOISY_LOAD);
 }
 
 int attn_cmd_show(int argc, char **argv) {
@@ -145,8 +193,10 @@ int attn_cmd_show(int argc, char **argv) {
       db_arg = argv[++i];
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: attntune show [--db PATH] [--json]\n"
-             "  the best stored configuration per (device, d, n, dtype, causal): exact algorithms before\n"
-             "  approximate ones, measured rows before model rows, then the fastest.\n"
+             "  the best stored configuration per problem (device, d, n, n_kv, dtype, causal, batch*heads, heads_kv,\n"
+             "  threads): exact algorithms before approximate ones, measured rows before model rows, the finalist\n"
+             "  round's choice, then the fastest (within 3%%: the fewest transfers). The last column says how the time\n"
+             "  was measured; NOISY marks rows whose repetitions spread over 10%% or that ran beside other load.\n"
              "  database: --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db\n");
       return 0;
     } else {

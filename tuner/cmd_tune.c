@@ -20,26 +20,33 @@
 #include "model.h"
 #include "range.h"
 #include "space.h"
+#include "finalist.h"
 #include "store.h"
 #include "strategy.h"
+#include "timing_env.h"
 
 #ifndef ATTN_SCRIPTS_DIR
 #define ATTN_SCRIPTS_DIR "scripts/strategies"
 #endif
 
 static const char tune_usage[] =
-    "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--algo LIST] [--strategy NAME|FILE.lua]\n"
-    "                [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J] [--dtype LIST]\n"
-    "                [--causal 0,1] [--heads H] [--batch B] [--reps R]\n"
+    "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
+    "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
+    "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--remeasure]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --gpu cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by the\n"
     "  performance model (attntune gpus)\n"
+    "  --n RANGE query rows (default 1024); --n-kv RANGE keys per head (default: n; every n with every n_kv):\n"
+    "  decode (n below 64) and cross-attention are tuned under their own key\n"
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
     "  --strategy exhaustive|random|anneal|genetic|FILE.lua (default: exhaustive when the budget covers the space)\n"
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
     "  --dtype f32 (cpu) | f16,bf16 (GPU default); --causal 0,1; --heads H (cpu 2, GPU 16); --batch B (1);\n"
-    "  --reps R timed repetitions (median, default 5); --jobs J parallel compiles; --db PATH (default $ATTN_DB or\n"
-    "  ~/.cache/attntune/attntune.db)\n";
+    "  --reps R: at least R timed repetitions per configuration (default 5; more until the median is known within\n"
+    "  2% or 1 s is spent); the best few and the untuned default are then re-timed interleaved, and a configuration\n"
+    "  replaces the default only when it wins beyond the noise\n"
+    "  --remeasure: time again what is stored (a rerun otherwise skips it); --jobs J parallel compiles;\n"
+    "  --db PATH (default $ATTN_DB or ~/.cache/attntune/attntune.db)\n";
 
 #ifndef ATTN_VERSION
 #define ATTN_VERSION "0"
@@ -140,10 +147,11 @@ static int find_strategy(const char *name, char *path, size_t len) {
 
 typedef struct tune_opts {
   const char *gpu_name, *strategy, *db_path;
-  int *ds, nd, *ns, nn;
+  int *ds, nd, *ns, nn, *nkvs, nnkv;
+  int *kv;                 /* after parsing: the shapes, ns[i] query rows with kv[i] keys, i < nn */
   unsigned algos, dtypes;
   int causals[2], ncausal;
-  int budget, jobs, heads, batch, reps, force_model;
+  int budget, jobs, heads, batch, reps, force_model, remeasure;
   double tolerance;
 } tune_opts;
 
@@ -165,6 +173,8 @@ typedef struct tune_state {
   double fastest_ms;
   int db_error;
   char db_err[512];
+  int fresh;              /* evaluations of this problem measured now (not found stored) */
+  char default_spec[512]; /* canonical text of the problem's untuned default ("" in model mode) */
 } tune_state;
 
 static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed) {
@@ -185,7 +195,11 @@ static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int
     if (e->time_ms > 0) snprintf(tm, sizeof tm, " %.4g ms", e->time_ms);
     if (e->io >= 0) snprintf(io, sizeof io, " io=%.0f", e->io);
     if (e->error >= 0) snprintf(er, sizeof er, " err=%.2g", e->error);
-    printf("[%d/%d] n=%d %s: %s%s%s%s%s\n", ts->done, ts->total, ts->prob.n, sum, e->status, tm, io, er,
+    char kv[32] = "", st[64] = "";
+    if (ts->prob.n_kv && ts->prob.n_kv != ts->prob.n) snprintf(kv, sizeof kv, " n_kv=%d", ts->prob.n_kv);
+    if (e->reps > 0 && e->time_ms > 0)
+      snprintf(st, sizeof st, " (%d reps, iqr %.1f%%)", e->reps, 100 * e->iqr_ms / e->time_ms);
+    printf("[%d/%d] n=%d%s %s: %s%s%s%s%s%s\n", ts->done, ts->total, ts->prob.n, kv, sum, e->status, tm, st, io, er,
            resumed ? " (stored before)" : "");
     if (!e->ok && e->message[0]) printf("    %.*s\n", (int)strcspn(e->message, "\n"), e->message);
     fflush(stdout);
@@ -195,7 +209,7 @@ static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int
 static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   tune_state *ts = t->user;
   char err[512];
-  int found = attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
+  int found = ts->o->remeasure ? 0 : attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
   if (found < 0 && !ts->db_error) {
     ts->db_error = 1;
     snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
@@ -212,6 +226,12 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   e->error = -1;
   e->io = -1;
   e->reads = e->writes = -1;
+  e->iqr_ms = e->ci_rel = e->load = -1;
+  if (ts->default_spec[0]) {
+    char txt[512];
+    attn_spec_format(s, txt, sizeof txt);
+    e->is_default = strcmp(txt, ts->default_spec) == 0;
+  }
   if (ts->model) {
     attn_model_result m;
     if (attn_model_time(ts->gpu, &ts->prob, s, &m, err, sizeof err) == ATTN_OK) {
@@ -231,6 +251,13 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
     snprintf(e->status, sizeof e->status, "%s", r.status);
     snprintf(e->message, sizeof e->message, "%.500s", r.message);
     e->time_ms = r.time_ms;
+    if (r.reps > 0) {
+      e->reps = r.reps;
+      e->clean = r.clean;
+      e->iqr_ms = r.iqr_ms;
+      e->ci_rel = r.ci_rel;
+      e->load = r.load;
+    }
     if (strcmp(r.status, "ok") == 0 || strcmp(r.status, "wrong") == 0) e->error = r.error;
     if (r.have_io) {
       e->io = (double)(r.reads + r.writes);
@@ -256,6 +283,7 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   } else {
     ts->stored_now++;
   }
+  ts->fresh++;
   ts->busy_s += now_s() - t0;
   ts->done++;
   if (!e->ok) ts->failed++;
@@ -325,9 +353,118 @@ static void command_line(int argc, char **argv, char *buf, size_t len) {
   for (int i = 0; i < argc && l < len; i++) l += (size_t)snprintf(buf + l, len - l, " %s", argv[i]);
 }
 
+static int cmp_time(const void *a, const void *b, void *ctx) {
+  const attn_eval *m = ctx;
+  double x = m[*(const int *)a].time_ms, y = m[*(const int *)b].time_ms;
+  return (x > y) - (x < y);
+}
+
+/* The finalist round of one measured problem (finalist.h): the ATTN_FINALISTS fastest exact configurations the
+ * strategy found and the untuned default, re-timed interleaved; their rows get the round's times and the winner is
+ * marked chosen. A rerun that measured nothing new keeps the stored choice. Fills *best and *why with the winner. */
+static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_eval *best_eval, char *why,
+                          size_t wlen) {
+  char err[512];
+  attn_spec specs[ATTN_FINALISTS + 1];
+  attn_eval evals[ATTN_FINALISTS + 1];
+  int count = 0, def = -1;
+  /* the default: from this run's memory when the strategy evaluated it, else evaluated now (checked, counted) */
+  attn_spec ds;
+  attn_plan_default(ts->rt, &ts->meas.p, ATTN_ALGO_FLASH, &ds);
+  int di = attn_space_find(tu->space, &ds);
+  attn_eval de;
+  if (di >= 0 && tu->memo && tu->memo_have[di]) {
+    de = tu->memo[di];
+  } else {
+    ts->total++;
+    eval_cb(tu, &ds, &de);
+  }
+  if (g_stop || ts->db_error) return -1;
+  if (strcmp(de.status, "ok") == 0) {
+    de.is_default = 1;
+    specs[count] = ds;
+    evals[count] = de;
+    def = count++;
+  }
+  /* the fastest exact candidates */
+  int *idx = malloc(sizeof *idx * (size_t)(tu->space->count > 0 ? tu->space->count : 1)), ni = 0;
+  if (!idx) return -1;
+  for (int i = 0; tu->memo && i < tu->space->count; i++)
+    if (tu->memo_have[i] && tu->memo[i].ok && tu->space->cfg[i].algo != ATTN_ALGO_LOWRANK && i != di) idx[ni++] = i;
+  qsort_r(idx, (size_t)ni, sizeof *idx, cmp_time, tu->memo);
+  for (int k = 0; k < ni && count < ATTN_FINALISTS + 1 && (count - (def >= 0)) < ATTN_FINALISTS; k++) {
+    specs[count] = tu->space->cfg[idx[k]];
+    evals[count] = tu->memo[idx[k]];
+    evals[count].is_default = 0;
+    count++;
+  }
+  free(idx);
+  if (count == 0) return -1;
+  int stored_choice = -1;
+  for (int i = 0; i < count; i++)
+    if (evals[i].chosen) stored_choice = i;
+  if (!ts->o->remeasure && ts->fresh == 0 && stored_choice >= 0) {
+    *best = specs[stored_choice];
+    *best_eval = evals[stored_choice];
+    snprintf(why, wlen, "%s", "the stored finalist round's choice (nothing new measured)");
+    return 0;
+  }
+  attn_meas_result res[ATTN_FINALISTS + 1];
+  attn_finalist f[ATTN_FINALISTS + 1];
+  int pick = 0;
+  if (count == 1) {
+    snprintf(why, wlen, "%s", def == 0 ? "the default is the only correct configuration" : "the only candidate");
+    memset(&res[0], 0, sizeof res[0]);
+  } else {
+    if (attn_meas_finalists(&ts->meas, specs, count, ATTN_MEAS_FINAL_CAP_S, res) != ATTN_OK) {
+      for (int i = 0; i < count; i++)
+        if (strcmp(res[i].status, "ok")) fprintf(stderr, "attntune tune: finalist round: %s\n", res[i].message);
+      return -1;
+    }
+    for (int i = 0; i < count; i++)
+      f[i] = (attn_finalist){.median_ms = res[i].time_ms, .ci_rel = res[i].ci_rel, .io = evals[i].io,
+                             .is_default = i == def, .ok = strcmp(res[i].status, "ok") == 0};
+    pick = attn_finalist_pick(f, count, why, wlen);
+    if (pick < 0) return -1;
+    if (!ts->tty) {
+      printf("  finalists (%d interleaved rounds):", res[0].reps);
+      for (int i = 0; i < count; i++) {
+        char sum[256];
+        attn_spec_summary(&specs[i], sum, sizeof sum);
+        printf("%s %s%s %.4g ms", i ? ";" : "", i == def ? "[default] " : "", sum, res[i].time_ms);
+      }
+      printf("\n");
+    }
+    /* the round's times replace the screening ones: measured side by side, they are the comparable ones */
+    for (int i = 0; i < count; i++) {
+      evals[i].time_ms = res[i].time_ms;
+      evals[i].reps = res[i].reps;
+      evals[i].clean = res[i].clean;
+      evals[i].iqr_ms = res[i].iqr_ms;
+      evals[i].ci_rel = res[i].ci_rel;
+      evals[i].load = res[i].load;
+      evals[i].final = 1;
+      if (attn_store_put(ts->store, &ts->prob, &specs[i], ts->provenance, &evals[i], err, sizeof err) != ATTN_OK) {
+        ts->db_error = 1;
+        snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+        return -1;
+      }
+    }
+  }
+  if (attn_store_choose(ts->store, &ts->prob, &specs[pick], ts->provenance, err, sizeof err) != ATTN_OK) {
+    ts->db_error = 1;
+    snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+    return -1;
+  }
+  *best = specs[pick];
+  *best_eval = evals[pick];
+  best_eval->chosen = 1;
+  return 0;
+}
+
 int attn_cmd_tune(int argc, char **argv) {
   tune_opts o = {.gpu_name = "cpu", .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5};
-  const char *d_s = NULL, *n_s = "1024", *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
+  const char *d_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   int budget_given = 0;
   for (int i = i0; i < argc; i++) {
@@ -340,9 +477,13 @@ int attn_cmd_tune(int argc, char **argv) {
       o.force_model = 1;
       continue;
     }
+    if (strcmp(a, "--remeasure") == 0) {
+      o.remeasure = 1;
+      continue;
+    }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
-                                             "--causal", "--heads", "--batch", "--reps"};
+                                             "--causal", "--heads", "--batch", "--reps", "--n-kv"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune tune --help)", a);
@@ -351,6 +492,7 @@ int attn_cmd_tune(int argc, char **argv) {
     if (strcmp(a, "--gpu") == 0) o.gpu_name = v;
     else if (strcmp(a, "--d") == 0) d_s = v;
     else if (strcmp(a, "--n") == 0) n_s = v;
+    else if (strcmp(a, "--n-kv") == 0) nkv_s = v;
     else if (strcmp(a, "--algo") == 0) algo_s = v;
     else if (strcmp(a, "--strategy") == 0) o.strategy = v;
     else if (strcmp(a, "--db") == 0) o.db_path = v;
@@ -394,6 +536,27 @@ int attn_cmd_tune(int argc, char **argv) {
   if (attn_range_parse(n_s, &o.ns, &o.nn, err, sizeof err) != ATTN_OK) {
     free(o.ds);
     return usage("--n: %s", err);
+  }
+  if (nkv_s && attn_range_parse(nkv_s, &o.nkvs, &o.nnkv, err, sizeof err) != ATTN_OK) {
+    free(o.ds);
+    free(o.ns);
+    return usage("--n-kv: %s", err);
+  }
+  {
+    /* every n with every n_kv (n_kv defaults to n) */
+    int count = o.nn * (o.nkvs ? o.nnkv : 1);
+    int *ns = malloc(sizeof *ns * (size_t)count), *kv = malloc(sizeof *kv * (size_t)count);
+    if (!ns || !kv) {
+      free(ns), free(kv), free(o.ds), free(o.ns), free(o.nkvs);
+      fprintf(stderr, "attntune tune: out of memory\n");
+      return 1;
+    }
+    for (int i = 0, k = 0; i < o.nn; i++)
+      for (int j = 0; j < (o.nkvs ? o.nnkv : 1); j++, k++) ns[k] = o.ns[i], kv[k] = o.nkvs ? o.nkvs[j] : o.ns[i];
+    free(o.ns);
+    o.ns = ns;
+    o.kv = kv;
+    o.nn = count;
   }
   int status = 0;
   attn_store *store = NULL;
@@ -492,6 +655,8 @@ int attn_cmd_tune(int argc, char **argv) {
     }
   }
   ts.provenance = ts.model ? "model" : "measured";
+  /* Measured tuning times under the one environment bench and the finalist round use (timing_env.c). */
+  if (!ts.model) attn_timing_env("tune", 0);
 
   char db_path[4096];
   if (o.db_path) snprintf(db_path, sizeof db_path, "%s", o.db_path);
@@ -516,6 +681,7 @@ int attn_cmd_tune(int argc, char **argv) {
       goto out;
     }
     ts.rt = rt;
+    if (target == ATTN_TARGET_CPU) attn_store_set_threads(store, rt->threads);
     snprintf(device, sizeof device, "%s", rt->device);
     if (target == ATTN_TARGET_CUDA)
       snprintf(devjson, sizeof devjson,
@@ -555,7 +721,7 @@ int attn_cmd_tune(int argc, char **argv) {
         for (int ni = 0; ni < o.nn; ni++, si++) {
           attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
                                 .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu, .n = o.ns[ni],
-                                .n_kv = o.ns[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0};
+                                .n_kv = o.kv[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0};
           so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
           if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
           if (gpu && !ts.model) { /* the device present: its own limits and arch */
@@ -598,29 +764,44 @@ int attn_cmd_tune(int argc, char **argv) {
         for (int ni = 0; ni < o.nn && !g_stop; ni++) {
           attn_space *sp = &spaces[si + ni];
           if (!sp->count) continue;
-          attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .d = o.ds[di],
+          attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni], .d = o.ds[di],
                             .dtype = (attn_dtype)t, .causal = o.causals[c], .tolerance = o.tolerance};
           ts.prob = p;
           ts.fastest_ms = 0;
           ts.fastest_line[0] = '\0';
+          ts.fresh = 0;
+          ts.default_spec[0] = '\0';
           if (!ts.model) {
             if (attn_meas_init(&ts.meas, rt, &p, o.reps, err, sizeof err) != ATTN_OK) {
               fprintf(stderr, "attntune tune: n=%d d=%d: %s\n", p.n, p.d, err);
               status = 1;
               continue;
             }
+            attn_spec ds;
+            attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ds);
+            attn_spec_format(&ds, ts.default_spec, sizeof ts.default_spec);
           }
           attn_tuner tu = {.space = sp, .tolerance = o.tolerance, .stop = (volatile int *)&g_stop,
                            .eval = eval_cb, .prefetch = prefetch_cb, .user = &ts};
           tu.budget = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? sp->count : 24);
           /* Deterministic per problem: the same command replays the same choices (resume). */
           tu.seed = 0x243f6a8885a308d3ULL ^ ((unsigned long long)p.n * 1000003ULL) ^ ((unsigned long long)p.d << 40) ^
-                    ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60);
+                    ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60) ^
+                    (p.n_kv != p.n ? (unsigned long long)p.n_kv * 0x9e3779b97f4a7c15ULL : 0);
           int b = builtin ? builtin : (tu.budget >= sp->count ? 1 : 2);
           int src = ATTN_OK;
           if (b == 1) src = attn_strategy_exhaustive(&tu);
           else if (b == 2) src = attn_strategy_random(&tu);
           else src = attn_strategy_lua(&tu, lua_path, err, sizeof err);
+          /* Measured problems end with the finalist round: the best few against the default, interleaved. */
+          char why[256] = "";
+          attn_spec best = tu.best;
+          attn_eval best_eval = tu.best_eval;
+          int have_best = tu.have_best;
+          if (src == ATTN_OK && !ts.model && !g_stop && tu.have_best && !ts.db_error) {
+            if (finalist_round(&ts, &tu, &best, &best_eval, why, sizeof why) != 0 && !g_stop && !ts.db_error)
+              snprintf(why, sizeof why, "finalist round failed: screening times");
+          }
           attn_tuner_release(&tu);
           if (!ts.model) attn_meas_free(&ts.meas);
           if (ts.tty) fputc('\n', stderr);
@@ -631,14 +812,17 @@ int attn_cmd_tune(int argc, char **argv) {
             break;
           }
           if (ts.db_error) break;
-          char sum[256];
-          if (tu.have_best) {
-            attn_spec_summary(&tu.best, sum, sizeof sum);
-            printf("best n=%d d=%d %s causal=%d: %s: %.4g ms (%s, %d evaluated)\n", p.n, p.d,
-                   attn_dtype_name(p.dtype), p.causal, sum, tu.best_eval.time_ms, ts.provenance, tu.used);
+          if (g_stop == 1) break; /* an interrupted problem has no best yet */
+          char sum[256], kv[32] = "";
+          if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
+          if (have_best) {
+            attn_spec_summary(&best, sum, sizeof sum);
+            printf("best n=%d%s d=%d %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", p.n, kv, p.d,
+                   attn_dtype_name(p.dtype), p.causal, sum, best_eval.time_ms, ts.provenance, tu.used,
+                   why[0] ? "; " : "", why);
           } else {
-            printf("best n=%d d=%d %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, p.d,
-                   attn_dtype_name(p.dtype), p.causal, tu.used);
+            printf("best n=%d%s d=%d %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, kv,
+                   p.d, attn_dtype_name(p.dtype), p.causal, tu.used);
           }
           fflush(stdout);
         }
@@ -664,5 +848,7 @@ out:
   attn_store_close(store);
   free(o.ds);
   free(o.ns);
+  free(o.nkvs);
+  free(o.kv);
   return status;
 }

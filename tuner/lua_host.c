@@ -174,6 +174,15 @@ static void push_result(lua_State *L, const attn_eval *e) {
     lua_pushstring(L, e->message);
     lua_setfield(L, -2, "message");
   }
+  /* how the time was measured, for strategies that weigh noisy results less */
+  if (e->reps > 0) {
+    lua_pushinteger(L, e->reps);
+    lua_setfield(L, -2, "reps");
+    if (e->iqr_ms >= 0 && e->time_ms > 0) {
+      lua_pushnumber(L, e->iqr_ms / e->time_ms);
+      lua_setfield(L, -2, "spread");
+    }
+  }
 }
 
 /* ---- space ---- */

@@ -17,7 +17,7 @@ static const struct {
     {"show", attn_cmd_show, "best configuration per (device, d, n, dtype, causal)"},
     {"export", attn_cmd_export, "write the database as JSON"},
     {"import", attn_cmd_import, "read rows from JSON"},
-    {"merge", attn_cmd_merge, "merge one database into another"},
+    {"merge", attn_cmd_merge, "merge databases into one, keeping the better of two rows"},
     {"gpus", attn_cmd_gpus, "the GPU spec table"},
     {"io", attn_cmd_io, "count a kernel's transfers against the theory"},
     {"bench", attn_cmd_bench, "tuned plan against the baselines"},

@@ -1,6 +1,7 @@
 /* measure.c: measuring one configuration: a checked run against fp64 (which is also the warm-up), timed repetitions
  * on input sets rotated round-robin through an arena larger than the last-level cache (so each run starts with cold
- * inputs, as in an application), and one run of the counting build for the I/O. On CUDA the arena lives on the
+ * inputs, as in an application) until the median is known (timing.h), and one run of the counting build for the
+ * I/O; and the finalist round, the same repetitions interleaved across configurations. On CUDA the arena lives on the
  * device in the problem's dtype, exceeds the L2 cache, and each repetition is timed by CUDA events. */
 #include "measure.h"
 #include <math.h>
@@ -28,7 +29,10 @@ double attn_meas_exact_tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1
 int attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, int reps, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   c->rt = rt;
-  c->reps = reps > 0 ? reps : 5;
+  c->reps = reps > 0 ? reps : ATTN_MEAS_MIN_REPS;
+  c->rel_tol = ATTN_MEAS_REL_TOL;
+  c->cap_s = ATTN_MEAS_CAP_S;
+  c->load = -1;
   int rc = attn_problem_normalize(rt, p, &c->p);
   if (rc != ATTN_OK) {
     snprintf(err, errlen, "%s", attn_last_error(rt));
@@ -139,15 +143,12 @@ static void set_status(attn_meas_result *r, const char *status, const char *msg)
   snprintf(r->message, sizeof r->message, "%s", msg ? msg : "");
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static const char *status_for(int rc) {
-  return rc == ATTN_ECOMPILE ? "compile_error"
-         : rc == ATTN_EINVAL || rc == ATTN_EUNSUPPORTED ? "invalid"
-                                                       : "error";
+/* A kernel's own failure (its source does not compile, the configuration is invalid) is final; anything the
+ * environment caused (no compiler to run, a compiler killed, out of memory, a load failure) is "error", which the
+ * next run tries again. */
+static const char *status_for(int rc, const char *msg) {
+  if (rc == ATTN_ECOMPILE) return strstr(msg, ATTN_CC_ENV_MARK) ? "error" : "compile_error";
+  return rc == ATTN_EINVAL || rc == ATTN_EUNSUPPORTED ? "invalid" : "error";
 }
 
 /* Device input sets: random values in the problem's dtype (converted from fp32 on the host), enough sets that
@@ -196,25 +197,83 @@ static int ensure_device_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   return ATTN_OK;
 }
 
-/* Timed repetitions of plan on the device sets; the median into *ms. */
-static int time_cuda(attn_meas_ctx *c, const attn_plan *plan, double *ms) {
+/* One timed run of plan on the next input set: wall (CPU) or event (CUDA) time, and the run delay its threads
+ * suffered meanwhile (-1 unknown; 0 on CUDA, whose events do not see the host's scheduler). */
+static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_probe *sp, double *ms, double *delay) {
   attn_runtime *rt = c->rt;
-  const size_t es = attn_dtype_size(c->p.dtype);
-  double times[64];
-  int reps = c->reps > 64 ? 64 : c->reps;
-  for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
+  if (rt->target == ATTN_TARGET_CUDA) {
+    const size_t es = attn_dtype_size(c->p.dtype);
     const char *b = (const char *)c->dev_arena + (size_t)c->dev_next * c->dev_set_bytes;
     c->dev_next = (c->dev_next + 1) % c->dev_sets;
-    double t = 0;
-    int rc = attn_cuda_run(rt, plan->cuda, &c->p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es,
-                           c->dev_out, NULL, &t);
-    if (rc != ATTN_OK) return rc;
-    if (i >= 0) times[i] = t;
-    if (i == 0 && times[0] > 2000.0 && reps > 3) reps = 3;
+    *delay = 0;
+    return attn_cuda_run(rt, plan->cuda, &c->p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es,
+                         c->dev_out, NULL, ms);
   }
-  qsort(times, (size_t)reps, sizeof times[0], cmp_double);
-  *ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
-  return ATTN_OK;
+  attn_kargs a = kargs(c, c->next_set);
+  c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 1;
+  double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
+  int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  *ms = now_ms() - t0;
+  double d1 = attn_sched_delay_ms(sp);
+  *delay = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
+  return rc;
+}
+
+/* The load over windows of at least 0.25 s: a short measurement reports the latest complete window. */
+static void note_load(attn_meas_ctx *c) {
+  double now = now_ms();
+  if (c->load_t0 == 0) {
+    attn_load_start(&c->load_probe);
+    c->load_t0 = now;
+    return;
+  }
+  if (now - c->load_t0 < 250) return;
+  double l = attn_load_end(&c->load_probe);
+  if (l >= 0) c->load = l;
+  attn_load_start(&c->load_probe);
+  c->load_t0 = now;
+}
+
+static void fill_timing(attn_meas_ctx *c, const attn_timing_stats *st, attn_meas_result *r) {
+  r->time_ms = st->median_ms;
+  r->iqr_ms = st->iqr_ms;
+  r->ci_rel = st->ci_rel;
+  r->reps = st->reps;
+  r->clean = st->clean;
+  r->method = c->rt->target == ATTN_TARGET_CUDA ? "events" : st->method;
+  r->load = c->load;
+}
+
+/* Timed repetitions of plan until the median is known or the cap is spent (a run over 2 s: three runs). */
+static int time_plan(attn_meas_ctx *c, const attn_plan *plan, attn_meas_result *r) {
+  attn_sched_probe sp = {.count = 0};
+  if (c->rt->target == ATTN_TARGET_CPU) attn_sched_open(&sp);
+  attn_timing tm;
+  attn_timing_init(&tm, c->rt->threads);
+  attn_timing_stats st;
+  memset(&st, 0, sizeof st);
+  int rc = ATTN_OK, min_reps = c->reps;
+  double spent = 0;
+  note_load(c);
+  for (;;) {
+    double ms = 0, delay = -1;
+    rc = run_once(c, plan, &sp, &ms, &delay);
+    if (rc != ATTN_OK) break;
+    if (attn_timing_add(&tm, ms, delay) != 0) {
+      rc = attn_fail(c->rt, ATTN_ENOMEM, "out of memory for timings");
+      break;
+    }
+    spent += ms / 1e3;
+    if (tm.count == 1 && ms > 2000.0 && min_reps > 3) min_reps = 3;
+    attn_timing_stats_of(&tm, &st);
+    if (attn_timing_enough(&tm, &st, c->rel_tol, min_reps, spent, c->cap_s) && tm.count >= (min_reps < 3 ? min_reps : 3))
+      break;
+  }
+  note_load(c);
+  if (rc == ATTN_OK) fill_timing(c, &st, r);
+  attn_timing_free(&tm);
+  attn_sched_close(&sp);
+  return rc;
 }
 
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
@@ -229,7 +288,7 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   attn_plan *plan = NULL;
   int rc = attn_plan_create_spec(rt, &c->p, s, 0, "tuning", &plan);
   if (rc != ATTN_OK) {
-    set_status(r, status_for(rc), attn_last_error(rt));
+    set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
     return;
   }
   if (!c->ref && make_reference(c) != ATTN_OK) {
@@ -251,33 +310,15 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   const int exact = s->algo != ATTN_ALGO_LOWRANK;
   const int wrong = !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0));
 
-  if (cuda) {
-    rc = time_cuda(c, plan, &r->time_ms);
-    if (rc != ATTN_OK) {
-      set_status(r, "error", attn_last_error(rt));
-      attn_plan_destroy(plan);
-      return;
-    }
-  }
-  double times[64];
-  int reps = cuda ? 0 : c->reps > 64 ? 64 : c->reps;
-  for (int i = 0; i < reps; i++) {
-    a = kargs(c, c->next_set);
-    c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 1;
-    double t0 = now_ms();
-    rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
-    times[i] = now_ms() - t0;
-    if (rc != ATTN_OK) {
-      set_status(r, "error", attn_last_error(rt));
-      attn_plan_destroy(plan);
-      return;
-    }
-    /* A slow configuration is not worth many repetitions: three show its median. */
-    if (i == 0 && times[0] > 2000.0 && reps > 3) reps = 3;
-  }
-  if (!cuda) {
-    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
-    r->time_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  /* A wrong kernel is never chosen: a few repetitions show its time without spending the cap on it. */
+  const double cap = c->cap_s;
+  if (wrong) c->cap_s = 0;
+  rc = time_plan(c, plan, r);
+  c->cap_s = cap;
+  if (rc != ATTN_OK) {
+    set_status(r, "error", attn_last_error(rt));
+    attn_plan_destroy(plan);
+    return;
   }
   attn_plan_destroy(plan);
 
@@ -301,6 +342,77 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   } else {
     set_status(r, "ok", "");
   }
+}
+
+int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, double cap_s, attn_meas_result *out) {
+  attn_runtime *rt = c->rt;
+  char err[256];
+  attn_plan **plans = calloc((size_t)(count > 0 ? count : 1), sizeof *plans);
+  attn_timing *tm = calloc((size_t)(count > 0 ? count : 1), sizeof *tm);
+  attn_timing_stats *st = calloc((size_t)(count > 0 ? count : 1), sizeof *st);
+  int rc = plans && tm && st ? ATTN_OK : ATTN_ENOMEM;
+  for (int i = 0; i < count; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    set_status(&out[i], "error", rc == ATTN_OK ? "" : "out of memory");
+  }
+  if (rc == ATTN_OK && (ensure_inputs(c, err, sizeof err) != ATTN_OK ||
+                        (rt->target == ATTN_TARGET_CUDA && ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))
+    rc = ATTN_ENOMEM;
+  /* Plans (compiled before, so from the cache) and one warm-up run each. */
+  for (int i = 0; i < count && rc == ATTN_OK; i++) {
+    attn_timing_init(&tm[i], rt->threads);
+    double ms, delay;
+    attn_sched_probe none = {.count = 0};
+    if ((rc = attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK ||
+        (rc = run_once(c, plans[i], &none, &ms, &delay)) != ATTN_OK)
+      set_status(&out[i], "error", attn_last_error(rt));
+  }
+  attn_sched_probe sp = {.count = 0};
+  if (rc == ATTN_OK && rt->target == ATTN_TARGET_CPU) attn_sched_open(&sp);
+  note_load(c);
+  double spent = 0;
+  int min_rounds = c->reps;
+  for (int round = 0; rc == ATTN_OK; round++) {
+    for (int j = 0; j < count && rc == ATTN_OK; j++) {
+      const int i = (round + j) % count; /* no configuration always runs after the same other one */
+      double ms = 0, delay = -1;
+      if ((rc = run_once(c, plans[i], &sp, &ms, &delay)) != ATTN_OK) {
+        set_status(&out[i], "error", attn_last_error(rt));
+        break;
+      }
+      if (attn_timing_add(&tm[i], ms, delay) != 0) {
+        rc = ATTN_ENOMEM;
+        set_status(&out[i], "error", "out of memory for timings");
+        break;
+      }
+      spent += ms / 1e3;
+    }
+    if (rc != ATTN_OK) break;
+    int all = 1;
+    for (int i = 0; i < count; i++) {
+      attn_timing_stats_of(&tm[i], &st[i]);
+      /* every configuration's own cap is the round's: the round ends together */
+      all &= attn_timing_enough(&tm[i], &st[i], c->rel_tol, c->reps, spent, cap_s);
+    }
+    /* The cap never cuts the round below the minimum repetitions (three for runs over 2 s): a median without an
+     * interval could not replace the default. */
+    if (round == 0 && spent > 2.0 * count && min_rounds > 3) min_rounds = 3;
+    if (round + 1 >= min_rounds && (all || spent >= cap_s)) break;
+  }
+  note_load(c);
+  for (int i = 0; i < count && rc == ATTN_OK; i++) {
+    fill_timing(c, &st[i], &out[i]);
+    set_status(&out[i], "ok", "");
+  }
+  attn_sched_close(&sp);
+  for (int i = 0; i < count; i++) {
+    if (plans) attn_plan_destroy(plans[i]);
+    if (tm) attn_timing_free(&tm[i]);
+  }
+  free(plans);
+  free(tm);
+  free(st);
+  return rc;
 }
 
 int attn_meas_precompile(const attn_runtime *rt, const attn_spec *s) {

@@ -1,17 +1,26 @@
-/* measure.h: one measurement of one configuration on one problem (on the CPU, or on the CUDA device present): compile (through the runtime), check against the
- * fp64 reference on fresh random inputs with a poisoned output, time (warm-up, median of repetitions rotating among
- * input buffers that together exceed the last-level cache), and count I/O with the counting build. Never fatal:
- * every failure becomes a status with a message. */
+/* measure.h: the one timing harness of tune, bench's tuned side and Lua's tune.evaluate. One measurement of one
+ * configuration on one problem (on the CPU, or on the CUDA device present): compile (through the runtime), check
+ * against the fp64 reference on fresh random inputs with a poisoned output, time (warm-up, then repetitions rotating
+ * among input buffers that together exceed the last-level cache until the median is known within a few percent or a
+ * time cap is spent; statistics in timing.h), and count I/O with the counting build. The finalist round re-times a
+ * few configurations interleaved, round after round, in one process. Never fatal: every failure becomes a status
+ * with a message. */
 #ifndef ATTN_MEASURE_H
 #define ATTN_MEASURE_H
 
 #include <stddef.h>
 #include "internal.h"
+#include "timing.h"
 
 typedef struct attn_meas_ctx {
   attn_runtime *rt;
   attn_problem p;              /* normalised */
-  int reps;                    /* timed repetitions (median) */
+  int reps;                    /* minimum timed repetitions */
+  double rel_tol;              /* stop once the median's 95% interval is within this fraction of it */
+  double cap_s;                /* ... or after this much timed running per configuration */
+  double load;                 /* other processes' CPU use (cores) over the latest window of >= 0.25 s; -1 unknown */
+  double load_t0;              /* that window's start */
+  attn_load_probe load_probe;
   size_t q_count, kv_count, o_count, set_count; /* floats per tensor, per input set (q, k, v) */
   float *arena;                /* sets of inputs, set 0 is the checked one */
   int sets, next_set;
@@ -26,15 +35,24 @@ typedef struct attn_meas_ctx {
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {
-  char status[16];             /* "ok" | "wrong" | "compile_error" | "invalid" | "error" */
-  double time_ms;              /* median; 0 unless ok/wrong */
+  char status[16];             /* "ok" | "wrong" | "compile_error" | "invalid" | "error" (environmental: retried) */
+  double time_ms;              /* the median (timing.h); 0 unless ok/wrong */
+  double iqr_ms, ci_rel;       /* its spread and the relative half-width of its 95% interval */
+  int reps, clean;             /* timed repetitions, and those no other process delayed */
+  double load;                 /* other processes' CPU use meanwhile, in cores; -1 unknown */
+  const char *method;          /* how the median was taken: "clean", "corrected", "wall", "events" (CUDA) */
   double error;                /* relative Frobenius error vs fp64 (INFINITY: NaN/Inf in the output) */
   unsigned long long reads, writes; /* entries, from the counting build */
   int have_io;
   char message[4096];          /* one line, or the compiler's log for compile_error */
 } attn_meas_result;
 
-/* reps <= 0: 5. ATTN_OK, or an error code with err (out of memory, problem invalid for the runtime). */
+#define ATTN_MEAS_MIN_REPS 5
+#define ATTN_MEAS_REL_TOL 0.02
+#define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening */
+#define ATTN_MEAS_FINAL_CAP_S 4.0  /* per finalist round */
+
+/* reps <= 0: ATTN_MEAS_MIN_REPS. ATTN_OK, or an error code with err (out of memory, problem invalid for the runtime). */
 int  attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, int reps, char *err, size_t errlen);
 void attn_meas_free(attn_meas_ctx *c);
 
@@ -43,6 +61,13 @@ double attn_meas_exact_tolerance(attn_dtype t);
 
 /* Measures s on the context's problem into *r (status and message always set). */
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r);
+
+/* The finalist round: the configurations (each measured and ok before) re-timed interleaved, one run of each per
+ * round in a rotating order, for at least the context's minimum repetitions (three for runs over 2 s) and then until
+ * every median is known within rel_tol or cap_s is spent; out[i] gets status and the
+ * timing fields (error and I/O are the caller's from the earlier measurement). ATTN_OK, or an error code when no
+ * timing could be made (out[i].status says which failed). */
+int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, double cap_s, attn_meas_result *out);
 
 /* Compiles s (and its counting build) into the runtime's cache without running it, so that a later attn_measure
  * finds it compiled; safe to call from several threads at once (each uses its own runtime copy). */

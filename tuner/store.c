@@ -8,6 +8,7 @@
 struct attn_store {
   attn_db *db;
   long long device_id, run_id;
+  int threads;
   char device[256];
 };
 
@@ -46,7 +47,14 @@ void attn_store_end(attn_store *st, int interrupted) {
   if (st && st->run_id) attn_db_run_end(st->db, st->run_id, interrupted ? "interrupted" : "done");
 }
 
-/* The row's key: problem shape, kernel, device, provenance. */
+void attn_store_set_threads(attn_store *st, int threads) { st->threads = threads > 0 ? threads : 0; }
+
+/* Statuses a kernel earns itself; the others are the environment's and are measured again. */
+static int final_status(const char *s) {
+  return !strcmp(s, "ok") || !strcmp(s, "wrong") || !strcmp(s, "compile_error") || !strcmp(s, "invalid");
+}
+
+/* The row's key: problem shape, kernel, device, threads, provenance. */
 static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                     attn_db_meas *m, char *spec, size_t speclen) {
   memset(m, 0, sizeof *m);
@@ -66,6 +74,7 @@ static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, c
   m->dtype = p->dtype;
   m->causal = p->causal;
   m->provenance = provenance;
+  m->threads = st->threads;
   return ATTN_OK;
 }
 
@@ -79,11 +88,12 @@ int attn_store_find(attn_store *st, const attn_problem *p, const attn_spec *s, c
   }
   attn_db_meas got;
   memset(&got, 0, sizeof got);
-  int rc = attn_db_meas_exists(st->db, &m, prev ? &got : NULL);
+  int rc = attn_db_meas_exists(st->db, &m, &got);
   if (rc < 0) {
     snprintf(err, errlen, "%s", attn_db_errmsg(st->db));
     return -1;
   }
+  if (rc > 0 && !final_status(got.status_buf)) return 0;
   if (rc > 0 && prev) {
     memset(prev, 0, sizeof *prev);
     snprintf(prev->status, sizeof prev->status, "%s", got.status_buf);
@@ -93,6 +103,13 @@ int attn_store_find(attn_store *st, const attn_problem *p, const attn_spec *s, c
     prev->writes = got.writes;
     prev->io = got.reads >= 0 && got.writes >= 0 ? (double)(got.reads + got.writes) : -1;
     snprintf(prev->message, sizeof prev->message, "%s", got.log_buf);
+    prev->reps = got.reps;
+    prev->iqr_ms = got.iqr_ms;
+    prev->ci_rel = -1;
+    prev->load = got.load;
+    prev->final = got.final;
+    prev->is_default = got.is_default;
+    prev->chosen = got.chosen;
   }
   return rc > 0;
 }
@@ -110,8 +127,23 @@ int attn_store_put(attn_store *st, const attn_problem *p, const attn_spec *s, co
     m.reads = e->reads;
     m.writes = e->writes;
     m.log = e->message;
+    m.reps = e->reps;
+    m.iqr_ms = e->reps > 0 ? e->iqr_ms : -1;
+    m.load = e->load;
+    m.final = e->final;
+    m.is_default = e->is_default;
     rc = attn_db_meas_put(st->db, &m);
   }
+  if (rc != ATTN_OK) snprintf(err, errlen, "%s", attn_db_errmsg(st->db));
+  return rc;
+}
+
+int attn_store_choose(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance, char *err,
+                      size_t errlen) {
+  attn_db_meas m;
+  char spec[512];
+  int rc = fill_key(st, p, s, provenance, &m, spec, sizeof spec);
+  if (rc == ATTN_OK) rc = attn_db_meas_choose(st->db, &m);
   if (rc != ATTN_OK) snprintf(err, errlen, "%s", attn_db_errmsg(st->db));
   return rc;
 }

@@ -18,14 +18,21 @@ void attn_store_close(attn_store *st);
 int attn_store_begin(attn_store *st, const char *device, const char *device_json, const char *command, char *err,
                      size_t errlen);
 void attn_store_end(attn_store *st, int interrupted);
+/* The CPU threads the rows of this run are measured on (part of their key); 0 (the default) for a GPU or the model. */
+void attn_store_set_threads(attn_store *st, int threads);
 
 /* 1 when a row for (problem, spec, provenance) is stored, with its result in *prev (when not NULL); 0 when not;
- * negative on a database error (err says why). */
+ * negative on a database error (err says why). A row whose failure the environment caused (status "error",
+ * "launch_error", "skipped") counts as not stored: the next run measures it again. */
 int attn_store_find(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                     attn_eval *prev, char *err, size_t errlen);
 
 /* Stores one row (committed before it returns). */
 int attn_store_put(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                    const attn_eval *e, char *err, size_t errlen);
+
+/* Marks the stored row of (problem, spec, provenance) as the finalist round's choice for the problem. */
+int attn_store_choose(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance, char *err,
+                      size_t errlen);
 
 #endif

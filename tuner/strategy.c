@@ -36,6 +36,7 @@ int attn_tuner_stopped(const attn_tuner *t) { return t->stop && *t->stop; }
 static void set(attn_eval *e, const char *status, const char *msg) {
   memset(e, 0, sizeof *e);
   e->error = -1;
+  e->iqr_ms = e->ci_rel = e->load = -1;
   e->io = -1;
   e->reads = e->writes = -1;
   snprintf(e->status, sizeof e->status, "%s", status);

@@ -15,6 +15,13 @@ typedef struct attn_eval {
   double io;            /* entries moved (reads + writes); -1 when unknown */
   long long reads, writes; /* the same, apart; -1 when unknown */
   char message[512];
+  /* how time_ms was measured (measure.h): 0 / -1 when not measured (model rows, older rows) */
+  int reps, clean;      /* timed repetitions; those no other process delayed */
+  double iqr_ms, ci_rel;/* spread of the repetitions; half-width of the median's 95% interval, relative */
+  double load;          /* other processes' CPU use meanwhile, in cores; -1 unknown */
+  int final;            /* time_ms is from the finalist round */
+  int is_default;       /* the untuned default configuration of the problem */
+  int chosen;           /* stored as the finalist round's choice (read back from the database) */
 } attn_eval;
 
 typedef struct attn_tuner attn_tuner;
