@@ -155,6 +155,14 @@ typedef struct tune_opts {
   double tolerance;
 } tune_opts;
 
+/* A problem's finalist-round result, timed once more at the end of the run (confirm_pass). */
+typedef struct confirm_item {
+  attn_problem p;
+  attn_spec spec[2];      /* the chosen configuration and, when it is another one, the default */
+  attn_eval eval[2];
+  int count;
+} confirm_item;
+
 typedef struct tune_state {
   tune_opts *o;
   attn_store *store;
@@ -174,6 +182,8 @@ typedef struct tune_state {
   int db_error;
   char db_err[512];
   int fresh;              /* evaluations of this problem measured now (not found stored) */
+  struct confirm_item *confirm; /* problems whose finalist round ran now, for the confirmation pass */
+  int nconfirm, confirm_cap;
   char default_spec[512]; /* canonical text of the problem's untuned default ("" in model mode) */
 } tune_state;
 
@@ -459,7 +469,70 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
   *best = specs[pick];
   *best_eval = evals[pick];
   best_eval->chosen = 1;
+  if (count > 1) {
+    if (ts->nconfirm == ts->confirm_cap) {
+      int cap = ts->confirm_cap ? 2 * ts->confirm_cap : 16;
+      confirm_item *c = realloc(ts->confirm, sizeof *c * (size_t)cap);
+      if (!c) return 0; /* the confirmation is a refinement: without memory for it the round's result stands */
+      ts->confirm = c;
+      ts->confirm_cap = cap;
+    }
+    confirm_item *c = &ts->confirm[ts->nconfirm++];
+    c->p = ts->prob;
+    c->count = 0;
+    c->spec[c->count] = specs[pick];
+    c->eval[c->count++] = evals[pick];
+    if (def >= 0 && def != pick) {
+      c->spec[c->count] = specs[def];
+      c->eval[c->count++] = evals[def];
+    }
+  }
   return 0;
+}
+
+/* The confirmation pass: at the end of the run, each problem's chosen configuration and default are timed once more,
+ * interleaved. A slowdown of the whole machine (another guest on the host, a frequency drop) that the run delay does
+ * not show slows every configuration of a round alike: the decision stands, but the stored times would carry it.
+ * Such slowdowns only ever add time, so each row keeps the lower of its two estimates, taken minutes apart. */
+static void confirm_pass(tune_state *ts) {
+  if (ts->nconfirm == 0 || g_stop || ts->db_error) return;
+  printf("confirmation: timing the chosen and default configurations of %d problem%s again\n", ts->nconfirm,
+         ts->nconfirm > 1 ? "s" : "");
+  char err[512];
+  for (int k = 0; k < ts->nconfirm && !g_stop && !ts->db_error; k++) {
+    confirm_item *c = &ts->confirm[k];
+    ts->prob = c->p;
+    if (attn_meas_init(&ts->meas, ts->rt, &c->p, ts->o->reps, err, sizeof err) != ATTN_OK) continue;
+    attn_meas_result res[2];
+    int rc = attn_meas_finalists(&ts->meas, c->spec, c->count, ATTN_MEAS_FINAL_CAP_S / 2, res);
+    attn_meas_free(&ts->meas);
+    if (rc != ATTN_OK) continue;
+    char kv[32] = "";
+    if (c->p.n_kv != c->p.n) snprintf(kv, sizeof kv, " n_kv=%d", c->p.n_kv);
+    printf("  n=%d%s d=%d causal=%d:", c->p.n, kv, c->p.d, c->p.causal);
+    for (int i = 0; i < c->count; i++) {
+      attn_eval *e = &c->eval[i];
+      const int lower = strcmp(res[i].status, "ok") == 0 && res[i].time_ms > 0 && res[i].time_ms < e->time_ms;
+      printf(" %s %.4g ms then %.4g ms%s", i ? "; default" : "chosen", e->time_ms, res[i].time_ms,
+             lower ? " (kept the later)" : "");
+      if (!lower) continue;
+      e->time_ms = res[i].time_ms;
+      e->reps = res[i].reps;
+      e->clean = res[i].clean;
+      e->iqr_ms = res[i].iqr_ms;
+      e->ci_rel = res[i].ci_rel;
+      e->load = res[i].load;
+      /* a put replaces the row: the choice is marked again */
+      if (attn_store_put(ts->store, &c->p, &c->spec[i], ts->provenance, e, err, sizeof err) != ATTN_OK ||
+          (i == 0 && attn_store_choose(ts->store, &c->p, &c->spec[0], ts->provenance, err, sizeof err) != ATTN_OK)) {
+        ts->db_error = 1;
+        snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+        break;
+      }
+    }
+    printf("\n");
+    fflush(stdout);
+  }
 }
 
 int attn_cmd_tune(int argc, char **argv) {
@@ -828,6 +901,8 @@ int attn_cmd_tune(int argc, char **argv) {
         }
       }
   }
+  if (!ts.model) confirm_pass(&ts);
+  free(ts.confirm);
   sigaction(SIGINT, &old_sa, NULL);
   attn_store_end(store, g_stop == 1);
   for (int k = 0; k < nspaces; k++) attn_space_free(&spaces[k]);

@@ -51,7 +51,8 @@ int attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, in
 static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (c->arena) return ATTN_OK;
   const attn_problem *q = &c->p;
-  /* Enough sets that round-robin use touches more than the last-level cache between two uses of one set. */
+  /* Enough sets that round-robin use touches more than the last-level cache between two uses of one set: the
+   * other sets - 1 of them - hold at least 1.25x the cache. */
   const double set_bytes = 4.0 * (double)c->set_count, want = 1.25 * attn_cpu_llc_bytes();
   double sets = ceil(want / set_bytes) + 1;
   if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
@@ -210,7 +211,7 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
                          c->dev_out, NULL, ms);
   }
   attn_kargs a = kargs(c, c->next_set);
-  c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 1;
+  c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
   int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
   *ms = now_ms() - t0;
