@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 extern const char attn_schema_sql[]; /* schema.sql, embedded by CMake */
 
@@ -103,6 +104,10 @@ static const char migration4[] =
     "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
     "WHERE pos = 1;\n";
 
+/* 5: the content hash of every artifact, checked before its bytes are handed out (db.h). Rows from before have
+ * none and are never handed out: the kernel is compiled again and stored with one. */
+static const char migration5[] = "ALTER TABLE artifacts ADD COLUMN sha256 TEXT;\n";
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
@@ -111,6 +116,7 @@ static const struct {
     {migration2, "PRAGMA user_version = 2"},
     {migration3, "PRAGMA user_version = 3"},
     {migration4, "PRAGMA user_version = 4"},
+    {migration5, "PRAGMA user_version = 5"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -122,7 +128,7 @@ static const struct {
 
 enum {
   S_BEGIN, S_COMMIT, S_ROLLBACK, S_VERSION,
-  S_LOOKUP, S_ART_PUT, S_ART_GET,
+  S_LOOKUP, S_ART_PUT, S_ART_GET, S_ART_DIGEST,
   S_DEV_GET, S_DEV_UPSERT, S_DEV_PUT, S_DEV_ALL,
   S_KER_GET, S_KER_UPSERT,
   S_RUN_BEGIN, S_RUN_END, S_RUN_FIND, S_RUN_PUT, S_RUN_ALL,
@@ -160,9 +166,12 @@ static const char *const sql_text[S_COUNT] = {
         "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
         "n, n_kv, batch * heads, heads_kv, batch, threads, later, "
         "time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id LIMIT 1",
-    [S_ART_PUT] =
-        "INSERT OR REPLACE INTO artifacts(source_hash, compiler, flags, arch, blob) VALUES (?1, ?2, ?3, ?4, ?5)",
-    [S_ART_GET] = "SELECT blob FROM artifacts WHERE source_hash = ?1 AND compiler = ?2 AND flags = ?3 AND arch = ?4",
+    [S_ART_PUT] = "INSERT OR REPLACE INTO artifacts(source_hash, compiler, flags, arch, blob, sha256) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_ART_GET] = "SELECT blob, sha256 FROM artifacts WHERE source_hash = ?1 AND compiler = ?2 AND flags = ?3 "
+                  "AND arch = ?4",
+    [S_ART_DIGEST] = "SELECT sha256 FROM artifacts WHERE source_hash = ?1 AND compiler = ?2 AND flags = ?3 "
+                     "AND arch = ?4 AND sha256 IS NOT NULL",
     [S_DEV_GET] = "SELECT id FROM devices WHERE name = ?1",
     /* kind from the description's "kind" (cpu, else a GPU), or from the name; arch from its "arch" */
     [S_DEV_UPSERT] =
@@ -413,15 +422,195 @@ static int env_timeout_ms(void) {
   return 5000;
 }
 
-int attn_db_open(const char *path, int create, attn_db **out, char *err, size_t errlen) {
+/* ---- read-only opens and the integrity check */
+
+/* 1 when this process may write path and the directory holding it: a writer also creates -wal and -shm (or a
+ * rollback journal) beside the file. */
+static int can_write(const char *path) {
+  if (access(path, W_OK) != 0) return 0;
+  const char *slash = strrchr(path, '/');
+  if (!slash) return access(".", W_OK) == 0;
+  char dir[4096];
+  size_t l = slash == path ? 1 : (size_t)(slash - path);
+  if (l >= sizeof dir) return 0;
+  memcpy(dir, path, l);
+  dir[l] = '\0';
+  return access(dir, W_OK) == 0;
+}
+
+/* path as a "file:" URI with ?immutable=1 (bytes other than [A-Za-z0-9/._~-] percent-encoded); 0, or -1 if too long. */
+static int immutable_uri(const char *path, char *buf, size_t len) {
+  static const char hex[] = "0123456789ABCDEF";
+  /* "file:///abs": an empty authority, so that a path starting with "//" is not read as a host */
+  int k = snprintf(buf, len, "%s", path[0] == '/' ? "file://" : "file:");
+  if (k < 0 || (size_t)k >= len) return -1;
+  size_t n = (size_t)k;
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("/._~-", *p);
+    if (n + 4 >= len) return -1;
+    if (plain) buf[n++] = (char)*p;
+    else {
+      buf[n++] = '%';
+      buf[n++] = hex[*p >> 4];
+      buf[n++] = hex[*p & 15];
+    }
+  }
+  buf[n] = '\0';
+  k = snprintf(buf + n, len - n, "?immutable=1");
+  return k >= 0 && (size_t)k < len - n ? 0 : -1;
+}
+
+/* The settings every connection gets. */
+static int setup_handle(attn_db *db) {
+  sqlite3_extended_result_codes(db->h, 1);
+  sqlite3_busy_timeout(db->h, db->timeout_ms);
+  if (sqlite3_create_function(db->h, "attn_logdist", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, logdist_fn, NULL,
+                              NULL) != SQLITE_OK)
+    return sqlfail(db, "registering attn_logdist");
+  return ATTN_OK;
+}
+
+/* Closes the connection (and its statements) so that another can replace it. */
+static void drop_handle(attn_db *db) {
+  for (int i = 0; i < S_COUNT; i++) {
+    sqlite3_finalize(db->st[i]);
+    db->st[i] = NULL;
+  }
+  sqlite3_close(db->h);
+  db->h = NULL;
+}
+
+/* ATTN_DB_READONLY (db.h): no journal-mode switch, no migration; an older schema is ATTN_EUNSUPPORTED. */
+static int open_readonly(attn_db *db, const char *path) {
+  if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+    return sqlfail(db, "open");
+  int v = 0, rc = setup_handle(db);
+  if (rc == ATTN_OK) rc = read_version(db, &v);
+  if (rc != ATTN_OK && db->h && sqlite3_extended_errcode(db->h) == SQLITE_READONLY_DIRECTORY) {
+    /* WAL, and no -shm can be made in this directory. Without a -wal holding changes the file alone is the whole
+     * database, and immutable=1 reads it without the shared memory (db.h says what that costs). */
+    char wal[4200], uri[16384];
+    struct stat ws;
+    if (snprintf(wal, sizeof wal, "%s-wal", path) >= (int)sizeof wal) return fail(db, ATTN_EDB, "path too long");
+    int no_changes = stat(wal, &ws) != 0 ? errno == ENOENT : ws.st_size == 0;
+    if (!no_changes)
+      return fail(db, ATTN_EDB, "%s holds changes, and no shared-memory file (-shm) can be made beside it (the "
+                  "directory is not writable): open it once with a writer to fold them in", wal);
+    if (immutable_uri(path, uri, sizeof uri) != 0) return fail(db, ATTN_EDB, "path too long");
+    drop_handle(db);
+    if (sqlite3_open_v2(uri, &db->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, NULL) !=
+        SQLITE_OK)
+      return sqlfail(db, "open");
+    rc = setup_handle(db);
+    if (rc == ATTN_OK) rc = read_version(db, &v);
+  }
+  if (rc != ATTN_OK) return rc;
+  if (v < ATTN_DB_VERSION)
+    return fail(db, ATTN_EUNSUPPORTED, "schema version %d is older than this build's %d; open it once with a writer "
+                "(attntune tune/import) to migrate", v, ATTN_DB_VERSION);
+  if (v > ATTN_DB_VERSION)
+    return fail(db, ATTN_EDB, "schema version %d is newer than this build understands (%d)", v, ATTN_DB_VERSION);
+  return ATTN_OK;
+}
+
+/* Files that passed quick_check in this process, by (device, inode, size, mtime): a writer that reopens a file it
+ * checked (the tuner's compile workers) pays once, and any change to the file is checked again. */
+typedef struct {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+} checked_file;
+static pthread_mutex_t checked_mu = PTHREAD_MUTEX_INITIALIZER;
+static checked_file checked[32];
+static unsigned nchecked;
+
+static int same_file(const checked_file *c, const struct stat *sb) {
+  return c->dev == sb->st_dev && c->ino == sb->st_ino && c->size == sb->st_size &&
+         c->mtime.tv_sec == sb->st_mtim.tv_sec && c->mtime.tv_nsec == sb->st_mtim.tv_nsec;
+}
+
+static int was_checked(const struct stat *sb) {
+  pthread_mutex_lock(&checked_mu);
+  int hit = 0;
+  for (unsigned i = 0; i < nchecked && i < sizeof checked / sizeof checked[0] && !hit; i++)
+    hit = same_file(&checked[i], sb);
+  pthread_mutex_unlock(&checked_mu);
+  return hit;
+}
+
+static void note_checked(const struct stat *sb) {
+  pthread_mutex_lock(&checked_mu);
+  checked_file *c = &checked[nchecked++ % (sizeof checked / sizeof checked[0])];
+  c->dev = sb->st_dev;
+  c->ino = sb->st_ino;
+  c->size = sb->st_size;
+  c->mtime = sb->st_mtim;
+  pthread_mutex_unlock(&checked_mu);
+}
+
+/* PRAGMA quick_check(1): "ok", or the first complaint (a damaged page, a broken CHECK constraint), on one line. */
+static int quick_check(attn_db *db) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db->h, "PRAGMA quick_check(1)", -1, &s, NULL) != SQLITE_OK) {
+    sqlite3_finalize(s);
+    return fail(db, ATTN_EDB, "damaged database (PRAGMA quick_check: %s); restore it from a copy, or export what "
+                "still reads", sqlite3_errmsg(db->h));
+  }
+  double t0 = now_ms();
+  int src;
+  while (((src = sqlite3_step(s)) & 0xff) == SQLITE_BUSY && now_ms() - t0 < db->timeout_ms) {
+    sqlite3_reset(s);
+    nap_ms(10);
+  }
+  int rc = ATTN_OK;
+  char why[512];
+  why[0] = '\0';
+  if (src == SQLITE_ROW) {
+    const char *t = (const char *)sqlite3_column_text(s, 0);
+    if (!t || strcmp(t, "ok") != 0) snprintf(why, sizeof why, "%s", t ? t : "no answer");
+  } else if ((src & 0xff) == SQLITE_BUSY) {
+    rc = fail(db, ATTN_EDB, "database is locked: the integrity check waited past the busy timeout (%d ms)",
+              db->timeout_ms);
+  } else {
+    snprintf(why, sizeof why, "%s", sqlite3_errmsg(db->h));
+  }
+  sqlite3_finalize(s);
+  if (why[0]) {
+    /* one line: drop SQLite's "*** in database main ***" heading, newlines to "; " */
+    const char *w = why;
+    static const char head[] = "*** in database main ***";
+    if (strncmp(w, head, sizeof head - 1) == 0) w += sizeof head - 1;
+    while (*w == '\n' || *w == ' ') w++;
+    char flat[512];
+    size_t k = 0;
+    for (; *w && k + 3 < sizeof flat; w++) {
+      if (*w == '\n') {
+        flat[k++] = ';';
+        flat[k++] = ' ';
+      } else {
+        flat[k++] = *w;
+      }
+    }
+    flat[k] = '\0';
+    rc = fail(db, ATTN_EDB, "damaged database (PRAGMA quick_check: %s); restore it from a copy, or export what "
+              "still reads", flat);
+  }
+  return rc;
+}
+
+int attn_db_open_ex(const char *path, int flags, attn_db **out, char *err, size_t errlen) {
   if (out) *out = NULL;
   if (err && errlen) err[0] = '\0';
   if (!path || !*path || !out) {
     if (err && errlen) snprintf(err, errlen, "attn_db_open: %s is NULL", !out ? "out" : "path");
     return ATTN_EINVAL;
   }
+  int readonly = (flags & ATTN_DB_READONLY) != 0;
+  const int create = (flags & ATTN_DB_CREATE) && !readonly;
   struct stat sb;
-  if (stat(path, &sb) != 0) {
+  int exists = stat(path, &sb) == 0;
+  if (!exists) {
     if (errno != ENOENT) {
       if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
       return ATTN_EDB;
@@ -434,6 +623,10 @@ int attn_db_open(const char *path, int create, attn_db **out, char *err, size_t 
     if (err && errlen) snprintf(err, errlen, "%s: is a directory, not a database", path);
     return ATTN_EDB;
   }
+  /* readers do not pay for the check unless asked (merge's sources); one that cannot write reads read-only (db.h) */
+  int check = !readonly && exists &&
+              ((flags & ATTN_DB_CHECK) || (!(flags & ATTN_DB_READER) && (long long)sb.st_size <= ATTN_DB_CHECK_MAX));
+  if ((flags & ATTN_DB_READER) && exists && !can_write(path)) readonly = 1;
   attn_db *db = calloc(1, sizeof *db);
   if (!db) {
     if (err && errlen) snprintf(err, errlen, "out of memory");
@@ -441,20 +634,34 @@ int attn_db_open(const char *path, int create, attn_db **out, char *err, size_t 
   }
   pthread_mutex_init(&db->mu, NULL);
   db->timeout_ms = env_timeout_ms();
-  int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
   int rc = ATTN_OK;
-  if (sqlite3_open_v2(path, &db->h, flags, NULL) != SQLITE_OK) {
+  if (readonly) {
+    rc = open_readonly(db, path);
+    if (rc == ATTN_OK && (flags & ATTN_DB_CHECK) && !was_checked(&sb)) {
+      rc = quick_check(db);
+      if (rc == ATTN_OK) note_checked(&sb);
+    }
+  } else if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) |
+                             SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     rc = sqlfail(db, "open");
   } else {
-    sqlite3_extended_result_codes(db->h, 1);
-    sqlite3_busy_timeout(db->h, db->timeout_ms);
-    if (sqlite3_create_function(db->h, "attn_logdist", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, logdist_fn, NULL,
-                                NULL) != SQLITE_OK)
-      rc = sqlfail(db, "registering attn_logdist");
+    rc = setup_handle(db);
     /* journal_mode is the first statement that reads the file: "file is not a database" or a lock shows here */
     if (rc == ATTN_OK) rc = exec_retry(db, "PRAGMA journal_mode = WAL");
     if (rc == ATTN_OK) rc = exec_retry(db, "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL");
+    /* before migrating: a damaged file is neither migrated nor written */
+    if (rc == ATTN_OK && check && !was_checked(&sb)) {
+      rc = quick_check(db);
+      if (rc == ATTN_OK) note_checked(&sb);
+    }
     if (rc == ATTN_OK) rc = migrate(db);
+    if (rc != ATTN_OK && (sqlite3_extended_errcode(db->h) & 0xff) == SQLITE_READONLY) {
+      /* SQLite's "attempt to write a readonly database" does not say what to do */
+      char why[sizeof db->err];
+      memcpy(why, db->err, sizeof why);
+      rc = fail(db, ATTN_EDB, "%s (a writer needs to write the file and its directory; show, export and the runtime "
+                "can read it)", why);
+    }
   }
   if (rc != ATTN_OK) {
     if (err && errlen) snprintf(err, errlen, "%s: %s", path, db->err);
@@ -464,6 +671,12 @@ int attn_db_open(const char *path, int create, attn_db **out, char *err, size_t 
   *out = db;
   return ATTN_OK;
 }
+
+int attn_db_open(const char *path, int create, attn_db **out, char *err, size_t errlen) {
+  return attn_db_open_ex(path, create ? ATTN_DB_CREATE : 0, out, err, errlen);
+}
+
+int attn_db_readonly(attn_db *db) { return !db || !db->h || sqlite3_db_readonly(db->h, "main") != 0; }
 
 void attn_db_close(attn_db *db) {
   if (!db) return;
@@ -588,6 +801,15 @@ int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
 
 /* ---- artifacts */
 
+/* An artifact's key as parameters 1..4 (S_ART_PUT, S_ART_GET, S_ART_DIGEST). */
+static void bind_artifact_key(sqlite3_stmt *s, const char *source_hash, const char *compiler, const char *flags,
+                              const char *arch) {
+  bind_text(s, 1, source_hash);
+  bind_text(s, 2, compiler ? compiler : "");
+  bind_text(s, 3, flags ? flags : "");
+  bind_text(s, 4, arch ? arch : "");
+}
+
 int attn_db_artifact_put(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
                          const char *arch, const void *blob, size_t len) {
   if (!db || !source_hash || (!blob && len)) {
@@ -600,13 +822,13 @@ int attn_db_artifact_put(attn_db *db, const char *source_hash, const char *compi
     sqlite3_stmt *s = stmt(db, S_ART_PUT);
     if (!s) rc = ATTN_EDB;
     else {
-      bind_text(s, 1, source_hash);
-      bind_text(s, 2, compiler ? compiler : "");
-      bind_text(s, 3, flags ? flags : "");
-      bind_text(s, 4, arch ? arch : "");
+      bind_artifact_key(s, source_hash, compiler, flags, arch);
       if (len) sqlite3_bind_blob64(s, 5, blob, (sqlite3_uint64)len, SQLITE_STATIC);
       else sqlite3_bind_zeroblob(s, 5, 0);
-      if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing an artifact");
+      char sha[65];
+      if (attn_sha256_hex(blob, len, sha) != 0) rc = fail(db, ATTN_ERUNTIME, "hashing an artifact failed");
+      else bind_text(s, 6, sha);
+      if (rc == ATTN_OK && sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing an artifact");
       done(s);
     }
     rc = write_end(db, rc);
@@ -627,16 +849,19 @@ int attn_db_artifact_get(attn_db *db, const char *source_hash, const char *compi
   int rc = ATTN_EDB;
   sqlite3_stmt *s = stmt(db, S_ART_GET);
   if (s) {
-    bind_text(s, 1, source_hash);
-    bind_text(s, 2, compiler ? compiler : "");
-    bind_text(s, 3, flags ? flags : "");
-    bind_text(s, 4, arch ? arch : "");
+    bind_artifact_key(s, source_hash, compiler, flags, arch);
     int src = sqlite3_step(s);
     if (src == SQLITE_ROW) {
       const void *p = sqlite3_column_blob(s, 0);
       size_t n = (size_t)sqlite3_column_bytes(s, 0);
-      void *copy = malloc(n ? n : 1);
-      if (!copy) rc = fail(db, ATTN_ENOMEM, "out of memory for an artifact of %zu bytes", n);
+      const char *want = (const char *)sqlite3_column_text(s, 1);
+      char have[65];
+      void *copy = NULL;
+      if (!want) rc = fail(db, ATTN_EUNSUPPORTED, "the stored artifact has no recorded hash");
+      else if (attn_sha256_hex(p, n, have) != 0 || strcmp(have, want) != 0)
+        rc = fail(db, ATTN_EUNSUPPORTED, "the stored artifact does not match its recorded hash");
+      else if (!(copy = malloc(n ? n : 1)))
+        rc = fail(db, ATTN_ENOMEM, "out of memory for an artifact of %zu bytes", n);
       else {
         if (n) memcpy(copy, p, n);
         *blob = copy;
@@ -647,6 +872,33 @@ int attn_db_artifact_get(attn_db *db, const char *source_hash, const char *compi
       rc = fail(db, ATTN_EUNSUPPORTED, "no stored artifact");
     } else {
       rc = sqlfail(db, "reading an artifact");
+    }
+    done(s);
+  }
+  pthread_mutex_unlock(&db->mu);
+  return rc;
+}
+
+int attn_db_artifact_digest(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
+                            const char *arch, char sha256[65]) {
+  sha256[0] = '\0';
+  if (!db || !source_hash) {
+    if (db) fail(db, ATTN_EINVAL, "attn_db_artifact_digest: NULL argument");
+    return ATTN_EINVAL;
+  }
+  pthread_mutex_lock(&db->mu);
+  int rc = ATTN_EDB;
+  sqlite3_stmt *s = stmt(db, S_ART_DIGEST);
+  if (s) {
+    bind_artifact_key(s, source_hash, compiler, flags, arch);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW) {
+      snprintf(sha256, 65, "%s", (const char *)sqlite3_column_text(s, 0));
+      rc = ATTN_OK;
+    } else if (src == SQLITE_DONE) {
+      rc = fail(db, ATTN_EUNSUPPORTED, "no stored artifact");
+    } else {
+      rc = sqlfail(db, "reading an artifact's hash");
     }
     done(s);
   }
@@ -853,6 +1105,31 @@ int attn_db_run_end(attn_db *db, long long run_id, const char *status) {
     }
     rc = write_end(db, rc);
   }
+  pthread_mutex_unlock(&db->mu);
+  return rc;
+}
+
+int attn_db_run_interrupt(attn_db *db, long long run_id, int *changed) {
+  if (changed) *changed = 0;
+  if (!db) return ATTN_EINVAL;
+  pthread_mutex_lock(&db->mu);
+  int rc = write_begin(db), n = 0;
+  if (rc == ATTN_OK) {
+    /* prepared here rather than kept: it runs once per dead run. "still running" in the WHERE: a run that ended
+     * between the caller's look and this update keeps its own status. */
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db->h, "UPDATE runs SET status = 'interrupted' WHERE id = ?1 AND status = 'running'", -1,
+                           &s, NULL) != SQLITE_OK) {
+      rc = sqlfail(db, "prepare");
+    } else {
+      sqlite3_bind_int64(s, 1, run_id);
+      if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "marking a run interrupted");
+      else n = sqlite3_changes(db->h);
+    }
+    sqlite3_finalize(s);
+    rc = write_end(db, rc);
+  }
+  if (changed) *changed = rc == ATTN_OK && n > 0;
   pthread_mutex_unlock(&db->mu);
   return rc;
 }

@@ -20,9 +20,42 @@ typedef struct attn_db attn_db;
 /* Opens (create != 0: creates and migrates) the database. WAL, busy timeout, schema migrated by user_version.
  * create == 0 and no file: ATTN_EDB with "no such database". Not a SQLite file / locked past the timeout:
  * ATTN_EDB with SQLite's message in err. The busy timeout is 5000 ms unless $ATTN_DB_TIMEOUT_MS says otherwise.
- * An existing database at an older schema version is migrated whatever create says. */
+ * An existing database at an older schema version is migrated whatever create says. A writer's open: it needs to
+ * write the file and its directory, and checks the file's integrity first (attn_db_open_ex). */
 int  attn_db_open(const char *path, int create, attn_db **out, char *err, size_t errlen);
 void attn_db_close(attn_db *db);   /* NULL is fine */
+
+/* attn_db_open with a mode: flags or'ed from these. attn_db_open(path, create) is attn_db_open_ex(path,
+ * create ? ATTN_DB_CREATE : 0): a writer's open.
+ *   (none)            a writer: read-write, WAL, migrated, and checked (PRAGMA quick_check) when the file is at most
+ *                     ATTN_DB_CHECK_MAX bytes. A damaged file: ATTN_EDB, "PATH: damaged database (PRAGMA quick_check:
+ *                     SQLite's first complaint); ...". A file passes once per process (by device, inode, size and
+ *                     mtime: a changed file is checked again), so writers that reopen it (compile workers) pay once.
+ *   ATTN_DB_CREATE    a writer that creates a missing file.
+ *   ATTN_DB_CHECK     checks whatever the file's size: a writer (import's target), or with ATTN_DB_READER / _READONLY
+ *                     a reader that checks too (merge's sources, which come from elsewhere).
+ *   ATTN_DB_READONLY  SQLITE_OPEN_READONLY: no journal-mode switch, no migration, no check, no lock beyond reading.
+ *                     Works on a file this process cannot write (another user's 0644 file, read-only media). A WAL
+ *                     database whose directory cannot be written (no -shm can be made) and that has no -wal with
+ *                     changes in it is read as immutable (?immutable=1): nothing locks it, so a writer that starts
+ *                     meanwhile (its owner, who can write the directory) is not seen and may be read half-written;
+ *                     read-only media and read-only shares are the case this serves. A database at an older schema
+ *                     than this build's cannot run this build's queries: ATTN_EUNSUPPORTED with "PATH: schema version
+ *                     N is older than this build's M; open it once with a writer (attntune tune/import) to migrate".
+ *                     Writes through a read-only handle fail with ATTN_EDB ("attempt to write a readonly database").
+ *   ATTN_DB_READER    the runtime, show and export: a writer's open without the check when this process can write
+ *                     the file and its directory (so an older schema is migrated, and the runtime stores compiled
+ *                     artifacts), else ATTN_DB_READONLY (with its ATTN_EUNSUPPORTED for an older schema). attn_open
+ *                     takes that ATTN_EUNSUPPORTED as "no database": it succeeds, plans use the default
+ *                     configurations, and attn_last_error(rt) says why right after the open. */
+#define ATTN_DB_CREATE 1
+#define ATTN_DB_READONLY 2
+#define ATTN_DB_READER 4
+#define ATTN_DB_CHECK 8
+#define ATTN_DB_CHECK_MAX (64LL << 20)
+int  attn_db_open_ex(const char *path, int flags, attn_db **out, char *err, size_t errlen);
+/* 1 when the handle cannot write (opened read-only, or SQLite fell back to reading only); 0 when it can. */
+int  attn_db_readonly(attn_db *db);
 const char *attn_db_errmsg(attn_db *db);
 
 /* The schema version this build writes (PRAGMA user_version after attn_db_open). */
@@ -69,12 +102,20 @@ typedef struct attn_db_best {
  * regime fit (so that the caller can say why the default serves), else 0. */
 int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out);
 
-/* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch. */
+/* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch, each stored with the
+ * SHA-256 of its bytes (schema 5). */
 int attn_db_artifact_put(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
                          const char *arch, const void *blob, size_t len);
-/* ATTN_OK with *blob malloc'd (caller frees); ATTN_EUNSUPPORTED when absent. */
+/* ATTN_OK with *blob malloc'd (caller frees); ATTN_EUNSUPPORTED when absent, or when the stored bytes do not match
+ * their recorded hash or have none (a blob replaced or damaged in the file: never handed out; errmsg says which). */
 int attn_db_artifact_get(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
                          const char *arch, void **blob, size_t *len);
+/* The recorded SHA-256 (64 hex digits) of an artifact, to check a cached copy against: ATTN_OK, or
+ * ATTN_EUNSUPPORTED when no artifact with a recorded hash has that key. */
+int attn_db_artifact_digest(attn_db *db, const char *source_hash, const char *compiler, const char *flags,
+                            const char *arch, char sha256[65]);
+/* SHA-256 of data as 64 lowercase hex digits; 0, or -1 (OpenSSL failed). */
+int attn_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* ---- The tuner's side: devices, kernels, runs, measurements. */
 
@@ -107,6 +148,9 @@ int attn_db_kernel_id(attn_db *db, const char *spec, const char *source_hash, lo
 /* A tuner command: begin returns its id (status 'running'); end records the end time and final status. */
 int attn_db_run_begin(attn_db *db, long long device_id, const char *command, long long *run_id);
 int attn_db_run_end(attn_db *db, long long run_id, const char *status);
+/* Marks a run whose process died as 'interrupted' (ended stays unknown), only while it is still 'running': a run that
+ * ended meanwhile keeps its own status. *changed (may be NULL): 1 when the row changed. */
+int attn_db_run_interrupt(attn_db *db, long long run_id, int *changed);
 
 typedef struct attn_db_run {
   long long id;

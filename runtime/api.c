@@ -91,6 +91,33 @@ int attn_device_name(attn_target t, char *buf, size_t len) {
   return ATTN_OK;
 }
 
+/* $ATTN_THREADS, strictly: digits only, 1..min(4 x cores, 1024). OpenMP exits the whole process when it cannot start
+ * the threads asked for (ATTN_THREADS=100000), and atoi read "2x" as 2 and "abc" as 0; an environment variable must
+ * not take the host down, so a bad value is ignored (all cores serve) and one over the cap is clamped, with the
+ * reason in note (attn_last_error after a successful open; "" when the value was used as given). */
+static int parse_threads(const char *t, char *note, size_t len) {
+  int procs = omp_get_num_procs();
+  if (procs < 1) procs = 1;
+  const int cap = procs > ATTN_THREADS_CAP / 4 ? ATTN_THREADS_CAP : 4 * procs;
+  const int dflt = procs < cap ? procs : cap;
+  note[0] = '\0';
+  if (!t || !*t) return dflt;
+  long v = 0;
+  size_t i = 0;
+  for (; t[i] >= '0' && t[i] <= '9'; i++)
+    if (v <= ATTN_THREADS_CAP) v = v * 10 + (t[i] - '0'); /* stops growing past the cap: no overflow */
+  if (t[i] != '\0' || v < 1) {
+    snprintf(note, len, "ATTN_THREADS=%.32s ignored: not an integer in 1..%d; using %d threads", t, cap, dflt);
+    return dflt;
+  }
+  if (v > cap) {
+    snprintf(note, len, "ATTN_THREADS=%.32s clamped to %d (the cap: 4 per core, at most %d)", t, cap,
+             ATTN_THREADS_CAP);
+    return cap;
+  }
+  return (int)v;
+}
+
 ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **out) {
   if (!out) return attn_fail(NULL, ATTN_EINVAL, "attn_open: out is NULL");
   *out = NULL;
@@ -99,9 +126,9 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
   attn_runtime *rt = calloc(1, sizeof *rt);
   if (!rt) return attn_fail(NULL, ATTN_ENOMEM, "attn_open: out of memory");
 
-  const char *t = getenv("ATTN_THREADS");
-  rt->threads = t && atoi(t) > 0 ? atoi(t) : omp_get_num_procs();
-  if (rt->threads < 1) rt->threads = 1;
+  atomic_init(&rt->refs, 1); /* the handle's own reference; each plan adds one */
+  atomic_init(&rt->closed, 0);
+  rt->threads = parse_threads(getenv("ATTN_THREADS"), rt->threads_note, sizeof rt->threads_note);
 
   const char *cd = getenv("ATTN_CACHE_DIR");
   if (cd && *cd ? copy_path(rt->cache_dir, sizeof rt->cache_dir, cd)
@@ -139,9 +166,16 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
 
   /* A database that does not exist yet is the untuned case, not an error; one that exists must open. */
   struct stat st;
+  char db_note[1200] = "";
   if (stat(rt->db_path, &st) == 0) {
     char err[1024] = "";
-    if (attn_db_open(rt->db_path, 0, &rt->db, err, sizeof err) != ATTN_OK) {
+    /* a reader: read-only when this process cannot write the file (another user's, read-only media) */
+    int drc = attn_db_open_ex(rt->db_path, ATTN_DB_READER, &rt->db, err, sizeof err);
+    if (drc == ATTN_EUNSUPPORTED) {
+      /* read-only at an older schema: its rows cannot be read, but the defaults serve; attn_last_error says why */
+      rt->db = NULL;
+      snprintf(db_note, sizeof db_note, "attn_open: database not used, default configurations serve: %s", err);
+    } else if (drc != ATTN_OK) {
       rt->db = NULL;
       char path[4096];
       snprintf(path, sizeof path, "%s", rt->db_path);
@@ -155,16 +189,30 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
     attn_close(rt);
     return attn_fail(NULL, ATTN_EDB, "attn_open: cannot access database %s: %s", path, strerror(e));
   }
-  rt->last_error[0] = '\0';
+  /* "" unless ATTN_THREADS was bad or the database could not be used */
+  snprintf(rt->last_error, sizeof rt->last_error, "%s%s%s", rt->threads_note,
+           rt->threads_note[0] && db_note[0] ? "; " : "", db_note);
   *out = rt;
   return ATTN_OK;
 }
 
-ATTN_API void attn_close(attn_runtime *rt) {
-  if (!rt) return;
+/* Drops one reference; the last one (the handle's after its plans', or a plan's after attn_close) frees. acq_rel: the
+ * freeing thread sees every other holder's writes (last_error, ...) finished. */
+static void runtime_release(attn_runtime *rt) {
+  if (atomic_fetch_sub_explicit(&rt->refs, 1, memory_order_acq_rel) != 1) return;
   attn_db_close(rt->db);
   if (rt->cuda) attn_cuda_close(rt->cuda);
   free(rt);
+}
+
+ATTN_API void attn_close(attn_runtime *rt) {
+  if (!rt) return;
+  /* Plans made before stay usable until destroyed (they hold references): close only what they do not need. A
+   * second close of a handle whose plans keep it alive is ignored rather than dropping a plan's reference. */
+  if (atomic_exchange_explicit(&rt->closed, 1, memory_order_acq_rel)) return;
+  attn_db_close(rt->db); /* plans never read the database after creation */
+  rt->db = NULL;
+  runtime_release(rt);
 }
 
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out) {
@@ -192,9 +240,20 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
   if (!isfinite(p.scale)) return attn_fail(rt, ATTN_EINVAL, "scale must be finite (0: 1/sqrt(d))");
   if (!(p.tolerance >= 0) || !isfinite(p.tolerance))
     return attn_fail(rt, ATTN_EINVAL, "tolerance=%g must be finite and >= 0 (0: exact only)", p.tolerance);
-  /* Element counts must fit the kernels' long indexing with room to spare. */
-  double elems = (double)p.batch * p.heads * (p.n > p.n_kv ? p.n : p.n_kv) * p.d;
-  if (elems > 4.0e18) return attn_fail(rt, ATTN_EINVAL, "problem too large: %.3g elements", elems);
+  /* Rows: block counts are taken as (n + B - 1) / B in int with blocks B of up to 1024 rows (attn_spec_check), so n
+   * and n_kv keep that much headroom below INT_MAX (n = INT_MAX overflowed there). */
+  if (p.n > ATTN_MAX_ROWS || p.n_kv > ATTN_MAX_ROWS)
+    return attn_fail(rt, ATTN_EINVAL, "n=%d n_kv=%d: at most %d rows", p.n, p.n_kv, ATTN_MAX_ROWS);
+  /* Element counts, exact in 64 bits: each array's bytes (the fp64 reference's 8 per element the most) must fit
+   * ptrdiff_t and size_t, which also keeps the kernels' long indexing exact. */
+  const unsigned long long lim = (PTRDIFF_MAX < SIZE_MAX ? (unsigned long long)PTRDIFF_MAX : SIZE_MAX) / 8;
+  const unsigned long long rows = (unsigned long long)(p.n > p.n_kv ? p.n : p.n_kv);
+  unsigned long long elems;
+  if (__builtin_mul_overflow((unsigned long long)p.batch, (unsigned long long)p.heads, &elems) ||
+      __builtin_mul_overflow(elems, rows, &elems) || __builtin_mul_overflow(elems, (unsigned long long)p.d, &elems) ||
+      elems > lim)
+    return attn_fail(rt, ATTN_EINVAL, "problem too large: batch*heads*max(n, n_kv)*d = %.3g elements, at most %llu",
+                     (double)p.batch * p.heads * (double)rows * p.d, lim);
   p.causal = p.causal ? 1 : 0;
   if (p.scale == 0.0f) p.scale = (float)(1.0 / sqrt((double)p.d));
   *out = p;
@@ -207,6 +266,9 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create: runtime is NULL");
   if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: out is NULL");
   if (!s) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: spec is NULL");
+  /* only reachable while older plans keep a closed runtime's memory: a use after attn_close, refused */
+  if (atomic_load_explicit(&rt->closed, memory_order_acquire))
+    return attn_fail(rt, ATTN_EINVAL, "attn_plan_create: the runtime is closed");
   attn_problem p;
   int rc = attn_problem_normalize(rt, prob, &p);
   if (rc != ATTN_OK) return rc;
@@ -237,6 +299,9 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   char sum[384];
   attn_spec_summary(&plan->spec, sum, sizeof sum);
   snprintf(plan->describe, sizeof plan->describe, "%s (%s)", sum, origin && *origin ? origin : "given");
+  /* the plan's reference keeps the runtime (threads, CUDA context, error buffer) alive past attn_close; relaxed:
+   * the caller holds a reference already, so the count cannot reach 0 meanwhile */
+  atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed);
   *out = plan;
   return ATTN_OK;
 }
@@ -308,7 +373,7 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, cha
  * cores: 11.4 ms unsplit, 7.1 ms with 2 parts, 6.5 ms with 4 (docs/results/cpu.md). */
 static int default_split(const attn_runtime *rt, const attn_problem *p, const attn_spec *s) {
   if (s->target != ATTN_TARGET_CPU || s->algo != ATTN_ALGO_FLASH || rt->threads < 2) return 0;
-  const long blocks = (long)p->batch * p->heads * ((p->n + s->br - 1) / s->br);
+  const long blocks = (long)p->batch * p->heads * (((long)p->n + s->br - 1) / s->br);
   const long kblocks = ((long)p->n_kv + s->bc - 1) / s->bc;
   if (blocks >= rt->threads) return 0;
   int split = 1;
@@ -371,7 +436,9 @@ ATTN_API const char *attn_plan_describe(const attn_plan *plan) { return plan ? p
 
 ATTN_API void attn_plan_destroy(attn_plan *plan) {
   if (!plan) return;
+  attn_runtime *rt = plan->rt;
   if (plan->cpu) attn_cpu_unload(plan->cpu);
-  if (plan->cuda) attn_cuda_unload(plan->cuda);
+  if (plan->cuda) attn_cuda_unload(plan->cuda); /* before the release: it needs the runtime's CUDA context */
   free(plan);
+  if (rt) runtime_release(rt);
 }

@@ -16,6 +16,8 @@ typedef enum { ATTN_TARGET_AUTO, ATTN_TARGET_CPU, ATTN_TARGET_CUDA } attn_target
 typedef enum { ATTN_F32, ATTN_F16, ATTN_BF16 } attn_dtype;
 typedef enum { ATTN_ALGO_AUTO, ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK } attn_algo;
 
+/* Limits: n and n_kv at most INT_MAX - 1024; batch*heads*max(n, n_kv)*d at most PTRDIFF_MAX / 8 elements (checked
+ * exactly in 64 bits). A larger problem is refused with ATTN_EINVAL and a one-line reason. */
 typedef struct attn_problem {
   int batch, heads, n, d;   /* Q,K,V,O contiguous [batch][heads][n][d]; zero-initialise unused fields */
   int n_kv, heads_kv;       /* 0: same as n / heads (decode, cross-attention, grouped-query) */
@@ -26,12 +28,21 @@ typedef struct attn_problem {
   attn_algo algo;           /* AUTO: the tuned choice, else a default heuristic */
 } attn_problem;
 
-/* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults. */
+/* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults.
+ * $ATTN_THREADS: CPU worker threads, digits only, 1..min(4 x cores, 1024); unset: all cores (at most 1024). A value
+ * that is not such an integer ("0", "-3", "abc", "2x") is ignored (all cores serve) and one above the cap is clamped
+ * to it; neither fails attn_open, and after such an open attn_last_error(rt) says what was done (until a later
+ * failure replaces it; "" otherwise). */
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
 /* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written. */
 int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o);
 const char *attn_plan_describe(const attn_plan *plan);   /* "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" */
+/* Lifetime: a plan holds a reference to its runtime. attn_close ends the handle (rt must not be used again: no
+ * attn_plan_create, no attn_last_error(rt)) and closes the database, but plans created before stay valid: they
+ * execute and describe as before (failures show in return codes only, as rt is gone), and the runtime's memory and
+ * CUDA context are freed when the last of them is destroyed. Plans of one runtime may be destroyed from several
+ * threads at once (an atomic count); a plan must not be destroyed while another thread still executes it. */
 void attn_plan_destroy(attn_plan *plan);                  /* NULL is fine */
 void attn_close(attn_runtime *rt);                        /* NULL is fine */
 const char *attn_strerror(int code);

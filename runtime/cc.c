@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "artifact.h"
 #include "cc.h"
 #include "files.h"
 
@@ -77,10 +78,13 @@ static int run_capture(char *const argv[], char *log, size_t cap) {
 }
 
 int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int force, char *path, size_t len,
-                   int *was_cached) {
+                   int *was_cached, int *fd_out) {
   *was_cached = 0;
+  *fd_out = -1;
   const char *cc = getenv("CC");
   if (!cc || !*cc) cc = "cc";
+  int rc = attn_cache_dir_ready(rt);
+  if (rc != ATTN_OK) return rc;
   /* Key: the source, the compiler as named, the flags, and the CPU model (-march=native objects must not travel to
    * another CPU through a shared home directory). */
   size_t slen = strlen(source), klen = slen + strlen(cc) + sizeof ATTN_CC_FLAGS + strlen(rt->device) + 4;
@@ -94,23 +98,31 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   int w = snprintf(path, len, "%s/%s.so", dir, hash);
   if (w < 0 || (size_t)w >= len) return attn_fail(rt, ATTN_EINVAL, "cache path too long under %s", dir);
 
-  if (!force && access(path, R_OK) == 0) {
-    *was_cached = 1;
-    return ATTN_OK;
-  }
-  if (attn_mkdir_p(dir) != 0)
-    return attn_fail(rt, ATTN_ERUNTIME, "cannot create cache directory %s: %s", dir, strerror(errno));
-
   /* Artifacts are compiled with -march=native: keyed by the CPU model so another machine never loads them. */
   const char *arch = rt->device;
+  char want[65] = "", why[1024] = "";
+  if (rt->db && attn_db_artifact_digest(rt->db, hash, cc, ATTN_CC_FLAGS, arch, want) != ATTN_OK) want[0] = '\0';
+  if (!force) {
+    int fd = attn_artifact_open(path, want, 1, NULL, NULL, why, sizeof why);
+    if (fd >= 0) {
+      *was_cached = 1;
+      *fd_out = fd;
+      return ATTN_OK;
+    }
+    if (why[0]) unlink(path); /* failed a check: never loaded, replaced below */
+  }
   if (rt->db && !force) {
     void *blob = NULL;
     size_t blen = 0;
-    if (attn_db_artifact_get(rt->db, hash, cc, ATTN_CC_FLAGS, arch, &blob, &blen) == ATTN_OK && blob && blen) {
-      int rc = attn_install_file(path, blob, blen);
+    char bwhy[256], sha[65];
+    if (attn_db_artifact_get(rt->db, hash, cc, ATTN_CC_FLAGS, arch, &blob, &blen) == ATTN_OK && blob && blen &&
+        attn_elf_check(blob, blen, 1, bwhy, sizeof bwhy) == 0 && attn_sha256_hex(blob, blen, sha) == 0 &&
+        attn_install_file(path, blob, blen) == 0) {
       free(blob);
-      if (rc == 0) {
+      int fd = attn_artifact_open(path, sha, 1, NULL, NULL, why, sizeof why);
+      if (fd >= 0) {
         *was_cached = 1;
+        *fd_out = fd;
         return ATTN_OK;
       }
     } else {
@@ -181,17 +193,24 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   }
   free(log);
   unlink(src);
-  if (rename(obj, path) != 0) {
+  /* The bytes the compiler wrote are the ones loaded: hashed before the rename, checked after it. */
+  size_t blen = 0;
+  void *blob = attn_read_file(obj, &blen);
+  char sha[65];
+  if (!blob || attn_sha256_hex(blob, blen, sha) != 0 || rename(obj, path) != 0) {
     int e = errno;
     unlink(obj);
-    return attn_fail(rt, ATTN_ERUNTIME, "cannot install %s: %s", path, strerror(e));
-  }
-  if (rt->db) {
-    /* Best effort: a failure to store only means the next process compiles again. */
-    size_t blen = 0;
-    void *blob = attn_read_file(path, &blen);
-    if (blob) attn_db_artifact_put(rt->db, hash, cc, ATTN_CC_FLAGS, arch, blob, blen);
     free(blob);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot install %s: %s", path, blob ? strerror(e) : "cannot read the object");
   }
+  fd = attn_artifact_open(path, sha, 1, NULL, NULL, why, sizeof why);
+  if (fd < 0) {
+    free(blob);
+    return attn_fail(rt, ATTN_ERUNTIME, "the compiled %s failed its check: %s", label, why[0] ? why : strerror(errno));
+  }
+  /* Best effort: a failure to store only means the next process compiles again. */
+  if (rt->db) attn_db_artifact_put(rt->db, hash, cc, ATTN_CC_FLAGS, arch, blob, blen);
+  free(blob);
+  *fd_out = fd;
   return ATTN_OK;
 }

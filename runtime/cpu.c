@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cc.h"
 
 struct attn_cpu_kernel {
@@ -18,8 +19,13 @@ struct attn_cpu_kernel {
   int was_cached;
 };
 
-static int load_object(attn_runtime *rt, const char *path, const char *label, attn_cpu_kernel *k) {
-  k->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+/* Loads the checked file open on fd (closed here): through /proc/self/fd, so that a file swapped in under the same
+ * name after the check is not what runs; by path where /proc is not mounted. */
+static int load_object(attn_runtime *rt, int fd, const char *path, const char *label, attn_cpu_kernel *k) {
+  char byfd[64];
+  snprintf(byfd, sizeof byfd, "/proc/self/fd/%d", fd);
+  k->handle = dlopen(access(byfd, R_OK) == 0 ? byfd : path, RTLD_NOW | RTLD_LOCAL);
+  close(fd);
   if (!k->handle) {
     const char *e = dlerror();
     return attn_fail(rt, ATTN_ERUNTIME, "cannot load %s (%s): %s", label, path, e ? e : "dlopen failed");
@@ -62,13 +68,14 @@ int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_k
     return attn_fail(rt, ATTN_ENOMEM, "out of memory loading %s", label);
   }
   char path[4200];
-  int rc = attn_cc_object(rt, src, label, 0, path, sizeof path, &k->was_cached);
+  int fd = -1;
+  int rc = attn_cc_object(rt, src, label, 0, path, sizeof path, &k->was_cached, &fd);
   if (rc == ATTN_OK) {
-    rc = load_object(rt, path, label, k);
-    /* A cached object that will not load (truncated, another machine's) is rebuilt once. */
+    rc = load_object(rt, fd, path, label, k);
+    /* A cached object that will not load (another machine's, a damaged one the checks let through) is rebuilt once. */
     if (rc != ATTN_OK && k->was_cached) {
-      rc = attn_cc_object(rt, src, label, 1, path, sizeof path, &k->was_cached);
-      if (rc == ATTN_OK) rc = load_object(rt, path, label, k);
+      rc = attn_cc_object(rt, src, label, 1, path, sizeof path, &k->was_cached, &fd);
+      if (rc == ATTN_OK) rc = load_object(rt, fd, path, label, k);
     }
   }
   free(src);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "artifact.h"
 #include "internal.h"
 #include "kernel_abi_cuda.h"
 #include "files.h"
@@ -239,20 +241,28 @@ static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const 
   attn_hash_hex(key, (size_t)kl, hash);
   free(key);
   char path[4200];
+  /* a cache directory that fails its checks is replaced by a private one (artifact.h); none at all: no file cache */
+  const int files = attn_cache_dir_ready(rt) == ATTN_OK;
   snprintf(path, sizeof path, "%s/%s-%s.cubin", rt->cache_dir, hash, arch);
   if (!force) {
-    if ((*blob = attn_read_file(path, len))) {
+    char want[65] = "", why[1024];
+    if (rt->db && attn_db_artifact_digest(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, want) != ATTN_OK) want[0] = '\0';
+    int fd = files ? attn_artifact_open(path, want, 0, blob, len, why, sizeof why) : -1;
+    if (fd >= 0) {
+      close(fd); /* the checked bytes are in *blob: they are what cuModuleLoadData gets */
       *was_cached = 1;
       return ATTN_OK;
     }
+    if (files && why[0]) unlink(path); /* failed a check: never loaded, replaced below */
     if (rt->db && attn_db_artifact_get(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, blob, len) == ATTN_OK && *blob &&
-        *len) {
-      if (attn_mkdir_p(rt->cache_dir) == 0) attn_install_file(path, *blob, *len); /* best effort */
+        *len && attn_elf_check(*blob, *len, 0, why, sizeof why) == 0) {
+      if (files) attn_install_file(path, *blob, *len); /* best effort */
       *was_cached = 1;
       return ATTN_OK;
     }
     free(*blob);
     *blob = NULL;
+    *len = 0;
   }
   int rc = attn_nvrtc_compile(src, "attn.cu", arch, blob, len, log);
   if (rc == ATTN_ENODEV)
@@ -260,7 +270,7 @@ static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const 
                      *log ? *log : "NVRTC is not available");
   if (rc != ATTN_OK) return attn_fail(rt, ATTN_ECOMPILE, "NVRTC failed on %s for %s:\n%s", label, arch, *log ? *log : "");
   /* Best effort: failing to store only means the next process compiles again. */
-  if (attn_mkdir_p(rt->cache_dir) == 0) attn_install_file(path, *blob, *len);
+  if (files) attn_install_file(path, *blob, *len);
   if (rt->db) attn_db_artifact_put(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, *blob, *len);
   return ATTN_OK;
 }

@@ -2,14 +2,21 @@
 #ifndef ATTN_INTERNAL_H
 #define ATTN_INTERNAL_H
 
+#include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "attn.h"
 #include "spec.h"
 #include "db.h"
 #include "kernel_abi.h"
 
 #define ATTN_ERRLEN 16384
+/* $ATTN_THREADS is clamped to min(4 x cores, this): OpenMP exits the process when it cannot start the threads. */
+#define ATTN_THREADS_CAP 1024
+/* Most rows (n, n_kv) of a problem: block counts (n + B - 1) / B are taken in int, with blocks B <= 1024. */
+#define ATTN_MAX_ROWS (INT_MAX - 1024)
 
 typedef struct attn_cuda attn_cuda;               /* CUDA context + loaded driver API (runtime/cuda.c) */
 typedef struct attn_cpu_kernel attn_cpu_kernel;   /* a dlopen'ed CPU kernel (runtime/cpu.c) */
@@ -20,14 +27,19 @@ struct attn_runtime {
   attn_db *db;             /* NULL when there is no database: plans use defaults */
   char db_path[4096];
   char cache_dir[4096];    /* compiled shared objects: $ATTN_CACHE_DIR or ~/.cache/attntune/so */
+  int cache_checked;       /* cache_dir passed the checks of artifact.h (or was replaced by a private one) */
+  char cache_note[3200];   /* why cache_dir was replaced; "" when it was not */
   char device[256];        /* device name as stored in database rows */
-  int threads;             /* CPU worker threads ($ATTN_THREADS or all cores) */
+  int threads;             /* CPU worker threads ($ATTN_THREADS or all cores, at most ATTN_THREADS_CAP) */
+  char threads_note[160];  /* why $ATTN_THREADS was ignored or clamped; "" when used as given or unset */
   attn_cuda *cuda;         /* NULL on CPU */
   char last_error[ATTN_ERRLEN];
+  atomic_int refs;         /* 1 for the handle until attn_close, + 1 per live plan; the last release frees */
+  atomic_int closed;       /* set by attn_close: the handle is gone, its plans still run */
 };
 
 struct attn_plan {
-  attn_runtime *rt;
+  attn_runtime *rt;        /* holds a reference (refs): valid until the plan is destroyed, even after attn_close */
   attn_problem p;          /* normalised: n_kv, heads_kv, scale filled in */
   attn_spec spec;
   char describe[512];

@@ -4,7 +4,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${ATTN_BUILD_DIR:-$root/build}
-packages="gcc make cmake pkg-config libsqlite3-dev libjansson-dev liblua5.4-dev libopenblas-dev sqlite3 python3"
+packages="gcc make cmake pkg-config libsqlite3-dev libjansson-dev liblua5.4-dev libopenblas-dev libssl-dev sqlite3 python3"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

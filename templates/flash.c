@@ -23,6 +23,11 @@
  * query block in total), rows*(d+2) entries written per part, S*rows*(d+2) read and rows*d written per merge.
  * Without ATTN_SPLIT (or S <= 1) none of this is compiled.
  *
+ * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
+ * visible scores are all -inf, makes the row NaN (through l and O: the NaN-dropping max only sets the shift m, and
+ * fl_exp2 keeps NaN); a NaN in V reaches exactly the rows that see its key (hidden keys are skipped, not weighted
+ * by 0). Rows that see no key output zeros whatever the inputs hold.
+ *
  * Vector code: GCC/Clang vector extensions, so the compiler maps them onto whatever -march gives (AVX-512, AVX2,
  * SSE, NEON); fused multiply-add through intrinsics where the target has them. */
 #ifndef ATTN_D
@@ -141,7 +146,10 @@ FL_INLINE fl_vf fl_sel(fl_vi mask, fl_vf a, fl_vf b) { return (fl_vf)(((fl_vi)a 
 __attribute__((unused)) FL_INLINE fl_vf fl_max_generic(fl_vf a, fl_vf b) { return fl_sel(a > b, a, b); }
 
 /* 2^x, lane-wise, relative error ~1e-7: x = n + f with n = round(x), |f| <= 1/2; 2^f by its degree-7 Taylor
- * polynomial (remainder < 5e-9), times 2^n. -inf (a masked score) gives exactly 0, never NaN. */
+ * polynomial (remainder < 5e-9), times 2^n. -inf (a masked score) gives exactly 0; NaN gives NaN (never dropped by
+ * the clamp: that is how a NaN score reaches the row sum l and O, as exp(NaN) does in the fp64 reference). +inf
+ * gives NaN, not inf: x = s - m (m the row max) is +inf only in a row that holds a NaN or +inf score, which the
+ * reference makes NaN anyway. */
 FL_INLINE fl_vf fl_exp2_poly(fl_vf f) {
   fl_vf p = fl_splat(1.5252733804059841e-5f);         /* ln2^7/7! */
   p = FL_FMA(p, f, fl_splat(1.5403530393381606e-4f)); /* ln2^6/6! */
@@ -154,16 +162,18 @@ FL_INLINE fl_vf fl_exp2_poly(fl_vf f) {
 }
 
 #if FL_VW == 16
-/* AVX-512: round and scale by 2^n in one instruction each; below -200 the result underflows to exactly 0. */
+/* AVX-512: round and scale by 2^n in one instruction each; below -200 the result underflows to exactly 0. The
+ * clamp has x second: vmaxps returns its second operand when either is NaN, so a NaN x stays NaN. */
 FL_INLINE fl_vf fl_exp2(fl_vf x) {
-  __m512 xc = _mm512_max_ps((__m512)x, _mm512_set1_ps(-200.0f));
+  __m512 xc = _mm512_max_ps(_mm512_set1_ps(-200.0f), (__m512)x);
   __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   fl_vf p = fl_exp2_poly((fl_vf)_mm512_sub_ps(xc, n));
   return (fl_vf)_mm512_scalef_ps((__m512)p, n);
 }
 #else
 /* Portable: n from the 1.5*2^23 rounding trick, 2^n built in the exponent bits; lanes below -100 (their weight is
- * under 1e-30 of the row maximum's) give 0, which also keeps 2^n a normal number. */
+ * under 1e-30 of the row maximum's) give 0, which also keeps 2^n a normal number. A NaN lane compares false, keeps
+ * its NaN through the polynomial (NaN times whatever 2^n its bits make is NaN) and is not masked: NaN out. */
 FL_INLINE fl_vf fl_exp2(fl_vf x) {
   const fl_vi under = x < -100.0f;
   x = fl_sel(under, fl_splat(-100.0f), x);
@@ -249,24 +259,49 @@ FL_INLINE void fl_pv_tile(const float *restrict vb, const float *restrict st, co
     for (int b = 0; b < nd; b++) fl_st(o + a * FL_D + b * FL_VW, acc[a][b]);
 }
 
+/* The rest of a tile's triangle on the causal diagonal, after fl_pv_tile took the key rows c < cfull that all its
+ * rows see: row a (of ro) adds the key rows cfull <= c <= vis0 + a, c < cols. Out of line and only in blocks that
+ * cross the diagonal (fewer than ro key rows per tile), so the tile loop keeps its code. */
+static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const float *restrict st,
+                                                 float *restrict o, int cfull, int cols, long vis0, int ro) {
+  for (int a = 0; a < ro; a++) {
+    const int cend = vis0 + a + 1 < cols ? (int)(vis0 + a + 1) : cols;
+    for (int c = cfull; c < cend; c++) {
+      const fl_vf p = fl_splat(st[c * FL_BRP + a]);
+      for (int dv = 0; dv < FL_NDV; dv++) {
+        float *od = o + a * FL_D + dv * FL_VW;
+        fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_D + dv * FL_VW), fl_ld(od)));
+      }
+    }
+  }
+}
+
+/* Rows r .. r+ro-1 over cols key rows. masked: the block crosses the causal diagonal, key c is hidden from query row
+ * x of the block iff x < c + diag (as in fl_softmax); then each row takes only the keys it sees: a hidden key is
+ * skipped, not weighted by its P = 0, since 0 * v is NaN for a NaN (or infinite) v, which must not reach rows that do
+ * not see that key. Key rows that no row of the tile sees are skipped altogether. */
 FL_INLINE void fl_pv_rows(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                          float *restrict o, int cols, int r, int ro) {
+                          float *restrict o, int cols, int r, int ro, int masked, long diag) {
+  int cfull = cols;
+  const long vis0 = r - diag; /* the last key row r sees; row r + a sees up to vis0 + a */
+  if (masked) cfull = vis0 + 1 < 0 ? 0 : vis0 + 1 < cols ? (int)(vis0 + 1) : cols;
   int dv = 0;
   for (; dv + FL_PV_ND <= FL_NDV; dv += FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cols, ro, FL_PV_ND);
+    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cfull, ro, FL_PV_ND);
   if (FL_NDV % FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cols, ro, FL_NDV % FL_PV_ND);
+    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cfull, ro, FL_NDV % FL_PV_ND);
+  if (masked && cfull < cols) fl_pv_diag(vb, st + r, o + r * FL_D, cfull, cols, vis0, ro);
 }
 
 /* A full query block's tail band has a constant height; a partial block's goes a row at a time. */
 FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                     float *restrict o, int cols, int rows) {
+                     float *restrict o, int cols, int rows, int masked, long diag) {
   int r = 0;
-  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO);
+  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO, masked, diag);
   if (rows == FL_BR) {
-    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO);
+    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO, masked, diag);
   } else {
-    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1);
+    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1, masked, diag);
   }
 }
 
@@ -331,7 +366,7 @@ FL_INLINE void fl_blocks(const float *restrict k, const float *restrict v, const
     /* the block crosses the diagonal when its last key is hidden from the block's first row */
     const int masked = ATTN_CAUSAL && j0 + cols - 1 > i0 + off;
     fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, j0 - i0 - off);
-    fl_pv(vb, st, alpha, o, cols, rows);
+    fl_pv(vb, st, alpha, o, cols, rows, masked, j0 - i0 - off);
   }
 }
 
@@ -437,8 +472,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   }
   ATTN_IO_WRITE(io, (long)rows * (FL_D + 2));
 #else
+  /* A row that sees no key (causal, i + n_kv - n < 0) outputs zeros. A row that sees keys divides by l whatever it
+   * is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score -inf) gives
+   * 0 * inf = NaN, the reference's 0/0. */
   for (int r = 0; r < rows; r++) {
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const float inv = !ATTN_CAUSAL || i0 + r + (n_kv - n) >= 0 ? 1.0f / l[r] : 0.0f;
     for (int kk = 0; kk < FL_D; kk++) out[(long)r * FL_D + kk] = o[r * FL_D + kk] * inv;
   }
   ATTN_IO_WRITE(io, (long)rows * FL_D);
@@ -452,8 +490,11 @@ size_t attn_kernel_partials(const attn_kargs *a, long *merge_items) {
   return (size_t)blocks * ATTN_SPLIT * FL_PART * sizeof(float);
 }
 
-/* Merge item = (batch*heads index, query block): m = max_s m_s per row, weights w_s = 2^(m_s - m) (0 for an empty
- * part), O = sum_s w_s O_s / sum_s w_s l_s; a row no part saw a key for (m = -inf) outputs zeros. */
+/* Merge item = (batch*heads index, query block): m = max_s m_s per row, weights w_s = 2^(m_s - m) (0 for a part
+ * with m_s = -inf: an empty one, or one whose keys the row does not see or scores -inf), O = sum_s w_s O_s /
+ * sum_s w_s l_s. A row that sees no key (causal) outputs zeros; a row that sees keys divides whatever l is, as the
+ * unsplit kernel does: NaN from a part (NaN m_s, l_s or O_s) stays NaN, and every part at m_s = -inf (all visible
+ * scores -inf) leaves l = 0, so 0 * inf = NaN, the reference's 0/0. */
 void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
   const long nqb = (a->n + FL_BR - 1) / FL_BR;
   const long bh = item / nqb, i0 = item % nqb * FL_BR;
@@ -467,10 +508,12 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
       const float ms = p[s * FL_PART + FL_BR * FL_D + r];
       mx = ms > mx ? ms : mx;
     }
+    if (mx == -__builtin_inff()) mx = 0.0f; /* every part at -inf: w_s = 2^-inf = 0, never 2^(-inf - -inf) */
     fl_vf acc[FL_NDV];
     for (int v = 0; v < FL_NDV; v++) acc[v] = (fl_vf){0};
     float l = 0.0f;
-    if (mx != -__builtin_inff())
+    const int sees = !ATTN_CAUSAL || i0 + r + (a->n_kv - a->n) >= 0;
+    if (sees)
       for (int s = 0; s < ATTN_SPLIT; s++) {
         const float *ps = p + s * FL_PART;
         const float w = fl_exp2(fl_splat(ps[FL_BR * FL_D + r] - mx))[0];
@@ -478,7 +521,7 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
         const fl_vf wv = fl_splat(w);
         for (int v = 0; v < FL_NDV; v++) acc[v] = FL_FMA(wv, fl_ld(ps + r * FL_D + v * FL_VW), acc[v]);
       }
-    const fl_vf inv = fl_splat(l > 0.0f ? 1.0f / l : 0.0f);
+    const fl_vf inv = fl_splat(sees ? 1.0f / l : 0.0f);
     for (int v = 0; v < FL_NDV; v++) fl_st(out + (long)r * FL_D + v * FL_VW, acc[v] * inv);
   }
   ATTN_IO_WRITE(io, (long)rows * FL_D);

@@ -11,7 +11,15 @@
  * in order and each row sees the prefix state of the keys it may see; a key block is folded into the state when
  * the first query row that sees all of it comes, and a row's visible keys past the state are added exactly.
  * I/O per item: K and V read once (2 n_kv d), Q read once and O written once (2 n d): 2 (n + n_kv) d entries.
- * Fast memory must hold the r x (d+1) state; the random directions are generated in fast memory (not transfers). */
+ * Fast memory must hold the r x (d+1) state; the random directions are generated in fast memory (not transfers).
+ *
+ * Non-finite inputs, where the features mean nothing, follow the fp64 reference (runtime/reference.c) exactly: a
+ * score with a non-finite q or k entry is +inf, -inf or NaN, never finite. So a query row with one makes its output
+ * row NaN (its scores are all +inf/NaN, making it NaN, or all -inf, 0/0). A key row with one (checked as its block is
+ * read) stays out of the features and the state; each row that sees it scores it exactly: +inf or NaN makes the row
+ * NaN, -inf gives weight 0, still multiplying its V row (0 * NaN = NaN), and a row whose visible keys are all such
+ * outputs 0/0 = NaN. Those rescoring reads of K and V rows are not counted: the I/O model is for finite inputs. A NaN
+ * in V reaches, through the state, exactly the rows that see its key, as in the reference. */
 #ifndef ATTN_D
 #define ATTN_D 64
 #endif
@@ -67,9 +75,11 @@ static long lr_rank(void) {
 typedef struct {
   float *kv, *z, *fk, *fq, *w, *num, *coef;
   int *par, *var;
+  int *kbad; /* per key row of the current block: 1 when it holds a non-finite entry */
+  long *bad; /* the non-finite key rows read so far, in order (at most n_kv) */
 } lr_scratch;
 
-static size_t lr_layout(void *base, lr_scratch *s) {
+static size_t lr_layout(void *base, lr_scratch *s, long n_kv) {
   const size_t r = (size_t)lr_rank();
   float *p = (float *)base;
   size_t off = 0;
@@ -90,15 +100,21 @@ static size_t lr_layout(void *base, lr_scratch *s) {
 #else
   LR_TAKE(w, r * LR_D);
 #endif
+  LR_TAKE(kbad, LR_BC);
+  LR_TAKE(bad, (size_t)(n_kv > 0 ? n_kv : 1) * (sizeof(long) / sizeof(float)));
 #undef LR_TAKE
   return off;
 }
 
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads; }
-size_t attn_kernel_scratch(const attn_kargs *a) {
-  (void)a;
-  return lr_layout(NULL, NULL) * sizeof(float);
+size_t attn_kernel_scratch(const attn_kargs *a) { return lr_layout(NULL, NULL, a->n_kv) * sizeof(float); }
+
+/* 1 when every entry of the row is finite: x - x is 0 for a finite x, NaN for inf and NaN (no branch per entry). */
+static int lr_finite(const float *row) {
+  float z = 0.0f;
+  for (int i = 0; i < LR_D; i++) z += row[i] - row[i];
+  return z == 0.0f;
 }
 
 #if ATTN_FEATURE == 0
@@ -173,9 +189,14 @@ static float lr_expo(const float *row, float sq, const lr_scratch *s, long r, fl
 #endif
 
 /* O row = phi(q) KV / phi(q) z, plus the exact contribution of keys kb[0..extra) (features in fk) not yet in the
- * state. */
+ * state, for a row that sees keys: the first nbad of the non-finite ones (s->bad, scored exactly; k, v, scale: where
+ * they are) and good finite ones. */
 static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, const float *vb, long extra,
-                     float *orow) {
+                     long nbad, long good, const float *k, const float *v, float scale, float *orow) {
+  if (!lr_finite(qrow)) { /* every score +inf, -inf or NaN: the reference's row is NaN */
+    for (int i = 0; i < LR_D; i++) orow[i] = NAN;
+    return;
+  }
 #if ATTN_FEATURE == 0
   lr_phi(qrow, sq, s, r, s->fq);
 #else
@@ -191,13 +212,22 @@ static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, c
     den += f * s->z[t];
   }
   for (long j = 0; j < extra; j++) {
+    if (s->kbad[j]) continue; /* scored below */
     float dot = 0.0f;
     const float *fk = s->fk + j * r;
     for (long t = 0; t < r; t++) dot += s->fq[t] * fk[t];
     for (int i = 0; i < LR_D; i++) s->num[i] += dot * vb[j * LR_D + i];
     den += dot;
   }
-  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+  /* good = 0: every visible key scored -inf below (or +inf/NaN, NaN anyway): 0/0 */
+  float inv = good == 0 ? NAN : isnan(den) ? den : den > 0.0f ? 1.0f / den : 0.0f;
+  for (long x = 0; x < nbad; x++) {
+    const float *kr = k + s->bad[x] * LR_D, *vr = v + s->bad[x] * LR_D;
+    float dot = 0.0f;
+    for (int i = 0; i < LR_D; i++) dot += qrow[i] * kr[i];
+    if (!(dot * scale == -INFINITY)) inv = NAN; /* +inf (inf - inf in the softmax) or NaN */
+    for (int i = 0; i < LR_D; i++) s->num[i] += 0.0f * vr[i]; /* weight 0, but NaN and inf in V show */
+  }
   for (int i = 0; i < LR_D; i++) orow[i] = s->num[i] * inv;
 }
 
@@ -215,7 +245,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const float sq = sqrtf(scale);
   const long r = lr_rank();
   lr_scratch s;
-  lr_layout(scratch, &s);
+  lr_layout(scratch, &s, n_kv);
+  long nbad = 0; /* non-finite key rows read so far, in s.bad */
 #if ATTN_FEATURE == 0
   lr_taylor_table(s.par, s.var, s.coef);
 #else
@@ -235,7 +266,15 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                  \
     ATTN_IO_READ(io, kcols * LR_D);                                                   \
     ATTN_IO_READ(io, kcols * LR_D);                                                   \
-    for (long j = 0; j < kcols; j++) lr_phi(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r); \
+    for (long j = 0; j < kcols; j++) {                                                \
+      s.kbad[j] = !lr_finite(k + (kb0 + j) * LR_D);                                   \
+      if (s.kbad[j]) {                                                                \
+        s.bad[nbad++] = kb0 + j;                                                      \
+        memset(s.fk + j * r, 0, sizeof(float) * (size_t)r);                           \
+      } else {                                                                        \
+        lr_phi(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r);                        \
+      }                                                                               \
+    }                                                                                 \
   } while (0)
 #else
 #define LR_LOAD_BLOCK()                                                                         \
@@ -245,6 +284,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     ATTN_IO_READ(io, kcols * LR_D);                                                             \
     float bm = -INFINITY;                                                                       \
     for (long j = 0; j < kcols; j++) {                                                          \
+      s.kbad[j] = !lr_finite(k + (kb0 + j) * LR_D);                                             \
+      if (s.kbad[j]) {                                                                          \
+        s.bad[nbad++] = kb0 + j;                                                                \
+        continue;                                                                               \
+      }                                                                                         \
       float e = lr_expo(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r);                         \
       if (e > bm) bm = e;                                                                       \
     }                                                                                           \
@@ -255,12 +299,15 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       c = bm;                                                                                   \
     }                                                                                           \
     for (long t = 0; t < kcols * r; t++) s.fk[t] = expf(s.fk[t] - c);                           \
+    for (long j = 0; j < kcols; j++)                                                            \
+      if (s.kbad[j]) memset(s.fk + j * r, 0, sizeof(float) * (size_t)r);                        \
   } while (0)
 #endif
 /* Fold the current block into KV and z. */
 #define LR_FOLD_BLOCK()                                                  \
   do {                                                                   \
     for (long j = 0; j < kcols; j++) {                                   \
+      if (s.kbad[j]) continue; /* scored exactly by each row */          \
       const float *fk = s.fk + j * r, *vr = v + (kb0 + j) * LR_D;        \
       for (long t = 0; t < r; t++) {                                     \
         float *kvt = s.kv + t * LR_D;                                    \
@@ -282,9 +329,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     const long rows = n - i0 < LR_BR ? n - i0 : LR_BR;
     ATTN_IO_READ(io, rows * LR_D);
     for (long i = i0; i < i0 + rows; i++) {
-      long extra = 0;
+      long extra = 0, vis = n_kv;
       if (ATTN_CAUSAL) {
-        const long vis = i + off + 1 < n_kv ? i + off + 1 : n_kv; /* keys 0..vis-1 visible */
+        vis = i + off + 1 < n_kv ? i + off + 1 : n_kv; /* keys 0..vis-1 visible */
         if (vis <= 0) {
           for (int x = 0; x < LR_D; x++) out[i * LR_D + x] = 0.0f;
           continue;
@@ -301,7 +348,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         extra = vis - kb0;
         if (extra < 0) extra = 0;
       }
-      lr_query(q + i * LR_D, sq, &s, r, v + kb0 * LR_D, extra, out + i * LR_D);
+      long nb = nbad; /* the non-finite keys the row sees: the first nb read (in key order) */
+      while (nb > 0 && s.bad[nb - 1] >= vis) nb--;
+      lr_query(q + i * LR_D, sq, &s, r, v + kb0 * LR_D, extra, nb, vis - nb, k, v, scale, out + i * LR_D);
     }
     ATTN_IO_WRITE(io, rows * LR_D);
   }

@@ -14,7 +14,10 @@
  *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*nd + d*C*nr   (S and V tiles)
  *   writes = R*C (S)  +  R*d (O)
  * With R = T = B dividing n and d: 4 n^2 d / B + n^2 + n d in total, Saha & Ye's count with B = sqrt(M/4).
- * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros. */
+ * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros.
+ * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
+ * visible scores are all -inf (0/0), makes the row NaN; a NaN in V reaches exactly the rows that see its key (a
+ * visible key of weight 0 still multiplies its V row, a hidden one is skipped). */
 #ifndef ATTN_D
 #define ATTN_D 64
 #endif
@@ -112,17 +115,21 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
           acc[r * tc + c] = s;
           if (s > mx) mx = s;
         }
-        if (mx == -INFINITY) continue; /* nothing visible yet in this row */
+        /* The max skips NaN scores; they reach l through the sum (exp(NaN) = NaN, as in the reference). A row at
+         * -inf so far shifts by 0, so that -inf - -inf never occurs: its sum stays 0 (all -inf). */
+        const float mu = mx == -INFINITY ? 0.0f : mx;
         float sum = 0.0f;
-        for (long c = 0; c < tc; c++) sum += expf(acc[r * tc + c] - mx);
-        l[r0 + r] = l[r0 + r] * expf(m[r0 + r] - mx) + sum;
+        for (long c = 0; c < tc; c++) sum += expf(acc[r * tc + c] - mu);
+        l[r0 + r] = l[r0 + r] * expf(m[r0 + r] - mu) + sum;
         m[r0 + r] = mx;
       }
       for (long r = 0; r < tr; r++) memcpy(S + (r0 + r) * ldS + c0, acc + r * tc, sizeof(float) * (size_t)tc);
       ATTN_IO_WRITE(io, tr * tc);
     }
   }
-  for (long r = 0; r < R; r++) l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* 0: a row with no visible key */
+  /* 0 for a row with no visible key; a row that sees keys divides whatever l is, as the reference does: NaN stays
+   * NaN and l = 0 (every visible score -inf) gives 0 * inf = NaN, the reference's 0/0. */
+  for (long r = 0; r < R; r++) l[r] = !ATTN_CAUSAL || i0 + r + off >= 0 ? 1.0f / l[r] : 0.0f;
 
   /* 2. O = P V, P = exp(S - m) / l applied to each S tile as it is read. */
   for (long r0 = 0; r0 < R; r0 += SC_T) {
@@ -140,12 +147,18 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         for (long c = 0; c < tc; c++)
           for (long dd = 0; dd < td; dd++) tb[c * SC_T + dd] = v[(c0 + c) * SC_D + d0 + dd];
         ATTN_IO_READ(io, tc * td);
-        for (long r = 0; r < tr; r++)
-          for (long c = 0; c < tc; c++) {
+        for (long r = 0; r < tr; r++) {
+          /* only the keys row r sees: a hidden key's P = 0 times a NaN (or infinite) V would be NaN */
+          long tcr = tc;
+          if (ATTN_CAUSAL) {
+            const long vis = i0 + r0 + r + off + 1 - c0; /* keys c < vis of this tile are visible to the row */
+            tcr = vis < 0 ? 0 : vis < tc ? vis : tc;
+          }
+          for (long c = 0; c < tcr; c++) {
             const float p = ta[r * SC_T + c];
-            if (p == 0.0f) continue;
             for (long dd = 0; dd < td; dd++) acc[r * td + dd] += p * tb[c * SC_T + dd];
           }
+        }
       }
       for (long r = 0; r < tr; r++)
         for (long dd = 0; dd < td; dd++) out[(r0 + r) * SC_D + d0 + dd] = acc[r * td + dd] * l[r0 + r];

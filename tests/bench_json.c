@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char cmd[8192], *out = NULL;
-  snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --db '%s' --json", argv[1], argv[2]);
+  snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
   int st = run(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   json_error_t jerr;
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   json_decref(arr);
   free(out);
 
-  snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --db '%s' --json", argv[1], argv[2]);
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
   st = run(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   arr = json_loads(out ? out : "", 0, &jerr);
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
   free(out);
 
   /* decode with n_kv keys, the plan's configuration at each --split value: one row each, added fields n_kv, split */
-  snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --db '%s' --json",
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --time-cap 1 --db '%s' --json",
            argv[1], argv[2]);
   st = run(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
@@ -127,7 +127,8 @@ int main(int argc, char **argv) {
   static const char *bad[] = {"--n 64..x --d 64", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
                               "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64",
                               "--n 1 --d 64 --split 0", "--n 1 --d 64 --split 65", "--n 1 --d 64 --n-kv x",
-                              "--n 1 --d 64 --split 2 --target cuda"};
+                              "--n 1 --d 64 --split 2 --target cuda", "--n 64 --d 64 --time-cap -1",
+                              "--n 64 --d 64 --time-cap x"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' 2>/dev/null", argv[1], bad[i], argv[2]);
     st = run(cmd, NULL);

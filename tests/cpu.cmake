@@ -32,3 +32,20 @@ if(TARGET quickstart)
   set_tests_properties(cpu_quickstart PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${ATTN_CPU_ENV}"
                        PASS_REGULAR_EXPRESSION "rel error .*, PASS")
 endif()
+# The kernel cache's trust model (runtime/artifact.h): truncated, planted and linked objects, replaced database
+# blobs, and a cache directory others can write.
+if(TARGET attntune)
+  foreach(c truncated planted blob shared_dir)
+    add_test(NAME cpu_cache_trust_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cache_trust.sh ${c} $<TARGET_FILE:attntune> $<TARGET_FILE:tuner_plan>
+                     ${CMAKE_CURRENT_BINARY_DIR}/cache-trust-${c})
+    set_tests_properties(cpu_cache_trust_${c} PROPERTIES LABELS cpu TIMEOUT 120)
+  endforeach()
+endif()
+# NaN and infinity propagation: every CPU algorithm (split-K flash too) against the fp64 reference, element by element.
+add_executable(cpu_nan ${CMAKE_CURRENT_LIST_DIR}/cpu_nan.c)
+target_link_libraries(cpu_nan PRIVATE attn_core m)
+foreach(g flash flash_split smallcache lowrank)
+  add_test(NAME cpu_nan_${g} COMMAND cpu_nan ${g})
+  set_tests_properties(cpu_nan_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+endforeach()

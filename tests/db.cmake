@@ -1,7 +1,8 @@
 # db: cache_db against SQLite (open, migrations, lookup, artifacts, bad files, locks, two writer processes) and the
 # show/export/import/merge verbs end to end (keep_better: the rule for which of two rows with one key stays).
 add_executable(db_unit ${CMAKE_CURRENT_LIST_DIR}/db_unit.c)
-target_link_libraries(db_unit PRIVATE attn_dbmod)
+# attn_core (which brings attn_dbmod): the read-only case opens the runtime too
+target_link_libraries(db_unit PRIVATE attn_core)
 add_test(NAME db_unit COMMAND db_unit ${CMAKE_CURRENT_BINARY_DIR}/db-unit-work)
 set_tests_properties(db_unit PROPERTIES LABELS tuner TIMEOUT 60)
 if(TARGET attntune)
@@ -9,5 +10,12 @@ if(TARGET attntune)
     add_test(NAME db_cli_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/db_cli.sh ${c} $<TARGET_FILE:attntune> ${CMAKE_CURRENT_BINARY_DIR}/db-${c})
     set_tests_properties(db_cli_${c} PROPERTIES LABELS tuner TIMEOUT 60)
+  endforeach()
+  # a database the user cannot write (the runtime's part runs tuner_plan), a tuner killed mid-run, a damaged file
+  foreach(c readonly_user run_killed damaged)
+    add_test(NAME db_cli_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/db_cli.sh ${c} $<TARGET_FILE:attntune> ${CMAKE_CURRENT_BINARY_DIR}/db-${c}
+                     $<TARGET_FILE:tuner_plan>)
+    set_tests_properties(db_cli_${c} PROPERTIES LABELS tuner TIMEOUT 120)
   endforeach()
 endif()

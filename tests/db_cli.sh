@@ -290,6 +290,213 @@ locked)  # a database locked past the timeout: a one-line reason, exit 1, no row
   "$T" import "$W/in2.json" --db "$W/a.db" >"$out" 2>&1 || fail "import after unlock"
   [ "$(rows "$W/a.db")" -eq 9 ] || fail "rows after $(rows "$W/a.db")"
   ;;
+export_symlink)  # export writes a fresh temporary (O_EXCL, random name): a link planted at FILE.tmp, the old fixed
+  # name, is neither followed nor replaced, and the export still lands in FILE
+  fixture "$W/in.json"
+  "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
+  echo "victim: keep me" >"$W/victim"
+  ln -s "$W/victim" "$W/e.json.tmp" || fail "ln"
+  ln -s "$W/no-such-victim" "$W/e2.json.tmp" || fail "ln 2"
+  umask 022
+  "$T" export "$W/e.json" --db "$W/a.db" >"$out" 2>&1 || fail "export exit $?"
+  [ "$(cat "$W/victim")" = "victim: keep me" ] || fail "the file behind the planted link was written"
+  [ -L "$W/e.json.tmp" ] && [ "$(readlink "$W/e.json.tmp")" = "$W/victim" ] || fail "the planted link was replaced"
+  [ -f "$W/e.json" ] && [ ! -L "$W/e.json" ] && grep -q '"attntune_export": 1' "$W/e.json" || fail "e.json has no export"
+  [ "$(stat -c %a "$W/e.json")" = 644 ] || fail "mode $(stat -c %a "$W/e.json"), want 644 under umask 022"
+  # a dangling planted link is not created through either
+  "$T" export "$W/e2.json" --db "$W/a.db" >"$out" 2>&1 || fail "export 2 exit $?"
+  [ ! -e "$W/no-such-victim" ] && [ -L "$W/e2.json.tmp" ] && cmp "$W/e.json" "$W/e2.json" >/dev/null 2>&1 ||
+    fail "dangling link followed, or the exports differ"
+  # over an existing export, and into a directory that does not exist (fails, nothing left behind)
+  "$T" export "$W/e.json" --db "$W/a.db" >"$out" 2>&1 && cmp "$W/e.json" "$W/e2.json" >/dev/null 2>&1 || fail "re-export"
+  "$T" export "$W/nodir/e.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "cannot create a temporary file beside $W/nodir/e.json" "$out" || fail "missing directory"
+  left=$(ls -A "$W" | grep -v -x -e a.db -e 'a.db-.*' -e in.json -e victim -e e.json -e e2.json -e e.json.tmp \
+         -e e2.json.tmp -e out.txt)
+  [ -z "$left" ] || fail "left behind: $left"
+  ;;
+show_escape)  # names from elsewhere (import, merge) reach the terminal escaped: controls, C1 and invalid UTF-8 as \xNN
+  {
+    printf '%s\n' '{"attntune_export": 1, "devices": [{"name": "cpu:Evil\u001b[2J\u0007CPU", "kind": "cpu"},'
+    printf '%s\n' '  {"name": "cpu:Raw CPU", "kind": "cpu"}, {"name": "cpu:Caf\u00e9 CPU", "kind": "cpu"}],'
+    printf '%s\n' ' "measurements": ['
+    meas 'cpu:Evil\u001b[2J\u0007CPU' "$S1" 1 null 1024 1024 64 f32 0 1.5 2.5 null null null ok "" measured 2026-01-01T10:00:01.000Z
+    echo ,
+    meas 'cpu:Raw CPU' "$S1" 1 null 1024 1024 64 f32 0 1.5 2.5 null null null ok "" measured 2026-01-01T10:00:01.000Z
+    echo ,
+    meas 'cpu:Caf\u00e9 CPU' "$S1" 1 null 1024 1024 64 f32 0 1.5 2.5 null null null ok "" measured 2026-01-01T10:00:01.000Z
+    printf '%s\n' ' ]}'
+  } >"$W/evil.json"
+  "$T" import "$W/evil.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
+  # bytes JSON cannot carry, as a merged database could: 0xff, U+009B (C1 CSI, valid UTF-8), a lead byte cut short
+  sqlite3 "$W/a.db" "UPDATE devices SET name = CAST(X'6370753a526177ffc29bc320435055' AS TEXT) WHERE name = 'cpu:Raw CPU'" ||
+    fail "sqlite3"
+  "$T" show --db "$W/a.db" >"$out" 2>&1 || fail "show exit $?"
+  grep -F -q 'cpu:Evil\x1b[2J\x07CPU ' "$out" || fail "ESC and BEL not shown as \\xNN"
+  grep -F -q 'cpu:Raw\xff\xc2\x9b\xc3 CPU ' "$out" || fail "invalid UTF-8 and C1 not shown as \\xNN"
+  grep -F -q "$(printf 'cpu:Caf\303\251 CPU ')" "$out" || fail "valid UTF-8 changed"
+  # nothing but printable ASCII, newlines and the e-acute's two bytes
+  raw=$(LC_ALL=C tr -d '\n -~\303\251' <"$out" | wc -c)
+  [ "$raw" -eq 0 ] || fail "$raw raw control or non-UTF-8 bytes in the table"
+  # columns line up on the escaped text (byte widths)
+  [ "$(grep 'flash d=64' "$out" | LC_ALL=C awk '{ print index($0, " flash d=64") }' | sort -u | wc -l)" -eq 1 ] || fail "alignment"
+  [ "$(grep -c 'flash d=64' "$out")" -eq 3 ] || fail "want 3 rows"
+  ;;
+readonly_user)  # a database this user cannot write (another user's 0644 file in a 0555 directory): show, export and
+  # the runtime read it (WAL without -shm: immutable); writers refuse in one line; an older schema says how to migrate
+  P=${4:?tuner_plan path}
+  if [ "$(id -u)" -ne 0 ]; then
+    OTHER=self
+  elif setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
+    OTHER=setpriv
+  elif su -s /bin/sh -c true -- nobody 2>/dev/null; then
+    OTHER=su
+  else
+    echo "SKIP ($case_): running as root, and neither setpriv nor su can run a command as nobody"
+    exit 0
+  fi
+  other() { # CMD...: as a user who cannot write what this script made
+    case $OTHER in
+    self) "$@" ;;
+    setpriv) setpriv --reuid=nobody --regid=nogroup --clear-groups "$@" ;;
+    su) su -s /bin/sh -c 'exec "$0" "$@"' -- nobody "$@" ;;
+    esac
+  }
+  mkdir -p "$W/ro" "$W/cache-other"
+  # the other user's own cache (a shared, world-writable one would not be trusted)
+  if [ "$OTHER" = self ]; then chmod 0700 "$W/cache-other"; else chown nobody "$W/cache-other" || fail "chown"; fi
+  export ATTN_CACHE_DIR="$W/cache"
+  "$T" --gpu A100 --d 64..256 --db "$W/ro/a.db" >"$out" 2>&1 || fail "tune a"
+  "$T" --gpu cpu --d 32 --n 128 --budget 1 --db "$W/ro/c.db" >"$out" 2>&1 || fail "tune c"
+  sqlite3 "$W/ro/old.db" "PRAGMA user_version = 0; CREATE TABLE t(x);" || fail "sqlite3"
+  [ "$(sqlite3 "$W/ro/a.db" "PRAGMA journal_mode")" = wal ] || fail "a.db is not WAL"
+  rm -f "$W"/ro/*-wal "$W"/ro/*-shm # the sqlite3 reads above may leave them; nothing is open now
+  chmod 0444 "$W"/ro/*.db
+  chmod 0555 "$W/ro"
+  other test -r "$W/ro/a.db" || { chmod 0755 "$W/ro"; echo "SKIP ($case_): the other user cannot reach $W"; exit 0; }
+  if other sh -c ': >"$1/probe"' sh "$W/ro" 2>/dev/null; then
+    chmod 0755 "$W/ro"
+    echo "SKIP ($case_): the directory stays writable (chmod does not bind this user)"
+    exit 0
+  fi
+  E="env ATTN_CACHE_DIR=$W/cache-other"
+  other $E "$T" show --db "$W/ro/a.db" >"$out" 2>&1 || fail "show exit $?"
+  grep -q "^A100  *64  *1024 " "$out" || fail "show rows"
+  other $E "$T" export - --db "$W/ro/a.db" >"$W/cache-other/e.json" 2>"$out" || fail "export exit $?"
+  grep -q '"attntune_export": 1' "$W/cache-other/e.json" || fail "export content"
+  # the runtime: the tuned row is found and used
+  other $E "$P" "$W/ro/c.db" 32 128 2 >"$out" 2>&1 || fail "runtime on a read-only database: exit $?"
+  grep -q "plan: flash d=32 .*(tuned" "$out" || fail "runtime did not use the tuned row"
+  # writers refuse, in one line, and say why
+  other $E "$T" --gpu A100 --d 64 --db "$W/ro/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ "$(grep -c "a.db: attempt to write a readonly database (a writer needs to write the file" "$out")" -eq 1 ] ||
+    fail "tune on a read-only database"
+  other $E "$T" import "$W/cache-other/e.json" --db "$W/ro/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "readonly database" "$out" || fail "import into a read-only database"
+  [ -z "$(ls -A "$W/ro" | grep -v -x -e a.db -e c.db -e old.db)" ] || fail "files made beside: $(ls -A "$W/ro")"
+  # an older schema: readers say how to migrate, the runtime serves defaults
+  other $E "$T" show --db "$W/ro/old.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "old.db: schema version 0 is older than this build's [0-9]*; open it once with a writer (attntune tune/import) to migrate" "$out" ||
+    fail "show on an old read-only database"
+  other $E "$T" export - --db "$W/ro/old.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "schema version 0 is older" "$out" || fail "export on an old read-only database"
+  other $E "$P" "$W/ro/old.db" 32 128 2 >"$out" 2>&1
+  [ $? -eq 3 ] && grep -q "plan: flash d=32 .*(default" "$out" || fail "runtime on an old read-only database: not the default"
+  [ "$(sqlite3 "$W/ro/old.db" "PRAGMA user_version")" -eq 0 ] || fail "the old database was changed"
+  # a writer has the database open meanwhile (-wal and -shm there, owned by it): readers still read
+  chmod 0755 "$W/ro"
+  chmod 0644 "$W/ro/a.db"
+  (printf 'BEGIN;\nSELECT count(*) FROM runs;\n.shell sleep 2\nCOMMIT;\n' | sqlite3 "$W/ro/a.db" >/dev/null) &
+  holder=$!
+  sleep 0.5
+  chmod 0555 "$W/ro"
+  [ -e "$W/ro/a.db-shm" ] || fail "no -shm while a connection is open"
+  other $E "$T" show --db "$W/ro/a.db" >"$out" 2>&1
+  rc=$?
+  wait $holder
+  [ $rc -eq 0 ] && grep -q "^A100 " "$out" || fail "show beside an open writer: exit $rc"
+  # the owner migrates the old database once; then readers read it
+  chmod 0755 "$W/ro"
+  chmod 0644 "$W/ro/old.db"
+  echo '{"attntune_export": 1, "devices": [], "measurements": []}' >"$W/empty.json"
+  "$T" import "$W/empty.json" --db "$W/ro/old.db" >"$out" 2>&1 || fail "owner's import exit $?"
+  rm -f "$W"/ro/*-wal "$W"/ro/*-shm
+  chmod 0555 "$W/ro"
+  other $E "$T" show --db "$W/ro/old.db" >"$out" 2>&1 && grep -q "no tuned rows" "$out" || fail "show after migration"
+  chmod 0755 "$W/ro"
+  ;;
+run_killed)  # SIGKILL during tuning: the run stays 'running' while its process lives, and the next writer marks it
+  # 'interrupted' once the process is gone (its lock file, <db>.run-<id>.lock, is no longer held)
+  export ATTN_CACHE_DIR="$W/cache"
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/k.db" >"$W/run1.txt" 2>&1 &
+  pid=$!
+  i=0
+  until [ -e "$W/k.db.run-1.lock" ] && [ "$(sqlite3 "$W/k.db" "SELECT status FROM runs WHERE id = 1" 2>/dev/null)" = running ]; do
+    i=$((i + 1))
+    [ $i -lt 600 ] || { kill $pid; fail "no running run after 60 s"; }
+    sleep 0.1
+  done
+  # another writer meanwhile: the live run is left alone
+  "$T" --gpu A100 --d 64 --db "$W/k.db" >"$out" 2>&1 || fail "model tune beside a live run: exit $?"
+  [ "$(sqlite3 "$W/k.db" "SELECT status FROM runs WHERE id = 1")" = running ] || fail "a live run was marked"
+  [ -e "$W/k.db.run-1.lock" ] || fail "a live run's lock file was removed"
+  kill -KILL $pid
+  wait $pid 2>/dev/null
+  [ "$(sqlite3 "$W/k.db" "SELECT status FROM runs WHERE id = 1")" = running ] || fail "the killed run ended itself?"
+  "$T" --gpu A100 --d 128 --db "$W/k.db" >"$out" 2>&1 || fail "model tune after the kill: exit $?"
+  [ "$(sqlite3 "$W/k.db" "SELECT status || ' ' || ifnull(ended, '-') FROM runs WHERE id = 1")" = "interrupted -" ] ||
+    fail "killed run: $(sqlite3 "$W/k.db" "SELECT status FROM runs WHERE id = 1")"
+  [ "$(sqlite3 "$W/k.db" "SELECT group_concat(status) FROM runs WHERE id > 1 ORDER BY id")" = "done,done" ] ||
+    fail "other runs: $(sqlite3 "$W/k.db" "SELECT group_concat(status) FROM runs WHERE id > 1")"
+  [ -z "$(ls "$W" | grep '\.lock$')" ] || fail "lock files left: $(ls "$W" | grep '\.lock$')"
+  # a run left 'running' by an older build (no lock file at all) is dead too
+  sqlite3 "$W/k.db" "INSERT INTO runs(command) VALUES ('from an older build')" || fail "sqlite3"
+  "$T" --gpu A100 --d 64 --db "$W/k.db" >"$out" 2>&1 || fail "model tune 3: exit $?"
+  [ "$(sqlite3 "$W/k.db" "SELECT count(*) FROM runs WHERE status = 'running'")" -eq 0 ] || fail "a run without a lock file"
+  ;;
+damaged)  # a database that fails PRAGMA quick_check (one page overwritten, the header good): writers, import and merge
+  # refuse it in one line naming the file and SQLite's first complaint; readers do not pay for the check
+  "$T" --gpu A100 --d 64..256 --db "$W/x.db" >"$out" 2>&1 || fail "tune x"
+  "$T" --gpu H100 --d 64 --db "$W/good.db" >"$out" 2>&1 || fail "tune good"
+  ps=$(sqlite3 "$W/x.db" "PRAGMA page_size") pc=$(sqlite3 "$W/x.db" "PRAGMA page_count")
+  rm -f "$W/x.db-wal" "$W/x.db-shm"
+  # 16 bytes of 0xff in the middle of a page, from the middle of the file on, until quick_check objects while the
+  # header and the schema still read and the rows still count (the damage a reader would not notice)
+  pg=$((pc / 2)) found=
+  while [ $pg -lt "$pc" ]; do
+    rm -f "$W"/bad.db*
+    cp "$W/x.db" "$W/bad.db"
+    printf '\377\377\377\377\377\377\377\377\377\377\377\377\377\377\377\377' |
+      dd of="$W/bad.db" bs=1 seek=$((pg * ps + ps / 2)) conv=notrunc 2>/dev/null || fail "dd"
+    if [ "$(sqlite3 "$W/bad.db" "PRAGMA quick_check" 2>&1 | head -1)" != ok ] &&
+       [ "$(sqlite3 "$W/bad.db" "PRAGMA user_version" 2>/dev/null)" = "$(sqlite3 "$W/x.db" "PRAGMA user_version")" ] &&
+       sqlite3 "$W/bad.db" "SELECT count(*) FROM measurements" >/dev/null 2>&1; then
+      found=$pg
+      break
+    fi
+    pg=$((pg + 1))
+  done
+  [ -n "$found" ] || fail "no page of $pc whose damage quick_check sees"
+  before=$(sqlite3 "$W/good.db" "SELECT count(*) FROM measurements")
+  "$T" --gpu A100 --d 64 --db "$W/bad.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ "$(grep -c "bad.db: damaged database (PRAGMA quick_check: .*)" "$out")" -eq 1 ] || fail "tune on it"
+  "$T" export "$W/x.json" --db "$W/x.db" >"$out" 2>&1 || fail "export x"
+  "$T" import "$W/x.json" --db "$W/bad.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^attntune import: $W/bad.db: damaged database (PRAGMA quick_check: " "$out" ||
+    fail "import into it"
+  "$T" merge "$W/good.db" "$W/bad.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^attntune merge: $W/bad.db: damaged database (PRAGMA quick_check: " "$out" ||
+    fail "merge from it"
+  [ "$(sqlite3 "$W/good.db" "SELECT count(*) FROM measurements")" = "$before" ] || fail "the merge target changed"
+  "$T" merge "$W/bad.db" "$W/good.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "bad.db: damaged database" "$out" || fail "merge into it"
+  # show reads without the check (what it reads may still fail, but not because of the check)
+  "$T" show --db "$W/bad.db" >"$out" 2>&1
+  grep -q "damaged database" "$out" && fail "show paid for the check"
+  # the same file undamaged passes
+  "$T" merge "$W/good.db" "$W/x.db" >"$out" 2>&1 || fail "merge of the good file: exit $?"
+  ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 echo "PASS ($case_)"

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <grp.h>
+#include "attn.h"
 #include "db.h"
 
 extern const char attn_schema_sql[];
@@ -722,6 +724,251 @@ static void test_tie(void) {
   attn_db_close(db);
 }
 
+/* ---- read-only opens, the integrity check, interrupted runs */
+
+static int raw_text(const char *path, const char *sql, char *buf, size_t len) {
+  sqlite3 *h;
+  int ok = 0;
+  buf[0] = '\0';
+  if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK) {
+      if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0)) {
+        snprintf(buf, len, "%s", (const char *)sqlite3_column_text(s, 0));
+        ok = 1;
+      }
+      sqlite3_finalize(s);
+    }
+  }
+  sqlite3_close(h);
+  return ok;
+}
+
+static int exists(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0;
+}
+
+/* A fresh database at the current schema with one CPU row, closed (no -wal or -shm left). */
+static void make_small_db(const char *p) {
+  char err[1024];
+  attn_db *db = NULL;
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "create %s: %s", p, err);
+  if (!db) return;
+  CHECK(put(db, row("cpu:ro", spec("flash", 64, 32, "f32", 0), 512, 64, 0, 0.5, "ok", "measured")) == ATTN_OK, "row");
+  attn_db_close(db);
+}
+
+/* What a user who cannot write the file or its directory sees (run in a child as another user; exit status: its
+ * failures). cur: current schema, WAL, no -wal/-shm; old: schema version 0. */
+static int readonly_child(const char *cur, const char *old) {
+  char err[1024], shm[4400], wal[4400];
+  attn_db *db = NULL;
+  snprintf(shm, sizeof shm, "%s-shm", cur);
+  snprintf(wal, sizeof wal, "%s-wal", cur);
+  /* a writer cannot, and says what to do */
+  int rc = attn_db_open(cur, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "readonly") && strstr(err, "a writer needs to write"), "writer: %d '%s'",
+        rc, err);
+  /* a reader can: read-only, and immutable as no -shm can be made in the directory */
+  rc = attn_db_open_ex(cur, ATTN_DB_READER, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK && db && attn_db_readonly(db) == 1, "reader on a file it cannot write: %d '%s'", rc, err);
+  if (db) {
+    attn_db_query q = {.device = "cpu:ro", .d = 64, .n = 512, .dtype = ATTN_F32};
+    attn_db_best b;
+    CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.n == 512, "lookup read-only: %s", attn_db_errmsg(db));
+    CHECK(attn_db_meas_count(db) == 1, "count read-only");
+    CHECK(put(db, row("cpu:ro", spec("flash", 64, 64, "f32", 0), 512, 64, 0, 0.4, "ok", "measured")) == ATTN_EDB,
+          "a write through a read-only handle fails");
+    attn_db_close(db);
+  }
+  CHECK(!exists(shm) && !exists(wal), "no -wal/-shm made");
+  /* an older schema: a clear refusal, not a write */
+  rc = attn_db_open_ex(old, ATTN_DB_READER, &db, err, sizeof err);
+  CHECK(rc == ATTN_EUNSUPPORTED && !db && strstr(err, old) &&
+            strstr(err, "schema version 0 is older than this build's") &&
+            strstr(err, "open it once with a writer (attntune tune/import) to migrate") && !strchr(err, '\n'),
+        "old schema, read-only: %d '%s'", rc, err);
+  /* the runtime opens anyway and serves defaults, saying why */
+  attn_runtime *rt = NULL;
+  rc = attn_open(old, ATTN_TARGET_CPU, &rt);
+  CHECK(rc == ATTN_OK && rt, "attn_open on an old read-only database: %d %s", rc, attn_last_error(NULL));
+  if (rt) {
+    CHECK(strstr(attn_last_error(rt), "default configurations serve") && strstr(attn_last_error(rt), "is older"),
+          "note '%s'", attn_last_error(rt));
+    attn_close(rt);
+  }
+  rc = attn_open(cur, ATTN_TARGET_CPU, &rt);
+  CHECK(rc == ATTN_OK && rt && !strstr(attn_last_error(rt), "database"), "attn_open read-only: %d '%s'", rc,
+        rt ? attn_last_error(rt) : attn_last_error(NULL));
+  attn_close(rt);
+  return failures;
+}
+
+static void test_readonly_check(void) {
+  char err[1024], txt[256];
+  attn_db *db = NULL;
+  sqlite3 *h;
+
+  /* ATTN_DB_READONLY: no journal-mode switch, no migration, no writes */
+  const char *p = path_of("ro.db");
+  make_small_db(p);
+  CHECK(sqlite3_open(p, &h) == SQLITE_OK && sqlite3_exec(h, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL) == 0,
+        "raw");
+  sqlite3_close(h);
+  int rc = attn_db_open_ex(p, ATTN_DB_READONLY, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK && db && attn_db_readonly(db) == 1, "read-only open: %d '%s'", rc, err);
+  if (db) {
+    CHECK(attn_db_meas_count(db) == 1, "reads");
+    long long id = 0;
+    CHECK(attn_db_run_begin(db, 0, "x", &id) == ATTN_EDB && strstr(attn_db_errmsg(db), "readonly"), "write: '%s'",
+          attn_db_errmsg(db));
+    attn_db_close(db);
+  }
+  CHECK(raw_text(p, "PRAGMA journal_mode", txt, sizeof txt) && strcmp(txt, "delete") == 0, "journal mode '%s'", txt);
+  rc = attn_db_open_ex(path_of("ro-missing.db"), ATTN_DB_READONLY | ATTN_DB_CREATE, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "no such database") && !exists(path_of("ro-missing.db")),
+        "read-only never creates: '%s'", err);
+
+  /* an older schema: ATTN_EUNSUPPORTED read-only, the file untouched; a reader that can write migrates it */
+  const char *old = path_of("ro-old.db");
+  rm_db(old);
+  CHECK(sqlite3_open(old, &h) == SQLITE_OK && sqlite3_exec(h, "CREATE TABLE t(x)", NULL, NULL, NULL) == 0, "raw");
+  sqlite3_close(h);
+  rc = attn_db_open_ex(old, ATTN_DB_READONLY, &db, err, sizeof err);
+  CHECK(rc == ATTN_EUNSUPPORTED && !db && strstr(err, "schema version 0 is older than this build's"), "%d '%s'", rc,
+        err);
+  CHECK(raw_int(old, "PRAGMA user_version") == 0 && raw_int(old, "SELECT count(*) FROM sqlite_master") == 1,
+        "the old file was changed");
+  const char *p99 = path_of("ro-99.db");
+  make_small_db(p99);
+  CHECK(sqlite3_open(p99, &h) == SQLITE_OK && sqlite3_exec(h, "PRAGMA user_version = 99", NULL, NULL, NULL) == 0,
+        "raw");
+  sqlite3_close(h);
+  rc = attn_db_open_ex(p99, ATTN_DB_READONLY, &db, err, sizeof err);
+  CHECK(rc == ATTN_EDB && !db && strstr(err, "newer"), "v99 read-only: %d '%s'", rc, err);
+
+  /* as a user who cannot write the directory or the files (root: a child as nobody) */
+  char rodir[4200], cur[4300], old2[4300];
+  snprintf(rodir, sizeof rodir, "%s", path_of("rodir"));
+  snprintf(cur, sizeof cur, "%s/cur.db", rodir);
+  snprintf(old2, sizeof old2, "%s/old.db", rodir);
+  mkdir(rodir, 0755);
+  CHECK(chmod(rodir, 0755) == 0, "chmod");
+  make_small_db(cur);
+  rm_db(old2);
+  CHECK(sqlite3_open(old2, &h) == SQLITE_OK && sqlite3_exec(h, "CREATE TABLE t(x)", NULL, NULL, NULL) == 0, "raw");
+  sqlite3_close(h);
+  CHECK(raw_text(cur, "PRAGMA journal_mode", txt, sizeof txt) && strcmp(txt, "wal") == 0, "WAL: '%s'", txt);
+  /* the raw read-only connection left -wal and -shm (it may not delete them); nothing is open now */
+  unlink(path_of("rodir/cur.db-wal"));
+  unlink(path_of("rodir/cur.db-shm"));
+  CHECK(chmod(cur, 0444) == 0 && chmod(old2, 0444) == 0 && chmod(rodir, 0555) == 0, "chmod");
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    failures = 0;
+    setenv("ATTN_CACHE_DIR", path_of("ro-cache"), 1);
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) {
+      printf("test_readonly_check: SKIP the other-user part: cannot become uid 65534 (nobody)\n");
+      _exit(0);
+    }
+    if (access(cur, R_OK) != 0) {
+      printf("test_readonly_check: SKIP the other-user part: uid %d cannot reach %s\n", (int)getuid(), cur);
+      _exit(0);
+    }
+    if (access(cur, W_OK) == 0) {
+      printf("test_readonly_check: SKIP the other-user part: %s is still writable\n", cur);
+      _exit(0);
+    }
+    _exit(readonly_child(cur, old2) > 0 ? 1 : 0);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+        "the read-only user's checks (above) failed: status %d", st);
+  CHECK(chmod(rodir, 0755) == 0 && chmod(cur, 0644) == 0 && chmod(old2, 0644) == 0, "chmod back");
+  /* the owner, who can write: a reader migrates like a writer */
+  rc = attn_db_open_ex(old2, ATTN_DB_READER, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK && db && attn_db_readonly(db) == 0, "reader that can write: %d '%s'", rc, err);
+  attn_db_close(db);
+  CHECK(raw_int(old2, "PRAGMA user_version") == attn_db_schema_version(), "migrated by a reader that can write");
+
+  /* the integrity check: a page damaged in the middle (the header still good) */
+  const char *good = path_of("qc.db"), *bad = path_of("qc-bad.db");
+  rm_db(good);
+  CHECK(attn_db_open(good, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  CHECK(attn_db_begin(db) == ATTN_OK, "begin");
+  for (int i = 0; i < 600; i++)
+    put(db, row(i % 2 ? "cpu:qc" : "cpu:qc2", spec(i % 3 ? "flash" : "smallcache", 64, 16 << (i % 4), "f32", i & 1),
+                64 + i, 64, i & 1, 0.5 + i, i % 5 ? "ok" : "wrong", "measured"));
+  CHECK(attn_db_commit(db) == ATTN_OK, "commit");
+  attn_db_close(db);
+  FILE *f = fopen(good, "rb");
+  long size = -1;
+  unsigned char *bytes = NULL;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (bytes = malloc((size_t)size)) && fread(bytes, 1, (size_t)size, f) != (size_t)size)
+    size = -1;
+  if (f) fclose(f);
+  const long page = raw_int(good, "PRAGMA page_size");
+  CHECK(size > 8 * page && bytes && page > 0, "database of %ld bytes, pages of %ld", size, page);
+  int found = 0;
+  /* 16 bytes of 0xff in the middle of a page, from the middle of the file on, until quick_check objects */
+  for (long pg = size / page / 2; bytes && size > 0 && !found && pg < size / page; pg++) {
+    rm_db(bad);
+    unsigned char *copy = malloc((size_t)size);
+    if (!copy) break;
+    memcpy(copy, bytes, (size_t)size);
+    memset(copy + pg * page + page / 2, 0xff, 16);
+    f = fopen(bad, "wb");
+    int wrote = f && fwrite(copy, 1, (size_t)size, f) == (size_t)size;
+    if (f && fclose(f) != 0) wrote = 0;
+    free(copy);
+    CHECK(wrote, "writing %s", bad);
+    found = raw_text(bad, "PRAGMA quick_check", txt, sizeof txt) && strcmp(txt, "ok") != 0 &&
+            raw_int(bad, "PRAGMA user_version") == attn_db_schema_version() &&
+            raw_int(bad, "SELECT count(*) FROM measurements") == 600;
+  }
+  free(bytes);
+  CHECK(found, "no page whose damage quick_check sees");
+  if (found) {
+    rc = attn_db_open(bad, 0, &db, err, sizeof err);
+    CHECK(rc == ATTN_EDB && !db && strstr(err, bad) && strstr(err, "damaged database (PRAGMA quick_check: ") &&
+              !strchr(err, '\n'),
+          "a writer refuses a damaged file: %d '%s'", rc, err);
+    rc = attn_db_open_ex(bad, ATTN_DB_CHECK, &db, err, sizeof err);
+    CHECK(rc == ATTN_EDB && !db, "ATTN_DB_CHECK: %d", rc);
+    /* readers (the runtime, show) do not pay for the check */
+    rc = attn_db_open_ex(bad, ATTN_DB_READONLY, &db, err, sizeof err);
+    CHECK(rc == ATTN_OK && db, "read-only open is not checked: %d '%s'", rc, err);
+    attn_db_close(db);
+    rc = attn_db_open_ex(bad, ATTN_DB_READER, &db, err, sizeof err);
+    CHECK(rc == ATTN_OK && db, "reader open is not checked: %d '%s'", rc, err);
+    attn_db_close(db);
+  }
+  rc = attn_db_open(good, 0, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK && db, "the good file passes: %s", err);
+
+  /* a run whose process died: marked interrupted only while still running */
+  long long r1 = 0, r2 = 0;
+  int changed = -1;
+  if (db) {
+    CHECK(attn_db_run_begin(db, 0, "tune a", &r1) == ATTN_OK && attn_db_run_begin(db, 0, "tune b", &r2) == ATTN_OK,
+          "runs");
+    CHECK(attn_db_run_end(db, r2, "done") == ATTN_OK, "end");
+    CHECK(attn_db_run_interrupt(db, r1, &changed) == ATTN_OK && changed == 1, "interrupt a running run: %d", changed);
+    CHECK(attn_db_run_interrupt(db, r2, &changed) == ATTN_OK && changed == 0, "a done run: %d", changed);
+    attn_db_close(db);
+  }
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT status || ' ' || ifnull(ended, '-') FROM runs WHERE id = %lld", r1);
+  CHECK(raw_text(good, sql, txt, sizeof txt) && strcmp(txt, "interrupted -") == 0, "run a: '%s'", txt);
+  snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", r2);
+  CHECK(raw_text(good, sql, txt, sizeof txt) && strcmp(txt, "done") == 0, "run b: '%s'", txt);
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s", argc > 1 ? argv[1] : "db-unit-work");
   mkdir(dir, 0755);
@@ -735,6 +982,7 @@ int main(int argc, char **argv) {
   test_artifacts();
   test_locked();
   test_concurrent();
+  test_readonly_check();
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

@@ -17,7 +17,7 @@ set_tests_properties(tuner_plan_describe PROPERTIES LABELS tuner TIMEOUT 120
                      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE}")
 if(TARGET attntune)
   foreach(c cpu model unknown_gpu empty_space bad_args lua_error lua_runaway lua_nonsense anneal genetic sigint jobs verbs concurrent
-          compile_error large_n decode env_retry remeasure)
+          compile_error large_n decode env_retry remeasure lua_gc lua_xpcall lua_pattern lua_sigint)
     add_test(NAME tuner_cli_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tuner_cli.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/tuner-${c} $<TARGET_FILE:tuner_plan>)

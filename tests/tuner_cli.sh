@@ -11,7 +11,7 @@ rows() { sqlite3 "$1" "SELECT COUNT(*) FROM measurements" 2>/dev/null || echo -1
 
 case $case_ in
 cpu)  # measured rows, show prints them, the runtime uses them
-  "$T" --gpu cpu --d 64 --n 128,256 --budget 4 --db "$W/x.db" >"$out" 2>&1 || fail "tune exit $?"
+  "$T" --gpu cpu --d 64 --n 128,256 --budget 4 --time-cap 0.25 --db "$W/x.db" >"$out" 2>&1 || fail "tune exit $?"
   grep -q "best n=128 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=128"
   grep -q "best n=256 d=64 f32 causal=0: flash" "$out" || fail "no best line for n=256"
   # 4 per problem, and the untuned default when the strategy did not pick it: measured for the finalist round
@@ -23,6 +23,8 @@ cpu)  # measured rows, show prints them, the runtime uses them
   [ "$(sqlite3 "$W/x.db" "SELECT COUNT(*) FROM measurements WHERE chosen = 1 AND final = 1 AND reps >= 5")" -eq 2 ] \
     || fail "chosen rows lack the finalist round's statistics"
   grep -q "finalists (" "$out" || fail "no finalist round"
+  grep -q "^confirmation: timing the chosen and default configurations of 2 problems again" "$out" \
+    || fail "no confirmation pass"
   "$T" show --db "$W/x.db" >"$out" 2>&1 || fail "show exit $?"
   grep -q "cpu:" "$out" && grep -q "128" "$out" && grep -q "256" "$out" || fail "show lacks the rows"
   "$PLAN" "$W/x.db" 64 128 2 >"$out" 2>&1 || fail "plan is not tuned"
@@ -62,7 +64,8 @@ empty_space)
 bad_args)  # each exits 2 with one line
   for args in "--d 64.." "--d a..b" "--d 256..64" "--d 64..256:0" "--d 12" "--d 64 --n 0" "--d 64 --algo nosuch" \
               "--d 64 --algo lowrank" "--d 64 --dtype f16" "--d 64 --causal 2" "--d 64 --bogus" "--n 64" \
-              "--d 64 --strategy nosuch" "--d 64 --strategy $W/missing.lua" "--d 64 --tolerance -1" "--d 64 --jobs 0"; do
+              "--d 64 --strategy nosuch" "--d 64 --strategy $W/missing.lua" "--d 64 --tolerance -1" "--d 64 --jobs 0" \
+              "--d 64 --time-cap 0" "--d 64 --time-cap x" "--d 64 --n-kv 0"; do
     "$T" --gpu cpu $args --db "$W/b.db" >"$out" 2>&1
     rc=$?
     [ $rc -eq 2 ] || fail "'$args': exit $rc, want 2"
@@ -147,7 +150,7 @@ compile_error)  # a compiler that fails: rows stored as compile_error with the l
   [ "$(sqlite3 "$W/ce.db" "SELECT COUNT(*) FROM measurements WHERE status = 'compile_error'")" -eq 2 ] || fail "rows"
   ;;
 large_n)  # beyond n = 1024 the last 256 query rows of each head are checked against fp64, causal too
-  "$T" --gpu cpu --d 32 --n 1100 --causal 0,1 --budget 1 --db "$W/ln.db" >"$out" 2>&1 || fail "exit $?"
+  "$T" --gpu cpu --d 32 --n 1100 --causal 0,1 --budget 1 --time-cap 0.25 --db "$W/ln.db" >"$out" 2>&1 || fail "exit $?"
   [ "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" -ge 2 ] || fail "not two accurate rows"
   [ "$(grep -c ": ok" "$out")" = "$(grep -c ": ok .* err=[0-9.]*e-0[5-9]" "$out")" ] || fail "an inaccurate row"
   ;;
@@ -222,6 +225,60 @@ remeasure)  # --remeasure times stored rows again (same rows, new times) and run
   [ "$(rows "$W/m.db")" -eq "$n" ] || fail "rows changed in number"
   [ "$(sqlite3 "$W/m.db" "SELECT group_concat(created) FROM measurements ORDER BY id")" != "$t1" ] || fail "same rows"
   [ "$(sqlite3 "$W/m.db" "SELECT COUNT(*) FROM measurements WHERE chosen = 1")" -eq 1 ] || fail "one choice"
+  ;;
+lua_gc|lua_xpcall|lua_pattern)  # runaways no hook stops: a looping finalizer or error handler, C-level backtracking
+  case $case_ in lua_gc) script=gc_loop ;; lua_xpcall) script=xpcall_loop ;; *) script=pattern ;; esac
+  start=$(date +%s)
+  # timeout: a tuner that never stops fails here, not at CTest's limit
+  ATTN_LUA_TIMEOUT_S=1 timeout 30 "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/$script.lua" --db "$W/r.db" \
+    >"$out" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ $rc -eq 1 ] || fail "exit $rc, want 1"
+  grep -q "strategy .*$script.lua: stopped after 1 s (runaway script?)" "$out" || fail "message"
+  [ $took -le 5 ] || fail "took $took s"
+  # the evaluation made before stays, and the tuner ends its run normally
+  [ "$(rows "$W/r.db")" -eq 1 ] || fail "rows $(rows "$W/r.db"), want 1"
+  grep -q "^1 evaluations (1 stored now, 0 found stored)" "$out" || fail "no summary line"
+  # no interpreter left running (a fork of the tuner carries its command line)
+  if command -v pgrep >/dev/null; then pgrep -f -- "--db $W/r.db" >/dev/null && fail "a process outlived the run"; fi
+  if [ "$case_" = lua_gc ]; then  # a strategy that finishes is not held up by a finalizer that would loop at close
+    start=$(date +%s)
+    ATTN_LUA_TIMEOUT_S=1 timeout 30 "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/gc_close.lua" \
+      --db "$W/c.db" >"$out" 2>&1 || fail "gc_close exit $?"
+    took=$(( $(date +%s) - start ))
+    grep -q "gc_close done" "$out" && grep -q "(model, 1 evaluated)" "$out" || fail "gc_close did not finish"
+    [ $took -le 5 ] || fail "gc_close took $took s"
+  fi
+  ;;
+lua_sigint)  # Ctrl-C stops a script within ~2 s, looping in Lua or in C (string.find), with its evaluation stored
+  for script in busy pattern; do
+    "$T" --gpu A100 --d 64 --dtype f16 --strategy "$LUA/$script.lua" --db "$W/$script.db" >"$W/$script.txt" 2>&1 &
+    pid=$!
+    i=0
+    until grep -q "^$script: " "$W/$script.txt"; do  # evaluated, then in its loop
+      i=$((i + 1))
+      [ $i -lt 300 ] || { kill $pid; cp "$W/$script.txt" "$out"; fail "$script: did not start its loop in 30 s"; }
+      sleep 0.1
+    done
+    sleep 0.2
+    kill -INT $pid
+    i=0
+    while kill -0 $pid 2>/dev/null; do
+      i=$((i + 1))
+      [ $i -le 20 ] || { kill -KILL $pid; cp "$W/$script.txt" "$out"; fail "$script: still running 2 s after SIGINT"; }
+      sleep 0.1
+    done
+    wait $pid
+    rc=$?
+    cp "$W/$script.txt" "$out"
+    [ $rc -eq 130 ] || fail "$script: exit $rc, want 130"
+    grep -q "interrupted: 1 measurements stored; run the same command to resume" "$out" || fail "$script: message"
+    [ "$(rows "$W/$script.db")" -eq 1 ] || fail "$script: rows $(rows "$W/$script.db"), want 1"
+    if command -v pgrep >/dev/null; then
+      pgrep -f -- "--db $W/$script.db" >/dev/null && fail "$script: a process outlived the run"
+    fi
+  done
   ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "artifact.h"
 #include "attn.h"
 #include "cmds.h"
 #include "gpus.h"
@@ -25,14 +26,17 @@
 
 #define BENCH_FAIL_ERROR 1e-4 /* fp32 flash vs fp32 BLAS differ by ~1e-6; beyond this the kernel is wrong */
 #define BENCH_MAX_SPLITS 16   /* --split values per point */
-#define BENCH_CAP_S 20.0      /* timed running per point beyond --reps rounds, while a median is not yet known */
+#define BENCH_CAP_S 20.0      /* default --time-cap: timed running per point beyond --reps rounds while a median is
+                               * not yet known */
+static double g_cap_s = BENCH_CAP_S;
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
-    "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST]\n"
+    "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST] [--time-cap S]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
-    "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2% (at most\n"
-    "  20 s of timed running per point); the timing harness of `attntune tune` (docs/tuning.md)\n"
+    "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2%, or\n"
+    "  --time-cap S seconds of timed running per point are spent (default 20); the timing harness of `attntune\n"
+    "  tune` (docs/tuning.md)\n"
     "  cpu: the plan against the untuned default and the standard algorithm on OpenBLAS (f32), on input sets\n"
     "       rotated through more than the last-level cache; vs def = default ms / plan ms\n"
     "       --n-kv: keys per head (default n; every n with every n_kv)\n"
@@ -455,7 +459,7 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
       attn_timing_stats_of(&tm[i], &st[i]);
       all &= st[i].ci_rel <= ATTN_MEAS_REL_TOL;
     }
-    if (r + 1 >= reps && (all || spent >= BENCH_CAP_S)) break;
+    if (r + 1 >= reps && (all || spent >= g_cap_s)) break;
   }
   attn_sched_close(&sp);
   const double load = attn_load_end(&lp);
@@ -621,7 +625,7 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
     attn_timing_stats_of(&tmp, &stp);
     attn_timing_stats_of(&tmb, &stb);
     const int known = stp.ci_rel <= ATTN_MEAS_REL_TOL && stb.ci_rel <= ATTN_MEAS_REL_TOL;
-    if (r + 1 >= reps && (known || spent >= BENCH_CAP_S)) break;
+    if (r + 1 >= reps && (known || spent >= g_cap_s)) break;
   }
   const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
   row->plan_ms = stp.median_ms;
@@ -712,7 +716,7 @@ int attn_cmd_bench(int argc, char **argv) {
       no_blas = 1;
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
                !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype") || !strcmp(a, "--n-kv") ||
-               !strcmp(a, "--split")) {
+               !strcmp(a, "--split") || !strcmp(a, "--time-cap")) {
       if (!val) return usage("%s needs a value", a);
       i++;
       if (!strcmp(a, "--target")) {
@@ -727,6 +731,12 @@ int attn_cmd_bench(int argc, char **argv) {
         nkv_s = val;
       } else if (!strcmp(a, "--split")) {
         split_s = val;
+      } else if (!strcmp(a, "--time-cap")) {
+        char *end;
+        errno = 0;
+        g_cap_s = strtod(val, &end);
+        if (errno || end == val || *end || !(g_cap_s >= 0) || g_cap_s > 86400)
+          return usage("--time-cap %s: expected seconds in 0..86400", val);
       } else if (!strcmp(a, "--db")) {
         db = val;
       } else if (!strcmp(a, "--dtype")) {
@@ -802,6 +812,7 @@ int attn_cmd_bench(int argc, char **argv) {
     free(ns), free(ds), free(nkvs), free(splits);
     return 1;
   }
+  if (attn_cache_dir_ready(rt) == ATTN_OK && rt->cache_note[0]) fprintf(stderr, "attntune bench: %s\n", rt->cache_note);
   if (!json) {
 #ifdef ATTN_HAVE_OPENBLAS
     const int blas_threads = openblas_get_num_threads();
@@ -813,7 +824,7 @@ int attn_cmd_bench(int argc, char **argv) {
     printf("device %s, %d threads (%s); baseline: %s; the untuned default beside the plan; medians of at least %d "
            "interleaved rounds on rotating inputs, more until each is known within %.0f%% (at most %.0f s); GFLOP/s "
            "count 4*n*n_kv*d*heads%s\n",
-           rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, BENCH_CAP_S,
+           rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, g_cap_s,
            causal ? "/2 (causal)" : "");
     printf("%6s %6s %4s %5s %6s %10s %8s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d", "heads",
            "causal", "plan ms", "GFLOP/s", "default ms", "vs def", "sgemm", "blas ms", "GFLOP/s", "ratio", "plan MiB",

@@ -7,10 +7,15 @@
  * failed, a kernel's own failure over an environmental one, finalist over screening, lower time, newer).
  * Schema-4 fields (threads, reps, iqr_ms, load, final, chosen, is_default) are optional on import: older files
  * lack them and read as not recorded. */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include "cmds.h"
 #include "db.h"
 #include "spec.h"
@@ -148,13 +153,44 @@ static int export_meas(void *vctx, const attn_db_meas *m) {
   return 0;
 }
 
+/* A new temporary beside file (same directory, so the rename is atomic), as FILE.tmp-XXXXXXXX: O_CREAT|O_EXCL never
+ * opens a name that exists, so a symlink or file planted there is neither followed nor truncated (O_NOFOLLOW says
+ * so again), and the random suffix keeps others from guessing the name. The name goes to tmp; returns the
+ * descriptor, or -1 with errno. */
+static int open_temp(const char *file, char *tmp, size_t len) {
+  static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  for (unsigned attempt = 0; attempt < 64; attempt++) {
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+      /* no entropy to be had: a guessable name costs at most a retry, O_EXCL still refuses a planted one */
+      struct timespec ts = {0};
+      if (clock_gettime(CLOCK_REALTIME, &ts) != 0) ts.tv_nsec = 0;
+      unsigned long long x = ((unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 30)) +
+                             attempt * 0x9e3779b97f4a7c15ULL;
+      memcpy(rnd, &x, sizeof rnd);
+    }
+    char suffix[sizeof rnd + 1];
+    for (size_t i = 0; i < sizeof rnd; i++) suffix[i] = digits[rnd[i] % 36];
+    suffix[sizeof rnd] = '\0';
+    int w = snprintf(tmp, len, "%s.tmp-%s", file, suffix);
+    if (w < 0 || (size_t)w >= len) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1; /* errno: EEXIST */
+}
+
 int attn_cmd_export(int argc, char **argv) {
   const char *file;
   char path[4096], err[1024];
   int rc = parse_args("export", argc, argv, &file, path, sizeof path);
   if (rc) return rc < 0 ? 0 : rc;
   attn_db *db = NULL;
-  if (attn_db_open(path, 0, &db, err, sizeof err) != ATTN_OK) {
+  /* a reader: works on a file it cannot write (read-only then, db.h) */
+  if (attn_db_open_ex(path, ATTN_DB_READER, &db, err, sizeof err) != ATTN_OK) {
     fprintf(stderr, "attntune export: %s\n", err);
     return 1;
   }
@@ -188,15 +224,30 @@ int attn_cmd_export(int argc, char **argv) {
       goto out;
     }
   } else {
-    /* write beside, then rename: a failed export never leaves half a file under the name */
+    /* write a fresh temporary beside, then rename: a failed export never leaves half a file under the name, and a
+     * link planted where the temporary goes is never followed (open_temp) */
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", file);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && json_dumpf(doc, f, flags) == 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
+    int fd = open_temp(file, tmp, sizeof tmp);
+    if (fd < 0) {
+      fprintf(stderr, "attntune export: cannot create a temporary file beside %s: %s\n", file, strerror(errno));
+      goto out;
+    }
+    FILE *f = fdopen(fd, "w");
+    int ok = 0;
+    if (!f) {
+      int e = errno;
+      if (close(fd) != 0) fprintf(stderr, "attntune export: closing %s: %s\n", tmp, strerror(errno));
+      errno = e;
+    } else {
+      errno = 0;
+      /* fsync before the rename: after a crash the name holds the old file or the whole new one */
+      ok = json_dumpf(doc, f, flags) == 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fd) == 0;
+      if (fclose(f) != 0) ok = 0;
+    }
     if (!ok || rename(tmp, file) != 0) {
-      fprintf(stderr, "attntune export: cannot write %s\n", file);
-      remove(tmp);
+      int e = errno;
+      fprintf(stderr, "attntune export: cannot write %s: %s\n", file, e ? strerror(e) : "write failed");
+      if (unlink(tmp) != 0) fprintf(stderr, "attntune export: cannot remove %s: %s\n", tmp, strerror(errno));
       goto out;
     }
     fprintf(stderr, "exported %zu devices, %zu runs, %zu measurements from %s to %s\n", json_array_size(devs),
@@ -361,7 +412,8 @@ int attn_cmd_import(int argc, char **argv) {
     return 1;
   }
   attn_db *db = NULL;
-  if (attn_db_open(path, 1, &db, err, sizeof err) != ATTN_OK) {
+  /* a writer, checked whatever its size: rows merged into a damaged file are not safe */
+  if (attn_db_open_ex(path, ATTN_DB_CREATE | ATTN_DB_CHECK, &db, err, sizeof err) != ATTN_OK) {
     fprintf(stderr, "attntune import: %s\n", err);
     json_decref(doc);
     return 1;

@@ -171,7 +171,8 @@ int attn_cmd_merge(int argc, char **argv) {
   char ra[PATH_MAX], rb[PATH_MAX];
   int ra_ok = realpath(files[0], ra) != NULL, writes = 0;
   for (int k = 0; k < nsrc; k++) {
-    if (attn_db_open(files[k + 1], 0, &b[k], err, sizeof err) != ATTN_OK) {
+    /* a source is only read: another user's file serves; it is checked whatever its size (it came from elsewhere) */
+    if (attn_db_open_ex(files[k + 1], ATTN_DB_READER | ATTN_DB_CHECK, &b[k], err, sizeof err) != ATTN_OK) {
       fprintf(stderr, "attntune merge: %s\n", err);
       goto out;
     }

@@ -139,12 +139,67 @@ static int print_json(const show_list *l) {
   return 0;
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), with its code point; 0 when the bytes there are not one (a stray
+ * continuation byte, a lead byte without its continuations, an overlong form, a surrogate, beyond U+10FFFF). */
+static int utf8_seq(const unsigned char *s, unsigned long *cp) {
+  int len;
+  unsigned long c, min;
+  if (s[0] < 0x80) {
+    *cp = s[0];
+    return 1;
+  }
+  if (s[0] >= 0xc2 && s[0] <= 0xdf) len = 2, c = s[0] & 0x1f, min = 0x80;
+  else if (s[0] >= 0xe0 && s[0] <= 0xef) len = 3, c = s[0] & 0x0f, min = 0x800;
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4) len = 4, c = s[0] & 0x07, min = 0x10000;
+  else return 0;
+  for (int i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0; /* the string's NUL ends this loop too */
+    c = c << 6 | (s[i] & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+  *cp = c;
+  return len;
+}
+
+/* Writes s for a terminal (f NULL: only counts): a database can come from elsewhere (import, merge), and a name with
+ * ESC [ 2 J would clear the screen, or worse. Control characters (below 0x20, 0x7f, and the C1 range U+0080..U+009F,
+ * which some terminals obey too) and every byte not part of valid UTF-8 come out as \xNN. Returns the bytes written. */
+static size_t put_text(FILE *f, const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t out = 0;
+  while (*s) {
+    unsigned long cp = 0;
+    int len = utf8_seq(s, &cp);
+    int control = len > 0 && (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f));
+    if (len > 0 && !control) {
+      if (f) fwrite(s, 1, (size_t)len, f);
+      out += (size_t)len;
+      s += len;
+      continue;
+    }
+    /* a control character: all its bytes; invalid UTF-8: the one byte, and the next ones are looked at afresh */
+    for (int i = 0; i < (len > 0 ? len : 1); i++) {
+      if (f) fprintf(f, "\\x%02x", s[i]);
+      out += 4;
+    }
+    s += len > 0 ? len : 1;
+  }
+  return out;
+}
+
+/* put_text left-aligned in a field of width bytes. */
+static void put_field(const char *s, int width) {
+  size_t w = put_text(stdout, s);
+  for (; w < (size_t)width; w++) putchar(' ');
+}
+
 static void print_table(const show_list *l) {
   int wdev = (int)strlen("device"), wsum = (int)strlen("configuration");
   for (int i = 0; i < l->count; i++) {
-    int a = (int)strlen(l->rows[i].device), b = (int)strlen(l->rows[i].summary);
-    if (a > wdev) wdev = a;
-    if (b > wsum) wsum = b;
+    /* widths of the escaped text: that is what is printed */
+    size_t a = put_text(NULL, l->rows[i].device), b = put_text(NULL, l->rows[i].summary);
+    if (a > (size_t)wdev) wdev = a < 4096 ? (int)a : 4096;
+    if (b > (size_t)wsum) wsum = b < 4096 ? (int)b : 4096;
   }
   printf("%-*s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %9s %9s  %-10s %s\n", wdev, "device", "d", "n", "n_kv", "b*h",
          "thr", "dtype", "causal", wsum, "configuration", "time_ms", "GFLOP/s", "error", "provenance", "measured");
@@ -169,9 +224,14 @@ static void print_table(const show_list *l) {
       snprintf(how + k, sizeof how - k, "%sNOISY", k ? "; " : "");
       flagged++;
     }
-    printf("%-*s %4d %7d %7d %5d %3s %-5s %6d  %-*s %11.4f %9.1f %9s  %-10s %s\n", wdev, r->device, r->d, r->n,
-           r->n_kv, r->batch * r->heads, thr, attn_dtype_name(r->dtype), r->causal, wsum, r->summary, r->time_ms,
-           r->gflops, err, r->provenance, how[0] ? how : "-");
+    /* the database's strings escaped (put_field), the numbers and the fixed words as they are */
+    put_field(r->device, wdev);
+    printf(" %4d %7d %7d %5lld %3s %-5s %6d  ", r->d, r->n, r->n_kv, (long long)r->batch * r->heads, thr,
+           attn_dtype_name(r->dtype), r->causal);
+    put_field(r->summary, wsum);
+    printf(" %11.4f %9.1f %9s  ", r->time_ms, r->gflops, err);
+    put_field(r->provenance, 10);
+    printf(" %s\n", how[0] ? how : "-");
   }
   if (flagged)
     printf("NOISY: the repetitions spread over more than %.0f%% of the median, or other processes used more than %.1f "
@@ -211,7 +271,8 @@ int attn_cmd_show(int argc, char **argv) {
     return 2;
   }
   attn_db *db = NULL;
-  if (attn_db_open(path, 0, &db, err, sizeof err) != ATTN_OK) {
+  /* a reader: works on a file it cannot write (read-only then, db.h) */
+  if (attn_db_open_ex(path, ATTN_DB_READER, &db, err, sizeof err) != ATTN_OK) {
     fprintf(stderr, "attntune show: %s\n", err);
     return 1;
   }

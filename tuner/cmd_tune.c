@@ -20,6 +20,7 @@
 #include "model.h"
 #include "range.h"
 #include "space.h"
+#include "artifact.h"
 #include "finalist.h"
 #include "store.h"
 #include "strategy.h"
@@ -32,7 +33,7 @@
 static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
-    "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--remeasure]\n"
+    "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --gpu cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by the\n"
     "  performance model (attntune gpus)\n"
@@ -43,8 +44,8 @@ static const char tune_usage[] =
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
     "  --dtype f32 (cpu) | f16,bf16 (GPU default); --causal 0,1; --heads H (cpu 2, GPU 16); --batch B (1);\n"
     "  --reps R: at least R timed repetitions per configuration (default 5; more until the median is known within\n"
-    "  2% or 1 s is spent); the best few and the untuned default are then re-timed interleaved, and a configuration\n"
-    "  replaces the default only when it wins beyond the noise\n"
+    "  2% or --time-cap S seconds are spent, default 1); the best few and the untuned default are then re-timed\n"
+    "  interleaved (up to 4 S), and a configuration replaces the default only when it wins beyond the noise\n"
     "  --remeasure: time again what is stored (a rerun otherwise skips it); --jobs J parallel compiles;\n"
     "  --db PATH (default $ATTN_DB or ~/.cache/attntune/attntune.db)\n";
 
@@ -152,6 +153,8 @@ typedef struct tune_opts {
   unsigned algos, dtypes;
   int causals[2], ncausal;
   int budget, jobs, heads, batch, reps, force_model, remeasure;
+  double cap_s;            /* --time-cap: timed running per configuration; the finalist round gets 4x, the
+                            * confirmation 2x */
   double tolerance;
 } tune_opts;
 
@@ -426,7 +429,7 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
     snprintf(why, wlen, "%s", def == 0 ? "the default is the only correct configuration" : "the only candidate");
     memset(&res[0], 0, sizeof res[0]);
   } else {
-    if (attn_meas_finalists(&ts->meas, specs, count, ATTN_MEAS_FINAL_CAP_S, res) != ATTN_OK) {
+    if (attn_meas_finalists(&ts->meas, specs, count, 4 * ts->o->cap_s, res) != ATTN_OK) {
       for (int i = 0; i < count; i++)
         if (strcmp(res[i].status, "ok")) fprintf(stderr, "attntune tune: finalist round: %s\n", res[i].message);
       return -1;
@@ -503,8 +506,9 @@ static void confirm_pass(tune_state *ts) {
     confirm_item *c = &ts->confirm[k];
     ts->prob = c->p;
     if (attn_meas_init(&ts->meas, ts->rt, &c->p, ts->o->reps, err, sizeof err) != ATTN_OK) continue;
+    ts->meas.cap_s = ts->o->cap_s;
     attn_meas_result res[2];
-    int rc = attn_meas_finalists(&ts->meas, c->spec, c->count, ATTN_MEAS_FINAL_CAP_S / 2, res);
+    int rc = attn_meas_finalists(&ts->meas, c->spec, c->count, 2 * ts->o->cap_s, res);
     attn_meas_free(&ts->meas);
     if (rc != ATTN_OK) continue;
     char kv[32] = "";
@@ -536,7 +540,7 @@ static void confirm_pass(tune_state *ts) {
 }
 
 int attn_cmd_tune(int argc, char **argv) {
-  tune_opts o = {.gpu_name = "cpu", .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5};
+  tune_opts o = {.gpu_name = "cpu", .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S};
   const char *d_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   int budget_given = 0;
@@ -556,7 +560,8 @@ int attn_cmd_tune(int argc, char **argv) {
     }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
-                                             "--causal", "--heads", "--batch", "--reps", "--n-kv"};
+                                             "--causal", "--heads", "--batch", "--reps", "--n-kv",
+                                             "--time-cap"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune tune --help)", a);
@@ -583,6 +588,12 @@ int attn_cmd_tune(int argc, char **argv) {
       if (attn_parse_int(v, 1, 4096, &o.batch)) return usage("--batch %s: expected 1..4096", v);
     } else if (strcmp(a, "--reps") == 0) {
       if (attn_parse_int(v, 1, 64, &o.reps)) return usage("--reps %s: expected 1..64", v);
+    } else if (strcmp(a, "--time-cap") == 0) {
+      char *end;
+      errno = 0;
+      o.cap_s = strtod(v, &end);
+      if (errno || end == v || *end || !(o.cap_s > 0) || o.cap_s > 3600)
+        return usage("--time-cap %s: expected seconds in (0, 3600]", v);
     } else if (strcmp(a, "--tolerance") == 0) {
       char *end;
       errno = 0;
@@ -755,6 +766,13 @@ int attn_cmd_tune(int argc, char **argv) {
     }
     ts.rt = rt;
     if (target == ATTN_TARGET_CPU) attn_store_set_threads(store, rt->threads);
+    /* the kernel cache is checked before anything is compiled into it (runtime/artifact.h); say when it is replaced */
+    if (attn_cache_dir_ready(rt) != ATTN_OK) {
+      fprintf(stderr, "attntune tune: %s\n", attn_last_error(rt));
+      status = 1;
+      goto out;
+    }
+    if (rt->cache_note[0]) fprintf(stderr, "attntune tune: %s\n", rt->cache_note);
     snprintf(device, sizeof device, "%s", rt->device);
     if (target == ATTN_TARGET_CUDA)
       snprintf(devjson, sizeof devjson,
@@ -850,6 +868,7 @@ int attn_cmd_tune(int argc, char **argv) {
               status = 1;
               continue;
             }
+            ts.meas.cap_s = o.cap_s;
             attn_spec ds;
             attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ds);
             attn_spec_format(&ds, ts.default_spec, sizeof ts.default_spec);

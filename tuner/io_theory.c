@@ -2,12 +2,25 @@
  * M entries, and one counted run through the runtime. The closed forms follow each template's loop structure
  * (templates/flash.c, smallcache.c, lowrank.c), so a counted run must equal them exactly. */
 #include "io_theory.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 static long lmin(long a, long b) { return a < b ? a : b; }
 static long cdiv(long a, long b) { return (a + b - 1) / b; }
+
+/* Counts saturate at ULLONG_MAX instead of wrapping: from n = 2^29 with a few dozen heads the exact count passes 2^64,
+ * and a wrapped one reads as small (the model would rank that configuration fastest). One block's terms stay below
+ * 2^55 (rows, keys < 2^31; d, tiles and splits at most a few thousand), so they are exact in long. */
+static unsigned long long sat_add(unsigned long long a, unsigned long long b) {
+  unsigned long long s;
+  return __builtin_add_overflow(a, b, &s) ? ULLONG_MAX : s;
+}
+static unsigned long long sat_mul(unsigned long long a, unsigned long long b) {
+  unsigned long long p;
+  return __builtin_mul_overflow(a, b, &p) ? ULLONG_MAX : p;
+}
 
 /* Keys seen by at least one of the query rows [i0, i0 + rows): all, or bottom-right causal. */
 static long visible(int causal, long i0, long rows, long n, long n_kv) {
@@ -25,6 +38,8 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
                     unsigned long long *writes) {
   unsigned long long r = 0, w = 0;
   const long d = s->d;
+  *reads = *writes = 0;
+  if (bh < 0 || n < 0 || n_kv < 0) return ATTN_EINVAL; /* a negative count would convert to a huge one */
   if (s->algo == ATTN_ALGO_FLASH) {
     /* per query block: Q_i, then K_j and V_j over the visible keys; O_i written once */
     for (long i0 = 0; i0 < n; i0 += s->br) {
@@ -36,20 +51,20 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
         /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes
          * O, m, l (rows (d + 2)); the merge reads the S partials and writes O_i */
         const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
-        r += (unsigned long long)(parts * rows * d + 2 * c * d + S * rows * (d + 2));
-        w += (unsigned long long)(S * rows * (d + 2) + rows * d);
+        r = sat_add(r, (unsigned long long)(parts * rows * d + 2 * c * d + S * rows * (d + 2)));
+        w = sat_add(w, (unsigned long long)(S * rows * (d + 2) + rows * d));
         continue;
       }
-      r += (unsigned long long)(rows * d + 2 * c * d);
-      w += (unsigned long long)(rows * d);
+      r = sat_add(r, (unsigned long long)(rows * d + 2 * c * d));
+      w = sat_add(w, (unsigned long long)(rows * d));
     }
   } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
     const long t = s->tile > 0 ? s->tile : s->br;
     for (long i0 = 0; i0 < n; i0 += s->br) {
       long R = lmin(s->br, n - i0), C = visible(s->causal, i0, R, n, n_kv);
       long nr = cdiv(R, t), nc = cdiv(C, t), nd = cdiv(d, t);
-      r += (unsigned long long)(d * R * nc + d * C * nr + R * C * nd + d * C * nr);
-      w += (unsigned long long)(R * C + R * d);
+      r = sat_add(r, (unsigned long long)(d * R * nc + d * C * nr + R * C * nd + d * C * nr));
+      w = sat_add(w, (unsigned long long)(R * C + R * d));
     }
   } else if (s->algo == ATTN_ALGO_LOWRANK) {
     r = (unsigned long long)(2 * n_kv * d + n * d);
@@ -57,8 +72,8 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
   } else {
     return ATTN_EINVAL;
   }
-  *reads = r * (unsigned long long)bh;
-  *writes = w * (unsigned long long)bh;
+  *reads = sat_mul(r, (unsigned long long)bh);
+  *writes = sat_mul(w, (unsigned long long)bh);
   return ATTN_OK;
 }
 

@@ -1,25 +1,55 @@
 /* lua_host.c: runs a strategy written in Lua 5.4 in a sandbox: only the base (without dofile, loadfile and load),
- * table, string (without dump) and math libraries, text chunks only, a capped allocator, and a count hook that
- * stops a script after a wall-clock limit of its own time (evaluations do not count). The script returns
- * function(space, tune); see docs/strategies.md for the API. */
+ * table, string (without dump) and math libraries, text chunks only and a capped allocator. The script returns
+ * function(space, tune); see docs/strategies.md for the API.
+ *
+ * The interpreter runs in a child process (fork) so that nothing it does can outlive the time limit: a hook cannot
+ * fire inside C code (a backtracking string.find), a finalizer (hooks are off while it runs) or an error handler,
+ * but SIGKILL always works. The child builds space tables from what it inherited at fork; tune.evaluate,
+ * tune.budget_left and tune.best are requests over a socket, answered by the parent, which owns the tuner
+ * (measurement, database, budget, best). The parent counts only the time it spends waiting for the child against
+ * $ATTN_LUA_TIMEOUT_S (evaluations do not count) and kills the child when it runs out or the run is stopped. */
+#include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include "strategy.h"
 
 #define LUA_MEM_LIMIT ((size_t)512 << 20)
-#define HOOK_EVERY 10000
+#define ERR_TEXT_MAX 8192 /* the child's error message (with its traceback), as sent */
+#define POLL_SLICE_MS 100 /* how often the parent looks at the stop flag while the child runs */
 
+/* Child -> parent requests; the parent answers EVAL with an attn_eval, BUDGET with an int32_t, BEST with a
+ * best_msg. DONE ends the script: an int32_t status (ATTN_*) and the error text, if any. */
+enum { MSG_EVAL = 1, MSG_BUDGET, MSG_BEST, MSG_DONE };
+typedef struct msg_hdr {
+  uint32_t type, len; /* len: the payload's bytes after the header */
+} msg_hdr;
+typedef struct best_msg {
+  int32_t have;
+  attn_spec cfg;
+  attn_eval eval;
+} best_msg;
+
+/* The child's state. The tuner is the parent's, inherited at fork: read-only here (space, seed); everything that
+ * changes (budget, best, memory of results) is asked of the parent. */
 typedef struct lhost {
-  attn_tuner *t;
-  const char *path;
-  double limit_s, deadline;
-  int expired, interrupted;
+  const attn_tuner *t;
+  int fd; /* the child's end of the socket */
   size_t mem;
   unsigned long long rng;
 } lhost;
@@ -51,20 +81,47 @@ static lhost *host(lua_State *L) {
   return ud;
 }
 
-static void hook(lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  lhost *h = host(L);
-  if (attn_tuner_stopped(h->t)) {
-    h->interrupted = 1;
-    lua_sethook(L, hook, LUA_MASKCOUNT, 1); /* keep failing even inside a pcall loop */
-    lua_pushstring(L, "interrupted");
-    lua_error(L);
+/* ---- the socket: whole messages, EINTR and short transfers retried ---- */
+
+/* 0, or -1 when the peer is gone (MSG_NOSIGNAL: a dead peer is an error here, never SIGPIPE). */
+static int send_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
   }
-  if (!h->expired && now_s() < h->deadline) return;
-  h->expired = 1;
-  lua_sethook(L, hook, LUA_MASKCOUNT, 1);
-  lua_pushfstring(L, "stopped after %d s (runaway script?)", (int)ceil(h->limit_s));
-  lua_error(L);
+  return 0;
+}
+
+static int send_msg(int fd, uint32_t type, const void *payload, size_t len) {
+  msg_hdr hd = {.type = type, .len = (uint32_t)len};
+  if (send_all(fd, &hd, sizeof hd) != 0) return -1;
+  return len ? send_all(fd, payload, len) : 0;
+}
+
+/* The child's blocking read of an answer: 0, or -1 at end of file or an error. */
+static int recv_all(int fd, void *buf, size_t len) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = read(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* A request from the script and its answer. The parent never leaves a request unanswered unless it is killing the
+ * child, so a failure here means the parent is gone: nothing is left to report to. */
+static void ask(lua_State *L, uint32_t type, const void *req, size_t rlen, void *ans, size_t alen) {
+  lhost *h = host(L);
+  if (send_msg(h->fd, type, req, rlen) != 0 || recv_all(h->fd, ans, alen) != 0) _exit(3);
 }
 
 /* ---- configurations <-> tables ---- */
@@ -284,28 +341,33 @@ static int l_evaluate(lua_State *L) {
     snprintf(e.status, sizeof e.status, "invalid");
     snprintf(e.message, sizeof e.message, "%s", why);
   } else {
-    double t0 = now_s();
-    attn_tuner_evaluate(h->t, &s, &e);
-    h->deadline += now_s() - t0; /* the limit is on the script's own time */
+    ask(L, MSG_EVAL, &s, sizeof s, &e, sizeof e);
+    e.status[sizeof e.status - 1] = '\0'; /* strings from the socket are terminated before use */
+    e.message[sizeof e.message - 1] = '\0';
   }
   push_result(L, &e);
   return 1;
 }
 
 static int l_budget_left(lua_State *L) {
-  attn_tuner *t = host(L)->t;
-  lua_pushinteger(L, attn_tuner_stopped(t) ? 0 : attn_tuner_budget_left(t));
+  int32_t left = 0;
+  ask(L, MSG_BUDGET, NULL, 0, &left, sizeof left);
+  lua_pushinteger(L, left);
   return 1;
 }
 
 static int l_best(lua_State *L) {
-  attn_tuner *t = host(L)->t;
-  if (!t->have_best) {
+  best_msg b;
+  ask(L, MSG_BEST, NULL, 0, &b, sizeof b);
+  if (!b.have) {
     lua_pushnil(L);
     return 1;
   }
-  push_cfg(L, &t->best);
-  push_result(L, &t->best_eval);
+  b.eval.status[sizeof b.eval.status - 1] = '\0';
+  b.eval.message[sizeof b.eval.message - 1] = '\0';
+  b.cfg.arch[sizeof b.cfg.arch - 1] = '\0';
+  push_cfg(L, &b.cfg);
+  push_result(L, &b.eval);
   return 2;
 }
 
@@ -325,18 +387,29 @@ static int l_problem(lua_State *L) {
   return 1;
 }
 
-/* print goes to stderr: stdout belongs to the tuner's report. */
+/* print goes to stderr: stdout belongs to the tuner's report. One write(2) per line, not stdio: the parent flushed
+ * both streams before fork and prints nothing while the child runs, so the order of the two streams is kept. */
 static int l_print(lua_State *L) {
   int n = lua_gettop(L);
-  fflush(stdout); /* keep the order of the two streams on a terminal or in one log */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
   for (int i = 1; i <= n; i++) {
-    size_t len;
-    const char *s = luaL_tolstring(L, i, &len);
-    if (i > 1) fputc('\t', stderr);
-    fwrite(s, 1, len, stderr);
-    lua_pop(L, 1);
+    if (i > 1) luaL_addchar(&b, '\t');
+    luaL_tolstring(L, i, NULL);
+    luaL_addvalue(&b);
   }
-  fputc('\n', stderr);
+  luaL_addchar(&b, '\n');
+  luaL_pushresult(&b);
+  size_t len;
+  const char *p = lua_tolstring(L, -1, &len);
+  while (len > 0) { /* a failed write loses the line, as fwrite's did */
+    ssize_t w = write(STDERR_FILENO, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    p += w;
+    len -= (size_t)w;
+  }
+  lua_pop(L, 1);
   return 0;
 }
 
@@ -390,48 +463,233 @@ static void report(char *err, size_t len, const char *path, const char *msg) {
     snprintf(err, len, "strategy %s: %s", path, msg);
 }
 
-int attn_strategy_lua(attn_tuner *t, const char *path, char *err, size_t errlen) {
-  lhost h = {.t = t, .path = path, .limit_s = 10.0, .rng = t->seed ^ 0x5bd1e995ULL};
-  const char *env = getenv("ATTN_LUA_TIMEOUT_S");
-  if (env && *env) {
-    char *end;
-    double v = strtod(env, &end);
-    if (*end == '\0' && v > 0 && v < 1e6) h.limit_s = v;
-  }
+/* ---- the child: the interpreter ---- */
+
+/* Runs the script and sends DONE with its outcome; never returns. No lua_close: the process's exit frees the
+ * state, and closing would run finalizers (a looping __gc) after the script has finished. */
+static void child_main(const attn_tuner *t, const char *path, int fd) {
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  /* Ctrl-C reaches the whole process group: the parent decides what a stop means and kills the child. A closed
+   * stderr must not kill the interpreter either: print only loses its line. */
+  if (sigaction(SIGINT, &ign, NULL) != 0 || sigaction(SIGPIPE, &ign, NULL) != 0) _exit(3);
+  lhost h = {.t = t, .fd = fd, .rng = t->seed ^ 0x5bd1e995ULL};
+  char err[ERR_TEXT_MAX];
+  int32_t rc = ATTN_OK;
+  err[0] = '\0';
   lua_State *L = lua_newstate(lalloc, &h);
   if (!L) {
-    snprintf(err, errlen, "strategy %s: cannot create a Lua state", path);
-    return ATTN_ENOMEM;
-  }
-  open_sandbox(L, t->seed);
-  h.deadline = now_s() + h.limit_s;
-  lua_sethook(L, hook, LUA_MASKCOUNT, HOOK_EVERY);
-  lua_pushcfunction(L, msgh);
-  int base = lua_gettop(L);
-  int rc = ATTN_OK;
-  int st = luaL_loadfilex(L, path, "t");
-  if (st != LUA_OK) {
-    report(err, errlen, path, lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load");
-    rc = ATTN_EINVAL;
-  } else if (lua_pcall(L, 0, 1, base) != LUA_OK) {
-    report(err, errlen, path, lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
-    rc = ATTN_EINVAL;
-  } else if (!lua_isfunction(L, -1)) {
-    snprintf(err, errlen, "strategy %s: must return function(space, tune), returned %s", path,
-             luaL_typename(L, -1));
-    rc = ATTN_EINVAL;
+    snprintf(err, sizeof err, "strategy %s: cannot create a Lua state", path);
+    rc = ATTN_ENOMEM;
   } else {
-    push_api(L);
-    if (lua_pcall(L, 2, 0, base) != LUA_OK) {
-      if (h.interrupted && !h.expired) {
-        rc = ATTN_OK; /* SIGINT: the caller reports it */
-      } else {
+    open_sandbox(L, t->seed);
+    lua_pushcfunction(L, msgh);
+    int base = lua_gettop(L);
+    int st = luaL_loadfilex(L, path, "t");
+    if (st != LUA_OK) {
+      report(err, sizeof err, path, lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load");
+      rc = ATTN_EINVAL;
+    } else if (lua_pcall(L, 0, 1, base) != LUA_OK) {
+      report(err, sizeof err, path, lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
+      rc = ATTN_EINVAL;
+    } else if (!lua_isfunction(L, -1)) {
+      snprintf(err, sizeof err, "strategy %s: must return function(space, tune), returned %s", path,
+               luaL_typename(L, -1));
+      rc = ATTN_EINVAL;
+    } else {
+      push_api(L);
+      if (lua_pcall(L, 2, 0, base) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
-        report(err, errlen, path, m ? m : "error");
+        report(err, sizeof err, path, m ? m : "error");
         rc = ATTN_EINVAL;
       }
     }
   }
-  lua_close(L);
+  size_t len = strlen(err);
+  char msg[sizeof rc + ERR_TEXT_MAX];
+  memcpy(msg, &rc, sizeof rc);
+  memcpy(msg + sizeof rc, err, len);
+  _exit(send_msg(fd, MSG_DONE, msg, sizeof rc + len) == 0 ? 0 : 3);
+}
+
+/* ---- the parent: answers requests, keeps the time ---- */
+
+typedef struct lparent {
+  attn_tuner *t;
+  int fd;
+  double limit_s, used_s; /* the script's own time: the parent's waits for the child */
+} lparent;
+
+enum { RD_OK = 0, RD_EOF, RD_STOP, RD_EXPIRED, RD_ERR /* errno */, RD_PROTO /* a malformed message */ };
+
+/* Reads len bytes from the child, waiting at most until the script's time is used up and looking at the stop
+ * flag every POLL_SLICE_MS (SIGINT also interrupts poll, which is never restarted after a handler). */
+static int parent_read(lparent *c, void *buf, size_t len) {
+  char *p = buf;
+  while (len > 0) {
+    if (attn_tuner_stopped(c->t)) return RD_STOP;
+    double left = c->limit_s - c->used_s;
+    if (left <= 0) return RD_EXPIRED;
+    int ms = left * 1000 > POLL_SLICE_MS ? POLL_SLICE_MS : (int)ceil(left * 1000);
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    double t0 = now_s();
+    int r = poll(&pfd, 1, ms);
+    c->used_s += now_s() - t0;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return RD_ERR;
+    }
+    if (r == 0) continue;
+    ssize_t n = read(c->fd, p, len); /* readable (or hung up): does not block */
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return RD_ERR;
+    }
+    if (n == 0) return RD_EOF;
+    p += n;
+    len -= (size_t)n;
+  }
+  return RD_OK;
+}
+
+/* Kills the child and reaps it: its wait status, or -1 when waitpid fails. Until reaped the child stays ours (a
+ * zombie if it has exited), so kill cannot hit another process and cannot fail in a way that matters. */
+static int reap(pid_t pid) {
+  (void)kill(pid, SIGKILL);
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return st;
+}
+
+/* One request: its payload is read and answered. RD_OK, or why the conversation ended. */
+static int serve(lparent *c, const msg_hdr *hd) {
+  switch (hd->type) {
+  case MSG_EVAL: {
+    attn_spec s;
+    attn_eval e;
+    if (hd->len != sizeof s) return RD_PROTO;
+    int r = parent_read(c, &s, sizeof s);
+    if (r != RD_OK) return r;
+    s.arch[sizeof s.arch - 1] = '\0';
+    attn_tuner_evaluate(c->t, &s, &e); /* not the script's time: outside parent_read */
+    fflush(stdout);                    /* the progress line before anything the script prints next */
+    return send_all(c->fd, &e, sizeof e) == 0 ? RD_OK : RD_EOF;
+  }
+  case MSG_BUDGET: {
+    if (hd->len != 0) return RD_PROTO;
+    int32_t left = attn_tuner_stopped(c->t) ? 0 : attn_tuner_budget_left(c->t);
+    return send_all(c->fd, &left, sizeof left) == 0 ? RD_OK : RD_EOF;
+  }
+  case MSG_BEST: {
+    if (hd->len != 0) return RD_PROTO;
+    best_msg b;
+    memset(&b, 0, sizeof b);
+    b.have = c->t->have_best;
+    if (b.have) {
+      b.cfg = c->t->best;
+      b.eval = c->t->best_eval;
+    }
+    return send_all(c->fd, &b, sizeof b) == 0 ? RD_OK : RD_EOF;
+  }
+  default:
+    return RD_PROTO;
+  }
+}
+
+int attn_strategy_lua(attn_tuner *t, const char *path, char *err, size_t errlen) {
+  lparent c = {.t = t, .limit_s = 10.0};
+  const char *env = getenv("ATTN_LUA_TIMEOUT_S");
+  if (env && *env) {
+    char *end;
+    double v = strtod(env, &end);
+    if (*end == '\0' && v > 0 && v < 1e6) c.limit_s = v;
+  }
+  int sv[2];
+  /* CLOEXEC: compilers the parent starts while evaluating must not hold the socket open */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    snprintf(err, errlen, "strategy %s: cannot start the interpreter: socketpair: %s", path, strerror(errno));
+    return ATTN_ERUNTIME;
+  }
+  /* Buffered output would be written twice (the child's copy at its exit) or out of order. */
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(err, errlen, "strategy %s: cannot start the interpreter: fork: %s", path, strerror(errno));
+    close(sv[0]);
+    close(sv[1]);
+    return ATTN_ERUNTIME;
+  }
+  if (pid == 0) {
+    close(sv[0]);
+#ifdef __linux__
+    /* a tuner killed outright (SIGKILL) must not leave a runaway interpreter behind */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(3);
+#else
+    (void)parent;
+#endif
+    child_main(t, path, sv[1]);
+  }
+  close(sv[1]);
+  c.fd = sv[0];
+
+  int rc = ATTN_OK, r;
+  char text[ERR_TEXT_MAX + 1];
+  for (;;) {
+    msg_hdr hd;
+    r = parent_read(&c, &hd, sizeof hd);
+    if (r != RD_OK) break;
+    if (hd.type == MSG_DONE) {
+      int32_t crc;
+      if (hd.len < sizeof crc || hd.len > sizeof crc + ERR_TEXT_MAX) {
+        r = RD_PROTO;
+        break;
+      }
+      if ((r = parent_read(&c, &crc, sizeof crc)) != RD_OK) break;
+      size_t tl = hd.len - sizeof crc;
+      if ((r = parent_read(&c, text, tl)) != RD_OK) break;
+      text[tl] = '\0';
+      if (crc != ATTN_OK) snprintf(err, errlen, "%s", text);
+      rc = crc;
+      break;
+    }
+    if ((r = serve(&c, &hd)) != RD_OK) break;
+  }
+  /* Whatever happened, the child goes: after DONE it has nothing left to do (and shutting its state down could
+   * run finalizers forever). */
+  int rd_errno = errno; /* RD_ERR's reason, before kill and waitpid touch errno */
+  int st = reap(pid);
+  close(c.fd);
+  switch (r) {
+  case RD_OK:
+    break;
+  case RD_STOP: /* SIGINT: the caller reports it; the evaluations made are stored */
+    rc = ATTN_OK;
+    break;
+  case RD_EXPIRED:
+    snprintf(err, errlen, "strategy %s: stopped after %d s (runaway script?)", path, (int)ceil(c.limit_s));
+    rc = ATTN_EINVAL;
+    break;
+  case RD_EOF: /* died without a word: a crash, out of memory in C, a signal from outside */
+    if (st != -1 && WIFSIGNALED(st))
+      snprintf(err, errlen, "strategy %s: the interpreter died (%s)", path, strsignal(WTERMSIG(st)));
+    else
+      snprintf(err, errlen, "strategy %s: the interpreter exited without a result (status %d)", path,
+               st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    rc = ATTN_EINVAL;
+    break;
+  case RD_ERR:
+    snprintf(err, errlen, "strategy %s: lost contact with the interpreter: %s", path, strerror(rd_errno));
+    rc = ATTN_EINVAL;
+    break;
+  default:
+    snprintf(err, errlen, "strategy %s: lost contact with the interpreter: a malformed message", path);
+    rc = ATTN_EINVAL;
+    break;
+  }
   return rc;
 }

@@ -49,8 +49,7 @@ typedef struct attn_meas_result {
 
 #define ATTN_MEAS_MIN_REPS 5
 #define ATTN_MEAS_REL_TOL 0.02
-#define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening */
-#define ATTN_MEAS_FINAL_CAP_S 4.0  /* per finalist round */
+#define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening (tune --time-cap; the finalist round 4x) */
 
 /* reps <= 0: ATTN_MEAS_MIN_REPS. ATTN_OK, or an error code with err (out of memory, problem invalid for the runtime). */
 int  attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, int reps, char *err, size_t errlen);

@@ -7,6 +7,7 @@
  *   t_overhead = launch latency plus a small per-wave cost.
  * The constants are coarse by design: the model orders configurations, it does not predict to the percent. */
 #include "model.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 #define ATTAINABLE 0.75          /* fraction of peak a well-tiled attention kernel reaches (FA2 on A100: ~73%) */
 
 static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
+
+/* A count kept in double, as an int field: saturated, since converting a double beyond INT_MAX is undefined. */
+static int clamp_int(double x) { return x < INT_MAX ? (int)x : INT_MAX; }
 
 /* Visible (query, key) pairs of one head: all, or bottom-right causal. */
 static double pairs(int causal, double n, double n_kv) {
@@ -48,13 +52,18 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
   }
   const double bh = (double)p.batch * p.heads, n = p.n, n_kv = p.n_kv, d = p.d;
   const double esize = (double)attn_dtype_size(s->dtype);
-  unsigned long long rd = 0, wr = 0;
-  if (attn_io_formula(s, (long)bh, p.n, p.n_kv, &rd, &wr) != ATTN_OK) {
+  /* One head's transfers, scaled by batch*heads in double: the closed form is linear in bh, and one head's count
+   * stays below 2^64 up to n = 2^31 for the usual tiles, while the total passes 2^64 from n = 2^29 at 32 heads. The
+   * reported totals saturate at ULLONG_MAX there; the times, taken from the doubles, keep growing with n. */
+  unsigned long long rd1 = 0, wr1 = 0;
+  if (attn_io_formula(s, 1, p.n, p.n_kv, &rd1, &wr1) != ATTN_OK) {
     snprintf(err, errlen, "no I/O closed form for %s", attn_algo_name(s->algo));
     return ATTN_EINVAL;
   }
-  out->reads = rd;
-  out->writes = wr;
+  const unsigned long long ubh = (unsigned long long)p.batch * (unsigned long long)p.heads; /* < 2^62: exact */
+  if (__builtin_mul_overflow(rd1, ubh, &out->reads)) out->reads = ULLONG_MAX;
+  if (__builtin_mul_overflow(wr1, ubh, &out->writes)) out->writes = ULLONG_MAX;
+  const double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
 
   /* FLOPs the kernel executes (lowrank: feature maps and the two rank-r products instead of n x n_kv work). */
   double flops;
@@ -81,9 +90,9 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
   if (bps < 1) bps = 1;
   const double blocks = ceil(n / s->br) * bh;
   const double per_sm = ceil(blocks / g->sms); /* blocks one SM runs over the kernel's life */
-  out->blocks = (int)blocks;
+  out->blocks = clamp_int(blocks);
   out->blocks_per_sm = bps;
-  out->waves = (int)ceil(per_sm / bps);
+  out->waves = clamp_int(ceil(per_sm / bps));
 
   /* Efficiency: tensor-core tiles want Br, Bc >= 128; one stage leaves loads exposed; few warps per SM hide
    * little latency. fp32 runs on the CUDA cores at the fp32 rate. */
@@ -97,11 +106,11 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
 
   const double bw = g->bandwidth_tbs * 1e12;
   const double compulsory = bh * (2.0 * n * d + 2.0 * n_kv * d) * esize;
-  double total = (double)(rd + wr) * esize, rereads = total > compulsory ? total - compulsory : 0;
+  double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
   const double kv_head = 2.0 * n_kv * d * esize;
   const double reread_bw = kv_head * fmin(bh, g->sms) <= g->l2_mb * 1048576.0 ? bw * L2_OVER_HBM : bw;
   out->t_memory_ms = (compulsory / bw + rereads / reread_bw) * 1e3;
-  out->t_overhead_ms = LAUNCH_MS + WAVE_MS * out->waves;
+  out->t_overhead_ms = LAUNCH_MS + WAVE_MS * ceil(per_sm / bps); /* the unclamped count */
   out->time_ms = fmax(out->t_compute_ms, out->t_memory_ms) + out->t_overhead_ms;
   return ATTN_OK;
 }
