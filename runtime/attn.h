@@ -35,7 +35,13 @@ typedef struct attn_problem {
  * failure replaces it; "" otherwise). */
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
-/* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written. */
+/* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written.
+ * NaN and Inf propagate as in an fp64 softmax(scale QK^T)V (the CPU kernels; docs/io.md): NaN in q row i makes row i
+ * NaN; NaN in key row j makes every row that sees key j NaN; NaN in v[j][c] makes column c NaN in those rows; a +Inf
+ * score makes its row NaN; -Inf scores weigh 0 unless all of a row's visible scores are -Inf (0/0: NaN); rows that
+ * see no key (causal, n > n_kv) are 0.
+ * Kernels run compiled code in this process: it is loaded only from checked bytes (a private cache directory,
+ * well-formed ELF, the SHA-256 the database records; README "The kernel cache's trust model"). */
 int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o);
 const char *attn_plan_describe(const attn_plan *plan);   /* "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" */
 /* Lifetime: a plan holds a reference to its runtime. attn_close ends the handle (rt must not be used again: no

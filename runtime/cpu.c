@@ -17,15 +17,19 @@ struct attn_cpu_kernel {
   attn_kernel_partials_fn partials; /* both NULL unless the kernel splits the key range */
   attn_kernel_merge_fn merge;
   int was_cached;
+  int fd;                           /* the checked file, open while the kernel is loaded (load_object) */
 };
 
-/* Loads the checked file open on fd (closed here): through /proc/self/fd, so that a file swapped in under the same
- * name after the check is not what runs; by path where /proc is not mounted. */
+/* Loads the checked file open on fd: through /proc/self/fd, so that a file swapped in under the same name after the
+ * check is not what runs; by path where /proc is not mounted. The descriptor stays open while the kernel is loaded:
+ * the dynamic loader takes a name it has loaded before for that object, and a descriptor number reused by the next
+ * kernel would hand back this one. */
 static int load_object(attn_runtime *rt, int fd, const char *path, const char *label, attn_cpu_kernel *k) {
   char byfd[64];
   snprintf(byfd, sizeof byfd, "/proc/self/fd/%d", fd);
+  if (k->fd >= 0) close(k->fd);
+  k->fd = fd;
   k->handle = dlopen(access(byfd, R_OK) == 0 ? byfd : path, RTLD_NOW | RTLD_LOCAL);
-  close(fd);
   if (!k->handle) {
     const char *e = dlerror();
     return attn_fail(rt, ATTN_ERUNTIME, "cannot load %s (%s): %s", label, path, e ? e : "dlopen failed");
@@ -67,6 +71,7 @@ int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_k
     free(src);
     return attn_fail(rt, ATTN_ENOMEM, "out of memory loading %s", label);
   }
+  k->fd = -1;
   char path[4200];
   int fd = -1;
   int rc = attn_cc_object(rt, src, label, 0, path, sizeof path, &k->was_cached, &fd);
@@ -80,6 +85,7 @@ int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_k
   }
   free(src);
   if (rc != ATTN_OK) {
+    if (k->fd >= 0) close(k->fd);
     free(k);
     return rc;
   }
@@ -90,6 +96,7 @@ int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_k
 void attn_cpu_unload(attn_cpu_kernel *k) {
   if (!k) return;
   if (k->handle) dlclose(k->handle);
+  if (k->fd >= 0) close(k->fd);
   free(k);
 }
 

@@ -4,7 +4,7 @@
 set(ATTN_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache)
 file(MAKE_DIRECTORY ${ATTN_TEST_CACHE})
 set(ATTN_CPU_ENV "ATTN_CACHE_DIR=${ATTN_TEST_CACHE}" "ATTN_DB=${ATTN_TEST_CACHE}/no-database.db")
-foreach(t correct bad compile cache threads half)
+foreach(t correct bad compile cache threads half plans)
   add_executable(cpu_${t} ${CMAKE_CURRENT_LIST_DIR}/cpu_${t}.c)
   target_link_libraries(cpu_${t} PRIVATE attn_core m)
 endforeach()
@@ -21,9 +21,10 @@ add_test(NAME cpu_cache_two_processes COMMAND cpu_cache ${ATTN_TEST_CACHE})
 add_test(NAME cpu_cache_database COMMAND cpu_cache ${ATTN_TEST_CACHE} db)
 add_test(NAME cpu_cache_race COMMAND cpu_cache ${ATTN_TEST_CACHE} race)
 add_test(NAME cpu_threads COMMAND cpu_threads)
+add_test(NAME cpu_plans COMMAND cpu_plans)
 add_test(NAME cpu_half COMMAND cpu_half)
 set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_correct_split cpu_bad cpu_compile_fail cpu_cache_two_processes
-                     cpu_cache_database cpu_cache_race cpu_threads cpu_half
+                     cpu_cache_database cpu_cache_race cpu_threads cpu_half cpu_plans
                      PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
 set_tests_properties(cpu_threads PROPERTIES ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
 # The example application, through the shared library (only the public API is visible there).

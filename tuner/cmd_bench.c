@@ -405,7 +405,7 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
   }
   /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c): set 0 is q, k, v. */
   const size_t set_floats = cnt + 2 * kvcnt;
-  double want = ceil(1.25 * attn_cpu_llc_bytes() / (4.0 * set_floats)) + 1;
+  double want = ceil(ATTN_MEAS_COLD_FACTOR * attn_cpu_llc_bytes() / (4.0 * set_floats)) + 1;
   if (want * 4.0 * set_floats > 1024.0 * 1048576) want = floor(1024.0 * 1048576 / (4.0 * set_floats));
   int sets = want < 2 ? 2 : (int)want;
   extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra);

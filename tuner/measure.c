@@ -52,8 +52,8 @@ static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (c->arena) return ATTN_OK;
   const attn_problem *q = &c->p;
   /* Enough sets that round-robin use touches more than the last-level cache between two uses of one set: the
-   * other sets - 1 of them - hold at least 1.25x the cache. */
-  const double set_bytes = 4.0 * (double)c->set_count, want = 1.25 * attn_cpu_llc_bytes();
+   * other sets - 1 of them - hold at least ATTN_MEAS_COLD_FACTOR times the cache. */
+  const double set_bytes = 4.0 * (double)c->set_count, want = ATTN_MEAS_COLD_FACTOR * attn_cpu_llc_bytes();
   double sets = ceil(want / set_bytes) + 1;
   if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
   if (sets < 2) sets = 2;

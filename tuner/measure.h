@@ -48,6 +48,10 @@ typedef struct attn_meas_result {
 } attn_meas_result;
 
 #define ATTN_MEAS_MIN_REPS 5
+/* The input sets rotated between runs hold this many times the last-level cache: at 1.25x, a memory-bound decode
+ * kernel (n = 1, n_kv = 8192) still found part of its inputs in a 32 MiB victim L3 and ran 0.23 or 0.6 ms depending
+ * on which other kernels shared the rotation. */
+#define ATTN_MEAS_COLD_FACTOR 3.0
 #define ATTN_MEAS_REL_TOL 0.02
 #define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening (tune --time-cap; the finalist round 4x) */
 
