@@ -15,7 +15,6 @@
 #include "gpus.h"
 #include "internal.h"
 #include "measure.h"
-#include "space.h"
 #include "range.h"
 #include "timing.h"
 #include "timing_env.h"
@@ -405,9 +404,7 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
   }
   /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c): set 0 is q, k, v. */
   const size_t set_floats = cnt + 2 * kvcnt;
-  double want = ceil(ATTN_MEAS_COLD_FACTOR * attn_cpu_llc_bytes() / (4.0 * set_floats)) + 1;
-  if (want * 4.0 * set_floats > 1024.0 * 1048576) want = floor(1024.0 * 1048576 / (4.0 * set_floats));
-  int sets = want < 2 ? 2 : (int)want;
+  int sets = attn_meas_cold_sets(4.0 * (double)set_floats);
   extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra);
   if (!extra) sets = 1; /* not fatal: warm inputs then */
   for (int i = 0; i + 1 < sets; i++) attn_fill_random(extra + (size_t)i * set_floats, set_floats, 100 + (unsigned)i);

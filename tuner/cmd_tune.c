@@ -187,7 +187,8 @@ typedef struct tune_state {
   int fresh;              /* evaluations of this problem measured now (not found stored) */
   struct confirm_item *confirm; /* problems whose finalist round ran now, for the confirmation pass */
   int nconfirm, confirm_cap;
-  char default_spec[512]; /* canonical text of the problem's untuned default ("" in model mode) */
+  attn_spec default_cfg;  /* the problem's untuned default (measured mode) */
+  char default_spec[512]; /* its canonical text ("" in model mode) */
 } tune_state;
 
 static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed) {
@@ -219,14 +220,28 @@ static void progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int
   }
 }
 
+/* A database that fails ends the run (measuring on without storing would be lost work); the first reason is kept. */
+static void db_failed(tune_state *ts, const char *err) {
+  if (ts->db_error) return;
+  ts->db_error = 1;
+  snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+}
+
+/* How a measurement's time was taken, onto the evaluation that carries it to the store and the strategy. */
+static void take_timing(attn_eval *e, const attn_meas_result *r) {
+  e->time_ms = r->time_ms;
+  e->reps = r->reps;
+  e->clean = r->clean;
+  e->iqr_ms = r->iqr_ms;
+  e->ci_rel = r->ci_rel;
+  e->load = r->load;
+}
+
 static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   tune_state *ts = t->user;
   char err[512];
   int found = ts->o->remeasure ? 0 : attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
-  if (found < 0 && !ts->db_error) {
-    ts->db_error = 1;
-    snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
-  }
+  if (found < 0) db_failed(ts, err);
   if (found > 0) {
     ts->done++;
     ts->resumed++;
@@ -263,14 +278,8 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
     attn_measure(&ts->meas, s, &r);
     snprintf(e->status, sizeof e->status, "%s", r.status);
     snprintf(e->message, sizeof e->message, "%.500s", r.message);
-    e->time_ms = r.time_ms;
-    if (r.reps > 0) {
-      e->reps = r.reps;
-      e->clean = r.clean;
-      e->iqr_ms = r.iqr_ms;
-      e->ci_rel = r.ci_rel;
-      e->load = r.load;
-    }
+    if (r.reps > 0) take_timing(e, &r);
+    else e->time_ms = r.time_ms;
     if (strcmp(r.status, "ok") == 0 || strcmp(r.status, "wrong") == 0) e->error = r.error;
     if (r.have_io) {
       e->io = (double)(r.reads + r.writes);
@@ -289,10 +298,7 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
     return;
   }
   if (attn_store_put(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err) != ATTN_OK) {
-    if (!ts->db_error) {
-      ts->db_error = 1;
-      snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
-    }
+    db_failed(ts, err);
   } else {
     ts->stored_now++;
   }
@@ -382,8 +388,7 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
   attn_eval evals[ATTN_FINALISTS + 1];
   int count = 0, def = -1;
   /* the default: from this run's memory when the strategy evaluated it, else evaluated now (checked, counted) */
-  attn_spec ds;
-  attn_plan_default(ts->rt, &ts->meas.p, ATTN_ALGO_FLASH, &ds);
+  const attn_spec ds = ts->default_cfg;
   int di = attn_space_find(tu->space, &ds);
   attn_eval de;
   if (di >= 0 && tu->memo && tu->memo_have[di]) {
@@ -427,7 +432,6 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
   int pick = 0;
   if (count == 1) {
     snprintf(why, wlen, "%s", def == 0 ? "the default is the only correct configuration" : "the only candidate");
-    memset(&res[0], 0, sizeof res[0]);
   } else {
     if (attn_meas_finalists(&ts->meas, specs, count, 4 * ts->o->cap_s, res) != ATTN_OK) {
       for (int i = 0; i < count; i++)
@@ -450,23 +454,16 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
     }
     /* the round's times replace the screening ones: measured side by side, they are the comparable ones */
     for (int i = 0; i < count; i++) {
-      evals[i].time_ms = res[i].time_ms;
-      evals[i].reps = res[i].reps;
-      evals[i].clean = res[i].clean;
-      evals[i].iqr_ms = res[i].iqr_ms;
-      evals[i].ci_rel = res[i].ci_rel;
-      evals[i].load = res[i].load;
+      take_timing(&evals[i], &res[i]);
       evals[i].final = 1;
       if (attn_store_put(ts->store, &ts->prob, &specs[i], ts->provenance, &evals[i], err, sizeof err) != ATTN_OK) {
-        ts->db_error = 1;
-        snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+        db_failed(ts, err);
         return -1;
       }
     }
   }
   if (attn_store_choose(ts->store, &ts->prob, &specs[pick], ts->provenance, err, sizeof err) != ATTN_OK) {
-    ts->db_error = 1;
-    snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+    db_failed(ts, err);
     return -1;
   }
   *best = specs[pick];
@@ -520,17 +517,11 @@ static void confirm_pass(tune_state *ts) {
       printf(" %s %.4g ms then %.4g ms%s", i ? "; default" : "chosen", e->time_ms, res[i].time_ms,
              lower ? " (kept the later)" : "");
       if (!lower) continue;
-      e->time_ms = res[i].time_ms;
-      e->reps = res[i].reps;
-      e->clean = res[i].clean;
-      e->iqr_ms = res[i].iqr_ms;
-      e->ci_rel = res[i].ci_rel;
-      e->load = res[i].load;
+      take_timing(e, &res[i]);
       /* a put replaces the row: the choice is marked again */
       if (attn_store_put(ts->store, &c->p, &c->spec[i], ts->provenance, e, err, sizeof err) != ATTN_OK ||
           (i == 0 && attn_store_choose(ts->store, &c->p, &c->spec[0], ts->provenance, err, sizeof err) != ATTN_OK)) {
-        ts->db_error = 1;
-        snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
+        db_failed(ts, err);
         break;
       }
     }
@@ -869,9 +860,8 @@ int attn_cmd_tune(int argc, char **argv) {
               continue;
             }
             ts.meas.cap_s = o.cap_s;
-            attn_spec ds;
-            attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ds);
-            attn_spec_format(&ds, ts.default_spec, sizeof ts.default_spec);
+            attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
+            attn_spec_format(&ts.default_cfg, ts.default_spec, sizeof ts.default_spec);
           }
           attn_tuner tu = {.space = sp, .tolerance = o.tolerance, .stop = (volatile int *)&g_stop,
                            .eval = eval_cb, .prefetch = prefetch_cb, .user = &ts};

@@ -48,17 +48,20 @@ int attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, in
 }
 
 /* The input sets, made on the first measurement (a rerun that finds everything stored allocates nothing). */
+int attn_meas_cold_sets(double set_bytes) {
+  /* the other sets - 1 of them - hold the wanted bytes between two uses of one */
+  double sets = ceil(ATTN_MEAS_COLD_FACTOR * attn_cpu_llc_bytes() / set_bytes) + 1;
+  if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
+  return sets < 2 ? 2 : (int)sets;
+}
+
 static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (c->arena) return ATTN_OK;
   const attn_problem *q = &c->p;
-  /* Enough sets that round-robin use touches more than the last-level cache between two uses of one set: the
-   * other sets - 1 of them - hold at least ATTN_MEAS_COLD_FACTOR times the cache. */
-  const double set_bytes = 4.0 * (double)c->set_count, want = ATTN_MEAS_COLD_FACTOR * attn_cpu_llc_bytes();
-  double sets = ceil(want / set_bytes) + 1;
-  if (sets * set_bytes > ARENA_MAX_BYTES) sets = floor(ARENA_MAX_BYTES / set_bytes);
-  if (sets < 2) sets = 2;
-  if (c->rt->target == ATTN_TARGET_CUDA) sets = 1; /* the timed sets live on the device */
-  c->sets = (int)sets;
+  const double set_bytes = 4.0 * (double)c->set_count;
+  /* on CUDA the timed sets live on the device */
+  const int sets = c->rt->target == ATTN_TARGET_CUDA ? 1 : attn_meas_cold_sets(set_bytes);
+  c->sets = sets;
   c->arena = malloc((size_t)c->sets * c->set_count * sizeof(float));
   c->out = malloc(c->o_count * sizeof(float));
   if (!c->arena || !c->out) {
@@ -66,7 +69,7 @@ static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
     free(c->out);
     c->arena = NULL;
     c->out = NULL;
-    snprintf(err, errlen, "out of memory for %d input sets of %.1f MiB", (int)sets, set_bytes / 1048576.0);
+    snprintf(err, errlen, "out of memory for %d input sets of %.1f MiB", sets, set_bytes / 1048576.0);
     return ATTN_ENOMEM;
   }
   /* Fresh inputs: a seed per set, different per problem shape. */

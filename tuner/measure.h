@@ -55,6 +55,10 @@ typedef struct attn_meas_result {
 #define ATTN_MEAS_REL_TOL 0.02
 #define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening (tune --time-cap; the finalist round 4x) */
 
+/* How many input sets of set_bytes each to rotate so that, between two uses of one, the others hold
+ * ATTN_MEAS_COLD_FACTOR times the last-level cache (at least 2; at most 1 GiB of them). tune and bench alike. */
+int attn_meas_cold_sets(double set_bytes);
+
 /* reps <= 0: ATTN_MEAS_MIN_REPS. ATTN_OK, or an error code with err (out of memory, problem invalid for the runtime). */
 int  attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, int reps, char *err, size_t errlen);
 void attn_meas_free(attn_meas_ctx *c);
