@@ -108,6 +108,37 @@ static const char migration4[] =
  * none and are never handed out: the kernel is compiled again and stored with one. */
 static const char migration5[] = "ALTER TABLE artifacts ADD COLUMN sha256 TEXT;\n";
 
+/* 6: the performance model's account of its rows (db.h): `bound`, what limits a model row's time (NULL on measured
+ * rows and on rows from before), in the table and the best view; and `kernel_resources`, what ptxas reports for a
+ * compiled configuration (registers, spills, static shared memory) per compiler, so that the model and the search
+ * space read a kernel's real needs without compiling it again. */
+static const char migration6[] =
+    "ALTER TABLE measurements ADD COLUMN bound TEXT;\n"
+    "DROP VIEW IF EXISTS best;\n"
+    "CREATE VIEW best AS\n"
+    "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,\n"
+    "       gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, algo,\n"
+    "       threads, reps, iqr_ms, load, final, chosen, is_default, bound\n"
+    "FROM (SELECT *, row_number() OVER (PARTITION BY " BEST_KEY "\n"
+    "                                   ORDER BY algo = 'lowrank', provenance <> 'measured', chosen DESC,\n"
+    "                                            time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id) AS pos\n"
+    "      FROM (SELECT m.*, dv.name AS device, k.spec AS spec, k.source_hash AS source_hash, k.algo AS algo,\n"
+    "                   coalesce(m.reads + m.writes, 9e18) AS io,\n"
+    "                   min(m.time_ms) OVER (PARTITION BY " BEST_KEY_M ",\n"
+    "                                        k.algo = 'lowrank', m.provenance <> 'measured') AS tmin\n"
+    "            FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id\n"
+    "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
+    "WHERE pos = 1;\n"
+    "CREATE TABLE kernel_resources (\n"
+    "  spec        TEXT NOT NULL,      -- canonical spec text (it names the arch)\n"
+    "  compiler    TEXT NOT NULL,      -- \"nvrtc 13.0\"\n"
+    "  registers   INTEGER NOT NULL,   -- per thread\n"
+    "  spill_bytes INTEGER NOT NULL,   -- spill stores + loads\n"
+    "  smem_static INTEGER NOT NULL,   -- bytes, beyond the template's dynamic shared memory\n"
+    "  created     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),\n"
+    "  PRIMARY KEY (spec, compiler)\n"
+    ");\n";
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
@@ -117,6 +148,7 @@ static const struct {
     {migration3, "PRAGMA user_version = 3"},
     {migration4, "PRAGMA user_version = 4"},
     {migration5, "PRAGMA user_version = 5"},
+    {migration6, "PRAGMA user_version = 6"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -124,7 +156,7 @@ static const struct {
 #define MEAS_COLS                                                                                                   \
   "m.id, m.run_id, dv.name, k.spec, k.source_hash, m.n, m.n_kv, m.d, m.dtype, m.causal, m.batch, m.heads, "       \
   "m.heads_kv, m.time_ms, m.gflops, m.reads, m.writes, m.error, m.status, m.log, m.provenance, m.created, "       \
-  "m.device_id, m.kernel_id, m.threads, m.reps, m.iqr_ms, m.load, m.final, m.chosen, m.is_default"
+  "m.device_id, m.kernel_id, m.threads, m.reps, m.iqr_ms, m.load, m.final, m.chosen, m.is_default, m.bound"
 
 enum {
   S_BEGIN, S_COMMIT, S_ROLLBACK, S_VERSION,
@@ -133,6 +165,7 @@ enum {
   S_KER_GET, S_KER_UPSERT,
   S_RUN_BEGIN, S_RUN_END, S_RUN_FIND, S_RUN_PUT, S_RUN_ALL,
   S_MEAS_PUT, S_MEAS_GET, S_MEAS_UNCHOOSE, S_MEAS_CHOOSE, S_MEAS_ALL, S_MEAS_COUNT, S_BEST_ALL,
+  S_KRES_GET, S_KRES_PUT,
   S_COUNT
 };
 
@@ -201,12 +234,12 @@ static const char *const sql_text[S_COUNT] = {
     [S_MEAS_PUT] =
         "INSERT OR REPLACE INTO measurements(run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, "
         "heads_kv, time_ms, gflops, reads, writes, error, status, log, provenance, created, threads, reps, iqr_ms, "
-        "load, final, chosen, is_default) VALUES "
+        "load, final, chosen, is_default, bound) VALUES "
         "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-        "coalesce(?20, " NOW "), ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+        "coalesce(?20, " NOW "), ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
     [S_MEAS_GET] =
         "SELECT id, run_id, time_ms, gflops, error, reads, writes, status, log, provenance, created, threads, reps, "
-        "iqr_ms, load, final, chosen, is_default FROM measurements "
+        "iqr_ms, load, final, chosen, is_default, bound FROM measurements "
         "WHERE device_id = ?1 AND kernel_id = ?2 AND n = ?3 AND n_kv = ?4 AND dtype = ?5 AND causal = ?6 "
         "AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 AND threads = ?11",
     /* the finalist round's choice: one chosen row per problem (the key without the kernel) */
@@ -223,8 +256,11 @@ static const char *const sql_text[S_COUNT] = {
     [S_MEAS_COUNT] = "SELECT count(*) FROM measurements",
     [S_BEST_ALL] = "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, "
                    "time_ms, gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, "
-                   "threads, reps, iqr_ms, load, final, chosen, is_default "
+                   "threads, reps, iqr_ms, load, final, chosen, is_default, bound "
                    "FROM best ORDER BY device, dtype, causal, d, n, n_kv, batch * heads, heads_kv, threads",
+    [S_KRES_GET] = "SELECT registers, spill_bytes, smem_static FROM kernel_resources WHERE spec = ?1 AND compiler = ?2",
+    [S_KRES_PUT] = "INSERT OR REPLACE INTO kernel_resources(spec, compiler, registers, spill_bytes, smem_static) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5)",
 };
 
 struct attn_db {
@@ -987,6 +1023,13 @@ int attn_db_device_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_devic
                           .kind = (const char *)sqlite3_column_text(s, 2),
                           .arch = (const char *)sqlite3_column_text(s, 3),
                           .info = (const char *)sqlite3_column_text(s, 4)};
+      /* the schema says NOT NULL, but a file from elsewhere can say otherwise (quick_check follows its schema): a
+       * device without a name is refused, never handed to callers that compare names (merge crashed on one) */
+      if (!d.name) {
+        fail(db, ATTN_EDB, "damaged database: device %lld has no name", d.id);
+        rc = -1;
+        break;
+      }
       rc = cb(ctx, &d);
     }
     if (rc == 0 && src != SQLITE_DONE) {
@@ -1215,11 +1258,11 @@ static double flops_of(const attn_db_meas *m) {
   double pairs;
   if (!m->causal) pairs = (double)m->n * m->n_kv;
   else {
-    pairs = 0;
-    for (long long i = 0; i < m->n; i++) {
-      long long v = i + (m->n_kv - m->n) + 1;
-      pairs += v < 0 ? 0 : v > m->n_kv ? m->n_kv : v;
-    }
+    /* query row i sees min(i + n_kv - n + 1, n_kv) keys, at least 0: the last row sees n_kv, the ones before one key
+     * fewer each. Summed in closed form: an import may give n = 2^30, which a loop over the rows took seconds for.
+     * Sums of consecutive integers, (first + last) * count / 2, exact in long long (below 2^62 for n <= 2^30). */
+    const long long n = m->n, nkv = m->n_kv, first = nkv - n + 1; /* keys row 0 sees; <= 0: none */
+    pairs = first >= 1 ? (double)((first + nkv) * n / 2) : (double)(nkv * (nkv + 1) / 2);
   }
   return 4.0 * m->d * pairs * m->batch * m->heads;
 }
@@ -1292,6 +1335,7 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
       sqlite3_bind_int(s, 25, m->final ? 1 : 0);
       sqlite3_bind_int(s, 26, m->chosen ? 1 : 0);
       sqlite3_bind_int(s, 27, m->is_default ? 1 : 0);
+      bind_text(s, 28, m->bound && *m->bound ? m->bound : NULL);
       if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing a measurement");
       done(s);
     }
@@ -1363,6 +1407,9 @@ int attn_db_meas_exists(attn_db *db, const attn_db_meas *m, attn_db_meas *got) {
           got->final = sqlite3_column_int(s, 15);
           got->chosen = sqlite3_column_int(s, 16);
           got->is_default = sqlite3_column_int(s, 17);
+          snprintf(got->bound_buf, sizeof got->bound_buf, "%s",
+                   sqlite3_column_type(s, 18) == SQLITE_NULL ? "" : (const char *)sqlite3_column_text(s, 18));
+          got->bound = got->bound_buf[0] ? got->bound_buf : NULL;
         }
       } else if (src != SQLITE_DONE) {
         sqlfail(db, "reading a measurement");
@@ -1409,6 +1456,7 @@ static void read_meas(sqlite3_stmt *s, attn_db_meas *m) {
   m->final = sqlite3_column_int(s, 28);
   m->chosen = sqlite3_column_int(s, 29);
   m->is_default = sqlite3_column_int(s, 30);
+  m->bound = (const char *)sqlite3_column_text(s, 31); /* NULL: none */
 }
 
 static int meas_iterate(attn_db *db, int id, int (*cb)(void *, const attn_db_meas *), void *ctx) {
@@ -1486,4 +1534,53 @@ long long attn_db_meas_count(attn_db *db) {
   }
   pthread_mutex_unlock(&db->mu);
   return n;
+}
+
+int attn_db_kres_get(attn_db *db, const char *spec, const char *compiler, int *registers, long *spill_bytes,
+                     long *smem_static) {
+  if (!db || !spec || !compiler) return ATTN_EINVAL;
+  pthread_mutex_lock(&db->mu);
+  int rc = ATTN_EDB;
+  sqlite3_stmt *s = stmt(db, S_KRES_GET);
+  if (s) {
+    bind_text(s, 1, spec);
+    bind_text(s, 2, compiler);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW) {
+      *registers = sqlite3_column_int(s, 0);
+      *spill_bytes = (long)sqlite3_column_int64(s, 1);
+      *smem_static = (long)sqlite3_column_int64(s, 2);
+      rc = ATTN_OK;
+    } else if (src == SQLITE_DONE) {
+      rc = ATTN_EUNSUPPORTED;
+    } else {
+      rc = sqlfail(db, "reading kernel resources");
+    }
+    done(s);
+  }
+  pthread_mutex_unlock(&db->mu);
+  return rc;
+}
+
+int attn_db_kres_put(attn_db *db, const char *spec, const char *compiler, int registers, long spill_bytes,
+                     long smem_static) {
+  if (!db || !spec || !compiler) return ATTN_EINVAL;
+  pthread_mutex_lock(&db->mu);
+  int rc = write_begin(db);
+  if (rc == ATTN_OK) {
+    sqlite3_stmt *s = stmt(db, S_KRES_PUT);
+    if (!s) rc = ATTN_EDB;
+    else {
+      bind_text(s, 1, spec);
+      bind_text(s, 2, compiler);
+      sqlite3_bind_int(s, 3, registers);
+      sqlite3_bind_int64(s, 4, spill_bytes);
+      sqlite3_bind_int64(s, 5, smem_static);
+      if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing kernel resources");
+      done(s);
+    }
+    rc = write_end(db, rc);
+  }
+  pthread_mutex_unlock(&db->mu);
+  return rc;
 }

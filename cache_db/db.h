@@ -195,6 +195,10 @@ typedef struct attn_db_meas {
   int final;                     /* 1: time_ms comes from the finalist round, interleaved with the default */
   int chosen;                    /* 1: the finalist round chose this row for its problem (attn_db_meas_choose) */
   int is_default;                /* 1: the kernel is the untuned default configuration of its problem */
+  /* Schema 6: what limits a model row's time ("tensor_cores", "special_functions", "fp32_alu", "shared_memory",
+   * "dram", "l2", "occupancy", "launch"); NULL: none (measured rows, older rows). */
+  const char *bound;
+  char bound_buf[32];            /* filled by attn_db_meas_exists */
 } attn_db_meas;
 
 /* INSERT OR REPLACE of m (its key replaces an existing row), committed before it returns unless inside
@@ -226,5 +230,13 @@ long long attn_db_meas_count(attn_db *db);
  * then the tie rule above. Ordered by device, dtype, causal, d, n, n_kv, width. Same return convention as
  * meas_foreach. */
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
+
+/* ---- What ptxas reports for a compiled configuration (schema 6), keyed by its canonical spec text (which names
+ * the arch) and the compiler ("nvrtc 13.0"): read by the performance model and the search space instead of
+ * compiling again. get: ATTN_OK, ATTN_EUNSUPPORTED when not stored, ATTN_EDB. */
+int attn_db_kres_get(attn_db *db, const char *spec, const char *compiler, int *registers, long *spill_bytes,
+                     long *smem_static);
+int attn_db_kres_put(attn_db *db, const char *spec, const char *compiler, int registers, long spill_bytes,
+                     long smem_static);
 
 #endif

@@ -28,6 +28,8 @@ int attn_db_meas_better(const attn_db_meas *a, const attn_db_meas *b) {
     /* interference only adds time: of two medians of one kernel on one problem the lower is the truer */
     if (has_time(a) && a->time_ms != b->time_ms) return a->time_ms < b->time_ms;
   }
-  /* ISO-8601 text orders as time; equal (a re-import of the same row) keeps b */
-  return strcmp(str(a->created), str(b->created)) > 0;
+  /* ISO-8601 text orders as time; equal (a re-import of the same row) keeps b. Only as much as created_buf holds is
+   * compared: attn_db_meas_exists's copy of a stored row ends there, and a longer text (a timestamp is 24 characters)
+   * would otherwise be newer than its own stored copy, so that a re-import replaced it */
+  return strncmp(str(a->created), str(b->created), sizeof a->created_buf - 1) > 0;
 }

@@ -75,6 +75,7 @@ int attn_cache_dir_ready(attn_runtime *rt) {
   char why[1200] = "";
   if (attn_mkdir_p(rt->cache_dir) == 0 && private_enough(rt->cache_dir, why, sizeof why) == 0) {
     rt->cache_checked = 1;
+    attn_cache_sweep(rt->cache_dir); /* best effort: leftovers only cost disk space */
     return ATTN_OK;
   }
   if (!why[0]) snprintf(why, sizeof why, "cannot create %.1100s: %s", rt->cache_dir, strerror(errno));
@@ -98,6 +99,7 @@ int attn_cache_dir_ready(attn_runtime *rt) {
   snprintf(rt->cache_note, sizeof rt->cache_note, "kernel cache %.1500s: using %.1500s instead", why, dir);
   snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s", dir);
   rt->cache_checked = 1;
+  attn_cache_sweep(rt->cache_dir);
   return ATTN_OK;
 }
 

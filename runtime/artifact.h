@@ -15,6 +15,13 @@
  * directory exists. */
 int attn_cache_dir_ready(attn_runtime *rt);
 
+/* Hex digits of the hash that names a cached kernel (attn_hash_hex). */
+#define ATTN_CACHE_HASH_LEN 16
+
+/* Removes the temporaries that killed processes left in dir (cache_sweep.c says which, and why a live process's are
+ * never touched). Run by attn_cache_dir_ready; returns the number of files removed, -1 when dir cannot be read. */
+int attn_cache_sweep(const char *dir);
+
 /* 0 when data holds an ELF image of this machine's class whose program and section headers and every segment's
  * file bytes lie inside len bytes (type ET_DYN when shared_object, any type for a cubin); -1 with why. */
 int attn_elf_check(const void *data, size_t len, int shared_object, char *why, size_t wlen);

@@ -36,10 +36,11 @@ typedef struct attn_problem {
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
 /* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written.
- * NaN and Inf propagate as in an fp64 softmax(scale QK^T)V (the CPU kernels; docs/io.md): NaN in q row i makes row i
- * NaN; NaN in key row j makes every row that sees key j NaN; NaN in v[j][c] makes column c NaN in those rows; a +Inf
- * score makes its row NaN; -Inf scores weigh 0 unless all of a row's visible scores are -Inf (0/0: NaN); rows that
- * see no key (causal, n > n_kv) are 0.
+ * NaN and Inf propagate as in an fp64 softmax(scale QK^T)V, on the CPU and on CUDA, in every dtype (docs/io.md,
+ * docs/cuda.md): NaN in q row i makes row i NaN; NaN in key row j makes every row that sees key j NaN; NaN or Inf in
+ * v[j][c] reaches column c of exactly the rows that see key j; a +Inf score makes its row NaN; -Inf scores weigh 0
+ * unless all of a row's visible scores are -Inf (0/0: NaN); rows that see no key (causal, n > n_kv) are 0. lowrank
+ * gives the same NaN pattern with approximate finite values.
  * Kernels run compiled code in this process: it is loaded only from checked bytes (a private cache directory,
  * well-formed ELF, the SHA-256 the database records; README "The kernel cache's trust model"). */
 int  attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,12 @@
 extern char **environ;
 
 #define LOG_MAX (ATTN_ERRLEN - 3072) /* room for the message and command around it */
+
+/* The end of a compile: its source temporary removed, then its lock released (cache_sweep.c). */
+static void unlock_remove(int lock, const char *src) {
+  unlink(src);
+  close(lock);
+}
 
 /* Splits $CC ("ccache gcc" is allowed) into argv words; returns the count, at most max-1. */
 static int split_words(char *s, char **argv, int max) {
@@ -130,22 +137,26 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     }
   }
 
-  /* Compile: source to a unique temporary, object to a unique temporary, rename into place. */
+  /* Compile: source to a unique temporary HASH-XXXXXX.c, locked while this process works on it, and the object to
+   * HASH-XXXXXX.so beside it, renamed into place. The source goes last, so the sweep of a later process
+   * (cache_sweep.c) can tell what a killed one left from what a live one is using. */
   char src[4200], obj[4200];
   snprintf(src, sizeof src, "%s/%s-XXXXXX.c", dir, hash);
-  int fd = mkstemps(src, 2);
-  if (fd < 0) return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source in %s: %s", dir, strerror(errno));
-  int bad = attn_write_all(fd, source, slen) != 0;
-  bad |= close(fd) != 0;
-  if (bad) {
-    unlink(src);
-    return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source %s: %s", src, strerror(errno));
+  const int lock = mkostemps(src, 2, O_CLOEXEC);
+  if (lock < 0) return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source in %s: %s", dir, strerror(errno));
+  if (flock(lock, LOCK_EX) != 0 || attn_write_all(lock, source, slen) != 0) {
+    const int e = errno;
+    unlock_remove(lock, src);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot write kernel source %s: %s", src, strerror(e));
   }
-  snprintf(obj, sizeof obj, "%s/%s-XXXXXX.so", dir, hash);
-  fd = mkstemps(obj, 3);
+  snprintf(obj, sizeof obj, "%.*s.so", (int)(strlen(src) - 2), src);
+  int fd = open(obj, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST && unlink(obj) == 0) /* the stem is ours, so an object by its name is an orphan */
+    fd = open(obj, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    unlink(src);
-    return attn_fail(rt, ATTN_ERUNTIME, "cannot create %s: %s", obj, strerror(errno));
+    const int e = errno;
+    unlock_remove(lock, src);
+    return attn_fail(rt, ATTN_ERUNTIME, "cannot create %s: %s", obj, strerror(e));
   }
   close(fd);
 
@@ -154,8 +165,8 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   char *argv[64];
   int ac = split_words(ccbuf, argv, 40);
   if (ac == 0) {
-    unlink(src);
     unlink(obj);
+    unlock_remove(lock, src);
     return attn_fail(rt, ATTN_ECOMPILE, "CC is empty");
   }
   ac += split_words(flags, argv + ac, 16);
@@ -167,8 +178,8 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
 
   char *log = malloc(LOG_MAX);
   if (!log) {
-    unlink(src);
     unlink(obj);
+    unlock_remove(lock, src);
     return attn_fail(rt, ATTN_ENOMEM, "out of memory compiling %s", label);
   }
   int status = run_capture(argv, log, LOG_MAX);
@@ -182,7 +193,7 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
       cl += (size_t)c;
     }
     unlink(obj);
-    unlink(src);
+    unlock_remove(lock, src);
     /* Not the source's fault: the compiler could not start, was not found (127 with no output), or was killed. */
     const int env = status < 0 || (status == 127 && strstr(log, "command not found")) || status >= 128;
     int rc = attn_fail(rt, ATTN_ECOMPILE, "compiling %s failed (%s%d)%s: %s\n%s", label,
@@ -192,7 +203,6 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     return rc;
   }
   free(log);
-  unlink(src);
   /* The bytes the compiler wrote are the ones loaded: hashed before the rename, checked after it. */
   size_t blen = 0;
   void *blob = attn_read_file(obj, &blen);
@@ -200,9 +210,11 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
   if (!blob || attn_sha256_hex(blob, blen, sha) != 0 || rename(obj, path) != 0) {
     int e = errno;
     unlink(obj);
+    unlock_remove(lock, src);
     free(blob);
     return attn_fail(rt, ATTN_ERUNTIME, "cannot install %s: %s", path, blob ? strerror(e) : "cannot read the object");
   }
+  unlock_remove(lock, src);
   fd = attn_artifact_open(path, sha, 1, NULL, NULL, why, sizeof why);
   if (fd < 0) {
     free(blob);

@@ -109,6 +109,10 @@ int  attn_cuda_copy(attn_runtime *rt, void *dst, const void *src, size_t bytes, 
  * says why), ATTN_ECOMPILE with the log. *cubin and *log malloc'd (caller frees; either may be NULL on return).
  * A successful compile's log holds ptxas's resource report (read it with attn_nvrtc_resources). */
 int  attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log);
+/* The PTX NVRTC generates for the virtual architecture of arch ("sm_90" -> compute_90), with the same options as
+ * attn_nvrtc_compile: the kernel's instruction stream before ptxas, for counting its instructions. Same return
+ * convention; *ptx is NUL-terminated. */
+int  attn_nvrtc_ptx(const char *src, const char *name, const char *arch, char **ptx, char **log);
 /* NVRTC's version; ATTN_ENODEV with the reason when it cannot be loaded. */
 int  attn_nvrtc_version(int *major, int *minor, char *why, size_t len);
 typedef struct attn_cuda_resources {

@@ -1,5 +1,6 @@
 /* nvrtc.c: NVRTC, loaded with dlopen on first use, so that libattn builds and starts without the CUDA toolkit.
- * Compiles a generated CUDA source to a cubin for one architecture and keeps ptxas's resource report in the log. */
+ * Compiles a generated CUDA source to a cubin for one architecture and keeps ptxas's resource report in the log, or
+ * to PTX (the instruction stream the performance model's counts are checked against). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,8 +23,8 @@ static struct {
   char why[512];
   nvrtc_create_fn create;
   nvrtc_compile_fn compile;
-  nvrtc_size_fn log_size, cubin_size;
-  nvrtc_get_fn log, cubin;
+  nvrtc_size_fn log_size, cubin_size, ptx_size;
+  nvrtc_get_fn log, cubin, ptx;
   nvrtc_destroy_fn destroy;
   nvrtc_errstr_fn errstr;
   nvrtc_version_fn version;
@@ -55,6 +56,8 @@ static void nv_load(void) {
   nv.log = (nvrtc_get_fn)dlsym(nv.handle, "nvrtcGetProgramLog");
   nv.cubin_size = (nvrtc_size_fn)dlsym(nv.handle, "nvrtcGetCUBINSize");
   nv.cubin = (nvrtc_get_fn)dlsym(nv.handle, "nvrtcGetCUBIN");
+  nv.ptx_size = (nvrtc_size_fn)dlsym(nv.handle, "nvrtcGetPTXSize"); /* optional: only attn_nvrtc_ptx needs them */
+  nv.ptx = (nvrtc_get_fn)dlsym(nv.handle, "nvrtcGetPTX");
   nv.destroy = (nvrtc_destroy_fn)dlsym(nv.handle, "nvrtcDestroyProgram");
   nv.errstr = (nvrtc_errstr_fn)dlsym(nv.handle, "nvrtcGetErrorString");
   nv.version = (nvrtc_version_fn)dlsym(nv.handle, "nvrtcVersion");
@@ -86,6 +89,35 @@ static char *dup_str(const char *s) {
   return p;
 }
 
+/* Creates and compiles one program. ATTN_OK with *prog to be destroyed by the caller, or ATTN_ECOMPILE with nothing
+ * left to destroy; *log is NVRTC's log either way (malloc'd; on failure never empty: the reason at least). */
+static int nv_compile(const char *src, const char *name, const char *const *opts, int nopts, nvrtc_prog *prog,
+                      char **log) {
+  int r = nv.create(prog, src, name, 0, NULL, NULL);
+  if (r != 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "nvrtcCreateProgram: %s", nv.errstr(r));
+    *log = dup_str(msg);
+    *prog = NULL;
+    return ATTN_ECOMPILE;
+  }
+  const int cr = nv.compile(*prog, nopts, opts);
+  size_t ls = 0;
+  if (nv.log_size(*prog, &ls) == 0 && ls > 0 && (*log = malloc(ls + 1))) {
+    if (nv.log(*prog, *log) == 0)
+      (*log)[ls] = '\0';
+    else
+      (*log)[0] = '\0';
+  }
+  if (cr == 0) return ATTN_OK;
+  if (!*log || !(*log)[0]) {
+    free(*log);
+    *log = dup_str(nv.errstr(cr));
+  }
+  nv.destroy(prog);
+  return ATTN_ECOMPILE;
+}
+
 int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) {
   *cubin = NULL;
   *len = 0;
@@ -99,39 +131,43 @@ int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   /* -v makes ptxas report registers, spills and shared memory into the log, which the tuner and tests read. */
   const char *opts[] = {archopt, "--std=c++17", "--use_fast_math", "--ptxas-options=-v", "--device-as-default-execution-space"};
-  nvrtc_prog prog = NULL;
-  int r = nv.create(&prog, src, name, 0, NULL, NULL);
-  if (r != 0) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "nvrtcCreateProgram: %s", nv.errstr(r));
-    *log = dup_str(msg);
-    return ATTN_ECOMPILE;
-  }
+  nvrtc_prog prog;
+  if (nv_compile(src, name, opts, (int)(sizeof opts / sizeof opts[0]), &prog, log) != ATTN_OK) return ATTN_ECOMPILE;
   int rc = ATTN_OK;
-  int cr = nv.compile(prog, (int)(sizeof opts / sizeof opts[0]), opts);
-  size_t ls = 0;
-  if (nv.log_size(prog, &ls) == 0 && ls > 0) {
-    *log = malloc(ls + 1);
-    if (*log && nv.log(prog, *log) == 0)
-      (*log)[ls] = '\0';
-    else if (*log)
-      (*log)[0] = '\0';
-  }
-  if (cr != 0) {
+  size_t cs = 0;
+  if (nv.cubin_size(prog, &cs) != 0 || cs == 0 || !(*cubin = malloc(cs)) || nv.cubin(prog, *cubin) != 0) {
+    free(*cubin);
+    *cubin = NULL;
     rc = ATTN_ECOMPILE;
-    if (!*log || !(*log)[0]) {
-      free(*log);
-      *log = dup_str(nv.errstr(cr));
-    }
   } else {
-    size_t cs = 0;
-    if (nv.cubin_size(prog, &cs) != 0 || cs == 0 || !(*cubin = malloc(cs)) || nv.cubin(prog, *cubin) != 0) {
-      free(*cubin);
-      *cubin = NULL;
-      rc = ATTN_ECOMPILE;
-    } else {
-      *len = cs;
-    }
+    *len = cs;
+  }
+  nv.destroy(&prog);
+  return rc;
+}
+
+int attn_nvrtc_ptx(const char *src, const char *name, const char *arch, char **ptx, char **log) {
+  *ptx = NULL;
+  *log = NULL;
+  pthread_once(&nv_once, nv_load);
+  if (!nv.handle || !nv.ptx_size || !nv.ptx) {
+    *log = dup_str(nv.handle ? "the NVRTC library found lacks nvrtcGetPTX" : nv.why);
+    return ATTN_ENODEV;
+  }
+  /* the virtual architecture: a real one (sm_XX) makes NVRTC go on to SASS, and not every version keeps the PTX */
+  char archopt[64];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=compute_%s", strncmp(arch, "sm_", 3) == 0 ? arch + 3 : arch);
+  const char *opts[] = {archopt, "--std=c++17", "--use_fast_math", "--device-as-default-execution-space"};
+  nvrtc_prog prog;
+  if (nv_compile(src, name, opts, (int)(sizeof opts / sizeof opts[0]), &prog, log) != ATTN_OK) return ATTN_ECOMPILE;
+  int rc = ATTN_OK;
+  size_t ps = 0;
+  if (nv.ptx_size(prog, &ps) != 0 || ps == 0 || !(*ptx = malloc(ps + 1)) || nv.ptx(prog, *ptx) != 0) {
+    free(*ptx);
+    *ptx = NULL;
+    rc = ATTN_ECOMPILE;
+  } else {
+    (*ptx)[ps] = '\0';
   }
   nv.destroy(&prog);
   return rc;
@@ -148,7 +184,9 @@ static long number_before(const char *line, const char *pos) {
 
 /* ptxas -v, per entry after "Compiling entry function 'name' for 'sm_80'":
  *   "Function properties for name" / "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
- *   "Used 96 registers, used 1 barriers, 32768 bytes smem, 400 bytes cmem[0]" */
+ *   "Used 96 registers, used 1 barriers, 32768 bytes smem, 400 bytes cmem[0]"
+ * then the same properties for each device function it calls that was not inlined ("Function properties for
+ * _Z6fa_fix..."), which are that function's, not the entry's. */
 int attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resources *out) {
   memset(out, 0, sizeof *out);
   out->registers = -1;
@@ -159,16 +197,25 @@ int attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resources
   if (!at) return -1;
   const char *end = strstr(at + strlen(want), "Compiling entry function");
   char line[512];
+  const size_t el = strlen(entry);
+  /* the stack and spill line belongs to the function the last "Function properties for" line names: a device
+   * function the entry calls (not inlined) reports its own after the entry's, and must not replace them */
+  int own = 0;
   for (const char *p = at; *p && (!end || p < end);) {
     size_t l = strcspn(p, "\n");
     snprintf(line, sizeof line, "%.*s", (int)(l < sizeof line ? l : sizeof line - 1), p);
+    const char *fp = strstr(line, "Function properties for ");
+    if (fp) {
+      const char *name = fp + strlen("Function properties for ");
+      own = strncmp(name, entry, el) == 0 && (name[el] == '\0' || name[el] == ' ' || name[el] == '\r');
+    }
     const char *u = strstr(line, "Used ");
     if (u) sscanf(u, "Used %d registers", &out->registers);
     const char *f;
     if ((f = strstr(line, " bytes smem"))) out->smem_static = number_before(line, f);
-    if ((f = strstr(line, " bytes stack frame"))) out->stack = number_before(line, f);
-    if ((f = strstr(line, " bytes spill stores"))) out->spill_stores = number_before(line, f);
-    if ((f = strstr(line, " bytes spill loads"))) out->spill_loads = number_before(line, f);
+    if (own && (f = strstr(line, " bytes stack frame"))) out->stack = number_before(line, f);
+    if (own && (f = strstr(line, " bytes spill stores"))) out->spill_stores = number_before(line, f);
+    if (own && (f = strstr(line, " bytes spill loads"))) out->spill_loads = number_before(line, f);
     p += l;
     if (*p) p++;
   }

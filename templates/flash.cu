@@ -28,6 +28,14 @@
  * visible key outputs zeros. Every warp computes every loaded block: a warp-level skip of the few blocks that are
  * all hidden from a warp's rows costs the registers of a second path through the loop (and spills).
  *
+ * Non-finite inputs give what the fp64 reference (runtime/reference.c) and flash.c give: a NaN or +inf score, or a
+ * row whose visible scores are all -inf, makes the row NaN (the running max drops NaN and only sets the shift; ex2
+ * keeps NaN in P, l and O; O is divided by l even when l = 0); a NaN or inf in V reaches the rows that see its key.
+ * The one place where the tiling differs from the reference: P V weights a key hidden from a row by P = 0 when its
+ * block is loaded for rows that see it, and 0 * NaN is NaN. A causal warp whose accumulators hold NaN or inf checks
+ * for that after writing its rows and computes the outputs so spoiled again (fa_fix); finite inputs pay one sum
+ * and one vote per warp.
+ *
  * I/O accounting (ATTN_COUNT_IO), entries per thread block, rows = min(Br, n - i0):
  *   reads  = rows*d (Q_i, once)
  *          + sum over j0 = 0, Bc, 2Bc, ... while j0 < L of 2*d*min(Bc, n_kv - j0) (K_j and V_j: whole blocks, also
@@ -106,6 +114,13 @@ __device__ __forceinline__ void fa_mma(float (&c)[4], const unsigned (&a)[4], un
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
+#if ATTN_DTYPE == 1
+__device__ __forceinline__ float fa_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+#endif
 /* two floats rounded to nearest into one register: lo in bits 0..15 (the lower column), hi in 16..31 */
 __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
   unsigned r;
@@ -179,6 +194,11 @@ __device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int row
 /* Keys [0, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
  * lb + rr) with lb = (last key the warp's first row sees) + 1 - j0, clamped to [-RW, Bc]; lim <= 0 hides them all. */
 __device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return ATTN_CAUSAL ? min(cols, lb + rr) : cols; }
+
+/* Tile row r of a block whose first row is e0 - (n_kv - n) sees a key (causal); a row that sees none outputs zeros
+ * (0 * O, and fa_fix where O is NaN from a hidden key's V row). */
+__device__ __forceinline__ bool fa_sees(int r, int e0) { return !ATTN_CAUSAL || r + e0 >= 0; }
+__device__ __forceinline__ bool fa_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
 
 #if ATTN_DTYPE != 0
 /* ======================= f16 / bf16: tensor cores ======================= */
@@ -352,9 +372,12 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
     }
 }
 
-/* O / l, rounded, staged in the warp's rows of the Q buffer, then stored as 16-byte chunks of whole rows. */
-__device__ __forceinline__ void fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int lane) {
+/* O / l, rounded, staged in the warp's rows of the Q buffer, then stored as 16-byte chunks of whole rows. Returns
+ * whether an accumulator of the lane is NaN or infinite (see fa_fix). */
+__device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int e0,
+                                            int lane) {
   const int g = lane >> 2, t = lane & 3;
+  bool bad = false;
   fa_wait<0>();
   __syncwarp();
 #pragma unroll
@@ -364,11 +387,17 @@ __device__ __forceinline__ void fa_epilogue(fa_state &st, unsigned char *smem, f
       float l = st.l[mt][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const int r = wr0 + 16 * mt + 8 * h + g;
+      /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
+      const float inv = fa_sees(r, e0) ? 1.0f / l : 0.0f;
+      float chk = 0.0f;
 #pragma unroll
-      for (int dt = 0; dt < FA_DT; dt++)
-        *(unsigned *)(smem + fa_swt::off(r, dt) + 4 * t) = fa_pack(st.o[mt][dt][2 * h] * inv, st.o[mt][dt][2 * h + 1] * inv);
+      for (int dt = 0; dt < FA_DT; dt++) {
+        const float o0 = st.o[mt][dt][2 * h], o1 = st.o[mt][dt][2 * h + 1];
+        chk += o0 + o1;
+        *(unsigned *)(smem + fa_swt::off(r, dt) + 4 * t) = fa_pack(o0 * inv, o1 * inv);
+      }
+      bad |= fa_nonfinite(chk);
     }
   __syncwarp();
 #pragma unroll
@@ -377,6 +406,7 @@ __device__ __forceinline__ void fa_epilogue(fa_state &st, unsigned char *smem, f
     const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
     if ((int)r < rows) *(uint4 *)(o + (long long)r * FA_D + c * FA_VE) = *(const uint4 *)(smem + fa_swt::off(r, c));
   }
+  return bad;
 }
 
 #else
@@ -506,28 +536,149 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
   }
 }
 
-__device__ __forceinline__ void fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0) {
+/* O / l; returns whether an accumulator of the lane is NaN or infinite (see fa_fix). */
+__device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0, int e0) {
+  bool bad = false;
 #pragma unroll
   for (int i = 0; i < FA_TM; i++) {
     float l = st.l[i];
 #pragma unroll
     for (int x = 1; x < FA_CL; x *= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int r = wr0 + st.ry + FA_RL * i;
+    /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
+    const float inv = fa_sees(r, e0) ? 1.0f / l : 0.0f;
     if (r < rows) {
+      float chk = 0.0f;
 #pragma unroll
       for (int j = 0; j < FA_TO; j++) {
         const float4 v = st.o[i][j];
+        chk += (v.x + v.y) + (v.z + v.w);
         *(float4 *)(o + (long long)r * FA_D + (st.cx + FA_CL * j) * 4) =
             make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
       }
+      bad |= fa_nonfinite(chk);
     }
   }
+  return bad;
 }
 #endif
 
 /* Key block jb of n_kv keys: its first key and its number of rows. n_kv < 2^31 (gen/launch.c), so ints hold them. */
 __device__ __forceinline__ int fa_cols(int j0, int n_kv) { return n_kv - j0 < FA_BC ? n_kv - j0 : FA_BC; }
+
+#if ATTN_CAUSAL
+/* One input element as fp32, one fp32 value rounded to an output element, and NaN or inf in an element. */
+__device__ __forceinline__ float fa_in(fa_elem x) {
+#if ATTN_DTYPE == 0
+  return x;
+#elif ATTN_DTYPE == 1
+  return fa_h2f(x);
+#else
+  return __uint_as_float((unsigned)x << 16);
+#endif
+}
+__device__ __forceinline__ fa_elem fa_out(float x) {
+#if ATTN_DTYPE == 0
+  return x;
+#else
+  return (fa_elem)(fa_pack(x, 0.0f) & 0xffffu);
+#endif
+}
+__device__ __forceinline__ bool fa_bad_elem(fa_elem x) {
+#if ATTN_DTYPE == 0
+  return fa_nonfinite(x);
+#elif ATTN_DTYPE == 1
+  return (x & 0x7c00u) == 0x7c00u;
+#else
+  return (x & 0x7f80u) == 0x7f80u;
+#endif
+}
+/* q.k over d, the warp's lanes taking every 32nd column; the same in every lane */
+__device__ __forceinline__ float fa_dot(const fa_elem *q, const fa_elem *k, int lane) {
+  float s = 0.0f;
+#pragma unroll
+  for (int c = lane; c < FA_D; c += 32) s = fmaf(fa_in(q[c]), fa_in(k[c]), s);
+#pragma unroll
+  for (int x = 16; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
+  return s;
+}
+
+/* The rare path of causal blocks, taken by a warp whose accumulators hold NaN or inf, after its rows are written.
+ * P V weights a key hidden from a row by P = 0 when the key's block is loaded for rows that see it, and 0 * NaN
+ * (or inf) in the key's V row is NaN where the reference adds nothing. The warp finds its rows with a non-finite
+ * output in a column where a loaded, hidden key has a non-finite V entry, and computes those outputs again in fp32
+ * over the keys the row sees, from global memory (not counted: the I/O model is for finite inputs). Everything is
+ * derived again from the arguments, as attn_kernel derives it, so that nothing stays live across the key loop. */
+__device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa_elem *v, fa_elem *o, int n,
+                                    int n_kv, long long heads, long long heads_kv, float scale) {
+  constexpr int CPL = (FA_D + 31) / 32; /* columns per lane */
+  const int lane = threadIdx.x & 31, wr0 = (threadIdx.x >> 5) * FA_RW;
+  const int nqb = (n - 1) / FA_BR + 1;
+  const long long bh = blockIdx.x / nqb;
+  const int i0 = (nqb - 1 - (int)(blockIdx.x % nqb)) * FA_BR, rows = n - i0 < FA_BR ? n - i0 : FA_BR;
+  if (heads_kv <= 0) heads_kv = heads;
+  const long long kvh = bh / heads * heads_kv + (bh % heads) / (heads / heads_kv);
+  q += (bh * n + i0) * FA_D;
+  o += (bh * n + i0) * FA_D;
+  k += kvh * n_kv * FA_D;
+  v += kvh * n_kv * FA_D;
+  const float sl2 = scale * 1.4426950408889634f;
+  const long long e0 = (long long)i0 + n_kv - n, last = e0 + rows; /* row r sees keys below e0 + r + 1 */
+  const long long up = (last + FA_BC - 1) / FA_BC * FA_BC;          /* the keys loaded: whole blocks below last */
+  const int lload = last <= 0 ? 0 : up < n_kv ? (int)up : n_kv;
+  /* the columns where a key loaded and hidden from the warp's first row (which sees the fewest) has NaN or inf in V;
+   * none: every non-finite output of the warp is the reference's */
+  const long long e1 = e0 + wr0 + 1;
+  const int vmin = e1 < 0 ? 0 : e1 < lload ? (int)e1 : lload;
+  bool col[CPL], some = false;
+#pragma unroll
+  for (int u = 0; u < CPL; u++) {
+    const int c = lane + 32 * u;
+    col[u] = false;
+    for (int j = vmin; c < FA_D && j < lload && !col[u]; j++) col[u] = fa_bad_elem(v[(long long)j * FA_D + c]);
+    some |= col[u];
+  }
+  if (!__any_sync(0xffffffffu, some)) return;
+  __syncwarp(); /* the warp's output stores are visible to all its lanes */
+#pragma unroll 1
+  for (int r = wr0; r < wr0 + FA_RW && r < rows; r++) {
+    const long long e = e0 + r + 1;
+    const int vis = e < 0 ? 0 : e < lload ? (int)e : lload; /* keys [0, vis) visible */
+    if (vis == lload) continue;                             /* no hidden key loaded */
+    fa_elem *orow = o + (long long)r * FA_D;
+    bool fix[CPL], any = false;
+#pragma unroll
+    for (int u = 0; u < CPL; u++) {
+      const int c = lane + 32 * u;
+      fix[u] = false;
+      if (col[u] && fa_bad_elem(orow[c])) {
+        if (vis == 0) orow[c] = fa_out(0.0f); /* a row that sees no key */
+        else
+          for (int j = vis; j < lload && !fix[u]; j++) fix[u] = fa_bad_elem(v[(long long)j * FA_D + c]);
+      }
+      any |= fix[u];
+    }
+    if (!__any_sync(0xffffffffu, any)) continue;
+    const fa_elem *qrow = q + (long long)r * FA_D;
+    float m = FA_NEG_INF;
+    for (int j = 0; j < vis; j++) m = fmaxf(m, fa_dot(qrow, k + (long long)j * FA_D, lane) * sl2);
+    const float mu = m == FA_NEG_INF ? 0.0f : m;
+    float l = 0.0f, acc[CPL];
+#pragma unroll
+    for (int u = 0; u < CPL; u++) acc[u] = 0.0f;
+    for (int j = 0; j < vis; j++) {
+      const float p = fa_ex2(fa_dot(qrow, k + (long long)j * FA_D, lane) * sl2 - mu);
+      l += p;
+#pragma unroll
+      for (int u = 0; u < CPL; u++)
+        if (lane + 32 * u < FA_D) acc[u] = fmaf(p, fa_in(v[(long long)j * FA_D + lane + 32 * u]), acc[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < CPL; u++)
+      if (fix[u]) o[(long long)r * FA_D + lane + 32 * u] = fa_out(acc[u] / l);
+  }
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
@@ -661,13 +812,21 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
 #endif
 
     fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_D;
+    const int e0 = i0 + n_kv - n; /* tile row r sees keys iff r + e0 >= 0 */
 #if ATTN_DTYPE == 0
     fa_wait<0>();
-    fa_epilogue(st, o, rows, wr0);
+    const bool bad = fa_epilogue(st, o, rows, wr0, e0);
 #else
-    fa_epilogue(st, attn_smem, o, rows, wr0, lane);
+    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, e0, lane);
 #endif
     ATTN_CIO_WRITE((long long)rows * FA_D);
+#if ATTN_CAUSAL
+    if (__any_sync(0xffffffffu, bad))
+      fa_fix((const fa_elem *)a.q, (const fa_elem *)a.k, (const fa_elem *)a.v, (fa_elem *)a.o, (int)a.n, (int)a.n_kv,
+             a.heads, a.heads_kv, a.scale);
+#else
+    (void)bad;
+#endif
   }
   ATTN_CIO_FLUSH(a);
 }

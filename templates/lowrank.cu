@@ -28,6 +28,12 @@
  * | FQ (bc x rs) | X (bc x d: K, Q or V rows) | S (bc x bc) | |q|^2, row max, 1/den (bc each); rs = r4 + 4 or
  * r4 + 8 keeps the rows 16-byte aligned and rows of FK at odd multiples of 16 bytes apart (no bank conflicts).
  *
+ * Non-finite inputs follow lowrank.c (and so the fp64 reference, runtime/reference.c): a query row with a NaN or
+ * inf entry outputs NaN (lr_inv); a key row with one has no features, stays out of the state and of the random
+ * features' constant, and is scored exactly by each row that sees it (lr_badkeys, a rare path: +inf or NaN makes
+ * the row NaN, -inf gives weight 0, seeing only such keys gives 0/0); a NaN or inf in V reaches, through the state
+ * and S, exactly the rows that see its key (a key that a row does not see is skipped in S V, not weighted by 0).
+ *
  * I/O accounting (ATTN_COUNT_IO, per block, every thread counting the block's transfers): each key block's K and V
  * rows are read once (kc*d each), each query row once (rows*d, also the rows that see no key) and each output row
  * written once (rows*d): reads = 2*n_kv*d + n*d, writes = n*d per (batch, head), as lowrank.c. */
@@ -235,6 +241,11 @@ static __device__ __forceinline__ float lr_warp_max(float v) {
   return v;
 }
 
+#define LR_NAN __int_as_float(0x7fffffff)
+static __device__ __forceinline__ bool lr_nonfinite(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
+
 #if ATTN_FEATURE == 1
 /* Random features, first pass: F[j][t] = w_t . x_j for rows j < vr (a multiple of 16). Thread tid owns features
  * t = tid + NT*m; rows go by 16 with the directions' next 8 columns loaded while the current 8 are used. */
@@ -300,30 +311,57 @@ static __device__ __forceinline__ void lr_rf_dots(const float *__restrict__ wT, 
   }
 }
 
-/* Second pass, a warp per row: |x_j|^2 and the row's largest exponent max_t w_t.x_j - |x_j|^2/2. */
-static __device__ __forceinline__ void lr_rowstats(const float *X, const float *F, float *NRM, float *RMAX, int vr) {
+/* Second pass, a warp per row: |x_j|^2 and the row's largest exponent max_t w_t.x_j - |x_j|^2/2, NaN for a row
+ * with a NaN or inf entry (see LR_FEATURES). Returns whether this thread saw such a row. */
+static __device__ __forceinline__ bool lr_rowstats(const float *X, const float *F, float *NRM, float *RMAX, int vr) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  bool any = false;
   for (int j = warp; j < vr; j += LR_W) {
     float mx = -__int_as_float(0x7f800000), nr = 0.0f;
+    bool bad = false;
     for (int t = lane; t < LR_R; t += 32) mx = fmaxf(mx, F[j * LR_RS + t]);
-    for (int i = lane; i < LR_D; i += 32) nr = fmaf(X[j * LR_D + i], X[j * LR_D + i], nr);
+    for (int i = lane; i < LR_D; i += 32) {
+      const float x = X[j * LR_D + i];
+      nr = fmaf(x, x, nr);
+      bad |= lr_nonfinite(x);
+    }
     mx = lr_warp_max(mx);
     nr = lr_warp_sum(nr);
+    bad = __any_sync(0xffffffffu, bad);
     if (lane == 0) {
       NRM[j] = nr;
-      RMAX[j] = mx - 0.5f * nr; /* rounding is monotone: the max of the rounded exponents */
+      RMAX[j] = bad ? LR_NAN : mx - 0.5f * nr; /* rounding is monotone: the max of the rounded exponents */
     }
+    any |= bad;
   }
+  return any;
 }
 #endif
 
 #if ATTN_FEATURE == 0
+/* A warp per row j < vr of X: FLAG[j] = NaN for a row with a NaN or inf entry, whose X row is zeroed (see
+ * LR_FEATURES), else 0. Returns whether this thread saw such a row. */
+static __device__ __forceinline__ bool lr_rowcheck(float *X, float *FLAG, int vr) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  bool any = false;
+  for (int j = warp; j < vr; j += LR_W) {
+    bool bad = false;
+    for (int i = lane; i < LR_D; i += 32) bad |= lr_nonfinite(X[j * LR_D + i]);
+    bad = __any_sync(0xffffffffu, bad);
+    if (bad)
+      for (int i = lane; i < LR_D; i += 32) X[j * LR_D + i] = 0.0f;
+    if (lane == 0) FLAG[j] = bad ? LR_NAN : 0.0f;
+    any |= bad;
+  }
+  return any;
+}
+
 /* Taylor features of rows j < vr, degree by degree (a level's parents are all in the level below):
  * F[j][t] = F[j][par[t]] * x_j[var[t]] * coef[t], with F[j][0] = 1 (0 for rows past `valid`, so that padded key
- * rows have no features). Ends with a barrier. */
+ * rows have no features, and for rows flagged by lr_rowcheck, zero rows of X). Ends with a barrier. */
 static __device__ __forceinline__ void lr_taylor(const int *__restrict__ par, const int *__restrict__ var,
-                                                 const float *__restrict__ coef, const float *X, float *F, int vr,
-                                                 int valid) {
+                                                 const float *__restrict__ coef, const float *X, const float *FLAG,
+                                                 float *F, int vr, int valid) {
   const int tid = threadIdx.x;
 #pragma unroll 1
   for (int k = 1; k <= ATTN_DEGREE; k++) {
@@ -337,7 +375,7 @@ static __device__ __forceinline__ void lr_taylor(const int *__restrict__ par, co
       }
     }
     if (k == 1)
-      for (int j = tid; j < vr; j += LR_NT) F[j * LR_RS] = j < valid ? 1.0f : 0.0f;
+      for (int j = tid; j < vr; j += LR_NT) F[j * LR_RS] = j < valid && FLAG[j] == 0.0f ? 1.0f : 0.0f;
     __syncthreads();
   }
 }
@@ -394,9 +432,11 @@ static __device__ __forceinline__ void lr_fold(float *KV, float *Z, const float 
   }
 }
 
-/* 1/den for the rows g < G of a query group, a warp per row: den = phi(q) z (+ the row's exact keys, S). */
-static __device__ __forceinline__ void lr_inv(const float *FQ, const float *Z, const float *S, float *INV, int G,
-                                              int kc) {
+/* 1/den for the rows g < G of a query group, a warp per row: den = phi(q) z (+ the row's exact keys, S); NaN for
+ * a query row with a NaN or inf entry (FLAG[g] NaN, see LR_FEATURES), whose scores are all +-inf or NaN, and for
+ * den = NaN, as in lowrank.c. */
+static __device__ __forceinline__ void lr_inv(const float *FQ, const float *Z, const float *S, const float *FLAG,
+                                              float *INV, int G, int kc) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < G; g += LR_W) {
     float s = 0.0f;
@@ -405,11 +445,12 @@ static __device__ __forceinline__ void lr_inv(const float *FQ, const float *Z, c
     for (int j = lane; j < kc; j += 32) s += S[g * LR_BC + j];
 #endif
     s = lr_warp_sum(s);
-    if (lane == 0) INV[g] = s > 0.0f ? __frcp_rn(s) : 0.0f;
+    if (lane == 0) INV[g] = FLAG[g] != FLAG[g] || s != s ? LR_NAN : s > 0.0f ? __frcp_rn(s) : 0.0f;
   }
 }
 
-/* O[g][:] = (phi(q_g) KV + sum_j S[g][j] V_j) / den_g for the rows g < G. Register tiles of 8 rows x 4 columns;
+/* O[g][:] = (phi(q_g) KV + sum_{j < e0 + g} S[g][j] V_j) / den_g for the rows g < G (causal: the keys of the
+ * block that row g sees). Register tiles of 8 rows x 4 columns;
  * when the tiles are fewer than the threads, KS lanes of a warp split the r features (and the exact keys) of a
  * tile and add up by shuffles (the split index is the high lane bits, so each tile's loads stay contiguous). */
 constexpr int LR_GT = 8;
@@ -422,7 +463,7 @@ constexpr int lr_ks() {
 constexpr int LR_KS = lr_ks();
 constexpr int LR_TPW = 32 / LR_KS; /* tiles per warp per sweep */
 static __device__ __forceinline__ void lr_product(const float *KV, const float *FQ, const float *S, const float *X,
-                                                  const float *INV, lr_elem *out, int G, int kc) {
+                                                  const float *INV, lr_elem *out, int G, int kc, int e0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ks = lane / LR_TPW, tl = lane % LR_TPW;
   const float4 *KV4 = reinterpret_cast<const float4 *>(KV);
@@ -454,7 +495,11 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
       }
     }
 #if ATTN_CAUSAL
-    for (int j = ks; j < kc; j += LR_KS) {
+    /* row g sees the keys j < e0 + g of the block: those below e0 + g0 are seen by every row of the tile; past
+     * them, a key a row does not see is skipped, not weighted by S = 0 (0 * NaN in its V row is NaN) */
+    const int jall = min(kc, e0 + g0), jend = min(kc, e0 + g0 + LR_GT - 1);
+    int j = ks;
+    for (; j < jall; j += LR_KS) {
       const float4 x = X4[j * LR_NIT + it];
 #pragma unroll
       for (int a = 0; a < LR_GT; a++) {
@@ -465,8 +510,20 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
         acc[a][3] = fmaf(s, x.w, acc[a][3]);
       }
     }
+    for (; j < jend; j += LR_KS) {
+      const float4 x = X4[j * LR_NIT + it];
+#pragma unroll
+      for (int a = 0; a < LR_GT; a++)
+        if (j < e0 + g0 + a) {
+          const float s = S[(g0 + a) * LR_BC + j];
+          acc[a][0] = fmaf(s, x.x, acc[a][0]);
+          acc[a][1] = fmaf(s, x.y, acc[a][1]);
+          acc[a][2] = fmaf(s, x.z, acc[a][2]);
+          acc[a][3] = fmaf(s, x.w, acc[a][3]);
+        }
+    }
 #else
-    (void)S, (void)X4, (void)kc;
+    (void)S, (void)X4, (void)kc, (void)e0;
 #endif
 #pragma unroll
     for (int o = LR_TPW; o < 32; o <<= 1)
@@ -507,14 +564,66 @@ static __device__ __forceinline__ void lr_extras(const float *FQ, const float *F
   }
 }
 
+/* One input element as fp32. */
+static __device__ __forceinline__ float lr_in(lr_elem x) {
+#if ATTN_DTYPE == 0
+  return x;
+#else
+  return lr_half(x);
+#endif
+}
+
+/* The rare path for key rows with a NaN or inf entry ("bad" keys, lowrank.c's kbad), once a head's rows are
+ * written. Bad keys have no features (see LR_FEATURES), so they are in neither the state nor S, and their V rows
+ * enter as 0 * v: NaN and inf in V show in the rows that see the key, as in lowrank.c. Here each row g < G (rows q
+ * and out, seeing the keys below min(vis0 + g, n_kv)) scores the bad keys it sees exactly, as lowrank.c does: a
+ * score other than -inf (+inf, or NaN) makes the row NaN, and so does seeing no other key (0/0). Every bad key lies
+ * in [lo, hi). A warp per row, a lane per key; q and k from global memory (not counted: the I/O model is for finite
+ * inputs). After the key loop, so that nothing of it stays live there. */
+static __device__ __forceinline__ void lr_badkeys(const lr_elem *q, const lr_elem *k, lr_elem *out, int G, int vis0,
+                                                  int n_kv, int lo, int hi, float scale) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long first = (long long)lo - vis0 + 1; /* the first row that sees key lo */
+  for (int g = (first <= 0 ? 0 : first < G ? (int)first : G) + warp; g < G; g += LR_W) {
+    const int vis = (long long)vis0 + g < n_kv ? vis0 + g : n_kv, end = vis < hi ? vis : hi;
+    const lr_elem *qg = q + (long long)g * LR_D;
+    int nbad = 0;
+    bool nan = false;
+    for (int j = lo + lane; j < end; j += 32) {
+      const lr_elem *kj = k + (long long)j * LR_D;
+      bool bad = false;
+      float dot = 0.0f;
+#pragma unroll 1
+      for (int c = 0; c < LR_D; c++) {
+        const float x = lr_in(kj[c]);
+        bad |= lr_nonfinite(x);
+        dot = fmaf(lr_in(qg[c]), x, dot);
+      }
+      nbad += bad;
+      nan |= bad && !(dot * scale == -__int_as_float(0x7f800000));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) nbad += __shfl_xor_sync(0xffffffffu, nbad, o);
+    if (__any_sync(0xffffffffu, nan) || nbad == vis)
+      for (int c = lane; c < LR_D; c += 32) {
+#if ATTN_DTYPE == 0
+        out[(long long)g * LR_D + c] = LR_NAN;
+#else
+        out[(long long)g * LR_D + c] = (lr_elem)(lr_pack(LR_NAN, 0.0f) & 0xffffu);
+#endif
+      }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
   extern __shared__ __align__(16) unsigned char attn_smem[];
   float *const sm = reinterpret_cast<float *>(attn_smem);
   float *const KV = sm, *const Z = sm + LR_OFF_Z, *const FK = sm + LR_OFF_FK, *const FQ = sm + LR_OFF_FQ;
   float *const X = sm + LR_OFF_X, *const S = sm + LR_OFF_S, *const INV = sm + LR_OFF_INV;
+  float *const RMAX = sm + LR_OFF_RMAX; /* also the rows' NaN flags (see LR_FEATURES) */
 #if ATTN_FEATURE == 1
-  float *const NRM = sm + LR_OFF_NRM, *const RMAX = sm + LR_OFF_RMAX;
+  float *const NRM = sm + LR_OFF_NRM;
   const float *const wT = reinterpret_cast<const float *>(a.consts); /* d x r */
 #else
   const int *const par = reinterpret_cast<const int *>(a.consts);
@@ -545,19 +654,22 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
 #endif
 
 /* phi of the rows in X into F (rows valid..vr-1 of X are zero): random features with the key constant (key) or
- * each row's own max; Taylor features. Starts after X is complete, ends with a barrier. */
+ * each row's own max; Taylor features. A row with a NaN or inf entry gets RMAX[j] = NaN and, as a key, no features
+ * (lowrank.c's kbad: it stays out of the state and of c; lr_badkeys scores it); for keys, kbad says whether a row
+ * had one.
+ * Starts after X is complete, ends with a barrier. */
 #if ATTN_FEATURE == 1
 #define LR_FEATURES(F, valid, key)                                                                             \
   do {                                                                                                         \
     const int vr_ = ((valid) + 15) & ~15;                                                                      \
     lr_rf_dots(wT, X, F, vr_);                                                                                 \
     __syncthreads();                                                                                           \
-    lr_rowstats(X, F, NRM, RMAX, vr_);                                                                         \
-    __syncthreads();                                                                                           \
+    const int bad_ = __syncthreads_or(lr_rowstats(X, F, NRM, RMAX, vr_));                                     \
+    if (key) kbad = bad_;                                                                                      \
     if (key) {                                                                                                 \
-      float bm = RMAX[0];                                                                                      \
+      float bm = RMAX[0]; /* the max drops the bad rows' NaN */                                                \
       for (int j = 1; j < (valid); j++) bm = fmaxf(bm, RMAX[j]);                                               \
-      if (!have_c || bm > c) { /* rescale the state to the new constant */                                    \
+      if (bm == bm && (!have_c || bm > c)) { /* rescale the state to the new constant */                      \
         const float f = have_c ? __expf(c - bm) : 0.0f;                                                        \
         for (int x = tid; x < LR_OFF_FK / 4; x += LR_NT) {                                                     \
           float4 s4 = reinterpret_cast<float4 *>(sm)[x];                                                       \
@@ -570,14 +682,19 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
     }                                                                                                          \
     for (int j = 0; j < vr_; j++) {                                                                            \
       const float h_ = 0.5f * NRM[j], m_ = (key) ? c : RMAX[j];                                                \
-      const bool live_ = !(key) || j < (valid);                                                                \
+      const bool live_ = !(key) || (j < (valid) && RMAX[j] == RMAX[j]);                                        \
       for (int t = tid; t < LR_R; t += LR_NT)                                                                  \
         F[j * LR_RS + t] = live_ ? __expf((F[j * LR_RS + t] - h_) - m_) : 0.0f;                                \
     }                                                                                                          \
     __syncthreads();                                                                                           \
   } while (0)
 #else
-#define LR_FEATURES(F, valid, key) lr_taylor(par, var, coef, X, F, ((valid) + 15) & ~15, (valid))
+#define LR_FEATURES(F, valid, key)                                                                             \
+  do {                                                                                                         \
+    const int bad_ = __syncthreads_or(lr_rowcheck(X, RMAX, ((valid) + 15) & ~15));                             \
+    if (key) kbad = bad_;                                                                                      \
+    lr_taylor(par, var, coef, X, RMAX, F, ((valid) + 15) & ~15, (valid));                                      \
+  } while (0)
 #endif
 
 #if ATTN_CAUSAL
@@ -593,6 +710,8 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
 #endif
     /* K_b is loaded during the fold of block b-1, V_b during phi(K_b); the next query group during the product */
     lr_rows kr, vr;
+    int bad_lo = 0, bad_hi = 0; /* the keys [bad_lo, bad_hi) hold every bad key read (see lr_badkeys) */
+    int kbad = 0;
     lr_issue(kr, k, (int)(n_kv < LR_BC ? n_kv : LR_BC));
     for (long long kb0 = 0; kb0 < n_kv; kb0 += LR_BC) {
       const int kc = (int)(n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC);
@@ -602,6 +721,10 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       lr_issue(vr, v + kb0 * LR_D, kc);
       ATTN_CIO_READ((long long)kc * LR_D);
       LR_FEATURES(FK, kc, true);
+      if (kbad) {
+        if (bad_hi == 0) bad_lo = (int)kb0; /* n_kv < 2^31 (gen/launch.c) */
+        bad_hi = (int)kb0 + kc;
+      }
 #if ATTN_CAUSAL
       /* the rows whose last visible key is in this block: kb0 <= i + off < kb0 + kc */
       const long long g0 = kb0 - off > 0 ? kb0 - off : 0;
@@ -619,9 +742,9 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       __syncthreads();
 #if ATTN_CAUSAL
       if (G > 0) {
-        lr_inv(FQ, Z, S, INV, G, kc);
+        lr_inv(FQ, Z, S, RMAX, INV, G, kc);
         __syncthreads();
-        lr_product(KV, FQ, S, X, INV, o + g0 * LR_D, G, kc);
+        lr_product(KV, FQ, S, X, INV, o + g0 * LR_D, G, kc, (int)(g0 + off + 1 - kb0));
         ATTN_CIO_WRITE((long long)G * LR_D);
         __syncthreads(); /* the state is read before this block is folded in */
       }
@@ -640,15 +763,19 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       lr_put(qr, sq, X);
       __syncthreads();
       LR_FEATURES(FQ, G, false);
-      lr_inv(FQ, Z, S, INV, G, 0);
+      lr_inv(FQ, Z, S, RMAX, INV, G, 0);
       __syncthreads();
       if (i0 + LR_BC < n) lr_issue(qr, q + (i0 + LR_BC) * LR_D, (int)(n - i0 - LR_BC < LR_BC ? n - i0 - LR_BC : LR_BC));
       /* the next group's lr_put writes X only, which this product does not read; FQ and INV are rewritten
        * behind barriers */
-      lr_product(KV, FQ, S, X, INV, o + i0 * LR_D, G, 0);
+      lr_product(KV, FQ, S, X, INV, o + i0 * LR_D, G, 0, 0);
       ATTN_CIO_WRITE((long long)G * LR_D);
     }
 #endif
+    if (bad_hi > 0) {
+      __syncthreads(); /* every row is written */
+      lr_badkeys(q, k, o, (int)n, ATTN_CAUSAL ? (int)(off + 1) : (int)n_kv, (int)n_kv, bad_lo, bad_hi, a.scale);
+    }
 #undef LR_FEATURES
   }
   ATTN_CIO_FLUSH(a);

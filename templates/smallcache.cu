@@ -19,6 +19,11 @@
  *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*nd + d*C*nr   (S and V tiles)
  *   writes = R*C (S)  +  R*d (O)
  * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros.
+ * Non-finite inputs give what the fp64 reference (runtime/reference.c) and smallcache.c give: a NaN or +inf score,
+ * or a row whose visible scores are all -inf (l = 0, divided by all the same), makes the row NaN; a NaN or inf in V
+ * reaches the rows that see its key. Where P V weights a key hidden from a row by P = 0 (its tile holds keys the
+ * row sees) and the key's V entry is NaN or inf, 0 * NaN spoils the output: a causal thread that writes NaN or inf
+ * computes those elements again from S (sc_fix); finite inputs pay a test per output element.
  *
  * Threads: a grid of RT x CT threads (CT = 8 lanes side by side in a warp, fewer when T < 8) covers each T x T output
  * tile, every thread an MR x MC micro-tile. In phase 1 a thread's columns are cx + j*CT, so the 8 lanes of a quarter warp read 8
@@ -171,6 +176,53 @@ __device__ __forceinline__ void sc_store_out(void *p, long long idx, const float
 #endif
 }
 
+__device__ __forceinline__ bool sc_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
+/* the input element at idx of p as fp32 */
+__device__ __forceinline__ float sc_in1(const void *p, long long idx) {
+#if ATTN_DTYPE == 0
+  return __ldg((const float *)p + idx);
+#else
+  return sc_lo(__ldg((const unsigned short *)p + idx));
+#endif
+}
+
+/* The rare path of causal items, for a thread that wrote a NaN or inf into its part of an O tile. P V weights a key
+ * hidden from a row by P = 0 when its tile holds keys the row sees, and 0 * NaN (or inf) in the key's V entry is
+ * NaN where the reference adds nothing. Each such element of a row whose 1/l is finite is computed again over the
+ * keys the row sees, from its scores in S and V in global memory (not counted: the I/O model is for finite inputs);
+ * NaN and inf that the row does see come out again. The tile's rows start at o, s (row stride n_kv), m, il; its
+ * columns at o and v (row stride d); row r sees the keys below vis0 + r. */
+__device__ __forceinline__ void sc_fix(void *out, long long o, const void *vin, long long v, const float *s,
+                                       long long n_kv, unsigned m, unsigned il, int tr, int td, int ry, int cx,
+                                       long long vis0) {
+#pragma unroll 1
+  for (int i = 0; i < kMR; i++) {
+    const int r = ry + i * kRT;
+    const float li = r < tr ? sc_lds1(il + 4u * r) : 0.0f;
+    if (r >= tr || sc_nonfinite(li)) continue;
+    const float mr = sc_lds1(m + 4u * r), ms = mr == kNegInf ? 0.0f : mr;
+#pragma unroll 1
+    for (int j = 0; j < kMC; j++) {
+      const int dd = kVV * (cx + j / kVV * kCT) + j % kVV; /* phase 2's column of acc[i][j] */
+      if (dd >= td) continue;
+      const long long at = o + (long long)r * kD + dd;
+#if ATTN_DTYPE == 0
+      if (!sc_nonfinite(((const float *)out)[at])) continue;
+#else
+      if (!sc_nonfinite(sc_lo(((const unsigned short *)out)[at]))) continue;
+#endif
+      float acc = 0.0f;
+      for (long long c = 0; c < vis0 + r; c++)
+        acc = fmaf(__expf(s[r * n_kv + c] - ms), sc_in1(vin, v + c * kD + dd), acc);
+#if ATTN_DTYPE == 0
+      ((float *)out)[at] = acc * li;
+#else
+      ((unsigned short *)out)[at] = (unsigned short)(sc_pack2(acc * li, 0.0f) & 0xffffu);
+#endif
+    }
+  }
+}
+
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_kernel(attn_cuda_kargs a) {
@@ -294,7 +346,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
           for (int j = 0; j < kMC; j++) sum += __expf(acc[i][j] - ms);
 #pragma unroll
           for (int o = 1; o < kCT; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          if (own && cx == 0 && r < tr && mx != kNegInf) { /* else nothing visible yet in this row */
+          /* else nothing visible yet in this row, or only NaN scores (the max drops them): P = exp(NaN) carries
+           * those to O in phase 2 */
+          if (own && cx == 0 && r < tr && mx != kNegInf) {
             sc_sts1(sm_l + 4u * (r0 + r), lold * __expf(mold - mx) + sum);
             sc_sts1(sm_m + 4u * (r0 + r), mx);
           }
@@ -311,8 +365,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
       for (int i = 0; i < kMR; i++) {
         const int r = ry + i * kRT;
         if (own && cx == 0 && r < tr) {
+          /* 0: a row that sees no key; l = 0 (every visible score -inf) gives inf, so 0 * inf = NaN, the
+           * reference's 0/0 */
           const float l = sc_lds1(sm_l + 4u * (r0 + r));
-          sc_sts1(sm_l + 4u * (r0 + r), l > 0.0f ? 1.0f / l : 0.0f); /* 0: a row with no visible key */
+          sc_sts1(sm_l + 4u * (r0 + r), !ATTN_CAUSAL || i0 + r0 + r + off >= 0 ? 1.0f / l : 0.0f);
         }
       }
     }
@@ -385,6 +441,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
             }
           }
         }
+        bool bad = false;
 #pragma unroll
         for (int i = 0; i < kMR; i++) {
           const int r = ry + i * kRT;
@@ -396,12 +453,18 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
               if (dd < td) {
                 float x[kVV];
 #pragma unroll
-                for (int e = 0; e < kVV; e++) x[e] = acc[i][g * kVV + e] * li;
+                for (int e = 0; e < kVV; e++) {
+                  x[e] = acc[i][g * kVV + e] * li;
+                  bad |= sc_nonfinite(x[e]);
+                }
                 sc_store_out(a.o, qo + (long long)(r0 + r) * kD + d0 + dd, x);
               }
             }
           }
         }
+        if (ATTN_CAUSAL && bad)
+          sc_fix(a.o, qo + r0 * kD + d0, a.v, kvo + d0, S + (long long)r0 * n_kv, n_kv, sm_m + 4u * r0, sm_l + 4u * r0,
+                 tr, td, ry, cx, i0 + r0 + off + 1);
         ATTN_CIO_WRITE(tr * td);
       }
     }

@@ -69,6 +69,54 @@ shared_dir)  # a cache directory others can write is refused, with a message, fo
   cp "$W/evil.so" "$W/cache/planted.so"
   plan "a shared directory"
   ;;
+killed)  # a compile killed midway leaves temporaries; the next process removes them, never a live compile's
+  # a compiler that waits for $W/go-N before compiling, so the test decides when each compile may end
+  cat >"$W/slowcc" <<'EOC'
+#!/bin/sh
+echo $$ >"$SLOW_W/cc-$SLOW_N.pid"
+while [ ! -e "$SLOW_W/go-$SLOW_N" ]; do sleep 0.05; done
+exec cc "$@"
+EOC
+  chmod +x "$W/slowcc"
+  export SLOW_W="$W"
+  started() { i=0; while [ ! -s "$W/cc-$1.pid" ]; do i=$((i + 1)); [ $i -lt 1200 ] || fail "compile $1 never started"; sleep 0.05; done; }
+  temps() { ls "$W/cache" | grep -E '^[0-9a-f]{16}-[A-Za-z0-9]{6}\.(c|so)$' | sort; }
+  SLOW_N=1 CC="$W/slowcc" "$PLAN" "$W/none.db" 16 64 2 >"$W/out1.txt" 2>&1 &
+  victim=$!
+  started 1
+  killed_temps=$(temps)
+  [ "$(echo "$killed_temps" | grep -c .)" -eq 2 ] || fail "expected a .c and a .so temporary, found: $killed_temps"
+  kill -9 $victim
+  wait $victim 2>/dev/null
+  kill "$(cat "$W/cc-1.pid")" 2>/dev/null
+  # a live compile of another kernel (d=32), started after the kill
+  SLOW_N=2 CC="$W/slowcc" "$PLAN" "$W/none.db" 32 64 2 >"$W/out2.txt" 2>&1 &
+  live=$!
+  started 2
+  live_temps=$(temps | grep -v -F -x "$killed_temps")
+  [ "$(echo "$live_temps" | grep -c .)" -eq 2 ] || fail "expected the live compile's two temporaries: $live_temps"
+  # everything old enough to be swept, and what the sweep must leave: other names, a fresh orphan
+  touch -d '2 hours ago' "$W/cache"/*
+  h=0123456789abcdef
+  for f in "$h-Orph4n.so" "$h.so.Ab12Cd" "$h-sm_80.cubin.Zz9Yy8" notes.txt; do : >"$W/cache/$f"; touch -d '2 hours ago' "$W/cache/$f"; done
+  : >"$W/cache/$h-Fresh1.so"
+  "$PLAN" "$W/none.db" 16 64 2 >"$out" 2>&1
+  [ $? -eq 3 ] || fail "the next process did not run the plan"
+  left=$(ls "$W/cache")
+  for f in $killed_temps "$h-Orph4n.so" "$h.so.Ab12Cd" "$h-sm_80.cubin.Zz9Yy8"; do
+    echo "$left" | grep -q -F -x "$f" && fail "$f was left in the cache"
+  done
+  for f in $live_temps notes.txt "$h-Fresh1.so"; do
+    echo "$left" | grep -q -F -x "$f" || fail "$f was removed (it belongs to a live compile or to nobody we know)"
+  done
+  # the live compile finishes normally and leaves nothing behind
+  rm "$W/cache/$h-Fresh1.so"
+  : >"$W/go-2"
+  wait $live
+  rc=$?
+  [ $rc -eq 3 ] || { cat "$W/out2.txt" >&2; fail "the live compile's process exited $rc"; }
+  [ -z "$(temps)" ] || fail "temporaries left after a normal compile: $(temps)"
+  ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 echo "PASS ($case_)"

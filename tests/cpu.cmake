@@ -34,9 +34,9 @@ if(TARGET quickstart)
                        PASS_REGULAR_EXPRESSION "rel error .*, PASS")
 endif()
 # The kernel cache's trust model (runtime/artifact.h): truncated, planted and linked objects, replaced database
-# blobs, and a cache directory others can write.
+# blobs, a cache directory others can write, and the temporaries a killed compile leaves (cache_sweep.c).
 if(TARGET attntune)
-  foreach(c truncated planted blob shared_dir)
+  foreach(c truncated planted blob shared_dir killed)
     add_test(NAME cpu_cache_trust_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cache_trust.sh ${c} $<TARGET_FILE:attntune> $<TARGET_FILE:tuner_plan>
                      ${CMAKE_CURRENT_BINARY_DIR}/cache-trust-${c})

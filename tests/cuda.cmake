@@ -1,6 +1,7 @@
 # CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV, and NVRTC compiles the
-# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d and dtype with no spills, causal alternating;
-# a spread sample of the tuner's space; both causal values and the whole space under the nightly label). Exit 77
+# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d and dtype with no spills, causal alternating,
+# lowrank's on a spread of d; a spread sample of the tuner's space; every d of lowrank, both causal values and the
+# whole space under the nightly label). Exit 77
 # (skipped) without NVRTC.
 set(ATTN_CUDA_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache-cuda)
 file(MAKE_DIRECTORY ${ATTN_CUDA_TEST_CACHE})
@@ -12,11 +13,23 @@ set_tests_properties(cuda_nodev PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_
 
 add_executable(cuda_compile ${CMAKE_CURRENT_LIST_DIR}/cuda_compile.c)
 target_link_libraries(cuda_compile PRIVATE attn_tuner)
+# lowrank's kernels take 1-9 s each to compile (d >= 144 the most), so CI compiles a spread of d, one test per dtype,
+# that takes each default rank (256 up to d=112, 240 at d=128, 128 from d=144) and the smallest and largest d;
+# cuda_compile_defaults_all_lowrank_* (nightly) compiles every d.
+set(ATTN_LOWRANK_CI_D "f16:16,256" "bf16:112,128" "f32:144")
 foreach(arch sm_80 sm_90)
-  foreach(algo flash smallcache lowrank)
+  foreach(algo flash smallcache)
     add_test(NAME cuda_compile_defaults_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo})
     set_tests_properties(cuda_compile_defaults_${algo}_${arch} PROPERTIES LABELS cuda TIMEOUT 900
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endforeach()
+  foreach(sel ${ATTN_LOWRANK_CI_D})
+    string(REGEX REPLACE ":.*" "" dtype "${sel}")
+    add_test(NAME cuda_compile_defaults_lowrank_${dtype}_${arch} COMMAND cuda_compile defaults ${arch} lowrank ${sel})
+    set_tests_properties(cuda_compile_defaults_lowrank_${dtype}_${arch} PROPERTIES LABELS cuda TIMEOUT 600
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endforeach()
+  foreach(algo flash smallcache lowrank)
     add_test(NAME cuda_compile_defaults_all_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo} all)
     set_tests_properties(cuda_compile_defaults_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")

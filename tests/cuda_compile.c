@@ -1,9 +1,11 @@
 /* cuda_compile: the CUDA templates through NVRTC to cubin, no GPU needed.
- *   cuda_compile defaults ARCH [ALGO [all]]
+ *   cuda_compile defaults ARCH [ALGO [all | DTYPE:D,D,...]...]
  *                                       the default configuration of every (algorithm, d, dtype) compiles with zero
  *                                       errors, no local-memory spills, and shared memory within the arch's per-block
  *                                       limit, causal alternating with d and dtype (`all`: both causal values for
- *                                       each); the counting builds of d = 64, 128, 192, 256 compile too
+ *                                       each; `f16:16,112,256`: only those d in that dtype, so a slow template's CI
+ *                                       share can be a spread of d split over several tests); the counting builds of
+ *                                       d = 64, 128, 192, 256 compile too
  *   cuda_compile space ARCH STRIDE      every STRIDE-th configuration of the tuner's CUDA space (flash, smallcache,
  *                                       lowrank) for a spread of d, dtypes and causal; STRIDE 1 is the whole space
  *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
@@ -81,6 +83,28 @@ static int nvrtc_or_skip(void) {
   return 0;
 }
 
+/* The (dtype, d) pairs a defaults run covers: every one, or those named by DTYPE:D,D,... arguments. */
+static int want[3][257], want_some;
+
+static int pick(const char *arg) {
+  static const char *names[] = {"f16", "bf16", "f32"};
+  const char *colon = strchr(arg, ':');
+  for (int t = 0; colon && t < 3; t++) {
+    if (strlen(names[t]) != (size_t)(colon - arg) || strncmp(arg, names[t], (size_t)(colon - arg)) != 0) continue;
+    for (const char *p = colon + 1; *p;) {
+      char *end;
+      long d = strtol(p, &end, 10);
+      if (end == p || d < 16 || d > 256 || d % 16 || (*end && *end != ',')) break;
+      want[t][d] = want_some = 1;
+      p = *end ? end + 1 : end;
+      if (!*p) return 0;
+    }
+  }
+  fprintf(stderr, "cuda_compile: bad selection '%s' (expected DTYPE:D,D,... with DTYPE f16, bf16 or f32 and D a "
+                  "multiple of 16 in 16..256)\n", arg);
+  return -1;
+}
+
 /* all = 0: each (d, dtype) once, causal alternating so both values occur for every d and every dtype (CI);
  * all = 1: both causal values everywhere (nightly). */
 static int defaults(const char *arch, const char *only, int all) {
@@ -91,6 +115,7 @@ static int defaults(const char *arch, const char *only, int all) {
     for (int d = 16; d <= 256; d += 16)
       for (int t = 0; t < 3; t++)
         for (int causal = 0; causal < 2; causal++) {
+          if (want_some && !want[t][d]) continue;
           if (!all && causal != (d / 16 + t) % 2) continue;
           attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, causal);
           snprintf(s.arch, sizeof s.arch, "%s", arch);
@@ -141,13 +166,21 @@ static int space(const char *arch, int stride) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO [all]] | space ARCH STRIDE | spec \"SPEC\" [count] [log]\n");
+    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO [all | DTYPE:D,D,...]...] | space ARCH STRIDE | spec \"SPEC\" [count] [log]\n");
     return 2;
   }
+  setvbuf(stdout, NULL, _IOLBF, 0); /* one line per kernel as it compiles: progress, and a log if CTest times out */
   int skip = nvrtc_or_skip();
   if (skip) return skip;
   if (strcmp(argv[1], "defaults") == 0) {
-    defaults(argv[2], argc > 3 ? argv[3] : NULL, argc > 4 && strcmp(argv[4], "all") == 0);
+    int all = 0;
+    for (int i = 4; i < argc; i++) {
+      if (strcmp(argv[i], "all") == 0)
+        all = 1;
+      else if (pick(argv[i]) != 0)
+        return 2;
+    }
+    defaults(argv[2], argc > 3 ? argv[3] : NULL, all);
   } else if (strcmp(argv[1], "space") == 0) {
     int stride = argc > 3 ? atoi(argv[3]) : 1;
     if (space(argv[2], stride > 0 ? stride : 1)) return 1;
@@ -166,5 +199,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("%d compiled, %d failed\n", compiled, failures);
+  if (compiled == 0) {
+    printf("FAIL: nothing was compiled\n");
+    return 1;
+  }
   return failures ? 1 : 0;
 }

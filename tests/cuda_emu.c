@@ -6,6 +6,12 @@
  *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU
  *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C]
  *       the default spec of every d = 16, 32, ..., 256 (causal on alternate d unless C is given)
+ *   cuda_emu [OPTIONS] nan ALGO DTYPE [d=D,D,...] [causal=C] [FIELD=VALUE ...]
+ *       non-finite inputs, as tests/cpu_nan.c: the default spec (with the fields given) for each d (default 16,64)
+ *       and causal 0 and 1 (or C), on shapes with batch = 8, batch element b carrying injection b (none, NaN in a
+ *       q, k or v entry, +inf in q, -inf in k, -inf in one or every key with q > 0); the NaN pattern must be the fp64
+ *       reference's exactly, the other outputs finite and within the dtype's tolerance of it (lowrank: of the CPU
+ *       lowrank kernel on the same inputs), rows that see no key exactly 0
  *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every thread order and cp.async mode),
  *            --asan (the emulator and the kernel built with AddressSanitizer)
  * For each spec the source NVRTC would compile (attn_spec_source, counting build) is written to a temporary
@@ -40,7 +46,7 @@
 
 static const char BEGIN[] = "/* ---- PTX wrappers ---- */", END[] = "/* ---- end of PTX wrappers ---- */";
 
-static int failures, cases, quick, all_orders, asan;
+static int failures, cases, quick, all_orders, asan, nan_mode;
 static char workdir[4096];
 static attn_runtime *cpu_rt;
 
@@ -308,75 +314,64 @@ static int cpu_twin(const attn_spec *s, const attn_problem *p, const float *q, c
   return rc == ATTN_OK ? 0 : -1;
 }
 
-/* Runs one shape through the built binary; 0 when every check passes. */
-static int run_shape(const attn_spec *s, const char *label, const shape *sh, int order, int deferred,
-                     unsigned long long seed) {
-  cases++;
-  char err[512], what[512];
+/* The normalised problem of a shape for spec s and its launch geometry; 0, or -1 with a failure reported. */
+static int shape_problem(const attn_spec *s, const char *label, const shape *sh, attn_problem *p, attn_cuda_geom *g) {
+  char err[512];
   attn_problem p0 = {.batch = sh->batch, .heads = sh->heads, .heads_kv = sh->heads_kv, .n = sh->n,
                      .n_kv = sh->n_kv, .d = s->d, .dtype = s->dtype, .causal = s->causal,
                      /* lowrank's feature maps take sqrt(scale): both of its kernels need scale > 0 */
                      .scale = s->algo == ATTN_ALGO_LOWRANK ? fabsf(sh->scale) : sh->scale,
                      .tolerance = s->algo == ATTN_ALGO_LOWRANK ? 0.5 : 0.0};
-  attn_problem p;
   static attn_runtime cuda_rules; /* normalises as for the CUDA target (f16 and bf16 allowed) */
   cuda_rules.target = ATTN_TARGET_CUDA;
-  if (attn_problem_normalize(&cuda_rules, &p0, &p) != ATTN_OK) {
+  if (attn_problem_normalize(&cuda_rules, &p0, p) != ATTN_OK) {
     FAIL("%s: bad shape: %s", label, attn_last_error(&cuda_rules));
     return -1;
   }
-  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s, cp.async %s", label, p.batch,
-           p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order), deferred ? "at wait" : "at issue");
-  const long long bh = (long long)p.batch * p.heads;
-  attn_cuda_geom g;
-  if (attn_cuda_geometry(s, bh, p.n, p.n_kv, EMU_RESIDENT, &g, err, sizeof err) != ATTN_OK) {
-    FAIL("%s: geometry: %s", what, err);
+  if (attn_cuda_geometry(s, (long long)p->batch * p->heads, p->n, p->n_kv, EMU_RESIDENT, g, err, sizeof err) !=
+      ATTN_OK) {
+    FAIL("%s | n=%d n_kv=%d: geometry: %s", label, p->n, p->n_kv, err);
     return -1;
   }
-  if (g.smem > 227 * 1024) {
-    FAIL("%s: %lld bytes of shared memory a block, more than any GPU has", what, g.smem);
+  if (g->smem > 227 * 1024) {
+    FAIL("%s | n=%d n_kv=%d: %lld bytes of shared memory a block, more than any GPU has", label, p->n, p->n_kv,
+         g->smem);
     return -1;
   }
-  const size_t nq = (size_t)bh * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
-  const size_t es = attn_dtype_size(p.dtype);
-  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
-  double *ref = malloc(nq * sizeof(double));
-  unsigned char *buf = malloc(sizeof(attn_emu_case) + (nq + 2 * nkv) * es);
-  unsigned char *res = NULL;
-  int bad = 0;
-  if (!q || !k || !v || !o || !ref || !buf) {
+  return 0;
+}
+
+/* Runs the built binary on inputs q, k, v (float values exactly representable in p's dtype): o gets the outputs,
+ * *r the emulator's result record; returns the number of outputs never written, or -1 with a failure reported. */
+static long emu_exec(const attn_problem *p, const attn_cuda_geom *g, int order, int deferred, const float *q,
+                     const float *k, const float *v, float *o, attn_emu_result *r, const char *what) {
+  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  const size_t es = attn_dtype_size(p->dtype);
+  unsigned char *buf = malloc(sizeof(attn_emu_case) + (nq + 2 * nkv) * es), *res = malloc(nq * es);
+  long unwritten = -1;
+  if (!buf || !res) {
     FAIL("%s: out of memory", what);
-    bad = 1;
     goto out;
   }
-  attn_fill_random(q, nq, seed * 3 + 1);
-  attn_fill_random(k, nkv, seed * 3 + 2);
-  attn_fill_random(v, nkv, seed * 3 + 3);
-  round_to(p.dtype, q, nq);
-  round_to(p.dtype, k, nkv);
-  round_to(p.dtype, v, nkv);
-  attn_reference(&p, q, k, v, ref);
-
   attn_emu_case c;
   memset(&c, 0, sizeof c);
   c.magic = ATTN_EMU_MAGIC;
   c.version = ATTN_EMU_VERSION;
   c.esize = (int32_t)es;
-  c.d = p.d;
-  c.batch = p.batch, c.heads = p.heads, c.heads_kv = p.heads_kv, c.n = p.n, c.n_kv = p.n_kv;
-  c.scale = p.scale;
-  c.grid_items = (int32_t)g.items;
-  c.grid = g.grid, c.block = g.block, c.init_grid = g.init_grid, c.init_block = g.init_block;
-  c.smem = g.smem, c.scratch = g.scratch, c.consts = g.consts;
+  c.d = p->d;
+  c.batch = p->batch, c.heads = p->heads, c.heads_kv = p->heads_kv, c.n = p->n, c.n_kv = p->n_kv;
+  c.scale = p->scale;
+  c.grid_items = (int32_t)g->items;
+  c.grid = g->grid, c.block = g->block, c.init_grid = g->init_grid, c.init_block = g->init_block;
+  c.smem = g->smem, c.scratch = g->scratch, c.consts = g->consts;
   c.order = order;
   c.deferred = deferred;
   memcpy(buf, &c, sizeof c);
-  to_raw(p.dtype, q, nq, buf + sizeof c);
-  to_raw(p.dtype, k, nkv, buf + sizeof c + nq * es);
-  to_raw(p.dtype, v, nkv, buf + sizeof c + (nq + nkv) * es);
+  to_raw(p->dtype, q, nq, buf + sizeof c);
+  to_raw(p->dtype, k, nkv, buf + sizeof c + nq * es);
+  to_raw(p->dtype, v, nkv, buf + sizeof c + (nq + nkv) * es);
   if (write_file("case.bin", buf, sizeof c + (nq + 2 * nkv) * es)) {
     FAIL("%s: cannot write the case file", what);
-    bad = 1;
     goto out;
   }
   char exe[4200], cp[4200], rp[4200];
@@ -389,22 +384,57 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, int
   if (rc != 0) {
     FAIL("%s: the emulated kernel failed (exit %d):", what, rc);
     show_log("run.log");
-    bad = 1;
     goto out;
   }
-  attn_emu_result r;
   FILE *f = fopen(rp, "rb");
-  res = malloc(nq * es);
-  int ok = f && res && fread(&r, sizeof r, 1, f) == 1 && r.magic == ATTN_EMU_MAGIC && fread(res, es, nq, f) == nq;
+  int ok = f && fread(r, sizeof *r, 1, f) == 1 && r->magic == ATTN_EMU_MAGIC && fread(res, es, nq, f) == nq;
   if (f) fclose(f);
   if (!ok) {
     FAIL("%s: no result from the emulator", what);
+    goto out;
+  }
+  unwritten = (long)from_raw(p->dtype, res, nq, o);
+out:
+  free(buf);
+  free(res);
+  return unwritten;
+}
+
+/* Runs one shape through the built binary; 0 when every check passes. */
+static int run_shape(const attn_spec *s, const char *label, const shape *sh, int order, int deferred,
+                     unsigned long long seed) {
+  cases++;
+  char what[512];
+  attn_problem p;
+  attn_cuda_geom g;
+  if (shape_problem(s, label, sh, &p, &g) != 0) return -1;
+  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s, cp.async %s", label, p.batch,
+           p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order), deferred ? "at wait" : "at issue");
+  const long long bh = (long long)p.batch * p.heads;
+  const size_t nq = (size_t)bh * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
+  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
+  double *ref = malloc(nq * sizeof(double));
+  int bad = 0;
+  if (!q || !k || !v || !o || !ref) {
+    FAIL("%s: out of memory", what);
     bad = 1;
     goto out;
   }
-  const size_t unwritten = from_raw(p.dtype, res, nq, o);
+  attn_fill_random(q, nq, seed * 3 + 1);
+  attn_fill_random(k, nkv, seed * 3 + 2);
+  attn_fill_random(v, nkv, seed * 3 + 3);
+  round_to(p.dtype, q, nq);
+  round_to(p.dtype, k, nkv);
+  round_to(p.dtype, v, nkv);
+  attn_reference(&p, q, k, v, ref);
+  attn_emu_result r;
+  const long unwritten = emu_exec(&p, &g, order, deferred, q, k, v, o, &r, what);
+  if (unwritten < 0) {
+    bad = 1;
+    goto out;
+  }
   if (unwritten) {
-    FAIL("%s: %zu of %zu outputs never written", what, unwritten, nq);
+    FAIL("%s: %ld of %zu outputs never written", what, unwritten, nq);
     bad = 1;
   }
   /* rows that see no key (causal, i < n - n_kv) are zeros */
@@ -475,8 +505,178 @@ out:
   free(v);
   free(o);
   free(ref);
-  free(buf);
-  free(res);
+  return bad ? -1 : 0;
+}
+
+/* ---- non-finite inputs (nan mode) ---- */
+
+/* As tests/cpu_nan.c: each batch element of a case gets one injection (batch b: injection b), so one run covers
+ * them all; the reference's semantics are those of softmax(scale Q K^T) V element by element. */
+enum { INJ_NONE, INJ_Q_NAN, INJ_K_NAN, INJ_V_NAN, INJ_Q_PINF, INJ_K_NINF, INJ_K_NINF_POSQ, INJ_K_NINF_ALL, INJ_COUNT };
+static const char *const inj_names[INJ_COUNT] = {"none",   "q NaN",  "k NaN",          "v NaN",
+                                                 "q +inf", "k -inf", "k -inf, q > 0", "all k -inf, q > 0"};
+
+/* n, n_kv, heads_kv (heads = 2): n = 1, odd n, n < n_kv and n > n_kv (causal rows that see no key), blocks cut by
+ * n and n_kv, one and two kv heads */
+static const int NAN_SHAPES[][3] = {{1, 1, 1}, {1, 45, 2}, {17, 17, 1}, {33, 70, 2}, {70, 33, 1}, {97, 200, 2}};
+#define NNAN_SHAPES (int)(sizeof NAN_SHAPES / sizeof NAN_SHAPES[0])
+
+static unsigned long long nan_rng;
+static long nan_rnd(long below) {
+  nan_rng = nan_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (long)((nan_rng >> 33) % (unsigned long long)below);
+}
+
+/* Injection inj into batch element b of q, k, v; says where into what. A poisoned key is one that some rows see and
+ * others do not when the shape allows it (causal: key j is visible to rows i >= j - (n_kv - n)). */
+static void nan_inject(const attn_problem *p, int b, int inj, float *q, float *k, float *v, char *what, size_t len) {
+  const long d = p->d, hq = nan_rnd(p->heads), hk = nan_rnd(p->heads_kv), i = nan_rnd(p->n), col = nan_rnd(d);
+  const long jlo = p->n_kv - p->n + 1 > 0 ? p->n_kv - p->n + 1 : 0;
+  long j = jlo < p->n_kv ? jlo + nan_rnd(p->n_kv - jlo) : nan_rnd(p->n_kv);
+  float *qb = q + (long)b * p->heads * p->n * d, *kb = k + (long)b * p->heads_kv * p->n_kv * d;
+  float *vb = v + (long)b * p->heads_kv * p->n_kv * d;
+  float *qrow = qb + (hq * p->n + i) * d;
+  if (inj == INJ_NONE) {
+    snprintf(what, len, "batch %d: %s", b, inj_names[inj]);
+  } else if (inj == INJ_Q_NAN || inj == INJ_Q_PINF) {
+    qrow[col] = inj == INJ_Q_NAN ? NAN : INFINITY;
+    snprintf(what, len, "batch %d: %s at head %ld row %ld col %ld", b, inj_names[inj], hq, i, col);
+  } else if (inj == INJ_K_NINF_ALL) {
+    for (long x = 0; x < p->heads * p->n * d; x++) qb[x] = fabsf(qb[x]) + 1e-3f; /* > 0: -inf keeps its sign */
+    for (long x = 0; x < p->heads_kv * p->n_kv; x++) kb[x * d + col] = -INFINITY;
+    snprintf(what, len, "batch %d: %s, col %ld", b, inj_names[inj], col);
+  } else {
+    if (inj == INJ_K_NINF_POSQ) {
+      for (long x = 0; x < p->heads * p->n * d; x++) qb[x] = fabsf(qb[x]) + 1e-3f;
+      if (nan_rnd(2)) j = 0; /* key 0 half the time: causal with n = n_kv, row 0 sees only it */
+    }
+    float *e = (inj == INJ_V_NAN ? vb : kb) + (hk * p->n_kv + j) * d + col;
+    *e = inj == INJ_K_NAN || inj == INJ_V_NAN ? NAN : -INFINITY;
+    snprintf(what, len, "batch %d: %s at kv head %ld key %ld col %ld", b, inj_names[inj], hk, j, col);
+  }
+}
+
+/* Elements of batch element b ([b*per, (b+1)*per)): NaN exactly where the reference is NaN; elsewhere finite, and
+ * within abs_tol of want per element (abs_tol >= 0) or, over the batch element's non-NaN elements, within rel_tol
+ * relative (Frobenius) of want; rows that see no key exactly 0. Returns the number of mismatches (the first few
+ * reported under ctx). */
+static long nan_compare(const attn_problem *p, int b, const double *ref, const double *want, const float *o,
+                        double abs_tol, double rel_tol, const char *ctx, double *err) {
+  const size_t per = (size_t)p->heads * p->n * p->d, x0 = (size_t)b * per;
+  long bad = 0;
+  double num = 0, den = 0, mx = 0;
+  for (size_t x = x0; x < x0 + per; x++) {
+    const long row = (long)((x / (size_t)p->d) % (size_t)p->n);
+    const int unseen = p->causal && row + p->n_kv - p->n < 0;
+    const int rn = isnan(ref[x]), on = isnan(o[x]);
+    int wrong = rn != on || (!rn && !isfinite(o[x])) || (unseen && o[x] != 0.0f);
+    if (!wrong && !rn) {
+      const double e = fabs((double)o[x] - want[x]);
+      if (abs_tol >= 0 && !(e <= abs_tol)) wrong = 1;
+      if (e > mx) mx = e;
+      num += e * e;
+      den += want[x] * want[x];
+    }
+    if (wrong) {
+      if (bad < 4)
+        printf("     %s: head %ld row %ld col %ld: out %.9g, reference %.9g", ctx,
+               (long)((x - x0) / ((size_t)p->n * p->d)), row, (long)(x % (size_t)p->d), (double)o[x], ref[x]);
+      if (bad < 4) printf(want != ref ? ", cpu lowrank %.9g\n" : "\n", want[x]);
+      bad++;
+    }
+  }
+  if (abs_tol < 0) {
+    mx = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(mx <= rel_tol)) {
+      printf("     %s: relative error %.3g > %g over the non-NaN elements\n", ctx, mx, rel_tol);
+      bad++;
+    }
+  }
+  *err = mx;
+  return bad;
+}
+
+/* One shape of the nan mode: batch = INJ_COUNT, injection b in batch element b. */
+static int run_nan_shape(const attn_spec *s, const char *label, int si, int order, int deferred,
+                         unsigned long long seed) {
+  cases++;
+  /* lowrank's random features approximate well only at a small scale (tests/cpu_nan.c) */
+  const float scale = s->algo == ATTN_ALGO_LOWRANK && s->feature == ATTN_FEAT_RANDOM ? 0.3f / sqrtf((float)s->d) : 0;
+  const shape sh = {INJ_COUNT, 2, NAN_SHAPES[si][2], NAN_SHAPES[si][0], NAN_SHAPES[si][1], scale};
+  attn_problem p;
+  attn_cuda_geom g;
+  char what[512];
+  if (shape_problem(s, label, &sh, &p, &g) != 0) return -1;
+  snprintf(what, sizeof what, "%s | nan: batch=%d heads=%d/%d n=%d n_kv=%d | %s, cp.async %s", label, p.batch, p.heads,
+           p.heads_kv, p.n, p.n_kv, order_name(order), deferred ? "at wait" : "at issue");
+  const size_t nq = (size_t)p.batch * p.heads * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
+  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4), *co = NULL;
+  double *ref = malloc(nq * sizeof(double)), *want = NULL;
+  char where[INJ_COUNT][160];
+  int bad = 0;
+  if (!q || !k || !v || !o || !ref) {
+    FAIL("%s: out of memory", what);
+    bad = 1;
+    goto out;
+  }
+  attn_fill_random(q, nq, seed * 3 + 1);
+  attn_fill_random(k, nkv, seed * 3 + 2);
+  attn_fill_random(v, nkv, seed * 3 + 3);
+  nan_rng = seed * 7919ULL + 17;
+  for (int b = 0; b < INJ_COUNT; b++) nan_inject(&p, b, b, q, k, v, where[b], sizeof where[b]);
+  round_to(p.dtype, q, nq);
+  round_to(p.dtype, k, nkv);
+  round_to(p.dtype, v, nkv);
+  attn_reference(&p, q, k, v, ref);
+  want = ref;
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    co = malloc(nq * 4);
+    want = malloc(nq * sizeof(double));
+    if (!co || !want || cpu_twin(s, &p, q, k, v, co) != 0) {
+      FAIL("%s: the CPU lowrank kernel failed: %s", what, attn_last_error(cpu_rt));
+      bad = 1;
+      goto out;
+    }
+    for (size_t x = 0; x < nq; x++) want[x] = co[x];
+  }
+  attn_emu_result r;
+  const long unwritten = emu_exec(&p, &g, order, deferred, q, k, v, o, &r, what);
+  if (unwritten < 0) {
+    bad = 1;
+    goto out;
+  }
+  if (unwritten) {
+    FAIL("%s: %ld of %zu outputs never written", what, unwritten, nq);
+    bad = 1;
+  }
+  /* flash, smallcache: against fp64 per element (the output's rounding, and P's on the tensor cores); lowrank: the
+   * NaN pattern of fp64, the values of the CPU lowrank kernel on the same inputs */
+  const double atol = s->algo == ATTN_ALGO_LOWRANK ? -1
+                      : p.dtype == ATTN_F32      ? 1e-4
+                      : p.dtype == ATTN_F16      ? 4e-3
+                                                 : 2e-2;
+  const double rtol = p.dtype == ATTN_F32 ? 1e-3 : 2e-2;
+  double worst = 0;
+  for (int b = 0; b < INJ_COUNT; b++) {
+    double e = 0;
+    const long nb = nan_compare(&p, b, ref, want, o, atol, rtol, where[b], &e);
+    if (nb) {
+      FAIL("%s: %s: %ld mismatches", what, where[b], nb);
+      bad = 1;
+    }
+    if (e > worst) worst = e;
+  }
+  if (!bad)
+    printf("ok   %s: %d injections, worst %s %.2e\n", what, INJ_COUNT,
+           s->algo == ATTN_ALGO_LOWRANK ? "relative error vs cpu lowrank" : "abs error", worst);
+out:
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  free(co);
+  if (want != ref) free(want);
+  free(ref);
   return bad ? -1 : 0;
 }
 
@@ -504,7 +704,7 @@ static void run_spec(const attn_spec *s) {
   const double t0 = now();
   if (build(s, label) != 0) return;
   const double t1 = now();
-  const int nshapes = quick ? 4 : NSHAPES;
+  const int nshapes = nan_mode ? NNAN_SHAPES : quick ? 4 : NSHAPES;
   static const int orders[][2] = {{0, 0}, {1, 1}, {2, 0}, {0, 1}, {1, 0}, {2, 1}};
   unsigned long long base = 1;
   const char *e = getenv("ATTN_TEST_SEED");
@@ -513,7 +713,10 @@ static void run_spec(const attn_spec *s) {
     for (int j = 0; j < (all_orders ? 6 : 1); j++) {
       const int *ord = orders[all_orders ? j : i % 6];
       /* random orders take their seed from the shape */
-      run_shape(s, label, &SHAPES[i], ord[0] == 2 ? 2 + i : ord[0], ord[1], base * 1000003ULL + (unsigned long long)i);
+      const int order = ord[0] == 2 ? 2 + i : ord[0];
+      const unsigned long long seed = base * 1000003ULL + (unsigned long long)i;
+      if (nan_mode) run_nan_shape(s, label, i, order, ord[1], seed);
+      else run_shape(s, label, &SHAPES[i], order, ord[1], seed);
     }
   printf("     %s: compiled in %.1f s, ran in %.1f s\n", label, t1 - t0, now() - t1);
 }
@@ -630,6 +833,38 @@ static int defaults(attn_algo a, attn_dtype t, int argc, char **argv) {
   return 0;
 }
 
+/* nan mode: the default spec (fields over it) for each d of the list d=D,D,... (default 16,64) and causal 0 and 1
+ * (or causal=C), each on the shapes of NAN_SHAPES with every injection */
+static int nan_specs(attn_algo a, attn_dtype t, int argc, char **argv) {
+  char dlist[128] = "16,64";
+  int causal = -1;
+  char *rest[16];
+  int nrest = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strncmp(argv[i], "d=", 2)) snprintf(dlist, sizeof dlist, "%s", argv[i] + 2);
+    else if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
+    else if (nrest < 14) rest[nrest++] = argv[i];
+    else return 2;
+  }
+  nan_mode = 1;
+  for (char *tok = strtok(dlist, ","); tok; tok = strtok(NULL, ",")) {
+    for (int c = causal < 0 ? 0 : causal; c <= (causal < 0 ? 1 : causal); c++) {
+      char dv[32], cv[32];
+      snprintf(dv, sizeof dv, "d=%s", tok);
+      snprintf(cv, sizeof cv, "causal=%d", c);
+      char *args[16];
+      int n = 0;
+      args[n++] = dv;
+      args[n++] = cv;
+      for (int i = 0; i < nrest; i++) args[n++] = rest[i];
+      attn_spec s;
+      if (spec_from_args(a, t, n, args, &s) != 0) return 2;
+      run_spec(&s);
+    }
+  }
+  return 0;
+}
+
 static void cleanup(void) {
   static const char *files[] = {"kernel.cu", "main.cpp", "emu", "compile.log", "case.bin", "out.bin", "run.log"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -652,11 +887,13 @@ int main(int argc, char **argv) {
     }
   }
   const int is_space = i < argc && !strcmp(argv[i], "space"), is_defaults = i < argc && !strcmp(argv[i], "defaults");
-  i += is_space || is_defaults;
+  const int is_nan = i < argc && !strcmp(argv[i], "nan");
+  i += is_space || is_defaults || is_nan;
   if (argc - i < 2) {
     fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] [--asan] ALGO DTYPE [FIELD=VALUE ...]\n"
                     "       cuda_emu [--quick] [--all-orders] [--asan] space ALGO DTYPE d=D causal=C [stride=K]\n"
-                    "       cuda_emu [--quick] [--all-orders] [--asan] defaults ALGO DTYPE [causal=C]\n");
+                    "       cuda_emu [--quick] [--all-orders] [--asan] defaults ALGO DTYPE [causal=C]\n"
+                    "       cuda_emu [--all-orders] [--asan] nan ALGO DTYPE [d=D,...] [causal=C] [FIELD=VALUE ...]\n");
     return 2;
   }
   const int a = attn_algo_parse(argv[i]), t = attn_dtype_parse(argv[i + 1]);
@@ -685,6 +922,8 @@ int main(int argc, char **argv) {
     rc = space((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2);
   } else if (is_defaults) {
     rc = defaults((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2);
+  } else if (is_nan) {
+    rc = nan_specs((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2);
   } else {
     attn_spec s;
     if (spec_from_args((attn_algo)a, (attn_dtype)t, argc - i - 2, argv + i + 2, &s) != 0) rc = 2;

@@ -969,6 +969,73 @@ static void test_readonly_check(void) {
   CHECK(raw_text(good, sql, txt, sizeof txt) && strcmp(txt, "done") == 0, "run b: '%s'", txt);
 }
 
+/* Schema 6: a model row's bound round-trips through put, exists, foreach and the best view (NULL on rows without one);
+ * compiled resources by (spec, compiler); a version-5 database gains both in place. */
+typedef struct { int rows, with_bound; char first[32]; } bound_seen;
+static int see_bound(void *ctx, const attn_db_meas *m) {
+  bound_seen *b = ctx;
+  b->rows++;
+  if (m->bound) {
+    if (!b->with_bound++) snprintf(b->first, sizeof b->first, "%s", m->bound);
+  }
+  return 0;
+}
+
+static void test_model_schema(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  const char *p = path_of("model6.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  attn_db_meas m = row("H100", spec("flash", 128, 128, "f32", 0), 4096, 128, 0, 0.4, "ok", "model");
+  m.bound = "tensor_cores";
+  CHECK(put(db, m) == ATTN_OK, "model row with a bound");
+  attn_db_meas got;
+  CHECK(attn_db_meas_exists(db, &m, &got) == 1 && got.bound && strcmp(got.bound, "tensor_cores") == 0,
+        "bound back: %s", got.bound ? got.bound : "(null)");
+  attn_db_meas r = row("H100", spec("flash", 128, 64, "f32", 0), 4096, 128, 0, 0.5, "ok", "measured");
+  CHECK(put(db, r) == ATTN_OK && attn_db_meas_exists(db, &r, &got) == 1 && got.bound == NULL, "no bound: NULL");
+  bound_seen all = {0}, best = {0};
+  CHECK(attn_db_meas_foreach(db, see_bound, &all) == 0 && all.rows == 2 && all.with_bound == 1 &&
+            strcmp(all.first, "tensor_cores") == 0,
+        "foreach: %d rows, %d with a bound", all.rows, all.with_bound);
+  CHECK(attn_db_best_foreach(db, see_bound, &best) == 0 && best.rows == 1 && best.with_bound == 0,
+        "best: the measured row, without a bound (%d rows, %d bounds)", best.rows, best.with_bound);
+  int regs = 0;
+  long spill = -1, smem = -1;
+  const char *ks = "flash cuda bf16 d=128 br=128 bc=64 causal=0 unroll=0 warps=4 stages=2 arch=sm_90 tile=0 "
+                   "feature=taylor degree=0 rank=0 seed=0";
+  CHECK(attn_db_kres_get(db, ks, "nvrtc 13.0", &regs, &spill, &smem) == ATTN_EUNSUPPORTED, "resources absent");
+  CHECK(attn_db_kres_put(db, ks, "nvrtc 13.0", 254, 0, 16) == ATTN_OK &&
+            attn_db_kres_get(db, ks, "nvrtc 13.0", &regs, &spill, &smem) == ATTN_OK && regs == 254 && spill == 0 &&
+            smem == 16,
+        "resources %d %ld %ld", regs, spill, smem);
+  CHECK(attn_db_kres_get(db, ks, "nvrtc 12.4", &regs, &spill, &smem) == ATTN_EUNSUPPORTED, "another compiler");
+  attn_db_close(db);
+  /* a version-5 database: its rows stay, and gain both */
+  p = path_of("model5.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  attn_db_close(db);
+  sqlite3 *h = NULL;
+  CHECK(sqlite3_open(p, &h) == SQLITE_OK, "raw open");
+  CHECK(sqlite3_exec(h,
+                     "DROP TABLE kernel_resources; DROP VIEW best; ALTER TABLE measurements DROP COLUMN bound; "
+                     "PRAGMA user_version = 5;",
+                     NULL, NULL, NULL) == SQLITE_OK,
+        "back to version 5: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  db = NULL;
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "reopen v5: %s", err);
+  CHECK(raw_int(p, "PRAGMA user_version") == attn_db_schema_version(), "migrated to %d",
+        raw_int(p, "PRAGMA user_version"));
+  if (db) {
+    CHECK(put(db, m) == ATTN_OK && attn_db_kres_put(db, ks, "nvrtc 13.0", 200, 8, 0) == ATTN_OK, "after migration");
+    attn_db_close(db);
+  }
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s", argc > 1 ? argv[1] : "db-unit-work");
   mkdir(dir, 0755);
@@ -980,6 +1047,7 @@ int main(int argc, char **argv) {
   test_lookup_shape();
   test_tie();
   test_artifacts();
+  test_model_schema();
   test_locked();
   test_concurrent();
   test_readonly_check();

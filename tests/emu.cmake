@@ -48,12 +48,14 @@ file(MAKE_DIRECTORY ${ATTN_EMU_CACHE})
 set(ATTN_EMU_ENV "ATTN_CACHE_DIR=${ATTN_EMU_CACHE}" "ATTN_DB=${ATTN_EMU_CACHE}/no-database.db" "ATTN_THREADS=1")
 
 # name|arguments. CI (label cuda): every block shape of the tuner's flash space for a spread of (dtype, d, causal),
-# the default spec of every d in each dtype, smallcache's tiles, lowrank's random and Taylor features.
+# the default spec of every d in each dtype, smallcache's tiles, lowrank's random and Taylor features; NaN and
+# infinity in Q, K and V (the nan mode, as tests/cpu_nan.c) for the default spec of each algorithm and dtype at
+# d = 16 and 64, causal and not (lowrank: one d a test, and Taylor features at d = 16).
 set(ATTN_EMU_TESTS
     "flash_space_f16_d16|space flash f16 d=16 causal=0"
-    "flash_space_f16_d128_causal|space flash f16 d=128 causal=1"
-    "flash_space_bf16_d80_causal|space flash bf16 d=80 causal=1"
-    "flash_space_bf16_d256|space flash bf16 d=256 causal=0"
+    "flash_space_f16_d128_causal|space flash f16 d=128 causal=1 stride=2"
+    "flash_space_bf16_d80_causal|space flash bf16 d=80 causal=1 stride=2 offset=1"
+    "flash_space_bf16_d256|space flash bf16 d=256 causal=0 stride=2"
     "flash_space_f32_d64_causal|space flash f32 d=64 causal=1"
     "flash_space_f32_d256|space flash f32 d=256 causal=0"
     "flash_defaults_f16|--quick defaults flash f16"
@@ -67,7 +69,24 @@ set(ATTN_EMU_TESTS
     "lowrank_space_f32_d32|space lowrank f32 d=32 causal=0"
     "lowrank_space_bf16_d64_causal|space lowrank bf16 d=64 causal=1"
     "lowrank_defaults_f32|--quick defaults lowrank f32")
-# nightly: every thread order and cp.async mode on whole spaces, and AddressSanitizer on every default spec
+foreach(dtype f16 bf16 f32)
+  list(APPEND ATTN_EMU_TESTS
+       "nan_flash_${dtype}|nan flash ${dtype} d=16,64"
+       "nan_smallcache_${dtype}|nan smallcache ${dtype} d=16,64"
+       "nan_lowrank_${dtype}_d16|nan lowrank ${dtype} d=16")
+endforeach()
+list(APPEND ATTN_EMU_TESTS "nan_lowrank_f32_d64|nan lowrank f32 d=64")
+list(APPEND ATTN_EMU_TESTS
+     "nan_lowrank_taylor_f32|nan lowrank f32 d=16 feature=taylor"
+     "nan_lowrank_taylor_bf16|nan lowrank bf16 d=16 feature=taylor")
+# nightly: every thread order and cp.async mode on whole spaces, and AddressSanitizer on every default spec; the whole
+# of the spaces CI takes every other configuration of (the suite's time budget), lowrank's NaN cases at d=64
+set(ATTN_EMU_NIGHTLY
+    "nightly_flash_space_f16_d128_causal|space flash f16 d=128 causal=1"
+    "nightly_flash_space_bf16_d80_causal|space flash bf16 d=80 causal=1"
+    "nightly_flash_space_bf16_d256|space flash bf16 d=256 causal=0"
+    "nightly_nan_lowrank_f16_d64|nan lowrank f16 d=64"
+    "nightly_nan_lowrank_bf16_d64|nan lowrank bf16 d=64")
 foreach(algo flash smallcache lowrank)
   foreach(dtype f16 bf16 f32)
     list(APPEND ATTN_EMU_NIGHTLY

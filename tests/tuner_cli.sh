@@ -43,6 +43,29 @@ model)  # a GPU that is not here: model rows, said so
   [ "$n" -gt 6 ] || fail "only $n rows"
   [ "$(sqlite3 "$W/y.db" "SELECT COUNT(*) FROM measurements WHERE provenance <> 'model'")" -eq 0 ] || fail "non-model rows"
   ;;
+model_bound)  # every model row names its bound; show prints it and --json carries it; FlashAttention-2's tiles
+  "$T" --gpu H100 --d 64,128 --n 4096 --dtype bf16 --db "$W/b.db" >"$out" 2>&1 || fail "tune exit $?"
+  [ "$(sqlite3 "$W/b.db" "SELECT COUNT(*) FROM measurements WHERE status = 'ok' AND (bound IS NULL OR bound = '')")" -eq 0 ] ||
+    fail "model rows without a bound"
+  sqlite3 "$W/b.db" "SELECT k.spec FROM measurements m JOIN kernels k ON k.id = m.kernel_id" >"$W/specs.txt"
+  grep -q "d=64 br=128 bc=128 causal=0 unroll=0 warps=4" "$W/specs.txt" || fail "FA2's d=64 128x128 tile is not in the space"
+  grep -q "d=128 br=128 bc=64 causal=0 unroll=0 warps=4" "$W/specs.txt" || fail "FA2's d=128 128x64 tile is not in the space"
+  "$T" show --db "$W/b.db" >"$out" 2>&1 || fail "show exit $?"
+  [ "$(grep -c "bound: " "$out")" -eq 2 ] || fail "show lacks the bound"
+  "$T" show --json --db "$W/b.db" >"$out" 2>&1 || fail "show --json exit $?"
+  grep -q '"bound": "tensor_cores"' "$out" || fail "--json lacks bound"
+  ;;
+model_compiled)  # --compiled: each candidate compiled once (NVRTC), its resources kept and read back by a rerun
+  "$T" --gpu A100 --d 64 --n 2048 --dtype bf16 --compiled --jobs 2 --db "$W/c.db" >"$out" 2>&1 || fail "tune exit $?"
+  if grep -q "NVRTC is not available" "$out"; then echo "PASS ($case_; NVRTC is not available: the estimate served)"; exit 0; fi
+  k=$(sqlite3 "$W/c.db" "SELECT COUNT(*) FROM kernel_resources")
+  [ "$k" -gt 10 ] || fail "only $k compiled resources stored"
+  [ "$(sqlite3 "$W/c.db" "SELECT COUNT(*) FROM kernel_resources WHERE registers < 32 OR registers > 255")" -eq 0 ] ||
+    fail "implausible registers"
+  grep -q "compiled now" "$out" || fail "no line on the compiled kernels"
+  "$T" --gpu A100 --d 64 --n 2048 --dtype bf16 --compiled --remeasure --db "$W/c.db" >"$out" 2>&1 || fail "rerun exit $?"
+  grep -q "(0 compiled now)" "$out" || fail "the rerun compiled again"
+  ;;
 unknown_gpu)
   "$T" --gpu V100 --d 64 --db "$W/z.db" >"$out" 2>&1
   rc=$?

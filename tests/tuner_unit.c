@@ -1,11 +1,13 @@
 /* tuner_unit.c: the tuner's pure parts: RANGE parsing (every accepted form and every bad one), the GPU table
- * lookup, the search space's constraints and neighbourhoods, and the performance model's basic orderings. */
+ * lookup, the search space's constraints and neighbourhoods, and the performance model's orderings, its rates
+ * against the published ranges, its bound, and the space's admission of FlashAttention-2's tiles. */
 #include "check.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "finalist.h"
+#include "internal.h"
 #include "gpus.h"
 #include "timing.h"
 #include "model.h"
@@ -240,6 +242,118 @@ static void test_model(void) {
   CHECK(attn_model_time(a100, &p, &cpu, &rs, err, sizeof err) != ATTN_OK, "model accepted a CPU spec");
 }
 
+/* The best flash configuration of the space by the model, with its rate in TFLOP/s. */
+static double best_rate(const attn_gpu *g, const attn_problem *p, attn_model_result *out, attn_spec *spec) {
+  char err[256];
+  attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = p->dtype, .d = p->d, .causal = p->causal,
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .fast_mem_bytes = g->smem_per_block_kb * 1024,
+                       .gpu = g};
+  snprintf(o.arch, sizeof o.arch, "%s", g->arch);
+  attn_space sp;
+  double best = 0;
+  if (attn_space_build(&o, &sp, err, sizeof err) != ATTN_OK) return 0;
+  for (int i = 0; i < sp.count; i++) {
+    attn_model_result r;
+    if (attn_model_time(g, p, &sp.cfg[i], &r, err, sizeof err) != ATTN_OK) continue;
+    double rate = r.flops / (r.time_ms * 1e-3) / 1e12;
+    if (rate > best) {
+      best = rate;
+      *out = r;
+      *spec = sp.cfg[i];
+    }
+  }
+  attn_space_free(&sp);
+  return best;
+}
+
+/* Fake compiled resources: the tile FlashAttention-2 uses at d=128 spills, every other one needs 200 registers. */
+static int fake_res(void *ctx, const attn_spec *c, attn_kernel_res *out) {
+  (void)ctx;
+  memset(out, 0, sizeof *out);
+  out->registers = 200;
+  if (c->d == 128 && c->br == 128 && c->bc == 64 && c->warps == 4) out->registers = 255, out->spill_bytes = 96;
+  return 0;
+}
+
+/* The model against the published figures it is meant to stay near (docs/model.md), its bound, causal work, the L2
+ * resident set, occupancy from registers, and the space's admission of FlashAttention-2's own tiles. */
+static void test_model_figures(void) {
+  char err[256];
+  const attn_gpu *a100 = attn_gpu_find("A100", err, sizeof err), *h100 = attn_gpu_find("H100", err, sizeof err);
+  attn_problem p = {.batch = 1, .heads = 16, .n = 4096, .d = 128, .dtype = ATTN_BF16};
+  attn_model_result r;
+  attn_spec s;
+  /* attntune --gpu H100 --dtype bf16 --d 128 --n 4096: an mma.sync kernel, about FlashAttention-2's 368 */
+  double h = best_rate(h100, &p, &r, &s);
+  CHECK(h > 150 && h < 400 && r.bound && r.bound[0], "H100 d=128 n=4096: %.0f TFLOP/s, bound %s", h,
+        r.bound ? r.bound : "(none)");
+  double a = best_rate(a100, &p, &r, &s);
+  CHECK(a > 100 && a < 235 && r.bound && r.bound[0], "A100 d=128 n=4096: %.0f TFLOP/s, bound %s", a,
+        r.bound ? r.bound : "(none)");
+  /* no drop at n = 8192: the K/V resident at once fit the L2, whatever the number of heads */
+  p.n = 8192;
+  double h8 = best_rate(h100, &p, &r, &s);
+  CHECK(h8 >= 0.98 * h, "H100 n=8192 %.0f TFLOP/s below n=4096's %.0f", h8, h);
+  CHECK(r.l2_resident_bytes < 16 * 2.0 * 8192 * 128 * 2 && r.l2_resident_bytes < h100->l2_mb * 1048576.0,
+        "resident %.0f bytes", r.l2_resident_bytes);
+  CHECK(strcmp(r.bound, "dram") != 0 && strcmp(r.bound, "l2") != 0, "n=8192 bound %s", r.bound);
+  /* causal: about half the work, a lower rate than non-causal (the diagonal blocks, the tail), not the same */
+  p.causal = 1;
+  double hc = best_rate(h100, &p, &r, &s);
+  CHECK(hc > 0.5 * h8 && hc < h8, "causal %.0f vs %.0f TFLOP/s", hc, h8);
+  /* few blocks: occupancy bounds it */
+  p.causal = 0, p.n = 512, p.heads = 1;
+  best_rate(h100, &p, &r, &s);
+  CHECK(strcmp(r.bound, "occupancy") == 0 || strcmp(r.bound, "launch") == 0, "n=512 one head: %s", r.bound);
+  /* d=256: shared memory or tensor cores, never special functions */
+  p.n = 8192, p.heads = 8, p.d = 256;
+  best_rate(h100, &p, &r, &s);
+  CHECK(strcmp(r.bound, "shared_memory") == 0 || strcmp(r.bound, "tensor_cores") == 0, "d=256 bound %s", r.bound);
+  /* more registers, fewer blocks per SM, never faster */
+  p.d = 128, p.heads = 16;
+  attn_spec f = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_BF16, 128, 0);
+  f.br = 64, f.bc = 64, f.warps = 4, f.stages = 1; /* 48 KiB: four blocks fit the shared memory */
+  snprintf(f.arch, sizeof f.arch, "sm_90");
+  attn_kernel_res lo = {.registers = 128}, hi = {.registers = 255};
+  attn_model_result rl, rh;
+  CHECK(attn_model_time_res(h100, &p, &f, &lo, &rl, err, sizeof err) == ATTN_OK &&
+            attn_model_time_res(h100, &p, &f, &hi, &rh, err, sizeof err) == ATTN_OK &&
+            rl.blocks_per_sm > rh.blocks_per_sm && rl.time_ms <= rh.time_ms && strcmp(rl.resources_from, "ptxas") == 0,
+        "128 registers: %d blocks/SM %g ms; 255: %d, %g ms", rl.blocks_per_sm, rl.time_ms, rh.blocks_per_sm,
+        rh.time_ms);
+
+  /* FlashAttention-2's tiles (d=64 128x128, d=128 128x64, 4 warps) are in the space on both GPUs without a
+   * compiler (the estimate), and ruled out when the compiled kernel spills */
+  const attn_gpu *gs[] = {a100, h100};
+  for (int gi = 0; gi < 2; gi++)
+    for (int k = 0; k < 2; k++) {
+      const int d = k ? 128 : 64, bc = k ? 64 : 128;
+      attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = ATTN_BF16, .d = d,
+                           .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH),
+                           .fast_mem_bytes = gs[gi]->smem_per_block_kb * 1024, .gpu = gs[gi]};
+      snprintf(o.arch, sizeof o.arch, "%s", gs[gi]->arch);
+      attn_spec c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_BF16, d, 0);
+      c.br = 128, c.bc = bc, c.warps = 4, c.stages = 2;
+      snprintf(c.arch, sizeof c.arch, "%s", gs[gi]->arch);
+      char why[256] = "";
+      CHECK(attn_space_admit(&o, &c, why, sizeof why) == 0, "%s d=%d 128x%d 4 warps ruled out: %s", gs[gi]->name, d,
+            bc, why);
+      o.resources = fake_res;
+      const int spills = d == 128;
+      CHECK((attn_space_admit(&o, &c, why, sizeof why) != 0) == spills && (!spills || strstr(why, "spills")),
+            "%s d=%d with compiled resources: %s", gs[gi]->name, d, why);
+    }
+  /* and the tiles that always spill (256 accumulator words per lane) stay out without a compiler */
+  attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = ATTN_BF16, .d = 128,
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH),
+                       .fast_mem_bytes = h100->smem_per_block_kb * 1024, .gpu = h100};
+  attn_spec c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_BF16, 128, 0);
+  c.br = 128, c.bc = 128, c.warps = 4, c.stages = 2;
+  char why[256] = "";
+  CHECK(attn_space_admit(&o, &c, why, sizeof why) != 0 && strstr(why, "registers"), "d=128 128x128 4 warps: %s",
+        why);
+}
+
 /* The tuner's best follows the database's tie rule (db.h): a fake evaluator gives every configuration a time and a
  * transfer count from its Br; the best must not depend on the order the strategy evaluates in. */
 static void fake_eval(attn_tuner *t, const attn_spec *s, attn_eval *out) {
@@ -336,13 +450,33 @@ static void test_timing(void) {
   attn_timing_free(&t);
 }
 
+/* ptxas's report as the tuner reads it (registers, spills): a device function the kernel calls without inlining
+ * reports its own stack and spills after the kernel's, which must not replace them. */
+static void test_ptxas_report(void) {
+  static const char log[] =
+      "ptxas info    : 8 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'attn_kernel' for 'sm_90'\n"
+      "ptxas info    : Function properties for attn_kernel\n"
+      "ptxas         .     2496 bytes stack frame, 6132 bytes spill stores, 5300 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 2496 bytes cumulative stack size\n"
+      "ptxas info    : Compile time = 1003.297 ms\n"
+      "ptxas info    : Function properties for _Z6fa_fixPKtS0_S0_Ptiixxf\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+  attn_cuda_resources r;
+  CHECK(attn_nvrtc_resources(log, "attn_kernel", &r) == 0 && r.registers == 255 && r.spill_stores == 6132 &&
+            r.spill_loads == 5300 && r.stack == 2496,
+        "ptxas report: %d registers, spills %ld/%ld, stack %ld", r.registers, r.spill_stores, r.spill_loads, r.stack);
+}
+
 int main(void) {
+  test_ptxas_report();
   test_finalist();
   test_timing();
   test_range();
   test_gpus();
   test_space();
   test_model();
+  test_model_figures();
   test_best();
   if (failures) {
     fprintf(stderr, "tuner_unit: %d failures\n", failures);

@@ -28,13 +28,23 @@ int attn_cmd_gpus(int argc, char **argv) {
   }
   if (json) {
     json_t *arr = json_array();
-    for (int i = 0; i < n && arr; i++)
-      json_array_append_new(
-          arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f}", "name", t[i].name,
-                         "full_name", t[i].full_name, "arch", t[i].arch, "sms", t[i].sms, "smem_per_sm_kb",
-                         t[i].smem_per_sm_kb, "smem_per_block_kb", t[i].smem_per_block_kb, "regs_per_sm",
-                         t[i].regs_per_sm, "l2_mb", t[i].l2_mb, "bandwidth_tbs", t[i].bandwidth_tbs, "fp16_tflops",
-                         t[i].fp16_tflops, "bf16_tflops", t[i].bf16_tflops, "fp32_tflops", t[i].fp32_tflops));
+    for (int i = 0; i < n && arr; i++) {
+      json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f}", "name", t[i].name,
+                            "full_name", t[i].full_name, "arch", t[i].arch, "sms", t[i].sms, "smem_per_sm_kb",
+                            t[i].smem_per_sm_kb, "smem_per_block_kb", t[i].smem_per_block_kb, "regs_per_sm",
+                            t[i].regs_per_sm, "l2_mb", t[i].l2_mb, "bandwidth_tbs", t[i].bandwidth_tbs,
+                            "fp16_tflops", t[i].fp16_tflops, "bf16_tflops", t[i].bf16_tflops, "fp32_tflops",
+                            t[i].fp32_tflops);
+      /* the performance model's per-SM figures (docs/model.md) */
+      json_t *m = o ? json_pack("{s:f, s:f, s:f, s:f, s:f, s:i}", "clock_mhz", t[i].clock_mhz, "mma_flops_clk_sm",
+                                t[i].mma_flops_clk_sm, "fp32_flops_clk_sm", t[i].fp32_flops_clk_sm, "sfu_clk_sm",
+                                t[i].sfu_clk_sm, "smem_bytes_clk_sm", t[i].smem_bytes_clk_sm, "max_threads_sm",
+                                t[i].max_threads_sm)
+                    : NULL;
+      if (m) json_object_update(o, m);
+      json_decref(m);
+      json_array_append_new(arr, o);
+    }
     char *s = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(arr);
     if (!s) {

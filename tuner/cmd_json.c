@@ -5,8 +5,9 @@
  * machine-specific and not exported. Import is one transaction: all rows or none. A measurement whose key is
  * stored already replaces the stored row only when it is better by the tuner's rule (attn_db_meas_better: ok over
  * failed, a kernel's own failure over an environmental one, finalist over screening, lower time, newer).
- * Schema-4 fields (threads, reps, iqr_ms, load, final, chosen, is_default) are optional on import: older files
- * lack them and read as not recorded. */
+ * Schema-4 fields (threads, reps, iqr_ms, load, final, chosen, is_default) and schema 6's bound are optional on
+ * import: older files lack them and read as not recorded. The steps between the document and the database are json_io.h's functions
+ * (attn_export_doc, attn_import_check, attn_import_doc); the verbs add the arguments and the files. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 #include "cmds.h"
 #include "db.h"
+#include "json_io.h"
 #include "spec.h"
 
 /* ---- shared option parsing: VERB FILE [--db PATH] */
@@ -150,6 +152,8 @@ static int export_meas(void *vctx, const attn_db_meas *m) {
   json_object_set_new(o, "final", json_integer(m->final));
   json_object_set_new(o, "chosen", json_integer(m->chosen));
   json_object_set_new(o, "is_default", json_integer(m->is_default));
+  /* schema 6: what limits a model row's time; null on measured rows */
+  json_object_set_new(o, "bound", m->bound ? json_string(m->bound) : json_null());
   return 0;
 }
 
@@ -183,22 +187,11 @@ static int open_temp(const char *file, char *tmp, size_t len) {
   return -1; /* errno: EEXIST */
 }
 
-int attn_cmd_export(int argc, char **argv) {
-  const char *file;
-  char path[4096], err[1024];
-  int rc = parse_args("export", argc, argv, &file, path, sizeof path);
-  if (rc) return rc < 0 ? 0 : rc;
-  attn_db *db = NULL;
-  /* a reader: works on a file it cannot write (read-only then, db.h) */
-  if (attn_db_open_ex(path, ATTN_DB_READER, &db, err, sizeof err) != ATTN_OK) {
-    fprintf(stderr, "attntune export: %s\n", err);
-    return 1;
-  }
-  json_t *doc = json_object(), *devs = json_array(), *runs = json_array(), *meas = json_array();
+json_t *attn_export_doc(attn_db *db, const char *path, char *err, size_t errlen) {
+  json_t *doc = json_object(), *devs = json_array(), *runs = json_array(), *meas = json_array(), *ret = NULL;
   export_ctx c = {0};
-  int status = 1;
   if (!doc || !devs || !runs || !meas) {
-    fprintf(stderr, "attntune export: out of memory\n");
+    snprintf(err, errlen, "out of memory");
     goto out;
   }
   json_object_set_new(doc, "attntune_export", json_integer(1));
@@ -214,7 +207,35 @@ int attn_cmd_export(int argc, char **argv) {
   c.arr = meas;
   int r3 = r2 ? r2 : attn_db_meas_foreach(db, export_meas, &c);
   if (r1 || r2 || r3) {
-    fprintf(stderr, "attntune export: %s: %s\n", path, c.failed ? "out of memory" : attn_db_errmsg(db));
+    snprintf(err, errlen, "%s: %s", path, c.failed ? "out of memory" : attn_db_errmsg(db));
+    goto out;
+  }
+  ret = doc;
+  doc = NULL;
+out:
+  json_decref(devs);
+  json_decref(runs);
+  json_decref(meas);
+  json_decref(doc);
+  free(c.run_ids);
+  return ret;
+}
+
+int attn_cmd_export(int argc, char **argv) {
+  const char *file;
+  char path[4096], err[1024], msg[8192]; /* msg: "PATH: reason", whatever the path's length */
+  int rc = parse_args("export", argc, argv, &file, path, sizeof path);
+  if (rc) return rc < 0 ? 0 : rc;
+  attn_db *db = NULL;
+  /* a reader: works on a file it cannot write (read-only then, db.h) */
+  if (attn_db_open_ex(path, ATTN_DB_READER, &db, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune export: %s\n", err);
+    return 1;
+  }
+  int status = 1;
+  json_t *doc = attn_export_doc(db, path, msg, sizeof msg);
+  if (!doc) {
+    fprintf(stderr, "attntune export: %s\n", msg);
     goto out;
   }
   size_t flags = JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17);
@@ -250,16 +271,13 @@ int attn_cmd_export(int argc, char **argv) {
       if (unlink(tmp) != 0) fprintf(stderr, "attntune export: cannot remove %s: %s\n", tmp, strerror(errno));
       goto out;
     }
-    fprintf(stderr, "exported %zu devices, %zu runs, %zu measurements from %s to %s\n", json_array_size(devs),
-            json_array_size(runs), json_array_size(meas), path, file);
+    fprintf(stderr, "exported %zu devices, %zu runs, %zu measurements from %s to %s\n",
+            json_array_size(json_object_get(doc, "devices")), json_array_size(json_object_get(doc, "runs")),
+            json_array_size(json_object_get(doc, "measurements")), path, file);
   }
   status = 0;
 out:
-  json_decref(devs);
-  json_decref(runs);
-  json_decref(meas);
   json_decref(doc);
-  free(c.run_ids);
   attn_db_close(db);
   return status;
 }
@@ -350,7 +368,7 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
   static const char *const keys[] = {"device", "spec", "source_hash", "run", "n", "n_kv", "d", "dtype", "causal",
                                      "batch", "heads", "heads_kv", "time_ms", "gflops", "reads", "writes", "error",
                                      "status", "log", "provenance", "created", "threads", "reps", "iqr_ms", "load",
-                                     "final", "chosen", "is_default", NULL};
+                                     "final", "chosen", "is_default", "bound", NULL};
   memset(m, 0, sizeof *m);
   if (!json_is_object(o)) return bad(e, "", "must be an object");
   if (only_keys(e, o, keys)) return -1;
@@ -371,8 +389,17 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
       get_str(e, o, "created", 1, &m->created) || get_opt_int(e, o, "threads", 0, 1 << 20, 0, &m->threads) ||
       get_opt_int(e, o, "reps", 0, 1 << 30, 0, &m->reps) || get_opt_nonneg(e, o, "iqr_ms", &m->iqr_ms) ||
       get_opt_nonneg(e, o, "load", &m->load) || get_opt_int(e, o, "final", 0, 1, 0, &m->final) ||
-      get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default))
+      get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default) ||
+      get_str(e, o, "bound", 1, &m->bound))
     return -1;
+  if (m->bound) { /* the model's names only, so show prints nothing a file made up */
+    static const char *const bounds[] = {"tensor_cores", "special_functions", "fp32_alu", "shared_memory", "dram",
+                                         "l2", "occupancy", "launch", NULL};
+    int ok = 0;
+    for (int i = 0; bounds[i] && !ok; i++) ok = strcmp(m->bound, bounds[i]) == 0;
+    if (!ok) return bad(e, "bound", "must be null or one of tensor_cores, special_functions, fp32_alu, shared_memory, "
+                                    "dram, l2, occupancy, launch");
+  }
   /* checked here, not only by meas_put: a row the rule keeps out is never put, and a bad file must still fail */
   static const char *const statuses[] = {"ok", "wrong", "compile_error", "launch_error", "skipped", "invalid",
                                          "error", NULL};
@@ -386,51 +413,55 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
   return 0;
 }
 
-int attn_cmd_import(int argc, char **argv) {
-  const char *file;
-  char path[4096], err[1024];
-  int rc = parse_args("import", argc, argv, &file, path, sizeof path);
-  if (rc) return rc < 0 ? 0 : rc;
-  json_error_t jerr;
-  json_t *doc = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(file, 0, &jerr);
-  if (!doc) {
-    fprintf(stderr, "attntune import: %s:%d:%d: %s\n", strcmp(file, "-") == 0 ? "<stdin>" : file, jerr.line,
-            jerr.column, jerr.text);
-    return 1;
-  }
+/* Now as the database writes times (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')); "" if the clock fails. */
+static void now_text(char *buf, size_t len) {
+  struct timespec ts;
+  struct tm tm;
+  buf[0] = '\0';
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0 || !gmtime_r(&ts.tv_sec, &tm)) return;
+  size_t k = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (k == 0) buf[0] = '\0';
+  else snprintf(buf + k, len - k, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+int attn_import_check(json_t *doc, const char *file, char *err, size_t errlen) {
   json_t *devs = json_object_get(doc, "devices"), *runs = json_object_get(doc, "runs"),
          *meas = json_object_get(doc, "measurements");
   json_t *tag = json_object_get(doc, "attntune_export");
   if (!json_is_object(doc) || !json_is_integer(tag) || json_integer_value(tag) != 1) {
-    fprintf(stderr, "attntune import: %s: not an attntune export (no \"attntune_export\": 1)\n", file);
-    json_decref(doc);
-    return 1;
+    snprintf(err, errlen, "%s: not an attntune export (no \"attntune_export\": 1)", file);
+    return -1;
   }
   if (!json_is_array(devs) || !json_is_array(meas) || (runs && !json_is_array(runs))) {
-    fprintf(stderr, "attntune import: %s: \"devices\" and \"measurements\" (and \"runs\") must be arrays\n", file);
-    json_decref(doc);
-    return 1;
+    snprintf(err, errlen, "%s: \"devices\" and \"measurements\" (and \"runs\") must be arrays", file);
+    return -1;
   }
-  attn_db *db = NULL;
-  /* a writer, checked whatever its size: rows merged into a damaged file are not safe */
-  if (attn_db_open_ex(path, ATTN_DB_CREATE | ATTN_DB_CHECK, &db, err, sizeof err) != ATTN_OK) {
-    fprintf(stderr, "attntune import: %s\n", err);
-    json_decref(doc);
-    return 1;
-  }
+  return 0;
+}
+
+int attn_import_doc(attn_db *db, json_t *doc, const char *file, const char *path, attn_import_counts *counts,
+                    char *err, size_t errlen) {
+  json_t *devs = json_object_get(doc, "devices"), *runs = json_object_get(doc, "runs"),
+         *meas = json_object_get(doc, "measurements");
   import_err e = {.file = file};
   size_t nruns = runs ? json_array_size(runs) : 0;
   long long *run_ids = calloc(nruns + 1, sizeof *run_ids);
-  int status = 1, added = 0, replaced = 0, kept = 0;
+  int status = -1, added = 0, replaced = 0, kept = 0;
   attn_db_meas *have = malloc(sizeof *have); /* the stored row of a key (large: its log buffer) */
   if (!run_ids || !have) {
-    fprintf(stderr, "attntune import: out of memory\n");
+    snprintf(err, errlen, "out of memory");
     goto out;
   }
   if (attn_db_begin(db) != ATTN_OK) {
-    fprintf(stderr, "attntune import: %s: %s\n", path, attn_db_errmsg(db));
+    snprintf(err, errlen, "%s: %s", path, attn_db_errmsg(db));
     goto out;
   }
+  /* one start time for every run of the file that gives none: such runs of one device and command are then one run
+   * (attn_db_run_put's rule), now and when this database's export is imported again. With a time per run taken
+   * from the clock, two of them fell in one millisecond or not, and two identical runs stored made the export of the
+   * database import as one (export -> import -> export not identical). */
+  char stamp[40];
+  now_text(stamp, sizeof stamp);
   size_t i;
   json_t *o;
   e.where = "devices";
@@ -462,6 +493,7 @@ int attn_cmd_import(int argc, char **argv) {
         get_str(&e, o, "ended", 1, &r.ended) || get_str(&e, o, "command", 1, &r.command) ||
         get_str(&e, o, "status", 1, &r.status))
       goto fail;
+    if (!r.started && stamp[0]) r.started = stamp;
     if (attn_db_run_put(db, &r, &run_ids[i]) != ATTN_OK) goto dbfail;
   }
   e.where = "measurements";
@@ -481,18 +513,55 @@ int attn_cmd_import(int argc, char **argv) {
     else added++;
   }
   if (attn_db_commit(db) != ATTN_OK) goto dbfail;
-  fprintf(stderr, "imported %zu devices, %zu runs, %zu measurements (%d new, %d replaced, %d kept) from %s into %s\n",
-          json_array_size(devs), nruns, json_array_size(meas), added, replaced, kept, file, path);
+  *counts = (attn_import_counts){.devices = json_array_size(devs), .runs = nruns,
+                                 .measurements = json_array_size(meas), .added = added, .replaced = replaced,
+                                 .kept = kept};
   status = 0;
   goto out;
 dbfail:
   snprintf(e.msg, sizeof e.msg, "%s: %s[%d]: %s", file, e.where ? e.where : "?", e.index, attn_db_errmsg(db));
 fail:
   attn_db_rollback(db);
-  fprintf(stderr, "attntune import: %s (nothing imported)\n", e.msg);
+  snprintf(err, errlen, "%s (nothing imported)", e.msg);
 out:
   free(have);
   free(run_ids);
+  return status;
+}
+
+int attn_cmd_import(int argc, char **argv) {
+  const char *file;
+  char path[4096], err[1024], msg[8192]; /* msg: a reason naming the file and the database, whatever their length */
+  int rc = parse_args("import", argc, argv, &file, path, sizeof path);
+  if (rc) return rc < 0 ? 0 : rc;
+  json_error_t jerr;
+  json_t *doc = strcmp(file, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(file, 0, &jerr);
+  if (!doc) {
+    fprintf(stderr, "attntune import: %s:%d:%d: %s\n", strcmp(file, "-") == 0 ? "<stdin>" : file, jerr.line,
+            jerr.column, jerr.text);
+    return 1;
+  }
+  if (attn_import_check(doc, file, msg, sizeof msg) != 0) {
+    fprintf(stderr, "attntune import: %s\n", msg);
+    json_decref(doc);
+    return 1;
+  }
+  attn_db *db = NULL;
+  /* a writer, checked whatever its size: rows merged into a damaged file are not safe */
+  if (attn_db_open_ex(path, ATTN_DB_CREATE | ATTN_DB_CHECK, &db, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune import: %s\n", err);
+    json_decref(doc);
+    return 1;
+  }
+  attn_import_counts n;
+  int status = 1;
+  if (attn_import_doc(db, doc, file, path, &n, msg, sizeof msg) != 0) {
+    fprintf(stderr, "attntune import: %s\n", msg);
+  } else {
+    fprintf(stderr, "imported %zu devices, %zu runs, %zu measurements (%d new, %d replaced, %d kept) from %s into %s\n",
+            n.devices, n.runs, n.measurements, n.added, n.replaced, n.kept, file, path);
+    status = 0;
+  }
   attn_db_close(db);
   json_decref(doc);
   return status;

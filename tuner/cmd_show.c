@@ -1,6 +1,7 @@
 /* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per problem (device, d, n, n_kv,
  * dtype, causal, batch*heads, heads_kv, threads), from cache_db's `best` view, as an aligned table or a JSON array,
- * with how each time was measured: repetitions, spread, the load meanwhile, and a flag on noisy rows. */
+ * with how each time was measured: repetitions, spread, the load meanwhile, a flag on noisy rows, and for rows of the
+ * performance model what limits the time (`bound`). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ typedef struct {
   char provenance[16];
   int threads, reps, final, chosen, is_default;
   double iqr_ms, load;
+  char bound[32];          /* model rows: what limits the time; "" when none */
 } show_row;
 
 /* A row is flagged noisy when its repetitions spread over more than this fraction of the median, or other processes
@@ -87,6 +89,7 @@ static int collect(void *ctx, const attn_db_meas *m) {
   r->final = m->final;
   r->chosen = m->chosen;
   r->is_default = m->is_default;
+  snprintf(r->bound, sizeof r->bound, "%s", m->bound ? m->bound : "");
   return 0;
 }
 
@@ -127,6 +130,7 @@ static int print_json(const show_list *l) {
     json_object_set_new(o, "chosen", json_boolean(r->chosen));
     json_object_set_new(o, "is_default", json_boolean(r->is_default));
     json_object_set_new(o, "noisy", json_boolean(noisy(r)));
+    json_object_set_new(o, "bound", r->bound[0] ? json_string(r->bound) : json_null());
   }
   char *s = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(arr);
@@ -231,7 +235,13 @@ static void print_table(const show_list *l) {
     put_field(r->summary, wsum);
     printf(" %11.4f %9.1f %9s  ", r->time_ms, r->gflops, err);
     put_field(r->provenance, 10);
-    printf(" %s\n", how[0] ? how : "-");
+    if (r->bound[0]) { /* a model row: what limits its time */
+      printf(" %s%sbound: ", how, how[0] ? "; " : "");
+      put_text(stdout, r->bound);
+      putchar('\n');
+    } else {
+      printf(" %s\n", how[0] ? how : "-");
+    }
   }
   if (flagged)
     printf("NOISY: the repetitions spread over more than %.0f%% of the median, or other processes used more than %.1f "

@@ -17,6 +17,7 @@
 #include "cmds.h"
 #include "gpus.h"
 #include "measure.h"
+#include "kres.h"
 #include "model.h"
 #include "range.h"
 #include "space.h"
@@ -34,6 +35,7 @@ static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
+    "                [--compiled]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --gpu cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by the\n"
     "  performance model (attntune gpus)\n"
@@ -47,6 +49,9 @@ static const char tune_usage[] =
     "  2% or --time-cap S seconds are spent, default 1); the best few and the untuned default are then re-timed\n"
     "  interleaved (up to 4 S), and a configuration replaces the default only when it wins beyond the noise\n"
     "  --remeasure: time again what is stored (a rerun otherwise skips it); --jobs J parallel compiles;\n"
+    "  --compiled: for the performance model, compile every candidate with NVRTC (J at a time, kept in the\n"
+    "  database) and rule out and rank by its real registers, spills and shared memory (without it: those the\n"
+    "  database already holds, else an estimate)\n"
     "  --db PATH (default $ATTN_DB or ~/.cache/attntune/attntune.db)\n";
 
 #ifndef ATTN_VERSION
@@ -152,7 +157,7 @@ typedef struct tune_opts {
   int *kv;                 /* after parsing: the shapes, ns[i] query rows with kv[i] keys, i < nn */
   unsigned algos, dtypes;
   int causals[2], ncausal;
-  int budget, jobs, heads, batch, reps, force_model, remeasure;
+  int budget, jobs, heads, batch, reps, force_model, remeasure, compiled;
   double cap_s;            /* --time-cap: timed running per configuration; the finalist round gets 4x, the
                             * confirmation 2x */
   double tolerance;
@@ -187,6 +192,7 @@ typedef struct tune_state {
   int fresh;              /* evaluations of this problem measured now (not found stored) */
   struct confirm_item *confirm; /* problems whose finalist round ran now, for the confirmation pass */
   int nconfirm, confirm_cap;
+  attn_kres *kres;        /* model mode: the compiled kernels' resources (NULL: the estimate) */
   attn_spec default_cfg;  /* the problem's untuned default (measured mode) */
   char default_spec[512]; /* its canonical text ("" in model mode) */
 } tune_state;
@@ -262,8 +268,11 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   }
   if (ts->model) {
     attn_model_result m;
-    if (attn_model_time(ts->gpu, &ts->prob, s, &m, err, sizeof err) == ATTN_OK) {
+    attn_kernel_res kr;
+    const int known = ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
+    if (attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err) == ATTN_OK) {
       snprintf(e->status, sizeof e->status, "ok");
+      snprintf(e->bound, sizeof e->bound, "%s", m.bound);
       e->time_ms = m.time_ms;
       e->io = (double)(m.reads + m.writes);
       e->reads = (long long)m.reads;
@@ -549,6 +558,10 @@ int attn_cmd_tune(int argc, char **argv) {
       o.remeasure = 1;
       continue;
     }
+    if (strcmp(a, "--compiled") == 0) {
+      o.compiled = 1;
+      continue;
+    }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--batch", "--reps", "--n-kv",
@@ -783,6 +796,16 @@ int attn_cmd_tune(int argc, char **argv) {
     goto out;
   }
 
+  /* Model mode: what ptxas reports for each candidate, from the database (and compiled with --compiled). */
+  attn_kres kres;
+  memset(&kres, 0, sizeof kres);
+  if (ts.model) {
+    attn_kres_init(&kres, attn_store_db(store), o.compiled);
+    if (kres.compiler[0]) ts.kres = &kres;
+    if (o.compiled && !kres.compiler[0])
+      printf("--compiled: NVRTC is not available; the model estimates registers\n");
+  }
+
   /* Spaces per (dtype, causal, d, n): the CPU's split-K values depend on the problem's work items; the total for
    * the progress line. */
   int nspaces = 0;
@@ -809,6 +832,16 @@ int attn_cmd_tune(int argc, char **argv) {
           if (gpu && !ts.model) { /* the device present: its own limits and arch */
             so.fast_mem_bytes = devinfo.smem_optin;
             snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
+          }
+          if (ts.kres) {
+            so.resources = attn_kres_get;
+            so.resources_ctx = ts.kres;
+            if (o.compiled) { /* the grid's configurations first, compiled J at a time, then the space from them */
+              attn_space probe;
+              attn_kres_collect(ts.kres);
+              if (attn_space_build(&so, &probe, err, sizeof err) == ATTN_OK) attn_space_free(&probe);
+              attn_kres_fill(ts.kres, o.jobs);
+            }
           }
           if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
             fprintf(stderr, "attntune tune: %s\n", err);
@@ -912,6 +945,10 @@ int attn_cmd_tune(int argc, char **argv) {
   }
   if (!ts.model) confirm_pass(&ts);
   free(ts.confirm);
+  if (ts.kres && (kres.compiled || kres.stored_hits))
+    printf("the model read %d compiled kernels' registers and spills (%d compiled now)\n",
+           kres.compiled + kres.stored_hits, kres.compiled);
+  attn_kres_free(&kres);
   sigaction(SIGINT, &old_sa, NULL);
   attn_store_end(store, g_stop == 1);
   for (int k = 0; k < nspaces; k++) attn_space_free(&spaces[k]);

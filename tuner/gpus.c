@@ -45,6 +45,24 @@ static void load_table(void) {
       table_count = 0;
       break;
     }
+    /* the per-clock figures are optional: derived from the peaks where an entry lacks them */
+    t->clock_mhz = t->mma_flops_clk_sm = t->fp32_flops_clk_sm = t->sfu_clk_sm = t->smem_bytes_clk_sm = 0;
+    t->max_threads_sm = 0;
+    if (json_unpack_ex(g, &je, 0, "{s?F, s?F, s?F, s?F, s?F, s?i}", "clock_mhz", &t->clock_mhz, "mma_flops_clk_sm",
+                       &t->mma_flops_clk_sm, "fp32_flops_clk_sm", &t->fp32_flops_clk_sm, "sfu_clk_sm",
+                       &t->sfu_clk_sm, "smem_bytes_clk_sm", &t->smem_bytes_clk_sm, "max_threads_sm",
+                       &t->max_threads_sm) != 0) {
+      snprintf(table_err, sizeof table_err, "GPU table entry %zu: %s", i, je.text);
+      table_count = 0;
+      break;
+    }
+    if (t->clock_mhz <= 0) t->clock_mhz = 1400;
+    const double per_clk = t->sms * t->clock_mhz * 1e6;
+    if (t->mma_flops_clk_sm <= 0) t->mma_flops_clk_sm = t->fp16_tflops * 1e12 / per_clk;
+    if (t->fp32_flops_clk_sm <= 0) t->fp32_flops_clk_sm = t->fp32_tflops * 1e12 / per_clk;
+    if (t->sfu_clk_sm <= 0) t->sfu_clk_sm = 16;
+    if (t->smem_bytes_clk_sm <= 0) t->smem_bytes_clk_sm = 128;
+    if (t->max_threads_sm <= 0) t->max_threads_sm = 2048;
     copy(t->name, sizeof t->name, name);
     copy(t->full_name, sizeof t->full_name, full ? full : name);
     copy(t->arch, sizeof t->arch, arch);

@@ -13,6 +13,14 @@ typedef struct attn_gpu {
   double smem_per_sm_kb, smem_per_block_kb;
   int regs_per_sm;
   double l2_mb, bandwidth_tbs, fp16_tflops, bf16_tflops, fp32_tflops;
+  /* Per SM and clock, for the performance model (tuner/model.c, docs/model.md); entries without them get figures
+   * derived from the peaks at 1.4 GHz. */
+  double clock_mhz;
+  double mma_flops_clk_sm;   /* f16/bf16 mma.sync, fp32 accumulate */
+  double fp32_flops_clk_sm;  /* fma = 2 */
+  double sfu_clk_sm;         /* ex2 per clock */
+  double smem_bytes_clk_sm;  /* shared-memory bandwidth */
+  int max_threads_sm;
 } attn_gpu;
 
 /* The whole table (parsed once); NULL with err when the embedded JSON is broken. */

@@ -1,42 +1,124 @@
-/* model.c: ranking CUDA configurations for a GPU that is not present.
- *   time = max(t_compute, t_memory) + t_overhead
- *   t_compute = waves-limited FLOPs at the dtype's peak, scaled by an efficiency that grows with the tile sizes
- *               (small tiles cannot keep the tensor cores fed) and with pipelining (stages > 1);
- *   t_memory  = compulsory traffic (Q, K, V read once, O written once) at HBM bandwidth plus the re-reads the
- *               closed form counts (K, V once per query block) at L2 bandwidth when one head's K, V fit in L2;
- *   t_overhead = launch latency plus a small per-wave cost.
- * The constants are coarse by design: the model orders configurations, it does not predict to the percent. */
+/* model.c: ranking CUDA configurations for a GPU that is not present (docs/model.md).
+ *
+ * flash, per key block of one thread block (tuner/kcount.c: the template's own instruction counts, which
+ * tests/model_ptx.c checks against its PTX), in SM cycles at the spec table's per-SM rates:
+ *   tensor = mma.sync FLOPs / mma rate, sfu = ex2 / 16, alu = other fp32 work / fp32 lanes,
+ *   smem = ldmatrix, ld/st.shared and cp.async bytes / shared-memory bandwidth (+ spills).
+ * A warp uses these units one after the other (S = Q K^T, then the softmax, then P V); what one warp leaves idle
+ * another resident warp can use, so a key block costs the largest unit time plus the rest of the serial sum, of
+ * which a share is hidden: half within a warp (unrolled independent mma and ldmatrix), more with more warps per
+ * scheduler. A block's latency (its first loads, and each key block's when fewer stages are in flight than the
+ * latency needs) is what few resident warps cannot hide.
+ * Blocks are dispatched in grid order (causal: each head's heaviest query blocks first) to the SM slots the
+ * occupancy allows (registers and shared memory of the compiled kernel, or their estimate); each block runs its
+ * own number of key blocks (causal: those it sees). The makespan is the compute time.
+ * Memory: the I/O closed form's entries all pass through L2; DRAM sees Q, K, V and O once plus the K/V re-reads
+ * that miss L2, judged by the K/V of the heads being worked on at once (not every head's) against the L2.
+ *   time = max(compute, DRAM, L2) + launch;   bound = the term that decides it.
+ * smallcache and lowrank keep a coarse FLOP-rate estimate (their S and feature maps through global memory). */
 #include "model.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "io_theory.h"
-#include "space.h"
+#include "kcount.h"
+#include "launch.h"
 
 #define LAUNCH_MS 0.005          /* kernel launch latency */
-#define WAVE_MS 0.001            /* per wave: block scheduling, prologue/epilogue */
 #define L2_OVER_HBM 3.0          /* L2 bandwidth as a multiple of HBM bandwidth */
-#define ATTAINABLE 0.75          /* fraction of peak a well-tiled attention kernel reaches (FA2 on A100: ~73%) */
+#define L2_USABLE 0.75           /* share of the L2 that K/V re-reads can count on (Q, O and other lines share it) */
+#define DRAM_EFF 0.9             /* reachable share of the datasheet bandwidth (a device copy reaches ~90%) */
+#define OVERLAP_WARP 0.5         /* share of the serial unit time hidden within one warp per scheduler */
+#define OVERLAP_MORE 0.1         /* hidden more per further warp per scheduler */
+#define OVERLAP_MAX 0.8
+#define BLOCK_LATENCY_CYC 2000.0 /* a block's start (Q and the first K/V block from DRAM) and its output */
+#define KEY_LATENCY_CYC 700.0    /* a key block's loads, mostly L2 hits, to be covered by the blocks in flight */
+#define SIM_MAX_BLOCKS 2000000   /* beyond this the schedule is estimated, not simulated */
+#define SLOWDOWN_OCCUPANCY 1.25  /* the schedule or the latency costs this much over the units: occupancy bound */
 
 static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 
 /* A count kept in double, as an int field: saturated, since converting a double beyond INT_MAX is undefined. */
 static int clamp_int(double x) { return x < INT_MAX ? (int)x : INT_MAX; }
 
-/* Visible (query, key) pairs of one head: all, or bottom-right causal. */
+/* Visible (query, key) pairs of one head: all, or bottom-right causal (row i sees min(n_kv, max(0, i + 1 + n_kv -
+ * n)) keys), in closed form. */
 static double pairs(int causal, double n, double n_kv) {
   if (!causal) return n * n_kv;
-  double sum = 0;
-  for (long i = 0; i < (long)n; i++) {
-    double v = i + (n_kv - n) + 1;
-    sum += v < 0 ? 0 : v > n_kv ? n_kv : v;
+  /* rows with i + 1 + n_kv - n in [1, n_kv]: i from max(0, n - n_kv) to n - 1, seeing i + 1 + n_kv - n keys */
+  const double first = fmax(0, n - n_kv); /* rows before it see nothing (n > n_kv) */
+  const double rows = n - first, lo = first + 1 + n_kv - n, hi = n_kv;
+  return rows * (lo + hi) / 2.0;
+}
+
+/* Key blocks query block q (0-based, in query order) of a head loads: those below the causal limit L. */
+static double key_blocks(const attn_spec *s, int causal, long q, double n, double n_kv) {
+  double L = n_kv;
+  if (causal) {
+    const double i0 = (double)q * s->br, rows = fmin(s->br, n - i0);
+    L = fmin(n_kv, fmax(0, i0 + rows + n_kv - n));
   }
-  return sum;
+  return L > 0 ? ceil(L / s->bc) : 0;
+}
+
+/* min-heap of slot finish times */
+static void heap_down(double *h, long n, long i) {
+  for (;;) {
+    long l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && h[l] < h[m]) m = l;
+    if (r < n && h[r] < h[m]) m = r;
+    if (m == i) return;
+    double t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+/* Makespan in cycles of bh heads' blocks (grid order: head-major, causal heaviest first) on `slots` slots, each
+ * block costing kb_cyc per key block plus start_cyc; also the ideal (total / slots). */
+static double schedule(const attn_spec *s, int causal, double bh, double n, double n_kv, long slots, double kb_cyc,
+                       double start_cyc, double *ideal) {
+  const long nqb = (long)ceil(n / s->br);
+  const double blocks = bh * nqb;
+  /* one head's blocks, heaviest first (the grid's order within a head) */
+  double per_head = 0, heaviest = 0;
+  for (long q = 0; q < nqb; q++) {
+    const double c = key_blocks(s, causal, q, n, n_kv) * kb_cyc + start_cyc;
+    per_head += c;
+    if (c > heaviest) heaviest = c;
+  }
+  *ideal = per_head * bh / slots;
+  if (!causal) /* equal blocks: whole waves */
+    return ceil(blocks / slots) * heaviest;
+  if (blocks > SIM_MAX_BLOCKS) return fmax(*ideal, heaviest) + heaviest * 0.5; /* greedy's bound, roughly */
+  double *h = calloc((size_t)slots, sizeof *h);
+  if (!h) return fmax(*ideal, heaviest) + heaviest * 0.5;
+  double end = 0;
+  for (long head = 0; head < (long)bh; head++)
+    for (long q = nqb - 1; q >= 0; q--) { /* heaviest first: the last query blocks see the most keys */
+      h[0] += key_blocks(s, causal, q, n, n_kv) * kb_cyc + start_cyc;
+      if (h[0] > end) end = h[0];
+      heap_down(h, slots, 0);
+    }
+  free(h);
+  return end;
+}
+
+static const char *unit_name(double t, double sfu, double alu, double smem) {
+  double m = fmax(fmax(t, sfu), fmax(alu, smem));
+  return m == t ? "tensor_cores" : m == sfu ? "special_functions" : m == smem ? "shared_memory" : "fp32_alu";
 }
 
 int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, attn_model_result *out,
                     char *err, size_t errlen) {
+  return attn_model_time_res(g, prob, s, NULL, out, err, errlen);
+}
+
+int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
+                        attn_model_result *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (s->target != ATTN_TARGET_CUDA) {
     snprintf(err, errlen, "the performance model is for CUDA configurations");
@@ -45,7 +127,8 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
   attn_problem p = *prob;
   if (p.n_kv == 0) p.n_kv = p.n;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
-  if (p.batch < 1 || p.heads < 1 || p.n < 1 || p.n_kv < 1 || p.d != s->d || s->br < 1) {
+  if (p.batch < 1 || p.heads < 1 || p.n < 1 || p.n_kv < 1 || p.d != s->d || s->br < 1 || s->bc < 1 ||
+      p.heads_kv < 1 || p.heads % p.heads_kv) {
     snprintf(err, errlen, "problem batch=%d heads=%d n=%d n_kv=%d d=%d does not fit spec d=%d", p.batch, p.heads,
              p.n, p.n_kv, p.d, s->d);
     return ATTN_EINVAL;
@@ -64,53 +147,108 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
   if (__builtin_mul_overflow(rd1, ubh, &out->reads)) out->reads = ULLONG_MAX;
   if (__builtin_mul_overflow(wr1, ubh, &out->writes)) out->writes = ULLONG_MAX;
   const double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
+  out->flops = 4.0 * d * pairs(p.causal, n, n_kv) * bh;
 
-  /* FLOPs the kernel executes (lowrank: feature maps and the two rank-r products instead of n x n_kv work). */
-  double flops;
-  double useful = 4.0 * d * pairs(p.causal, n, n_kv) * bh;
-  if (s->algo == ATTN_ALGO_LOWRANK) {
-    double r = (double)attn_io_rank(s);
-    flops = bh * (2.0 * n_kv * r * (d + 1) + 2.0 * n * r * (d + 1) + (n + n_kv) * r * d * 2.0);
-  } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
-    flops = useful * 1.1; /* the extra pass over S for the row statistics */
-  } else {
-    flops = useful;
-  }
-  out->flops = useful;
-
-  /* Blocks, occupancy and waves. */
-  const double smem = attn_space_fast_bytes(s);
+  /* Occupancy: the compiled kernel's registers and static shared memory when known. */
   const int threads = 32 * (s->warps > 0 ? s->warps : 4);
-  const double regs = (s->algo == ATTN_ALGO_FLASH ? (s->br * d + (double)s->br * s->bc) / threads : 64.0) + 40.0;
-  int by_smem = smem > 0 ? (int)floor(g->smem_per_sm_kb * 1024.0 / smem) : 32;
-  int by_regs = (int)floor(g->regs_per_sm / (regs * threads));
-  int by_threads = 2048 / threads;
+  double regs;
+  long spill = 0, smem_static = 0;
+  if (res && res->registers > 0) {
+    regs = res->registers;
+    spill = res->spill_bytes;
+    smem_static = res->smem_static;
+    out->resources_from = "ptxas";
+  } else {
+    regs = ceil(attn_cuda_regs_estimate(s));
+    out->resources_from = "estimate";
+  }
+  if (regs > 255) regs = 255; /* ptxas spills beyond */
+  out->registers = (int)regs;
+  const double warp_regs = ceil(regs * 32.0 / 256.0) * 256.0; /* allocated per warp in units of 256 */
+  const double smem = (double)attn_cuda_smem(s) + (double)smem_static;
+  const int by_regs = (int)floor(floor(g->regs_per_sm / warp_regs) / (threads / 32));
+  const int by_smem = smem > 0 ? (int)floor(g->smem_per_sm_kb * 1024.0 / (smem + 1024.0)) : 32;
+  const int by_threads = g->max_threads_sm / threads;
   int bps = by_smem < by_regs ? by_smem : by_regs;
   if (by_threads < bps) bps = by_threads;
-  if (bps < 1) bps = 1;
-  const double blocks = ceil(n / s->br) * bh;
-  const double per_sm = ceil(blocks / g->sms); /* blocks one SM runs over the kernel's life */
+  if (bps > 32) bps = 32;
+  if (bps < 1) {
+    snprintf(err, errlen, "%s Br=%d Bc=%d with %d warps does not fit an SM of %s (%.0f registers, %.0f KiB shared)",
+             attn_algo_name(s->algo), s->br, s->bc, s->warps, g->name, regs, smem / 1024);
+    return ATTN_EINVAL;
+  }
+  const long nqb = (long)ceil(n / s->br);
+  const double blocks = (double)nqb * bh;
+  const long slots = (long)g->sms * bps;
   out->blocks = clamp_int(blocks);
   out->blocks_per_sm = bps;
-  out->waves = clamp_int(ceil(per_sm / bps));
+  out->waves = clamp_int(ceil(blocks / slots));
+  const double clk = g->clock_mhz * 1e6;
 
-  /* Efficiency: tensor-core tiles want Br, Bc >= 128; one stage leaves loads exposed; few warps per SM hide
-   * little latency. fp32 runs on the CUDA cores at the fp32 rate. */
-  double eff = ATTAINABLE * pow(clamp01(s->br / 128.0), 0.5) * pow(clamp01(s->bc / 128.0), 0.3);
-  if (s->stages <= 1) eff *= 0.8;
-  double resident_warps = (per_sm < bps ? per_sm : bps) * (threads / 32.0);
-  eff *= 0.6 + 0.4 * clamp01(resident_warps / 8.0);
-  if (s->algo == ATTN_ALGO_SMALLCACHE) eff *= 0.7; /* S goes through slow memory between the two products */
-  const double peak_sm = attn_gpu_peak(g, s->dtype) / g->sms;
-  out->t_compute_ms = per_sm * (flops / blocks) / (peak_sm * eff) * 1e3;
-
+  /* Memory: every entry of the closed form through L2; DRAM sees each input once, O once, and the re-reads of K, V
+   * that the K/V of the heads in flight push out of L2. */
+  const double group = (double)p.heads / p.heads_kv;
+  const double compulsory = (bh * 2.0 * n * d + (bh / group) * 2.0 * n_kv * d) * esize;
+  const double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
+  const double in_flight = fmin(blocks, (double)slots);
+  const double heads_in_flight = fmin(bh, ceil(in_flight / nqb) + 1);
+  out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * 2.0 * n_kv * d * esize;
+  const double l2 = L2_USABLE * g->l2_mb * 1048576.0;
+  const double hit = out->l2_resident_bytes <= l2 ? 1.0 : l2 / out->l2_resident_bytes;
   const double bw = g->bandwidth_tbs * 1e12;
-  const double compulsory = bh * (2.0 * n * d + 2.0 * n_kv * d) * esize;
-  double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
-  const double kv_head = 2.0 * n_kv * d * esize;
-  const double reread_bw = kv_head * fmin(bh, g->sms) <= g->l2_mb * 1048576.0 ? bw * L2_OVER_HBM : bw;
-  out->t_memory_ms = (compulsory / bw + rereads / reread_bw) * 1e3;
-  out->t_overhead_ms = LAUNCH_MS + WAVE_MS * ceil(per_sm / bps); /* the unclamped count */
+  out->t_dram_ms = (compulsory + rereads * (1 - hit)) / (bw * DRAM_EFF) * 1e3;
+  out->t_l2_ms = total / (bw * L2_OVER_HBM) * 1e3;
+  out->t_memory_ms = fmax(out->t_dram_ms, out->t_l2_ms);
+
+  const char *cbound;
+  if (s->algo == ATTN_ALGO_FLASH) {
+    attn_kb_work w;
+    if (attn_kb_work_of(s, &w) != 0) {
+      snprintf(err, errlen, "no instruction counts for this flash configuration");
+      return ATTN_EINVAL;
+    }
+    out->cyc_tensor = w.mma_flops / g->mma_flops_clk_sm;
+    out->cyc_sfu = w.ex2 / g->sfu_clk_sm;
+    out->cyc_alu = w.alu / (g->fp32_flops_clk_sm / 2.0);
+    /* spilled registers go to local memory once per key block, through the same L1/shared pipe */
+    out->cyc_smem = (w.smem_bytes + (double)threads * spill) / g->smem_bytes_clk_sm;
+    const double serial = out->cyc_tensor + out->cyc_sfu + out->cyc_alu + out->cyc_smem;
+    const double top = fmax(fmax(out->cyc_tensor, out->cyc_sfu), fmax(out->cyc_alu, out->cyc_smem));
+    const double resident = fmin((double)bps, ceil(blocks / g->sms));       /* blocks per SM at once */
+    const double wps = resident * (threads / 32.0) / 4.0;                    /* warps per scheduler */
+    const double hidden = fmin(OVERLAP_MAX, OVERLAP_WARP * fmin(wps, 1.0) + OVERLAP_MORE * fmax(0, wps - 1));
+    out->cyc_key_block = top + (serial - top) * (1 - hidden);
+    /* on its slot a block advances one key block per `resident` SM key blocks, unless its own loads are late:
+     * stages - 1 blocks in flight (one stage: V during S, the next K during the softmax, about half a block) */
+    const double depth = s->stages > 1 ? s->stages - 1 : 0.5;
+    const double share = resident * out->cyc_key_block;
+    const double per_kb = fmax(share, out->cyc_key_block + fmax(0, KEY_LATENCY_CYC - depth * share));
+    double ideal = 0;
+    const double makespan =
+        schedule(s, p.causal, bh, n, n_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
+    out->t_compute_ms = makespan / clk * 1e3;
+    /* the schedule (few blocks, the last wave's tail) or exposed latency cost more than the units: occupancy */
+    const double units_only = ideal * (share / per_kb);
+    cbound = makespan > SLOWDOWN_OCCUPANCY * units_only || wps < 1 ? "occupancy"
+                                                                     : unit_name(out->cyc_tensor, out->cyc_sfu,
+                                                                                 out->cyc_alu, out->cyc_smem);
+  } else {
+    /* smallcache: both products and the pass over S at a share of the tensor-core (f32: fp32) rate; lowrank: its
+     * feature maps and rank-r products likewise */
+    double flops = out->flops * 1.1;
+    if (s->algo == ATTN_ALGO_LOWRANK) {
+      const double r = (double)attn_io_rank(s);
+      flops = bh * (2.0 * n_kv * r * (d + 1) + 2.0 * n * r * (d + 1) + (n + n_kv) * r * d * 2.0);
+    }
+    const double rate = (s->dtype == ATTN_F32 ? g->fp32_flops_clk_sm : g->mma_flops_clk_sm) * clk * g->sms;
+    const double eff = 0.35 * (s->stages > 1 ? 1.0 : 0.8) * (0.6 + 0.4 * clamp01(bps * threads / 32.0 / 8.0));
+    out->t_compute_ms = flops / (rate * eff) * (ceil(blocks / slots) * slots / blocks) * 1e3;
+    cbound = s->dtype == ATTN_F32 ? "fp32_alu" : "tensor_cores";
+  }
+  out->t_overhead_ms = LAUNCH_MS;
   out->time_ms = fmax(out->t_compute_ms, out->t_memory_ms) + out->t_overhead_ms;
+  if (out->t_overhead_ms > fmax(out->t_compute_ms, out->t_memory_ms)) out->bound = "launch";
+  else if (out->t_memory_ms > out->t_compute_ms) out->bound = out->t_dram_ms >= out->t_l2_ms ? "dram" : "l2";
+  else out->bound = cbound;
   return ATTN_OK;
 }

@@ -67,8 +67,8 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
     const char *hi_end = colon ? colon : end;
     int lo, hi, step = 0;
     if ((why = number(s, dots, &lo))) return bad_number(why, s, s, dots, err, errlen);
-    if (dots + 2 == hi_end)
-      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': the upper end is missing (e.g. %d..%d)", s, lo, lo * 2);
+    if (dots + 2 == hi_end) /* 2L: lo may be INT_MAX */
+      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': the upper end is missing (e.g. %d..%ld)", s, lo, 2L * lo);
     if ((why = number(dots + 2, hi_end, &hi))) return bad_number(why, s, dots + 2, hi_end, err, errlen);
     if (colon) {
       if (colon[1] == '0' && strspn(colon + 1, "0") == strlen(colon + 1))
@@ -106,6 +106,8 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
 
 int attn_parse_long(const char *s, long lo, long hi, long *out) {
   char *end;
+  /* strtol would skip leading white space (" 5", "\n5"): the number must be all there is */
+  if (!isdigit((unsigned char)*s) && *s != '-' && *s != '+') return -1;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || end == s || *end || v < lo || v > hi) return -1;

@@ -1,7 +1,8 @@
 /* space.c: the search space per (target, dtype, d, causal, algorithms) and its constraints. Every point is checked
- * against the device's fast memory, a register estimate and the templates' divisibility rules before anything is
- * compiled, so a configuration that cannot run never costs a compile. */
+ * against the device's fast memory, its registers (the compiled kernel's own where the caller can read them, else an
+ * estimate) and the templates' divisibility rules. */
 #include "space.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,15 +107,35 @@ double attn_space_fast_bytes(const attn_spec *c) {
   return 4.0 * attn_io_fast_need(c);
 }
 
-/* Per-thread register estimate of a CUDA kernel: fp32 accumulators of O (Br x d) and S (Br x Bc) spread over the
- * block's threads, plus addressing and fragments. */
-static double cuda_regs(const attn_spec *c) {
+/* Per-thread register estimate of a CUDA kernel, for when the compiled kernel cannot be read (no NVRTC): its
+ * occupancy. flash f16/bf16 from the fp32 accumulators of O and S a lane holds, acc = MT (d + Bc) / 2 words (MT =
+ * Br / 16 W row tiles), causal counted 1.2x (the masked copy of the softmax): 1.55 acc + 40 up to 128 words, then
+ * ptxas packs tighter and reaches 255 at about 192. Fitted to ptxas (NVRTC 13, sm_80 and sm_90, d = 64, 128, 256,
+ * Br 64/128, Bc 32..128, 4/8 warps, stages 1..3) within about 25 registers. f32 and smallcache: their accumulators
+ * spread over the threads plus 40. */
+double attn_cuda_regs_estimate(const attn_spec *c) {
   const double threads = 32.0 * c->warps;
+  if (c->algo == ATTN_ALGO_FLASH && c->dtype != ATTN_F32) {
+    const double mt = c->br / (16.0 * c->warps), acc = mt * (c->d + c->bc) / 2.0 * (c->causal ? 1.2 : 1.0);
+    return acc <= 128 ? 1.55 * acc + 40.0 : 238.0 + (acc - 128.0) * 17.0 / 64.0;
+  }
   double acc;
   if (c->algo == ATTN_ALGO_FLASH) acc = ((double)c->br * c->d + (double)c->br * c->bc) / threads;
   else if (c->algo == ATTN_ALGO_SMALLCACHE) acc = 2.0 * (c->tile > 0 ? c->tile : c->br) * (c->tile > 0 ? c->tile : c->br) / threads;
   else acc = (double)c->br * c->d / threads;
   return acc + 40.0;
+}
+
+/* Whether flash f16/bf16 compiles without spills, without compiling it: the accumulator words a lane holds with
+ * S weighted as ptxas's spills follow it (0.75 per word, 1.25 when causal: the masked copy of the softmax keeps
+ * more of S live), against the most that fit. Every tile NVRTC 13 compiles without spills for sm_80 and sm_90
+ * (d = 48..256 sampled, Br 64/128, Bc 32..128, 4/8 warps, stages 1..3) is within it but for four causal tiles at
+ * the edge, and every one that spills is outside: FlashAttention-2's d=64 128x128 and d=128 128x64 with 4 warps
+ * (253-254 registers) are in, d=160 128x32 (192 words unweighted, spills) and the causal d=128 128x64 are out. */
+static double flash_words(const attn_spec *c, double *limit) {
+  const double mt = c->br / (16.0 * c->warps);
+  *limit = c->causal ? 170.0 : 180.0;
+  return mt * (c->d + (c->causal ? 1.25 : 0.75) * c->bc) / 2.0;
 }
 
 int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
@@ -177,20 +198,51 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
       return -1;
     }
   } else {
-    double regs = cuda_regs(c);
-    /* flash with 32 or more query rows per warp: the estimate understates the fragments and softmax temporaries;
-     * ptxas spills from about 232 (f16/bf16) and 180 (f32, whose lanes hold more rows each) estimated registers */
-    double limit = 255;
-    if (c->algo == ATTN_ALGO_FLASH && c->br / c->warps >= 32) limit = c->dtype == ATTN_F32 ? 180 : 231;
-    if (regs > limit) {
-      snprintf(why, len, "Br=%d Bc=%d with %d warps needs about %.0f registers per thread (at most %.0f here)", c->br,
-               c->bc, c->warps, regs, limit);
-      return -1;
-    }
-    if (o->gpu && regs * 32.0 * c->warps > o->gpu->regs_per_sm) {
-      snprintf(why, len, "%d warps x %.0f registers exceed the %d registers of an SM", c->warps, regs,
-               o->gpu->regs_per_sm);
-      return -1;
+    attn_kernel_res res;
+    if (o->resources && o->resources(o->resources_ctx, c, &res) == 0 && res.registers > 0) {
+      /* what the compiled kernel really needs: no spills, and its warps' registers within an SM */
+      if (res.spill_bytes > 0) {
+        snprintf(why, len, "Br=%d Bc=%d with %d warps spills %ld bytes at %d registers per thread (ptxas)", c->br,
+                 c->bc, c->warps, res.spill_bytes, res.registers);
+        return -1;
+      }
+      if (o->gpu && (double)res.registers * 32.0 * c->warps > o->gpu->regs_per_sm) {
+        snprintf(why, len, "%d warps x %d registers exceed the %d registers of an SM", c->warps, res.registers,
+                 o->gpu->regs_per_sm);
+        return -1;
+      }
+    } else if (c->algo == ATTN_ALGO_FLASH && c->dtype != ATTN_F32) {
+      double limit, words = flash_words(c, &limit);
+      if (words > limit) {
+        snprintf(why, len,
+                 "Br=%d Bc=%d with %d warps holds about %.0f accumulator words per lane: more than the 255 registers "
+                 "keep without spills (about %.0f here)",
+                 c->br, c->bc, c->warps, words, limit);
+        return -1;
+      }
+      double regs = attn_cuda_regs_estimate(c);
+      if (o->gpu && fmin(regs, 255) * 32.0 * c->warps > o->gpu->regs_per_sm) {
+        snprintf(why, len, "%d warps x %.0f registers exceed the %d registers of an SM", c->warps, fmin(regs, 255),
+                 o->gpu->regs_per_sm);
+        return -1;
+      }
+    } else {
+      double regs = attn_cuda_regs_estimate(c);
+      /* f32 flash: the estimate understates the lane grid's temporaries; ptxas spills from about 180 estimated
+       * registers with 32 or more query rows per warp, and from about 232 when causal */
+      double limit = 255;
+      if (c->algo == ATTN_ALGO_FLASH && c->dtype == ATTN_F32)
+        limit = c->br / c->warps >= 32 ? 180 : c->causal ? 231 : 255;
+      if (regs > limit) {
+        snprintf(why, len, "Br=%d Bc=%d with %d warps needs about %.0f registers per thread (at most %.0f here)", c->br,
+                 c->bc, c->warps, regs, limit);
+        return -1;
+      }
+      if (o->gpu && regs * 32.0 * c->warps > o->gpu->regs_per_sm) {
+        snprintf(why, len, "%d warps x %.0f registers exceed the %d registers of an SM", c->warps, regs,
+                 o->gpu->regs_per_sm);
+        return -1;
+      }
     }
     const int rows = c->dtype == ATTN_F32 ? 8 : 16; /* a warp's query rows: mma tiles, or the f32 lane grid */
     if (c->algo == ATTN_ALGO_FLASH && c->br % (rows * c->warps)) {

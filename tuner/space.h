@@ -1,7 +1,7 @@
 /* space.h: the tuner's search space for one (target, dtype, d, causal) and a set of algorithms: the grid of
  * tunables (Br, Bc, unroll and flash's split-K on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's
- * feature map, degree and rank) minus what the constraints rule out before anything is compiled (fast-memory footprint against the
- * device's fast memory, registers, divisibility, the spec's own validity). */
+ * feature map, degree and rank) minus what the constraints rule out (fast-memory footprint against the device's fast
+ * memory, registers and spills of the compiled kernel or their estimate, divisibility, the spec's own validity). */
 #ifndef ATTN_SPACE_H
 #define ATTN_SPACE_H
 
@@ -10,6 +10,13 @@
 #include "spec.h"
 
 #define ATTN_ALGO_BIT(a) (1u << (unsigned)(a))
+
+/* What a compiled CUDA kernel needs (ptxas's report). */
+typedef struct attn_kernel_res {
+  int registers;           /* per thread */
+  long spill_bytes;        /* local-memory spill stores + loads + stack */
+  long smem_static;        /* static shared memory, on top of the template's dynamic size */
+} attn_kernel_res;
 
 typedef struct attn_space_opts {
   attn_target target;      /* CPU or CUDA */
@@ -26,6 +33,10 @@ typedef struct attn_space_opts {
   long n, n_kv;            /* query rows and keys per head */
   long heads;              /* batch * query heads */
   int threads;             /* CPU worker threads */
+  /* CUDA: the compiled kernel's resources (0 and *out filled, or nonzero when unknown: the estimate is used). With
+   * it, admission rules out what really spills or does not fit; without it, attn_cuda_regs_estimate decides. */
+  int (*resources)(void *ctx, const attn_spec *c, attn_kernel_res *out);
+  void *resources_ctx;
 } attn_space_opts;
 
 typedef struct attn_space {
@@ -54,6 +65,9 @@ int attn_space_neighbours(const attn_space *s, int idx, int *out, int max);
 /* Fast-memory bytes a configuration needs (flash 2 Br d + 2 Bc d + Br Bc floats on the CPU; on CUDA the dynamic
  * shared memory of templates/kernel_abi_cuda.h); shared by the constraints and the performance model. */
 double attn_space_fast_bytes(const attn_spec *c);
+
+/* Per-thread registers of a CUDA configuration, estimated without compiling it (space.c says how). */
+double attn_cuda_regs_estimate(const attn_spec *c);
 
 /* One core's L2 in bytes from /sys (the smallest unified level-2 cache of cpu0), or 1 MiB when unknown. */
 double attn_cpu_l2_bytes(void);

@@ -237,9 +237,12 @@ int attn_store_find(attn_store *st, const attn_problem *p, const attn_spec *s, c
     prev->final = got.final;
     prev->is_default = got.is_default;
     prev->chosen = got.chosen;
+    snprintf(prev->bound, sizeof prev->bound, "%s", got.bound ? got.bound : "");
   }
   return rc > 0;
 }
+
+attn_db *attn_store_db(attn_store *st) { return st ? st->db : NULL; }
 
 int attn_store_put(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                    const attn_eval *e, char *err, size_t errlen) {
@@ -259,6 +262,7 @@ int attn_store_put(attn_store *st, const attn_problem *p, const attn_spec *s, co
     m.load = e->load;
     m.final = e->final;
     m.is_default = e->is_default;
+    m.bound = e->bound[0] ? e->bound : NULL;
     rc = attn_db_meas_put(st->db, &m);
   }
   if (rc != ATTN_OK) snprintf(err, errlen, "%s", attn_db_errmsg(st->db));

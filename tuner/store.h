@@ -20,6 +20,8 @@ int attn_store_begin(attn_store *st, const char *device, const char *device_json
 void attn_store_end(attn_store *st, int interrupted);
 /* The CPU threads the rows of this run are measured on (part of their key); 0 (the default) for a GPU or the model. */
 void attn_store_set_threads(attn_store *st, int threads);
+/* The database underneath (for the compiled kernels' resources, kres.h). */
+attn_db *attn_store_db(attn_store *st);
 
 /* 1 when a row for (problem, spec, provenance) is stored, with its result in *prev (when not NULL); 0 when not;
  * negative on a database error (err says why). A row whose failure the environment caused (status "error",

@@ -22,6 +22,7 @@ typedef struct attn_eval {
   int final;            /* time_ms is from the finalist round */
   int is_default;       /* the untuned default configuration of the problem */
   int chosen;           /* stored as the finalist round's choice (read back from the database) */
+  char bound[32];       /* model rows: what limits the time (model.h); "" otherwise */
 } attn_eval;
 
 typedef struct attn_tuner attn_tuner;

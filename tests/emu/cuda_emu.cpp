@@ -44,7 +44,7 @@ namespace attn_emu {
 static const unsigned SMEM_BASE = 1024;
 
 enum FState { RUN, AT_BAR, AT_WARP, DONE };
-enum Op { OP_SYNCWARP = 1, OP_SHFL, OP_LDSM, OP_LDSMT, OP_MMA };
+enum Op { OP_SYNCWARP = 1, OP_SHFL, OP_LDSM, OP_LDSMT, OP_MMA, OP_VOTE };
 static const char *op_name(int op) {
   switch (op) {
   case OP_SYNCWARP: return "__syncwarp";
@@ -52,6 +52,7 @@ static const char *op_name(int op) {
   case OP_LDSM: return "ldmatrix";
   case OP_LDSMT: return "ldmatrix.trans";
   case OP_MMA: return "mma.sync";
+  case OP_VOTE: return "vote.sync";
   default: return "?";
   }
 }
@@ -98,6 +99,7 @@ static struct Machine {
   std::vector<Warp> warps;
   int bar_arrived;
   Site bar_site;
+  int bar_count, bar_result; /* bar.red: the predicates counted so far, and the last completed barrier's count */
   int cur = -1;
   ucontext_t sched;
   void *sched_fake;
@@ -407,23 +409,32 @@ void st_shared(unsigned addr, const void *src, int bytes) {
 
 /* ---- barriers and warp collectives ---- */
 
-void bar_sync(const char *file, int line) {
+/* pred < 0: bar.sync; else bar.red.popc with this thread's predicate (returns the block's count) */
+static int barrier(int pred, const char *file, int line) {
   Fiber &f = me();
   const Site s{file, line};
-  if (M.bar_arrived == 0) M.bar_site = s;
-  else if (M.bar_site != s)
+  if (M.bar_arrived == 0) {
+    M.bar_site = s;
+    M.bar_count = 0;
+  } else if (M.bar_site != s) {
     fail("__syncthreads at %s:%d while other threads wait at the one at %s:%d (divergent barrier)", file, line,
          M.bar_site.file, M.bar_site.line);
+  }
+  M.bar_count += pred > 0;
   if (++M.bar_arrived == (int)M.block.x) {
     M.bar_arrived = 0;
+    M.bar_result = M.bar_count;
     M.kb++;
     for (Fiber &g : M.f)
       if (g.st == AT_BAR) g.st = RUN;
-    return;
+    return M.bar_result;
   }
   f.st = AT_BAR;
   to_scheduler();
+  return M.bar_result; /* no later barrier completes before this thread arrives at it */
 }
+void bar_sync(const char *file, int line) { barrier(-1, file, line); }
+int bar_red_popc(int pred, const char *file, int line) { return barrier(pred != 0, file, line); }
 
 static void compute(Warp &w);
 
@@ -479,6 +490,15 @@ uint32_t shfl_sync(unsigned mask, uint32_t a, ShflMode mode, int b, int c, const
   return w.out[lane][0];
 }
 
+uint32_t vote_ballot(unsigned mask, int pred, const char *file, int line) {
+  full_mask(mask, "vote.sync");
+  const unsigned lane = me().tid % 32;
+  Warp &w0 = M.warps[me().tid / 32];
+  w0.in[lane][0] = pred != 0;
+  Warp &w = arrive(OP_VOTE, file, line);
+  return w.out[lane][0];
+}
+
 void ldmatrix_x4(unsigned addr, bool trans, uint32_t r[4], const char *file, int line) {
   const unsigned lane = me().tid % 32;
   Warp &w0 = M.warps[me().tid / 32];
@@ -506,6 +526,12 @@ static float half_to_f32(Format f, uint16_t h) { return f == F16 ? f16_to_f32(h)
 static void compute(Warp &w) {
   switch (w.op) {
   case OP_SYNCWARP: break;
+  case OP_VOTE: {
+    uint32_t b = 0;
+    for (int lane = 0; lane < 32; lane++) b |= (w.in[lane][0] & 1u) << lane;
+    for (int lane = 0; lane < 32; lane++) w.out[lane][0] = b;
+    break;
+  }
   case OP_SHFL:
     /* PTX ISA, shfl.sync: c = clamp value (bits 0-4) and segment mask (bits 8-12) */
     for (int lane = 0; lane < 32; lane++) {

@@ -3,10 +3,10 @@
  * machine itself is tests/emu/cuda_emu.cpp.
  *
  * Every CUDA thread of a block is a fiber; blocks run one after another. A fiber runs until it reaches a barrier
- * (__syncthreads), a warp collective (__syncwarp, shuffles, ldmatrix, mma) or its end, so every interleaving it
- * produces is one a GPU may produce; the thread order (forward, reverse, random) and the moment cp.async copies
- * land (at issue, or only at the cp.async.wait_group that requires them) vary between runs. Warp collectives wait
- * for all 32 lanes and compute their results from the PTX ISA definitions.
+ * (__syncthreads and its counting forms), a warp collective (__syncwarp, shuffles, votes, ldmatrix, mma) or its end,
+ * so every interleaving it produces is one a GPU may produce; the thread order (forward, reverse, random) and the
+ * moment cp.async copies land (at issue, or only at the cp.async.wait_group that requires them) vary between runs.
+ * Warp collectives wait for all 32 lanes and compute their results from the PTX ISA definitions.
  *
  * What a kernel source may use:
  *   - the CUDA keywords, built-in variables, vector types and intrinsics of this header (included first);
@@ -32,6 +32,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
@@ -80,7 +81,11 @@ void check_ldg(const void *p, size_t bytes);
  * __builtin_FILE() and __builtin_LINE()): all threads of a block must wait at the same __syncthreads, and all lanes
  * of a warp at the same .aligned instruction (ldmatrix, mma). Only the full-warp member mask is emulated. */
 void bar_sync(const char *file, int line);
+/* bar.red.popc: a __syncthreads that also counts the threads whose predicate is nonzero */
+int bar_red_popc(int pred, const char *file, int line);
 void bar_warp_sync(unsigned mask, const char *file, int line);
+/* vote.sync.ballot.b32: bit l of the result is lane l's predicate */
+uint32_t vote_ballot(unsigned mask, int pred, const char *file, int line);
 enum ShflMode { SHFL_UP, SHFL_DOWN, SHFL_BFLY, SHFL_IDX };
 uint32_t shfl_sync(unsigned mask, uint32_t a, ShflMode mode, int b, int c, const char *file, int line);
 
@@ -131,6 +136,20 @@ int main_with(int argc, char **argv, Entry kernel, Entry init);
 #define ATTN_EMU_SITE const char *file_ = __builtin_FILE(), int line_ = __builtin_LINE()
 inline void __syncthreads(ATTN_EMU_SITE) { attn_emu::bar_sync(file_, line_); }
 inline void __syncwarp(unsigned mask = 0xffffffffu, ATTN_EMU_SITE) { attn_emu::bar_warp_sync(mask, file_, line_); }
+inline int __syncthreads_count(int pred, ATTN_EMU_SITE) { return attn_emu::bar_red_popc(pred, file_, line_); }
+inline int __syncthreads_or(int pred, ATTN_EMU_SITE) { return attn_emu::bar_red_popc(pred, file_, line_) != 0; }
+inline int __syncthreads_and(int pred, ATTN_EMU_SITE) {
+  return attn_emu::bar_red_popc(!pred, file_, line_) == 0;
+}
+inline unsigned __ballot_sync(unsigned mask, int pred, ATTN_EMU_SITE) {
+  return attn_emu::vote_ballot(mask, pred, file_, line_);
+}
+inline int __any_sync(unsigned mask, int pred, ATTN_EMU_SITE) {
+  return attn_emu::vote_ballot(mask, pred, file_, line_) != 0;
+}
+inline int __all_sync(unsigned mask, int pred, ATTN_EMU_SITE) {
+  return attn_emu::vote_ballot(mask, pred, file_, line_) == 0xffffffffu;
+}
 
 /* CUDA's shuffles in terms of shfl.sync (the operand c built from width as the CUDA headers build it) */
 template <class T>

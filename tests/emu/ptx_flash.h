@@ -1,7 +1,7 @@
 /* ptx_flash.h: the PTX wrappers of templates/flash.cu on the emulator (tests/emu/cuda_emu.h). tests/cuda_emu.c puts
  * this file in place of the template's wrapper section, and only when that section is the text these definitions
  * were written from: its FNV-1a hash is
- *   attn-emu-section: 4b9bb50abee6dd4a
+ *   attn-emu-section: 304cecaf3b64e1c1
  * If the section changes, review these definitions against it, then update the hash (the test prints the new one).
  * Each wrapper keeps its signature; the trailing site arguments default to the template's call site. */
 
@@ -30,6 +30,10 @@ __device__ __forceinline__ void fa_ldsm4t(unsigned addr, unsigned &r0, unsigned 
 __device__ __forceinline__ void fa_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, ATTN_EMU_SITE) {
   attn_emu::mma_m16n8k16(ATTN_DTYPE == 1 ? attn_emu::F16 : attn_emu::BF16, c, a, b0, b1, file_, line_);
 }
+#if ATTN_DTYPE == 1
+/* cvt.f32.f16 */
+__device__ __forceinline__ float fa_h2f(unsigned short h) { return attn_emu::f16_to_f32(h); }
+#endif
 /* cvt.rn.{f16,bf16}x2.f32 r, hi, lo */
 __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
   return attn_emu::cvt_rn_x2(ATTN_DTYPE == 1 ? attn_emu::F16 : attn_emu::BF16, hi, lo);

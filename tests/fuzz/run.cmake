@@ -1,0 +1,27 @@
+# run.cmake: one fuzz test of tests/fuzz.cmake. A fresh copy of the seeds (SEEDS) in WORK/corpus, then the fuzzer on it:
+#   MODE replay  every seed once (-runs=0): a seed that crashes, leaks or times out fails the test;
+#   MODE fuzz    SECONDS of fuzzing; new inputs go to WORK/corpus, a crashing input to WORK/crash-<sha1>.
+# cmake -DFUZZER=... -DSEEDS=... -DDICT=... -DMAXLEN=... -DARGS=... -DWORK=... -DMODE=... [-DSECONDS=...] -P run.cmake
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/corpus)
+file(GLOB seeds LIST_DIRECTORIES false ${SEEDS}/*)
+if(NOT seeds)
+  message(FATAL_ERROR "no seeds in ${SEEDS}")
+endif()
+file(COPY ${seeds} DESTINATION ${WORK}/corpus)
+set(cmd ${FUZZER} ${WORK}/corpus -max_len=${MAXLEN} -timeout=10 -rss_limit_mb=2048 -artifact_prefix=${WORK}/ ${ARGS})
+if(EXISTS ${DICT})
+  list(APPEND cmd -dict=${DICT})
+endif()
+if(MODE STREQUAL "replay")
+  list(APPEND cmd -runs=0)
+else()
+  list(APPEND cmd -max_total_time=${SECONDS} -print_final_stats=1)
+endif()
+list(JOIN cmd " " shown)
+message("${shown}")
+execute_process(COMMAND ${cmd} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  file(GLOB found ${WORK}/crash-* ${WORK}/leak-* ${WORK}/timeout-* ${WORK}/oom-*)
+  message(FATAL_ERROR "${FUZZER} failed (${rc}); input: ${found} (tests/fuzz/README.md: adding it to the seeds)")
+endif()
