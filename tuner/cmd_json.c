@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cmds.h"
+#include "model.h"
 #include "db.h"
 #include "json_io.h"
 #include "spec.h"
@@ -392,14 +393,10 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
       get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default) ||
       get_str(e, o, "bound", 1, &m->bound))
     return -1;
-  if (m->bound) { /* the model's names only, so show prints nothing a file made up */
-    static const char *const bounds[] = {"tensor_cores", "special_functions", "fp32_alu", "shared_memory", "dram",
-                                         "l2", "occupancy", "launch", NULL};
-    int ok = 0;
-    for (int i = 0; bounds[i] && !ok; i++) ok = strcmp(m->bound, bounds[i]) == 0;
-    if (!ok) return bad(e, "bound", "must be null or one of tensor_cores, special_functions, fp32_alu, shared_memory, "
-                                    "dram, l2, occupancy, launch");
-  }
+  /* the model's names only, so show prints nothing a file made up */
+  if (m->bound && !attn_model_bound_known(m->bound))
+    return bad(e, "bound", "must be null or one of tensor_cores, special_functions, fp32_alu, shared_memory, "
+                           "dram, l2, occupancy, launch");
   /* checked here, not only by meas_put: a row the rule keeps out is never put, and a bad file must still fail */
   static const char *const statuses[] = {"ok", "wrong", "compile_error", "launch_error", "skipped", "invalid",
                                          "error", NULL};

@@ -252,3 +252,11 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   else out->bound = cbound;
   return ATTN_OK;
 }
+
+int attn_model_bound_known(const char *name) {
+  static const char *const bounds[] = {"tensor_cores", "special_functions", "fp32_alu", "shared_memory",
+                                       "occupancy",    "dram",              "l2",       "launch"};
+  for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+    if (strcmp(name, bounds[i]) == 0) return 1;
+  return 0;
+}

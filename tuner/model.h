@@ -28,6 +28,9 @@ typedef struct attn_model_result {
   const char *resources_from;         /* "ptxas" (the compiled kernel) or "estimate" */
 } attn_model_result;
 
+/* 1 when name is one of the bounds above (import accepts only these), else 0. */
+int attn_model_bound_known(const char *name);
+
 /* ATTN_OK, or ATTN_EINVAL with a reason (spec not for CUDA, problem invalid, the kernel does not fit an SM).
  * res: the compiled kernel's registers, spills and static shared memory; NULL: the estimate of space.c. p need not be
  * normalised. */
