@@ -32,7 +32,12 @@ typedef struct attn_problem {
  * $ATTN_THREADS: CPU worker threads, digits only, 1..min(4 x cores, 1024); unset: all cores (at most 1024). A value
  * that is not such an integer ("0", "-3", "abc", "2x") is ignored (all cores serve) and one above the cap is clamped
  * to it; neither fails attn_open, and after such an open attn_last_error(rt) says what was done (until a later
- * failure replaces it; "" otherwise). */
+ * failure replaces it; "" otherwise).
+ * ATTN_TARGET_CUDA fails with ATTN_ENODEV only when there is nothing to run on: no driver library ($ATTN_LIBCUDA,
+ * default libcuda.so.1), the CUDA toolkit's stub library in its place, or a driver that reports no device. A driver
+ * that does not work (cuInit fails otherwise, entry points missing) or a device that cannot be opened gives
+ * ATTN_ERUNTIME, a device older than sm_80 ATTN_EUNSUPPORTED, an $ATTN_CUDA_DEVICE that names no device ATTN_EINVAL;
+ * each with a one-line reason in attn_last_error(NULL). ATTN_TARGET_AUTO opens CUDA when it can, else the CPU. */
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
 /* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written.

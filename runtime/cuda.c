@@ -3,6 +3,7 @@
  * device's architecture, cached as cubins in the cache directory and in the database's artifacts (an application
  * with a tuned database never runs NVRTC), and loaded with cuModuleLoadData. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   CU_ATTR_SMS = 16, CU_ATTR_L2 = 38, CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76, CU_ATTR_SMEM_OPTIN = 97,
   CU_FUNC_NUM_REGS = 4, CU_FUNC_LOCAL_BYTES = 3, CU_FUNC_MAX_DYN_SMEM = 8,
-  CU_ERROR_NO_DEVICE = 100
+  CU_ERROR_STUB_LIBRARY = 34, CU_ERROR_NO_DEVICE = 100
 };
 
 #define CU_FUNCS(X)                                                                                            \
@@ -132,6 +133,18 @@ static int make_current(attn_runtime *rt, attn_cuda *c) {
   return r == 0 ? ATTN_OK : attn_fail(rt, ATTN_ERUNTIME, "cuCtxSetCurrent: %s", cu_err(c, r));
 }
 
+/* Frees a half-opened driver and returns code with the message already set. */
+static int open_failed(attn_cuda *c, int code) {
+  if (c->ctx) c->cuDevicePrimaryCtxRelease_v2(c->dev);
+  dlclose(c->lib);
+  free(c);
+  return code;
+}
+
+/* ATTN_ENODEV only when there is nothing to run on: no driver library, the toolkit's stub in its place, or a driver
+ * that sees no device. A driver that is there but does not work, a device that cannot be opened, a bad
+ * ATTN_CUDA_DEVICE or a device older than sm_80 are errors of their own, so that callers that skip without a GPU
+ * do not skip over them. */
 int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
   *out = NULL;
   attn_cuda *c = calloc(1, sizeof *c);
@@ -154,48 +167,57 @@ int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
   CU_FUNCS(X)
 #undef X
   *(void **)&c->cuGetErrorString = dlsym(c->lib, "cuGetErrorString");
-  if (missing) {
-    dlclose(c->lib);
-    free(c);
-    return attn_fail(rt, ATTN_ENODEV, "the CUDA driver %s lacks %s (a driver for CUDA 11 or later is needed)",
-                     libname, first_missing);
-  }
+  /* cuInit first: the stub and a driver without devices say so there, whatever else they lack */
+  if (!c->cuInit)
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "%s is not a CUDA driver: it has no cuInit", libname));
   CUresult r = c->cuInit(0);
+  if (r == CU_ERROR_NO_DEVICE)
+    return open_failed(c, attn_fail(rt, ATTN_ENODEV, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"));
+  if (r == CU_ERROR_STUB_LIBRARY)
+    return open_failed(c, attn_fail(rt, ATTN_ENODEV, "no CUDA driver (%s is the CUDA toolkit's stub library)",
+                                    libname));
+  if (r != 0)
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "the CUDA driver %s does not initialise: cuInit: %s", libname,
+                                    cu_err(c, r)));
+  if (missing)
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "the CUDA driver %s lacks %s (a driver for CUDA 11 or later "
+                                    "is needed)", libname, first_missing));
   int count = 0;
-  if (r == 0) r = c->cuDeviceGetCount(&count);
-  if (r != 0 || count == 0) {
-    int rc = attn_fail(rt, ATTN_ENODEV, "no CUDA device (%s)",
-                       r == 0 ? "the driver reports none" : r == CU_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : cu_err(c, r));
-    dlclose(c->lib);
-    free(c);
-    return rc;
-  }
+  r = c->cuDeviceGetCount(&count);
+  if (r == CU_ERROR_NO_DEVICE || (r == 0 && count <= 0))
+    return open_failed(c, attn_fail(rt, ATTN_ENODEV, "no CUDA device (the driver reports none)"));
+  if (r != 0)
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "the CUDA driver %s cannot count devices: cuDeviceGetCount: %s",
+                                    libname, cu_err(c, r)));
+  /* the ordinal: digits only, below the count; anything else names a device that is not there */
   const char *ord = getenv("ATTN_CUDA_DEVICE");
-  int idx = ord && *ord ? atoi(ord) : 0;
-  if (idx < 0 || idx >= count) {
-    dlclose(c->lib);
-    free(c);
-    return attn_fail(rt, ATTN_ENODEV, "ATTN_CUDA_DEVICE=%s: there are %d CUDA devices (0..%d)", ord, count, count - 1);
+  int idx = 0;
+  if (ord && *ord) {
+    char *end;
+    errno = 0;
+    long v = strtol(ord, &end, 10);
+    if (errno || *end || ord[0] < '0' || ord[0] > '9' || v >= count)
+      return open_failed(c, attn_fail(rt, ATTN_EINVAL, "ATTN_CUDA_DEVICE=%s: the CUDA devices are 0..%d", ord,
+                                      count - 1));
+    idx = (int)v;
   }
-  if ((r = c->cuDeviceGet(&c->dev, idx)) != 0 || (r = c->cuDeviceGetName(c->name, sizeof c->name, c->dev)) != 0 ||
-      (r = c->cuDeviceGetAttribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->dev)) != 0 ||
+  const char *call = "cuDeviceGet";
+  if ((r = c->cuDeviceGet(&c->dev, idx)) != 0 ||
+      (call = "cuDeviceGetName", r = c->cuDeviceGetName(c->name, sizeof c->name, c->dev)) != 0 ||
+      (call = "cuDeviceGetAttribute", r = c->cuDeviceGetAttribute(&c->cc_major, CU_ATTR_CC_MAJOR, c->dev)) != 0 ||
       (r = c->cuDeviceGetAttribute(&c->cc_minor, CU_ATTR_CC_MINOR, c->dev)) != 0 ||
       (r = c->cuDeviceGetAttribute(&c->sms, CU_ATTR_SMS, c->dev)) != 0 ||
       (r = c->cuDeviceGetAttribute(&c->smem_optin, CU_ATTR_SMEM_OPTIN, c->dev)) != 0 ||
-      (r = c->cuDeviceGetAttribute(&c->l2_bytes, CU_ATTR_L2, c->dev)) != 0 ||
-      (r = c->cuDevicePrimaryCtxRetain(&c->ctx, c->dev)) != 0) {
-    int rc = attn_fail(rt, ATTN_ENODEV, "CUDA device %d: %s", idx, cu_err(c, r));
-    dlclose(c->lib);
-    free(c);
-    return rc;
-  }
-  if (c->cc_major < 8) {
-    int rc = attn_fail(rt, ATTN_ENODEV, "%s is sm_%d%d: the CUDA kernels need sm_80 or later", c->name, c->cc_major,
-                       c->cc_minor);
-    c->cuDevicePrimaryCtxRelease_v2(c->dev);
-    dlclose(c->lib);
-    free(c);
-    return rc;
+      (r = c->cuDeviceGetAttribute(&c->l2_bytes, CU_ATTR_L2, c->dev)) != 0)
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "CUDA device %d: %s: %s", idx, call, cu_err(c, r)));
+  c->name[sizeof c->name - 1] = '\0';
+  if (c->cc_major < 8)
+    return open_failed(c, attn_fail(rt, ATTN_EUNSUPPORTED, "CUDA device %d (%s) is sm_%d%d: the CUDA kernels need "
+                                    "sm_80 or later", idx, c->name, c->cc_major, c->cc_minor));
+  if ((r = c->cuDevicePrimaryCtxRetain(&c->ctx, c->dev)) != 0) {
+    c->ctx = NULL;
+    return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "CUDA device %d (%s): no context: cuDevicePrimaryCtxRetain: %s",
+                                    idx, c->name, cu_err(c, r)));
   }
   snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
   attn_cuda_family(c->name, rt->device, sizeof rt->device);

@@ -79,7 +79,8 @@ void attn_cpu_unload(attn_cpu_kernel *k);
 /* 1 when the last attn_cpu_load found a compiled object in the cache instead of compiling. */
 int  attn_cpu_was_cached(const attn_cpu_kernel *k);
 
-/* CUDA backend (runtime/cuda.c, runtime/nvrtc.c): ATTN_ENODEV when no driver or device. */
+/* CUDA backend (runtime/cuda.c, runtime/nvrtc.c). attn_cuda_open: ATTN_ENODEV when no driver or device, other
+ * codes for a broken driver or an unusable device (attn.h, attn_open). */
 int  attn_cuda_open(attn_runtime *rt, attn_cuda **out);
 void attn_cuda_close(attn_cuda *c);
 /* Compiles (or finds in the cache directory or the database's artifacts) and loads s for the device's arch. */

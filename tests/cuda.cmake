@@ -1,8 +1,7 @@
-# CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV, and NVRTC compiles the
-# templates to cubin for sm_80 and sm_90 (defaults of every algorithm, d and dtype with no spills, causal alternating,
-# lowrank's on a spread of d; a spread sample of the tuner's space; every d of lowrank, both causal values and the
-# whole space under the nightly label). Exit 77
-# (skipped) without NVRTC.
+# CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV (and with its other codes
+# on fake drivers), and NVRTC compiles the templates to cubin for sm_80 and sm_90 with no spills (defaults of every
+# algorithm, d and dtype, causal alternating, lowrank's on a spread of d; a spread sample of the tuner's space; every
+# d of lowrank, both causal values and the whole space under the nightly label). Exit 77 (skipped) without NVRTC.
 set(ATTN_CUDA_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache-cuda)
 file(MAKE_DIRECTORY ${ATTN_CUDA_TEST_CACHE})
 set(ATTN_CUDA_ENV "ATTN_CACHE_DIR=${ATTN_CUDA_TEST_CACHE}" "ATTN_DB=${ATTN_CUDA_TEST_CACHE}/no-database.db")
@@ -41,6 +40,11 @@ foreach(arch sm_80 sm_90)
   set_tests_properties(cuda_compile_space_all_${arch} PROPERTIES LABELS nightly TIMEOUT 7200 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")
 endforeach()
+# A run that compiles nothing fails (exit 1), it does not pass.
+add_test(NAME cuda_compile_nothing COMMAND ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh --skip77 1
+         "FAIL: nothing was compiled" $<TARGET_FILE:cuda_compile> defaults sm_80 nosuch)
+set_tests_properties(cuda_compile_nothing PROPERTIES LABELS cuda TIMEOUT 60 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CUDA_ENV}")
 # The toolkit's stub libcuda (no driver behind it) must also give ATTN_ENODEV, not a crash.
 find_file(ATTN_CUDA_STUB libcuda.so PATHS /usr/local/cuda/lib64/stubs /usr/local/cuda/targets/x86_64-linux/lib/stubs
           NO_DEFAULT_PATH)
@@ -51,6 +55,18 @@ endif()
 add_test(NAME cuda_nodev_missing COMMAND cuda_nodev)
 set_tests_properties(cuda_nodev_missing PROPERTIES LABELS cuda
                      ENVIRONMENT "${ATTN_CUDA_ENV};ATTN_LIBCUDA=/nonexistent/libcuda.so.1")
+# Fake drivers (tests/fake_libcuda.c, through ATTN_LIBCUDA): ATTN_ENODEV only for no device or the stub; a broken
+# driver, a failed context, a missing entry point, a pre-sm_80 device and a bad ATTN_CUDA_DEVICE are errors with a
+# one-line reason; a working driver opens.
+foreach(lib fake_libcuda fake_libcuda_noctx)
+  add_library(${lib} MODULE ${CMAKE_CURRENT_LIST_DIR}/fake_libcuda.c)
+  set_target_properties(${lib} PROPERTIES PREFIX "" C_VISIBILITY_PRESET default)
+endforeach()
+target_compile_definitions(fake_libcuda_noctx PRIVATE FAKE_NO_CTX)
+add_executable(cuda_open ${CMAKE_CURRENT_LIST_DIR}/cuda_open.c)
+target_link_libraries(cuda_open PRIVATE attn_core)
+add_test(NAME cuda_open COMMAND cuda_open $<TARGET_FILE:fake_libcuda> $<TARGET_FILE:fake_libcuda_noctx>)
+set_tests_properties(cuda_open PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_ENV}")
 
 # On a GPU (label gpu; exit 77 = skipped, with the reason, where there is none): correctness against fp64 for the
 # foundation's sizes in f16, bf16 and f32, odd shapes, counted I/O against the closed forms, the API on a device.
@@ -68,4 +84,25 @@ foreach(t ${ATTN_GPU_TESTS})
   separate_arguments(args UNIX_COMMAND "${t}")
   add_test(NAME ${name} COMMAND cuda_correct ${args})
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 1800 SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()
+# cuda_correct itself on the fake driver: it skips only on ATTN_ENODEV, fails a driver that is there but broken or a
+# device it cannot use, a failed device allocation, and a run that checked no case (a d= selection that matches none).
+set(ATTN_CUDA_FAKE_CASES
+    "nodev|init=100|77|^SKIP: .*no CUDA device|api"
+    "broken|init=999|1|^FAIL: attn_open\\(cuda\\): runtime error: .*cuInit: unknown error|api"
+    "sm75|cc=75|1|^FAIL: attn_open\\(cuda\\): not supported: .*sm_75|api"
+    "alloc|alloc=2|1|FAIL: .*device buffers for the API checks: out of memory|api"
+    "nocases|cc=80|1|^FAIL: no case ran|flash f16 d=48")
+foreach(c ${ATTN_CUDA_FAKE_CASES})
+  string(REPLACE "|" ";" f "${c}")
+  list(GET f 0 name)
+  list(GET f 1 fake)
+  list(GET f 2 code)
+  list(GET f 3 pattern)
+  list(GET f 4 args)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  add_test(NAME cuda_correct_fake_${name} COMMAND ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh ${code} "${pattern}"
+           $<TARGET_FILE:cuda_correct> ${args})
+  set_tests_properties(cuda_correct_fake_${name} PROPERTIES LABELS cuda TIMEOUT 300 ENVIRONMENT
+                       "${ATTN_CUDA_ENV};ATTN_LIBCUDA=$<TARGET_FILE:fake_libcuda>;FAKE_LIBCUDA=${fake}")
 endforeach()

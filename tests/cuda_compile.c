@@ -7,9 +7,12 @@
  *                                       share can be a spread of d split over several tests); the counting builds of
  *                                       d = 64, 128, 192, 256 compile too
  *   cuda_compile space ARCH STRIDE      every STRIDE-th configuration of the tuner's CUDA space (flash, smallcache,
- *                                       lowrank) for a spread of d, dtypes and causal; STRIDE 1 is the whole space
+ *                                       lowrank) for a spread of d, dtypes and causal, with the same checks as the
+ *                                       defaults; STRIDE 1 is the whole space
  *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
- * Exit 77 (CTest: skipped) when NVRTC cannot be loaded, with the reason. */
+ * A kernel must not spill; its counting build may (a few registers for the counters). A run that compiled nothing
+ * (a selection that matches no kernel) fails. Exit 77 (CTest: skipped) when NVRTC cannot be loaded, with the
+ * reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +25,9 @@ static int failures, compiled;
 /* Per-block shared memory a kernel may opt into (A100: 163 KiB, H100: 227 KiB). */
 static long long smem_limit(const char *arch) { return strncmp(arch, "sm_8", 4) == 0 ? 163 * 1024 : 227 * 1024; }
 
-/* Compiles s (and, with count_io, its counting build); prints a line; returns 0 when it is clean. */
-static int check(const attn_spec *s, int count_io, int require_no_spill, int verbose) {
+/* Compiles s (with count_io, its counting build); prints a line; returns 0 when it is clean: it compiles, fits the
+ * arch's shared memory and, unless it is a counting build, does not spill. Every mode checks through here. */
+static int check(const attn_spec *s, int count_io, int verbose) {
   char err[512], label[400];
   attn_spec_format(s, label, sizeof label);
   char *src = attn_spec_source(s, count_io, err, sizeof err);
@@ -48,7 +52,7 @@ static int check(const attn_spec *s, int count_io, int require_no_spill, int ver
       bad = 1;
     } else {
       long long smem = attn_cuda_smem(s) + r.smem_static;
-      if (require_no_spill && (r.spill_stores || r.spill_loads || r.stack)) {
+      if (!count_io && (r.spill_stores || r.spill_loads || r.stack)) {
         printf("FAIL %s%s: spills (%ld bytes stores, %ld loads, %ld stack)\n", label, count_io ? " (counting)" : "",
                r.spill_stores, r.spill_loads, r.stack);
         bad = 1;
@@ -119,9 +123,9 @@ static int defaults(const char *arch, const char *only, int all) {
           if (!all && causal != (d / 16 + t) % 2) continue;
           attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, causal);
           snprintf(s.arch, sizeof s.arch, "%s", arch);
-          check(&s, 0, 1, 1);
-          /* the counting build must compile as well; a few extra registers for the counters are fine */
-          if (d % 64 == 0 && (causal == 1 || !all)) check(&s, 1, 0, 0);
+          check(&s, 0, 1);
+          /* the counting build must compile as well */
+          if (d % 64 == 0 && (causal == 1 || !all)) check(&s, 1, 0);
         }
   }
   return 0;
@@ -158,7 +162,7 @@ static int space(const char *arch, int stride) {
           continue;
         }
         for (int c = 0; c < sp.count; c++)
-          if (seen++ % stride == 0) check(&sp.cfg[c], 0, 0, 1);
+          if (seen++ % stride == 0) check(&sp.cfg[c], 0, 1);
         attn_space_free(&sp);
       }
   return 0;
@@ -182,8 +186,13 @@ int main(int argc, char **argv) {
     }
     defaults(argv[2], argc > 3 ? argv[3] : NULL, all);
   } else if (strcmp(argv[1], "space") == 0) {
-    int stride = argc > 3 ? atoi(argv[3]) : 1;
-    if (space(argv[2], stride > 0 ? stride : 1)) return 1;
+    char *end = NULL;
+    long stride = argc > 3 ? strtol(argv[3], &end, 10) : 1;
+    if (argc > 4 || (end && (end == argv[3] || *end)) || stride < 1 || stride > 1000000) {
+      fprintf(stderr, "cuda_compile: space ARCH [STRIDE]: STRIDE must be a positive integer\n");
+      return 2;
+    }
+    if (space(argv[2], (int)stride)) return 1;
   } else if (strcmp(argv[1], "spec") == 0) {
     attn_spec s;
     char err[512];
@@ -193,7 +202,7 @@ int main(int argc, char **argv) {
     }
     int count = argc > 3 && strcmp(argv[3], "count") == 0;
     int verbose = argc > 4 || (argc > 3 && strcmp(argv[3], "log") == 0) ? 2 : 1;
-    check(&s, count, 1, verbose);
+    check(&s, count, verbose);
   } else {
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;

@@ -6,7 +6,10 @@
  *   cuda_correct shapes DTYPE             n_kv != n both ways, grouped-query heads, batch > 1, non-default scale
  *   cuda_correct io                       counting builds equal tuner/io_theory.c's closed forms for CUDA specs
  *   cuda_correct api                      NULL pointers, cached cubin on a second load, tuned-row lookup
- * Exact algorithms: relative error <= 1e-2 in f16/bf16 and 1e-4 in f32. Exit 77 (skipped) without a CUDA device. */
+ *   ... d=64,128                          only those d (the groups that take a DTYPE, and io)
+ * Exact algorithms: relative error <= 1e-2 in f16/bf16 and 1e-4 in f32. Exit 77 (skipped) only when attn_open says
+ * there is no CUDA device (ATTN_ENODEV); any other failure to open one, a failed allocation, and a run that checked
+ * no case at all (a d= selection that matches nothing) fail. */
 #include "check.h"
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +21,10 @@
 
 static int cases;
 
+/* The d a run covers: all, or those of a d=LIST argument. */
+static int want_d[257], want_some_d;
 
+static int wanted(int d) { return !want_some_d || (d >= 1 && d <= 256 && want_d[d]); }
 
 static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
 
@@ -35,9 +41,13 @@ typedef struct {
   double *ref;
 } bufs;
 
-static int setup(const attn_problem *p0, unsigned long long seed, bufs *b) {
+/* Host buffers and the fp64 reference for a problem; on failure why says what failed. */
+static int setup(const attn_problem *p0, unsigned long long seed, bufs *b, char *why, size_t wl) {
   memset(b, 0, sizeof *b);
-  if (attn_problem_normalize(NULL, p0, &b->p) != ATTN_OK) return -1;
+  if (attn_problem_normalize(NULL, p0, &b->p) != ATTN_OK) {
+    snprintf(why, wl, "the problem is invalid: %s", attn_last_error(NULL));
+    return -1;
+  }
   const attn_problem *p = &b->p;
   b->nq = (size_t)p->batch * p->heads * p->n * p->d;
   b->nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
@@ -46,7 +56,10 @@ static int setup(const attn_problem *p0, unsigned long long seed, bufs *b) {
   b->k = malloc(b->nkv * sizeof(float));
   b->v = malloc(b->nkv * sizeof(float));
   b->ref = malloc(b->nq * sizeof(double));
-  if (!b->q || !b->o || !b->k || !b->v || !b->ref) return -1;
+  if (!b->q || !b->o || !b->k || !b->v || !b->ref) {
+    snprintf(why, wl, "out of host memory for %zu + %zu entries", b->nq, b->nkv);
+    return -1;
+  }
   seed = seed * 1000003ULL + test_seed() * 3;
   attn_fill_random(b->q, b->nq, seed * 3 + 1);
   attn_fill_random(b->k, b->nkv, seed * 3 + 2);
@@ -79,7 +92,9 @@ static const char *shape(const attn_problem *p) {
 static attn_spec default_spec(attn_runtime *rt, attn_algo a, const attn_problem *p) {
   attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
   attn_cuda_info_t info;
-  if (attn_cuda_info(rt, &info) == ATTN_OK) snprintf(s.arch, sizeof s.arch, "%s", info.arch);
+  int rc = attn_cuda_info(rt, &info);
+  CHECK(rc == ATTN_OK, "attn_cuda_info: %s", attn_strerror(rc));
+  if (rc == ATTN_OK) snprintf(s.arch, sizeof s.arch, "%s", info.arch);
   return s;
 }
 
@@ -97,9 +112,10 @@ static attn_spec cpu_twin(const attn_spec *s) {
 static double run(attn_runtime *rt, attn_runtime *cpu, const attn_problem *p0, const attn_spec *s,
                   unsigned long long seed) {
   bufs b;
+  char why[256];
   cases++;
-  if (setup(p0, seed, &b) != 0) {
-    CHECK(0, "%s: cannot set up buffers", shape(p0));
+  if (setup(p0, seed, &b, why, sizeof why) != 0) {
+    CHECK(0, "%s: %s", shape(p0), why);
     release(&b);
     return INFINITY;
   }
@@ -121,9 +137,10 @@ static double run(attn_runtime *rt, attn_runtime *cpu, const attn_problem *p0, c
     attn_plan *cp = NULL;
     float *co = malloc(b.nq * sizeof(float));
     double *co64 = malloc(b.nq * sizeof(double));
+    CHECK(co && co64, "%s: out of host memory for the CPU twin's output (%zu entries)", shape(&b.p), b.nq);
     int crc = co && co64 ? attn_plan_create_spec(cpu, &pc, &c, 0, "twin", &cp) : ATTN_ENOMEM;
     if (crc == ATTN_OK) crc = attn_plan_run_f32(cp, b.q, b.k, b.v, co, NULL, NULL);
-    CHECK(crc == ATTN_OK, "%s: the CPU twin failed: %s", shape(&b.p), attn_last_error(cpu));
+    CHECK(crc == ATTN_OK || !co || !co64, "%s: the CPU twin failed: %s", shape(&b.p), attn_last_error(cpu));
     if (crc == ATTN_OK) {
       for (size_t i = 0; i < b.nq; i++) co64[i] = co[i];
       double diff = attn_rel_error(co64, b.o, b.nq);
@@ -150,7 +167,7 @@ static void sizes(attn_runtime *rt, attn_runtime *cpu, attn_algo a, attn_dtype t
   static const int ds[] = {16, 32, 64, 80, 96, 128, 256}, ns[] = {1, 17, 100, 1000};
   unsigned long long seed = 1;
   for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
-    for (int causal = 0; causal <= 1; causal++)
+    for (int causal = 0; causal <= 1 && wanted(ds[di]); causal++)
       for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         attn_problem p = {.batch = 1, .heads = 2, .n = ns[ni], .d = ds[di], .dtype = t, .causal = causal,
                           .tolerance = a == ATTN_ALGO_LOWRANK ? 0.5 : 0};
@@ -164,7 +181,7 @@ static void shapes(attn_runtime *rt, attn_runtime *cpu, attn_dtype t) {
   static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE};
   for (int ai = 0; ai < 2; ai++)
     for (int d = 64; d <= 128; d += 64)
-      for (int causal = 0; causal <= 1; causal++) {
+      for (int causal = 0; causal <= 1 && wanted(d); causal++) {
         static const int nn[][2] = {{100, 37}, {37, 300}, {1, 1000}, {1000, 1}, {130, 129}, {129, 257}};
         for (size_t i = 0; i < sizeof nn / sizeof nn[0]; i++) {
           attn_problem p = {.batch = 1, .heads = 2, .n = nn[i][0], .n_kv = nn[i][1], .d = d, .dtype = t,
@@ -185,7 +202,7 @@ static void shapes(attn_runtime *rt, attn_runtime *cpu, attn_dtype t) {
       }
   /* every block shape of the tuner's flash space at one awkward size */
   static const int brs[] = {64, 128}, bcs[] = {32, 64, 128}, warps[] = {4, 8}, stages[] = {1, 2, 3};
-  for (int a = 0; a < 2; a++)
+  for (int a = 0; a < 2 && wanted(128); a++)
     for (int b = 0; b < 3; b++)
       for (int w = 0; w < 2; w++)
         for (int st = 0; st < 3; st++) {
@@ -202,7 +219,7 @@ static void io_counts(attn_runtime *rt) {
   static const int ns[][2] = {{1, 1}, {100, 100}, {257, 129}, {129, 300}, {1000, 1000}};
   for (int a = 0; a < 3; a++)
     for (int d = 64; d <= 128; d += 64)
-      for (int causal = 0; causal <= 1; causal++)
+      for (int causal = 0; causal <= 1 && wanted(d); causal++)
         for (int i = 0; i < 5; i++) {
           attn_problem p = {.d = d, .dtype = ATTN_F16, .causal = causal};
           attn_spec s = default_spec(rt, algos[a], &p);
@@ -213,7 +230,8 @@ static void io_counts(attn_runtime *rt) {
           CHECK(rc == ATTN_OK, "io %s d=%d n=%d n_kv=%d: %s", attn_algo_name(s.algo), d, ns[i][0], ns[i][1],
                 attn_last_error(rt));
           unsigned long long fr = 0, fw = 0;
-          attn_io_formula(&s, 1, ns[i][0], ns[i][1], &fr, &fw);
+          int frc = attn_io_formula(&s, 1, ns[i][0], ns[i][1], &fr, &fw);
+          CHECK(frc == ATTN_OK, "io %s: no closed form: %s", attn_algo_name(s.algo), attn_strerror(frc));
           CHECK(io.reads == fr && io.writes == fw, "io %s d=%d n=%d n_kv=%d causal=%d: counted %llu/%llu, formula %llu/%llu",
                 attn_algo_name(s.algo), d, ns[i][0], ns[i][1], causal, io.reads, io.writes, fr, fw);
           const unsigned long long floor_rw = (unsigned long long)(ns[i][0] + 2 * ns[i][1]) * d;
@@ -227,23 +245,25 @@ static void io_counts(attn_runtime *rt) {
 
 static void api(attn_runtime *rt) {
   attn_problem p = {.batch = 1, .heads = 2, .n = 64, .d = 64, .dtype = ATTN_F16};
+  /* device buffers first: a failed allocation is a failure of its own, whatever the plan does */
+  void *buf = NULL;
+  int rc = attn_cuda_alloc(rt, 4 * 2 * 64 * 64 * 2 + 64, &buf);
+  CHECK(rc == ATTN_OK, "device buffers for the API checks: %s: %s", attn_strerror(rc), attn_last_error(rt));
   attn_plan *plan = NULL;
-  int rc = attn_plan_create(rt, &p, &plan);
+  rc = attn_plan_create(rt, &p, &plan);
   CHECK(rc == ATTN_OK, "default plan: %s", attn_last_error(rt));
   cases++;
   if (plan) {
     printf("default plan: %s\n", attn_plan_describe(plan));
     rc = attn_execute(plan, NULL, (void *)1, (void *)1, (void *)1);
     CHECK(rc == ATTN_EINVAL, "attn_execute with q NULL: %d", rc);
-    void *buf = NULL;
-    if (attn_cuda_alloc(rt, 4 * 2 * 64 * 64 * 2 + 64, &buf) == ATTN_OK) {
+    if (buf) {
       char *b = buf;
       rc = attn_execute(plan, b + 2, b + 16384, b + 32768, b + 49152);
       CHECK(rc == ATTN_EINVAL && strstr(attn_last_error(rt), "aligned"), "a misaligned q: %d %s", rc,
             attn_last_error(rt));
       rc = attn_execute(plan, b, b + 16384, b + 32768, b + 49152);
       CHECK(rc == ATTN_OK, "aligned device buffers: %s", attn_last_error(rt));
-      attn_cuda_free(rt, buf);
     }
     attn_plan *again = NULL;
     rc = attn_plan_create(rt, &p, &again);
@@ -251,6 +271,7 @@ static void api(attn_runtime *rt) {
           "a second plan for the same spec compiled again instead of loading the cached cubin");
     attn_plan_destroy(again);
   }
+  attn_cuda_free(rt, buf);
   attn_plan_destroy(plan);
   /* f32 plans exist on CUDA; an unsupported d is refused with a reason */
   attn_problem bad = {.batch = 1, .heads = 1, .n = 8, .d = 24, .dtype = ATTN_F16};
@@ -260,9 +281,44 @@ static void api(attn_runtime *rt) {
   cases++;
 }
 
+/* d=16,64,...: the d to keep; 0, or -1 for a malformed list. */
+static int pick_d(const char *arg) {
+  if (strncmp(arg, "d=", 2) != 0) return -1;
+  for (const char *p = arg + 2;;) {
+    char *end;
+    long d = strtol(p, &end, 10);
+    if (end == p || d < 1 || d > 256 || (*end && *end != ',')) return -1;
+    want_d[d] = want_some_d = 1;
+    if (!*end) return 0;
+    p = end + 1;
+  }
+}
+
 int main(int argc, char **argv) {
+  static const char usage[] = "usage: cuda_correct flash|smallcache|lowrank|shapes DTYPE [d=D,...] | io [d=D,...] | api\n";
   if (argc < 2) {
-    fprintf(stderr, "usage: cuda_correct flash|smallcache|lowrank|shapes DTYPE | io | api\n");
+    fputs(usage, stderr);
+    return 2;
+  }
+  /* the arguments first: a usage error needs no device */
+  const char *group = argv[1];
+  const int has_dtype = !strcmp(group, "flash") || !strcmp(group, "smallcache") || !strcmp(group, "lowrank") ||
+                        !strcmp(group, "shapes");
+  if (!has_dtype && strcmp(group, "io") != 0 && strcmp(group, "api") != 0) {
+    fprintf(stderr, "unknown group %s\n%s", group, usage);
+    return 2;
+  }
+  int dt = ATTN_F16, arg = 2;
+  if (has_dtype) {
+    dt = argc > 2 ? attn_dtype_parse(argv[2]) : -1;
+    if (dt < 0) {
+      fprintf(stderr, "%s needs a dtype (f16, bf16 or f32)\n%s", group, usage);
+      return 2;
+    }
+    arg = 3;
+  }
+  if (argc > arg + 1 || (argc == arg + 1 && (!strcmp(group, "api") || pick_d(argv[arg]) != 0))) {
+    fprintf(stderr, "unexpected argument %s\n%s", argv[arg], usage);
     return 2;
   }
   attn_runtime *rt = NULL, *cpu = NULL;
@@ -271,36 +327,32 @@ int main(int argc, char **argv) {
     printf("SKIP: %s\n", attn_last_error(NULL));
     return 77;
   }
-  if (rc != ATTN_OK) {
-    fprintf(stderr, "attn_open(cuda): %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
+  if (rc != ATTN_OK) { /* a driver or device that is there but unusable is a failure, never a skip */
+    fprintf(stderr, "FAIL: attn_open(cuda): %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
     return 1;
   }
   if (attn_open(NULL, ATTN_TARGET_CPU, &cpu) != ATTN_OK) {
-    fprintf(stderr, "attn_open(cpu): %s\n", attn_last_error(NULL));
+    fprintf(stderr, "FAIL: attn_open(cpu): %s\n", attn_last_error(NULL));
     attn_close(rt);
     return 1;
   }
   attn_cuda_info_t info;
-  attn_cuda_info(rt, &info);
+  rc = attn_cuda_info(rt, &info);
+  CHECK(rc == ATTN_OK, "attn_cuda_info: %s", attn_strerror(rc));
   printf("device: %s (%s, %d SMs, %d bytes of shared memory per block), filed as %s\n", info.name, info.arch, info.sms,
          info.smem_optin, rt->device);
-  int dt = argc > 2 ? attn_dtype_parse(argv[2]) : ATTN_F16;
-  if (dt < 0) {
-    fprintf(stderr, "unknown dtype %s\n", argv[2]);
-    return 2;
-  }
-  if (strcmp(argv[1], "flash") == 0) sizes(rt, cpu, ATTN_ALGO_FLASH, (attn_dtype)dt);
-  else if (strcmp(argv[1], "smallcache") == 0) sizes(rt, cpu, ATTN_ALGO_SMALLCACHE, (attn_dtype)dt);
-  else if (strcmp(argv[1], "lowrank") == 0) sizes(rt, cpu, ATTN_ALGO_LOWRANK, (attn_dtype)dt);
-  else if (strcmp(argv[1], "shapes") == 0) shapes(rt, cpu, (attn_dtype)dt);
-  else if (strcmp(argv[1], "io") == 0) io_counts(rt);
-  else if (strcmp(argv[1], "api") == 0) api(rt);
-  else {
-    fprintf(stderr, "unknown group %s\n", argv[1]);
-    return 2;
-  }
+  if (!strcmp(group, "flash")) sizes(rt, cpu, ATTN_ALGO_FLASH, (attn_dtype)dt);
+  else if (!strcmp(group, "smallcache")) sizes(rt, cpu, ATTN_ALGO_SMALLCACHE, (attn_dtype)dt);
+  else if (!strcmp(group, "lowrank")) sizes(rt, cpu, ATTN_ALGO_LOWRANK, (attn_dtype)dt);
+  else if (!strcmp(group, "shapes")) shapes(rt, cpu, (attn_dtype)dt);
+  else if (!strcmp(group, "io")) io_counts(rt);
+  else api(rt);
   attn_close(cpu);
   attn_close(rt);
-  printf("cuda_correct %s %s: %d cases, %d failures\n", argv[1], argc > 2 ? argv[2] : "", cases, failures);
+  printf("cuda_correct %s %s: %d cases, %d failures\n", group, has_dtype ? argv[2] : "", cases, failures);
+  if (cases == 0) { /* a selection that matches nothing checked nothing: not a pass */
+    printf("FAIL: no case ran\n");
+    return 1;
+  }
   return failures ? 1 : 0;
 }

@@ -1,6 +1,8 @@
 /* cmd_io.c: `attntune io`: runs the counting build of a real kernel with tiles chosen for a fast memory of M
  * entries, and sets the counted transfers beside the kernel's closed form and the theory's lower bound.
- * `--sweep M1..M2 --plot out.svg` does it for the three algorithms over M (doubling) and draws the regimes. */
+ * `--sweep M1..M2 --plot out.svg` does it for the three algorithms over M (doubling) and draws the regimes; each
+ * measured point in the SVG carries its numbers (data-algo, data-m, data-entries) and each decade line its exponent
+ * (data-decade), so that tests/io_sweep.c can check the figure against the counts. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -111,16 +113,21 @@ static double sv_y(const sv_axes *a, double v) {
   return SV_H - SV_B - (log10(v) - a->y0) / (a->y1 - a->y0) * (SV_H - SV_T - SV_B);
 }
 
+/* algo NULL: a theory curve; otherwise measured points, each a dot that carries the numbers it plots. */
 static void sv_curve(FILE *f, const sv_axes *a, const double *xs, const double *ys, int cnt, const char *color,
-                     const char *dash, int dots) {
-  fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s points=\"", color,
+                     const char *dash, const char *algo) {
+  fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s", color,
           dash ? " stroke-dasharray=\"" : "", dash ? dash : "", dash ? "\"" : "");
+  if (algo) fprintf(f, " class=\"measured\" data-algo=\"%s\"", algo);
+  fprintf(f, " points=\"");
   for (int i = 0; i < cnt; i++)
     if (ys[i] > 0) fprintf(f, "%.1f,%.1f ", sv_x(a, xs[i]), sv_y(a, ys[i]));
   fprintf(f, "\"/>\n");
-  if (dots)
+  if (algo)
     for (int i = 0; i < cnt; i++)
-      if (ys[i] > 0) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", sv_x(a, xs[i]), sv_y(a, ys[i]), color);
+      if (ys[i] > 0)
+        fprintf(f, "<circle class=\"point\" data-algo=\"%s\" data-m=\"%.0f\" data-entries=\"%.0f\" cx=\"%.1f\" "
+                   "cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", algo, xs[i], ys[i], sv_x(a, xs[i]), sv_y(a, ys[i]), color);
 }
 
 static int write_svg(const char *path, long n, int d, const double *ms, int nm, double meas[3][64],
@@ -155,12 +162,14 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
   /* grid and decade labels */
   for (double e = ax.x0; e <= ax.x1 + 1e-9; e++) {
     double x = sv_x(&ax, pow(10, e));
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#ddd\"/>\n", x, SV_T, x, SV_H - SV_B);
+    fprintf(f, "<line class=\"xtick\" data-decade=\"%.0f\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" "
+               "stroke=\"#ddd\"/>\n", e, x, SV_T, x, SV_H - SV_B);
     fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">1e%.0f</text>\n", x, SV_H - SV_B + 18, e);
   }
   for (double e = ax.y0; e <= ax.y1 + 1e-9; e++) {
     double y = sv_y(&ax, pow(10, e));
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", SV_L, y, SV_W - SV_R, y);
+    fprintf(f, "<line class=\"ytick\" data-decade=\"%.0f\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" "
+               "stroke=\"#ddd\"/>\n", e, SV_L, y, SV_W - SV_R, y);
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">1e%.0f</text>\n", SV_L - 6, y + 4, e);
   }
   fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", SV_L,
@@ -177,10 +186,11 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
                "<text x=\"%.1f\" y=\"%.0f\">M = d&#178;</text>\n", x, SV_T, x, SV_H - SV_B, x + 4, SV_T + 14);
   }
   static const char *const colors[3] = {"#1f77b4", "#d62728", "#2ca02c"};
-  sv_curve(f, &ax, ms, th1, nm, "#888", "8,4", 0);
-  sv_curve(f, &ax, ms, th2, nm, "#888", "2,3", 0);
-  sv_curve(f, &ax, ms, fl, nm, "#bbb", "1,2", 0);
-  for (int a = 0; a < 3; a++) sv_curve(f, &ax, ms, meas[a], nm, colors[a], NULL, 1);
+  sv_curve(f, &ax, ms, th1, nm, "#888", "8,4", NULL);
+  sv_curve(f, &ax, ms, th2, nm, "#888", "2,3", NULL);
+  sv_curve(f, &ax, ms, fl, nm, "#bbb", "1,2", NULL);
+  static const attn_algo algos[3] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
+  for (int a = 0; a < 3; a++) sv_curve(f, &ax, ms, meas[a], nm, colors[a], NULL, attn_algo_name(algos[a]));
   /* legend */
   const char *lab[6] = {names[0], names[1], names[2], "n&#178;d&#178;/M", "n&#178;d/&#8730;M", "4nd (read Q,K,V, write O)"};
   const char *col[6] = {colors[0], colors[1], colors[2], "#888", "#888", "#bbb"};

@@ -1,0 +1,104 @@
+/* fake_libcuda.c: a stand-in for libcuda.so.1 (loaded through ATTN_LIBCUDA) whose answers a test chooses, so that
+ * attn_open's handling of broken drivers and unusable devices is checked on a machine without a GPU.
+ * $FAKE_LIBCUDA, comma-separated (defaults in brackets):
+ *   init=N   cuInit returns N [0]          count=N  devices [1]            cc=MAJMIN  compute capability [80]
+ *   ctx=N    cuDevicePrimaryCtxRetain returns N [0]                        alloc=N  cuMemAlloc_v2 returns N [0]
+ * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
+ * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+#define ATTR_SMS 16
+#define ATTR_L2 38
+#define ATTR_CC_MAJOR 75
+#define ATTR_CC_MINOR 76
+#define ATTR_SMEM_OPTIN 97
+
+typedef unsigned long long devptr;
+
+/* One setting of $FAKE_LIBCUDA, or def when it is not given. */
+static int setting(const char *key, int def) {
+  const char *e = getenv("FAKE_LIBCUDA");
+  size_t kl = strlen(key);
+  for (const char *p = e; p && *p;) {
+    if (strncmp(p, key, kl) == 0 && p[kl] == '=') return atoi(p + kl + 1);
+    p = strchr(p, ',');
+    if (p) p++;
+  }
+  return def;
+}
+
+API int cuInit(unsigned flags) { return flags ? 1 : setting("init", 0); }
+API int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+API int cuDeviceGetCount(int *n) { *n = setting("count", 1); return 0; }
+API int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal < setting("count", 1) ? 0 : 101; }
+API int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, (size_t)len, "Fake GPU %d", dev); return 0; }
+API int cuDeviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev;
+  const int cc = setting("cc", 80);
+  switch (attr) {
+  case ATTR_SMS: *v = 4; return 0;
+  case ATTR_L2: *v = 1 << 20; return 0;
+  case ATTR_CC_MAJOR: *v = cc / 10; return 0;
+  case ATTR_CC_MINOR: *v = cc % 10; return 0;
+  case ATTR_SMEM_OPTIN: *v = 163 * 1024; return 0;
+  default: return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute this fake does not know */
+  }
+}
+#ifndef FAKE_NO_CTX
+static int ctx_object;
+API int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+  (void)dev;
+  int r = setting("ctx", 0);
+  *ctx = r ? NULL : &ctx_object;
+  return r;
+}
+#endif
+API int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
+API int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+static int module_object, function_object;
+API int cuModuleLoadData(void **mod, const void *image) { (void)image; *mod = &module_object; return 0; }
+API int cuModuleUnload(void *mod) { (void)mod; return 0; }
+API int cuModuleGetFunction(void **fn, void *mod, const char *name) { (void)mod, (void)name; *fn = &function_object; return 0; }
+API int cuFuncSetAttribute(void *fn, int attr, int v) { (void)fn, (void)attr, (void)v; return 0; }
+API int cuFuncGetAttribute(int *v, int attr, void *fn) { (void)attr, (void)fn; *v = 64; return 0; }
+API int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *fn, int block, size_t smem) {
+  (void)fn, (void)block, (void)smem;
+  *n = 1;
+  return 0;
+}
+API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void *stream, void **params, void **extra) {
+  (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)params;
+  (void)extra;
+  return 0;
+}
+API int cuMemAlloc_v2(devptr *p, size_t bytes) {
+  int r = setting("alloc", 0);
+  void *m = r ? NULL : malloc(bytes);
+  if (!r && !m) r = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  *p = (devptr)(size_t)m;
+  return r;
+}
+API int cuMemFree_v2(devptr p) { free((void *)(size_t)p); return 0; }
+API int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { memcpy((void *)(size_t)dst, src, n); return 0; }
+API int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { memcpy(dst, (const void *)(size_t)src, n); return 0; }
+API int cuMemsetD8_v2(devptr dst, unsigned char v, size_t n) { memset((void *)(size_t)dst, v, n); return 0; }
+API int cuStreamSynchronize(void *stream) { (void)stream; return 0; }
+static int event_object;
+API int cuEventCreate(void **ev, unsigned flags) { (void)flags; *ev = &event_object; return 0; }
+API int cuEventRecord(void *ev, void *stream) { (void)ev, (void)stream; return 0; }
+API int cuEventSynchronize(void *ev) { (void)ev; return 0; }
+API int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a, (void)b; *ms = 1.0f; return 0; }
+API int cuEventDestroy_v2(void *ev) { (void)ev; return 0; }
+API int cuGetErrorString(int r, const char **s) {
+  switch (r) {
+  case 0: *s = "no error"; return 0;
+  case 2: *s = "out of memory"; return 0;
+  case 100: *s = "no CUDA-capable device is detected"; return 0;
+  case 999: *s = "unknown error"; return 0;
+  default: *s = NULL; return 1; /* CUDA_ERROR_INVALID_VALUE, as the driver answers for a code it does not know */
+  }
+}
