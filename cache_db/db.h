@@ -60,8 +60,11 @@ const char *attn_db_errmsg(attn_db *db);
 
 /* The schema version this build writes (PRAGMA user_version after attn_db_open). */
 int attn_db_schema_version(void);
-/* --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db (creating ~/.cache/attntune). 0, or -1 if too long. */
+/* $ATTN_DB, else <attn_cache_home>/attntune.db (creating the directory). 0, or -1 if too long. */
 int attn_db_default_path(char *buf, size_t len);
+/* attntune's cache directory: $XDG_CACHE_HOME/attntune when XDG_CACHE_HOME is an absolute path, else
+ * $HOME/.cache/attntune (the password database's home without $HOME). Not created. 0, or -1 if too long. */
+int attn_cache_home(char *buf, size_t len);
 /* The file the handle has open (absolute path), for telling two handles on one file apart. */
 const char *attn_db_filename(attn_db *db);
 

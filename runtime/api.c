@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,14 +41,11 @@ ATTN_API const char *attn_strerror(int code) {
 
 ATTN_API const char *attn_last_error(const attn_runtime *rt) { return rt ? rt->last_error : tls_error; }
 
-/* ~/.cache/attntune/<leaf>, with $HOME or the password database's home. */
+/* <leaf> in attntune's cache directory ($XDG_CACHE_HOME/attntune, else ~/.cache/attntune: attn_cache_home). */
 static int cache_path(char *buf, size_t len, const char *leaf) {
-  const char *home = getenv("HOME");
-  if (!home || !*home) {
-    struct passwd *pw = getpwuid(getuid());
-    home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
-  }
-  int w = snprintf(buf, len, "%s/.cache/attntune/%s", home, leaf);
+  char dir[4096];
+  if (attn_cache_home(dir, sizeof dir) != 0) return -1;
+  int w = snprintf(buf, len, "%s/%s", dir, leaf);
   return w >= 0 && (size_t)w < len ? 0 : -1;
 }
 

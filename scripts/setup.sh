@@ -5,6 +5,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${ATTN_BUILD_DIR:-$root/build}
 packages="gcc make cmake pkg-config libsqlite3-dev libjansson-dev liblua5.4-dev libopenblas-dev libssl-dev sqlite3 python3"
+# the `slurm` test (tests/slurm.sh): a single-node Slurm cluster it starts and stops itself
+packages="$packages slurm-wlm munge"
 # test.sh's sanitizer stage (scripts/sanitize.sh): clang with its OpenMP and its sanitizer and libFuzzer runtimes
 if [ "${ATTN_SETUP_SANITIZE:-0}" = 1 ]; then
   packages="$packages clang libomp-dev libclang-rt-dev"

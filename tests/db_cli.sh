@@ -75,6 +75,9 @@ roundtrip)  # export -> import into a fresh db -> export: identical; importing a
   grep -q "6 measurements (6 new, 0 replaced, 0 kept)" "$out" || fail "import report"
   [ "$(rows "$W/a.db")" -eq 6 ] || fail "rows $(rows "$W/a.db")"
   "$T" export "$W/e1.json" --db "$W/a.db" >"$out" 2>&1 || fail "export exit $?"
+  # a device's info is the JSON object it describes, not a string holding JSON (the fixture's older form)
+  grep -A 2 '"info": {' "$W/e1.json" | grep -q '"threads": 2' || fail "device info is not exported as an object"
+  grep -q '"info": "' "$W/e1.json" && fail "device info exported as a string"
   "$T" import "$W/e1.json" --db "$W/b.db" >"$out" 2>&1 || fail "import 2 exit $?"
   ATTN_DB="$W/b.db" "$T" export "$W/e2.json" >"$out" 2>&1 || fail "export 2 exit $?"
   cmp "$W/e1.json" "$W/e2.json" >"$out" 2>&1 || fail "round trip differs"
@@ -115,6 +118,9 @@ import_bad)  # bad files: a clear reason, exit 1, and nothing imported
   sed 's/"status": "compile_error"/"status": "great"/' "$W/in.json" >"$W/status.json"
   "$T" import "$W/status.json" --db "$W/a.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q 'measurements\[3\]: "status" must be ok, wrong,' "$out" || fail "bad status"
+  sed 's/"info": null}/"info": 7}/' "$W/in.json" >"$W/info.json"
+  "$T" import "$W/info.json" --db "$W/a.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q 'devices\[1\]: "info" must be an object, a string or null' "$out" || fail "bad info"
   sed 's/"n": 100,/"n": "100",/' "$W/in.json" >"$W/type.json"
   "$T" import "$W/type.json" --db "$W/a.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q 'measurements\[4\]: "n" must be an integer' "$out" || fail "bad type"
@@ -133,9 +139,10 @@ show)  # the best row per (device, d, n, dtype, causal): exact before lowrank, o
   "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
   "$T" show --db "$W/a.db" >"$out" 2>&1 || fail "show exit $?"
   [ "$(grep -c '^cpu:Test CPU @ 2GHz' "$out")" -eq 2 ] || fail "cpu rows"
-  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024  *1024  *8  *- f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2  *2.50e-07  measured" "$out" \
+  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024  *1024  *8  *- f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2 GFLOP/s  *2.50e-07  measured" "$out" \
     || fail "best at 1024 is the faster exact row"
-  grep -q "^H100  *128  *2048  *2048  *8  *- f16 .* 0.0625 .* -  model" "$out" || fail "model row"
+  # a GPU row's rate in TFLOP/s (1000.5 GFLOP/s)
+  grep -q "^H100  *128  *2048  *2048  *8  *- f16 .* 0.0625  *1.0 TFLOP/s  *-  model" "$out" || fail "model row"
   grep -q "lowrank" "$out" && fail "an approximate row shown over exact ones"
   [ "$(wc -l <"$out")" -eq 4 ] || fail "header + 3 rows"
   "$T" show --db "$W/a.db" --json >"$out" 2>&1 || fail "show --json exit $?"
@@ -180,6 +187,12 @@ merge)  # B into A: new rows added, overlapping rows keep the better/newer, the 
   grep -q "0 added, 0 replaced, $n kept (the same database)" "$out" && [ "$(rows "$W/a.db")" -eq "$n" ] || fail "self merge"
   "$T" merge "$W/a.db" >"$out" 2>&1
   [ $? -eq 2 ] && grep -q "needs two databases or more" "$out" || fail "one argument"
+  # a target that does not exist is created, with the sources' rows
+  "$T" merge "$W/new.db" "$W/a.db" "$W/b.db" >"$out" 2>&1 || fail "merge into a new target: exit $?"
+  [ "$(rows "$W/new.db")" -eq "$n" ] || fail "new target rows $(rows "$W/new.db"), want $n"
+  # and a merge that fails leaves no target behind
+  "$T" merge "$W/new2.db" "$W/a.db" "$W/none.db" >"$out" 2>&1
+  [ $? -eq 1 ] && [ ! -e "$W/new2.db" ] || fail "a failed merge left its new target"
   "$T" merge "$W/a.db" "$W/none.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q "no such database" "$out" || fail "missing B"
   echo "not a database ..................................................................................." >"$W/text.db"

@@ -15,7 +15,7 @@ set(ATTN_SANITIZE_TESTS
     db_cli_roundtrip db_cli_import_bad db_cli_show db_cli_merge db_cli_keep_better db_cli_locked db_cli_run_killed
     db_cli_damaged
     tuner_cli_model tuner_cli_unknown_gpu tuner_cli_empty_space tuner_cli_bad_args tuner_cli_verbs tuner_cli_concurrent
-    tuner_cli_compile_error tuner_cli_anneal tuner_cli_decode
+    tuner_cli_compile_error tuner_cli_anneal tuner_cli_decode tuner_cli_shard tuner_cli_help tuner_cli_gpu_alias
     tuner_cli_lua_error tuner_cli_lua_runaway tuner_cli_lua_nonsense tuner_cli_lua_gc tuner_cli_lua_xpcall
     tuner_cli_lua_pattern tuner_cli_lua_sigint)
 function(attn_label_sanitize)

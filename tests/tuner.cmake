@@ -17,7 +17,8 @@ set_tests_properties(tuner_plan_describe PROPERTIES LABELS tuner TIMEOUT 120
                      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE}")
 if(TARGET attntune)
   foreach(c cpu model model_bound model_compiled unknown_gpu empty_space bad_args lua_error lua_runaway lua_nonsense anneal genetic sigint jobs verbs concurrent
-          compile_error large_n decode env_retry remeasure lua_gc lua_xpcall lua_pattern lua_sigint)
+          compile_error large_n decode env_retry remeasure lua_gc lua_xpcall lua_pattern lua_sigint
+          shard no_gpu gpu_alias help xdg io_svg doc_refs)
     add_test(NAME tuner_cli_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tuner_cli.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/tuner-${c} $<TARGET_FILE:tuner_plan>)

@@ -303,6 +303,150 @@ lua_sigint)  # Ctrl-C stops a script within ~2 s, looping in Lua or in C (string
     fi
   done
   ;;
+shard)  # --shard K/N: every problem in exactly one part; the parts merged are one unsharded run, row for row (the
+  # model's rows are deterministic, so bit for bit: export and show --json compared without times of day and run ids)
+  A="--gpu A100 --d 64,128 --n 256,1024,4096 --causal 0,1"
+  "$T" $A --db "$W/all.db" >"$out" 2>&1 || fail "unsharded exit $?"
+  canon() { # DB: the export's devices and measurements, without created and run, in a fixed order
+    "$T" export - --db "$1" 2>>"$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps(d["devices"], sort_keys=True))
+ms = [{k: v for k, v in m.items() if k not in ("created", "run")} for m in d["measurements"]]
+print("\n".join(sorted(json.dumps(m, sort_keys=True) for m in ms)))'
+  }
+  canon "$W/all.db" >"$W/all.txt" || fail "export of the unsharded run"
+  "$T" show --json --db "$W/all.db" | grep -v '"created"' >"$W/all.show" || fail "show of the unsharded run"
+  for n in 2 3 5; do
+    parts=
+    k=1
+    while [ $k -le $n ]; do
+      "$T" $A --shard $k/$n --db "$W/p$k-$n.db" >"$out" 2>&1 || fail "part $k/$n exit $?"
+      grep -q "^shard $k/$n: [0-9]* of the 24 problems" "$out" || fail "part $k/$n: no shard line"
+      parts="$parts $W/p$k-$n.db"
+      k=$((k + 1))
+    done
+    # the parts are disjoint and cover the problems
+    for p in $parts; do sqlite3 "$p" "SELECT DISTINCT n, d, causal, dtype FROM measurements"; done | sort >"$W/keys.txt"
+    [ "$(wc -l <"$W/keys.txt")" -eq 24 ] && [ "$(sort -u "$W/keys.txt" | wc -l)" -eq 24 ] || fail "$n parts: problems not one each"
+    "$T" merge "$W/m$n.db" $parts >"$out" 2>&1 || fail "merge of $n parts exit $?"  # a new target: created
+    canon "$W/m$n.db" >"$W/m$n.txt" || fail "export of the merge"
+    cmp "$W/all.txt" "$W/m$n.txt" >"$out" 2>&1 || fail "$n parts merged differ from the unsharded run (export)"
+    "$T" show --json --db "$W/m$n.db" | grep -v '"created"' >"$W/m$n.show" || fail "show of the merge"
+    cmp "$W/all.show" "$W/m$n.show" >"$out" 2>&1 || fail "$n parts merged differ from the unsharded run (show --json)"
+  done
+  # more parts than problems: the extra parts tune nothing and succeed
+  "$T" --gpu A100 --d 64 --n 256 --dtype bf16 --shard 2/2 --db "$W/none.db" >"$out" 2>&1 || fail "an empty part exit $?"
+  grep -q "^shard 2/2: 0 of the 1 problems" "$out" && [ "$(rows "$W/none.db")" -eq 0 ] || fail "an empty part"
+  # measured parts: each CPU problem whole (finalist round, chosen row) in one part
+  for k in 1 2; do
+    "$T" --gpu cpu --d 16 --n 64,96 --budget 1 --time-cap 0.1 --shard $k/2 --db "$W/c$k.db" >"$out" 2>&1 || fail "cpu part $k"
+    [ "$(sqlite3 "$W/c$k.db" "SELECT COUNT(DISTINCT n) || ' ' || SUM(chosen) FROM measurements")" = "1 1" ] ||
+      fail "cpu part $k: not one problem with its choice"
+  done
+  "$T" merge "$W/c.db" "$W/c1.db" "$W/c2.db" >"$out" 2>&1 || fail "cpu merge"
+  [ "$(sqlite3 "$W/c.db" "SELECT group_concat(n) FROM (SELECT n FROM measurements WHERE chosen = 1 ORDER BY n)")" = "64,96" ] ||
+    fail "cpu merge lacks a problem"
+  # bad values: exit 2, one line, no database
+  for v in 0/2 3/2 x 1/0 1/ /2 -1/2 1/2/3 "1 /2" 1/1000001; do
+    "$T" --gpu A100 --d 64 --shard "$v" --db "$W/bad.db" >"$out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^attntune tune: --shard " "$out" || fail "--shard '$v': exit $rc"
+  done
+  [ ! -e "$W/bad.db" ] || fail "a bad --shard created the database"
+  ;;
+no_gpu)  # --gpu is required: a forgotten --gpu A100 is a usage error, not a CPU tune
+  "$T" --d 64 --db "$W/x.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^attntune tune: --gpu is required: --gpu cpu measures" "$out" ||
+    fail "exit $rc"
+  "$T" tune --d 64 --n 128 --db "$W/x.db" >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "gpu is required" "$out" || fail "tune verb"
+  [ ! -e "$W/x.db" ] || fail "a tune without --gpu created the database"
+  ;;
+gpu_alias)  # a variant's name is taken as its table entry with a note naming it; one not in the table is refused
+  "$T" --gpu H100-SXM --d 64 --n 256 --dtype bf16 --db "$W/a.db" >"$out" 2>&1 || fail "H100-SXM exit $?"
+  grep -q "^note: 'H100-SXM' is not a table name: taken as H100 (H100 SXM5 80GB" "$out" || fail "no note"
+  [ "$(sqlite3 "$W/a.db" "SELECT DISTINCT d.name FROM measurements m JOIN devices d ON d.id = m.device_id")" = H100 ] ||
+    fail "rows not under H100"
+  "$T" --gpu h100 --d 64 --n 256 --dtype bf16 --db "$W/b.db" >"$out" 2>&1 || fail "h100 exit $?"
+  grep -q "^note:" "$out" && fail "a note for the table's own name"
+  "$T" --gpu H100-PCIe --d 64 --db "$W/c.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "unknown GPU 'H100-PCIe': known: A100, H100" "$out" ||
+    fail "H100-PCIe: exit $rc"
+  ;;
+help)  # help VERB is that verb's help; defaults and the environment are in the help; the manual page is its text
+  "$T" help tune >"$out" 2>&1 || fail "help tune exit $?"
+  grep -q "^usage: attntune \[tune\] --gpu NAME|cpu" "$out" || fail "help tune is not tune's help"
+  grep -q -- "--n RANGE query rows (default 1024)" "$out" || fail "--n's default"
+  grep -q -- "--shard K/N" "$out" || fail "--shard"
+  "$T" tune --help >"$W/tune-help.txt" 2>&1 && cmp "$out" "$W/tune-help.txt" >/dev/null || fail "help tune != tune --help"
+  for v in show export import merge gpus io bench; do
+    "$T" help $v >"$out" 2>&1 || fail "help $v exit $?"
+    grep -q "^usage: attntune $v" "$out" || fail "help $v"
+  done
+  "$T" help nosuch >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "unknown verb 'nosuch'" "$out" || fail "help nosuch"
+  "$T" help >"$out" 2>&1 || fail "help exit $?"
+  grep -q "XDG_CACHE_HOME" "$out" && grep -q "help VERB" "$out" || fail "help lacks the environment or help VERB"
+  # the manual page, made by the build from the same texts
+  man1=$(dirname "$T")/attntune.1
+  [ -s "$man1" ] || fail "no $man1"
+  grep -q '^\.TH ATTNTUNE 1 ' "$man1" || fail "no .TH"
+  for v in tune show export import merge gpus io bench; do
+    grep -q "^\.B $v\$" "$man1" && grep -q "^\.SS $v\$" "$man1" || fail "the manual lacks $v"
+    # every line of the verb's help, unescaped, is in the page
+    "$T" help $v >"$W/h.txt" 2>&1
+    sed -e 's/^\\&//' -e 's/\\-/-/g' -e 's/\\e/\\/g' "$man1" >"$W/man.txt"
+    while IFS= read -r line; do
+      grep -F -x -q -- "$line" "$W/man.txt" || fail "the manual lacks '$line' of $v's help"
+    done <"$W/h.txt"
+  done
+  if command -v groff >/dev/null 2>&1; then
+    groff -man -Tascii -ww -z "$man1" >"$out" 2>&1 || fail "groff exit $?"
+    [ ! -s "$out" ] || fail "groff warns"
+  fi
+  # installed with the CLI
+  if command -v cmake >/dev/null 2>&1; then
+    cmake --install "$(dirname "$T")/.." --prefix "$W/inst" >"$out" 2>&1 || fail "cmake --install exit $?"
+    cmp "$man1" "$W/inst/share/man/man1/attntune.1" >"$out" 2>&1 || fail "the manual page is not in share/man/man1"
+  fi
+  ;;
+xdg)  # XDG_CACHE_HOME (absolute) holds the default database and the kernel cache; a relative one is ignored
+  unset ATTN_DB ATTN_CACHE_DIR
+  XDG_CACHE_HOME="$W/xdg" HOME="$W/home" "$T" --gpu A100 --d 64 --n 256 >"$out" 2>&1 || fail "model exit $?"
+  [ "$(rows "$W/xdg/attntune/attntune.db")" -gt 0 ] || fail "no rows in \$XDG_CACHE_HOME/attntune/attntune.db"
+  XDG_CACHE_HOME="$W/xdg" HOME="$W/home" "$T" show >"$out" 2>&1 && grep -q "^A100 " "$out" || fail "show's default"
+  # the runtime: its default database (no tuned CPU row there: the default plan, exit 3) and its kernel cache
+  XDG_CACHE_HOME="$W/xdg" HOME="$W/home" "$PLAN" "" 16 64 2 >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 3 ] && grep -q "(default" "$out" || fail "runtime exit $rc"
+  [ -n "$(ls "$W/xdg/attntune/so" 2>/dev/null)" ] || fail "no compiled kernels in \$XDG_CACHE_HOME/attntune/so"
+  [ ! -e "$W/home/.cache" ] || fail "~/.cache used although XDG_CACHE_HOME is set"
+  XDG_CACHE_HOME=relative HOME="$W/home" "$T" --gpu A100 --d 64 --n 256 >"$out" 2>&1 || fail "relative exit $?"
+  [ "$(rows "$W/home/.cache/attntune/attntune.db")" -gt 0 ] && [ ! -e relative ] || fail "a relative XDG_CACHE_HOME was used"
+  ;;
+io_svg)  # the regimes figure's legend fits in the canvas: no label runs past the width (8 px a character at 13 px)
+  "$T" io --n 128 --d 32 --sweep 256..1024 --plot "$W/io.svg" >"$out" 2>&1 || fail "io exit $?"
+  w=$(sed -n 's/^<svg [^>]* width="\([0-9.]*\)".*/\1/p' "$W/io.svg")
+  [ -n "$w" ] || fail "no width"
+  grep -q '>4nd (read Q,K,V, write O)</text>' "$W/io.svg" || fail "no legend"
+  over=$(grep -o '<text x="[0-9.]*" y="[0-9.]*">[^<]*</text>' "$W/io.svg" | awk -F'"' -v W="$w" '{
+    t = $0; sub(/^[^>]*>/, "", t); sub(/<\/text>$/, "", t); gsub(/&[^;]*;/, "e", t)
+    if ($2 + 8 * length(t) > W) print t }')
+  [ -z "$over" ] || fail "clipped past width $w: $over"
+  ;;
+doc_refs)  # the build files and the README name only documents that exist
+  src=$(cd "$(dirname "$0")/.." && pwd)
+  missing=
+  for f in "$src/CMakeLists.txt" "$src"/*/CMakeLists.txt "$src"/tests/*.cmake "$src/README.md"; do
+    for ref in $(grep -o 'docs/[A-Za-z0-9_./-]*\.\(md\|svg\)' "$f" | sort -u); do
+      [ -e "$src/$ref" ] || missing="$missing ${f#$src/}:$ref"
+    done
+  done
+  [ -z "$missing" ] || fail "missing documents:$missing"
+  ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
 echo "PASS ($case_)"

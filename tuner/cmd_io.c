@@ -104,9 +104,24 @@ static void print_point(const io_point *pt, int json) {
 #define SV_T 40.0
 #define SV_B 60.0
 
+/* The legend's text is as wide as its longest label: the canvas widens to hold it. Characters are counted as
+ * SV_CHAR_W pixels, more than a 13 px sans-serif's widest common glyphs take, so no renderer clips a label. */
+#define SV_CHAR_W 8.0
+
 typedef struct {
   double x0, x1, y0, y1; /* log10 ranges */
 } sv_axes;
+
+/* Characters a label shows: an entity (&#178;, &amp;) is one. */
+static int sv_chars(const char *s) {
+  int c = 0;
+  for (; *s; s++, c++)
+    if (*s == '&') {
+      const char *semi = strchr(s, ';');
+      if (semi) s = semi;
+    }
+  return c;
+}
 
 static double sv_x(const sv_axes *a, double v) { return SV_L + (log10(v) - a->x0) / (a->x1 - a->x0) * (SV_W - SV_L - SV_R); }
 static double sv_y(const sv_axes *a, double v) {
@@ -155,8 +170,15 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
     if (log10(th1[i]) > ax.y1 || log10(th1[i]) < ax.y0) th1[i] = -1;
     if (log10(th2[i]) > ax.y1 || log10(th2[i]) < ax.y0) th2[i] = -1;
   }
+  /* legend: a 28 px line, then the label 34 px from the line's start */
+  const char *lab[6] = {names[0],          names[1],           names[2],
+                        "n&#178;d&#178;/M", "n&#178;d/&#8730;M", "4nd (read Q,K,V, write O)"};
+  int longest = 0;
+  for (int i = 0; i < 6; i++)
+    if (sv_chars(lab[i]) > longest) longest = sv_chars(lab[i]);
+  const double legend_x = SV_W - SV_R + 14, width = fmax(SV_W, legend_x + 34 + SV_CHAR_W * longest + 10);
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
-             "font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", SV_W, SV_H);
+             "font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", width, SV_H);
   fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">Counted transfers vs fast memory M (entries), n=%ld, d=%d"
              " (attntune io --sweep)</text>\n", SV_L, n, d);
   /* grid and decade labels */
@@ -191,12 +213,10 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
   sv_curve(f, &ax, ms, fl, nm, "#bbb", "1,2", NULL);
   static const attn_algo algos[3] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
   for (int a = 0; a < 3; a++) sv_curve(f, &ax, ms, meas[a], nm, colors[a], NULL, attn_algo_name(algos[a]));
-  /* legend */
-  const char *lab[6] = {names[0], names[1], names[2], "n&#178;d&#178;/M", "n&#178;d/&#8730;M", "4nd (read Q,K,V, write O)"};
   const char *col[6] = {colors[0], colors[1], colors[2], "#888", "#888", "#bbb"};
   const char *dsh[6] = {NULL, NULL, NULL, "8,4", "2,3", "1,2"};
   for (int i = 0; i < 6; i++) {
-    double y = SV_T + 20 + 22 * i, x = SV_W - SV_R + 14;
+    double y = SV_T + 20 + 22 * i, x = legend_x;
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"%s%s%s/>\n", x,
             y, x + 28, y, col[i], dsh[i] ? " stroke-dasharray=\"" : "", dsh[i] ? dsh[i] : "", dsh[i] ? "\"" : "");
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", x + 34, y + 4, lab[i]);

@@ -38,7 +38,8 @@ static int parse_args(const char *verb, int argc, char **argv, const char **file
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: attntune %s FILE.json [--db PATH]\n"
              "  %s the database's devices, runs and measurements %s JSON (FILE '-': %s)\n"
-             "  database: --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db\n",
+             "  database: --db, else $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else\n"
+             "  ~/.cache/attntune/attntune.db\n",
              verb, strcmp(verb, "export") == 0 ? "writes" : "reads", strcmp(verb, "export") == 0 ? "as" : "from",
              strcmp(verb, "export") == 0 ? "standard output" : "standard input");
       return -1;
@@ -83,7 +84,14 @@ static int export_device(void *vctx, const attn_db_device *d) {
   json_object_set_new(o, "name", json_string(d->name));
   json_object_set_new(o, "kind", json_string(d->kind));
   json_object_set_new(o, "arch", str_or_null(d->arch));
-  json_object_set_new(o, "info", str_or_null(d->info));
+  /* the tuner stores the device's description as JSON text: exported as the object it is, so that a reader
+   * of the file need not parse a string within it; text that is not an object (older imports) stays a string */
+  json_t *info = d->info ? json_loads(d->info, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  if (!json_is_object(info)) {
+    json_decref(info);
+    info = str_or_null(d->info);
+  }
+  json_object_set_new(o, "info", info);
   return 0;
 }
 
@@ -470,10 +478,28 @@ int attn_import_doc(attn_db *db, json_t *doc, const char *file, const char *path
       bad(&e, "", "must be an object");
       goto fail;
     }
-    if (only_keys(&e, o, keys) || get_str(&e, o, "name", 0, &d.name) || get_str(&e, o, "kind", 1, &d.kind) ||
-        get_str(&e, o, "arch", 1, &d.arch) || get_str(&e, o, "info", 1, &d.info))
+    /* info: the object export writes, or the string older exports wrote (stored as it is) */
+    json_t *info = json_object_get(o, "info");
+    char *info_text = NULL;
+    if (info && !json_is_object(info) && !json_is_string(info) && !json_is_null(info)) {
+      bad(&e, "info", "must be an object, a string or null");
       goto fail;
-    if (attn_db_device_put(db, &d, NULL) != ATTN_OK) goto dbfail;
+    }
+    if (json_is_object(info)) {
+      if (!(info_text = json_dumps(info, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)))) {
+        snprintf(e.msg, sizeof e.msg, "out of memory");
+        goto fail;
+      }
+      d.info = info_text;
+    }
+    if (only_keys(&e, o, keys) || get_str(&e, o, "name", 0, &d.name) || get_str(&e, o, "kind", 1, &d.kind) ||
+        get_str(&e, o, "arch", 1, &d.arch) || (!info_text && get_str(&e, o, "info", 1, &d.info))) {
+      free(info_text);
+      goto fail;
+    }
+    int put = attn_db_device_put(db, &d, NULL);
+    free(info_text);
+    if (put != ATTN_OK) goto dbfail;
   }
   e.where = "runs";
   json_array_foreach(runs, i, o) {

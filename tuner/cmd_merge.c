@@ -1,15 +1,18 @@
 /* cmd_merge.c: `attntune merge TARGET.db A.db [B.db ...]`: the rows of each source into TARGET, source by source in
- * the order given, all in one transaction on TARGET (which must exist): every source or none. A row whose key
+ * the order given, all in one transaction on TARGET (created when missing, and removed again when the merge fails,
+ * so that the parts of a `tune --shard` run merge into a new file): every source or none. A row whose key
  * (device, kernel, problem shape, threads, provenance) is new to TARGET is added; where TARGET has the key (from
  * before, or from an earlier source), the better row stays by the tuner's rule (attn_db_meas_better): ok over
  * failed, a kernel's own failure (wrong, compile_error, invalid) over an environmental one (error, launch_error,
  * skipped), a finalist-round time over a screening time, the lower time, then the newer. Devices and runs a source
  * has and TARGET lacks come along; TARGET's description of a device it has stays. */
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cmds.h"
 #include "db.h"
 
@@ -121,6 +124,17 @@ static int merge_meas(void *vctx, const attn_db_meas *bm) {
   return rc;
 }
 
+/* A target this merge created and could not fill goes again: a failed merge leaves no file behind. */
+static void remove_created(const char *path) {
+  static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+  char p[PATH_MAX + 16];
+  for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+    if (snprintf(p, sizeof p, "%s%s", path, suffix[i]) >= (int)sizeof p) continue;
+    if (unlink(p) != 0 && errno != ENOENT)
+      fprintf(stderr, "attntune merge: cannot remove %s: %s\n", p, strerror(errno));
+  }
+}
+
 #define MERGE_USAGE "usage: attntune merge TARGET.db A.db [B.db ...]"
 
 int attn_cmd_merge(int argc, char **argv) {
@@ -134,10 +148,12 @@ int attn_cmd_merge(int argc, char **argv) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf(MERGE_USAGE "\n"
              "  copies the rows of each source (A, then B, ...) into TARGET, all in one transaction: every source\n"
-             "  or none. TARGET must exist. Where TARGET (or an earlier source) has a row for the same device,\n"
-             "  kernel, problem, threads and provenance, the better one stays: ok over failed, a kernel's own\n"
-             "  failure (wrong, compile_error, invalid) over an environmental one (error, launch_error, skipped),\n"
-             "  a finalist-round time over a screening time, then the lower time, then the newer.\n");
+             "  or none. TARGET is created when it does not exist (the parts of tune --shard merge into a new\n"
+             "  file), and removed again when the merge fails. Where TARGET (or an earlier source) has a row for\n"
+             "  the same device, kernel, problem, threads and provenance, the better one stays: ok over failed, a\n"
+             "  kernel's own failure (wrong, compile_error, invalid) over an environmental one (error,\n"
+             "  launch_error, skipped), a finalist-round time over a screening time, then the lower time, then\n"
+             "  the newer.\n");
       free(files);
       return 0;
     }
@@ -158,18 +174,16 @@ int attn_cmd_merge(int argc, char **argv) {
   attn_db *a = NULL, **b = calloc((size_t)nsrc, sizeof *b);
   merge_count *cnt = calloc((size_t)nsrc, sizeof *cnt);
   merge_ctx c = {0};
-  int status = 1;
+  int status = 1, created = 0;
   if (!b || !cnt) {
     fprintf(stderr, "attntune merge: out of memory\n");
     goto out;
   }
-  /* every file opens before anything is written: a missing source fails the merge at once */
-  if (attn_db_open(files[0], 0, &a, err, sizeof err) != ATTN_OK) {
-    fprintf(stderr, "attntune merge: %s\n", err);
-    goto out;
-  }
+  /* every file opens before anything is written: a missing source fails the merge at once, before a missing
+   * target is created */
   char ra[PATH_MAX], rb[PATH_MAX];
   int ra_ok = realpath(files[0], ra) != NULL, writes = 0;
+  created = !ra_ok && errno == ENOENT;
   for (int k = 0; k < nsrc; k++) {
     /* a source is only read: another user's file serves; it is checked whatever its size (it came from elsewhere) */
     if (attn_db_open_ex(files[k + 1], ATTN_DB_READER | ATTN_DB_CHECK, &b[k], err, sizeof err) != ATTN_OK) {
@@ -178,6 +192,10 @@ int attn_cmd_merge(int argc, char **argv) {
     }
     cnt[k].same = ra_ok && realpath(files[k + 1], rb) && strcmp(ra, rb) == 0;
     if (!cnt[k].same) writes = 1;
+  }
+  if (attn_db_open_ex(files[0], ATTN_DB_CREATE, &a, err, sizeof err) != ATTN_OK) {
+    fprintf(stderr, "attntune merge: %s\n", err);
+    goto out;
   }
   c.a = a;
   if (writes && attn_db_begin(a) != ATTN_OK) {
@@ -222,6 +240,7 @@ out:
   free(c.a_runs);
   for (int i = 0; b && i < nsrc; i++) attn_db_close(b[i]);
   attn_db_close(a);
+  if (status != 0 && created) remove_created(files[0]);
   free(b);
   free(cnt);
   free(files);

@@ -13,6 +13,7 @@
 typedef struct {
   char *device, *spec, *summary, *algo, *created;
   int d, n, n_kv, batch, heads, heads_kv, causal;
+  int gpu;                 /* a CUDA kernel's row: its rate is shown in TFLOP/s */
   attn_dtype dtype;
   double time_ms, gflops, error;
   int has_error;
@@ -68,6 +69,7 @@ static int collect(void *ctx, const attn_db_meas *m) {
   l->count++; /* counted before the check so the strings are freed either way */
   if (!r->device || !r->spec || !r->summary || !r->algo || !r->created) return 1;
   r->d = m->d;
+  r->gpu = parsed && s.target == ATTN_TARGET_CUDA;
   r->n = m->n;
   r->n_kv = m->n_kv;
   r->batch = m->batch;
@@ -205,8 +207,9 @@ static void print_table(const show_list *l) {
     if (a > (size_t)wdev) wdev = a < 4096 ? (int)a : 4096;
     if (b > (size_t)wsum) wsum = b < 4096 ? (int)b : 4096;
   }
-  printf("%-*s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %9s %9s  %-10s %s\n", wdev, "device", "d", "n", "n_kv", "b*h",
-         "thr", "dtype", "causal", wsum, "configuration", "time_ms", "GFLOP/s", "error", "provenance", "measured");
+  /* the rate with its unit on each row: a GPU's hundreds of TFLOP/s read badly as GFLOP/s beside a CPU's tens */
+  printf("%-*s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %17s %9s  %-10s %s\n", wdev, "device", "d", "n", "n_kv", "b*h",
+         "thr", "dtype", "causal", wsum, "configuration", "time_ms", "rate", "error", "provenance", "measured");
   int flagged = 0;
   for (int i = 0; i < l->count; i++) {
     const show_row *r = &l->rows[i];
@@ -233,7 +236,8 @@ static void print_table(const show_list *l) {
     printf(" %4d %7d %7d %5lld %3s %-5s %6d  ", r->d, r->n, r->n_kv, (long long)r->batch * r->heads, thr,
            attn_dtype_name(r->dtype), r->causal);
     put_field(r->summary, wsum);
-    printf(" %11.4f %9.1f %9s  ", r->time_ms, r->gflops, err);
+    printf(" %11.4f %9.1f %-7s %9s  ", r->time_ms, r->gpu ? r->gflops / 1000 : r->gflops,
+           r->gpu ? "TFLOP/s" : "GFLOP/s", err);
     put_field(r->provenance, 10);
     if (r->bound[0]) { /* a model row: what limits its time */
       printf(" %s%sbound: ", how, how[0] ? "; " : "");
@@ -267,7 +271,9 @@ int attn_cmd_show(int argc, char **argv) {
              "  threads): exact algorithms before approximate ones, measured rows before model rows, the finalist\n"
              "  round's choice, then the fastest (within 3%%: the fewest transfers). The last column says how the time\n"
              "  was measured; NOISY marks rows whose repetitions spread over 10%% or that ran beside other load.\n"
-             "  database: --db, else $ATTN_DB, else ~/.cache/attntune/attntune.db\n");
+             "  The rate is in GFLOP/s on CPU rows and TFLOP/s on GPU rows (--json: gflops on every row).\n"
+             "  database: --db, else $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else\n"
+             "  ~/.cache/attntune/attntune.db\n");
       return 0;
     } else {
       fprintf(stderr, "attntune show: unknown option '%s' (usage: attntune show [--db PATH] [--json])\n", argv[i]);

@@ -22,7 +22,9 @@
 #include "range.h"
 #include "space.h"
 #include "artifact.h"
+#include "db.h"
 #include "finalist.h"
+#include "shard.h"
 #include "store.h"
 #include "strategy.h"
 #include "timing_env.h"
@@ -35,10 +37,11 @@ static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
-    "                [--compiled]\n"
+    "                [--compiled] [--shard K/N]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
-    "  --gpu cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by the\n"
-    "  performance model (attntune gpus)\n"
+    "  --gpu (required) cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by\n"
+    "  the performance model (attntune gpus lists the names; a variant's name, H100-SXM, is taken as its entry\n"
+    "  with a note)\n"
     "  --n RANGE query rows (default 1024); --n-kv RANGE keys per head (default: n; every n with every n_kv):\n"
     "  decode (n below 64) and cross-attention are tuned under their own key\n"
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
@@ -52,7 +55,10 @@ static const char tune_usage[] =
     "  --compiled: for the performance model, compile every candidate with NVRTC (J at a time, kept in the\n"
     "  database) and rule out and rank by its real registers, spills and shared memory (without it: those the\n"
     "  database already holds, else an estimate)\n"
-    "  --db PATH (default $ATTN_DB or ~/.cache/attntune/attntune.db)\n";
+    "  --shard K/N: only part K of N (1..N) of the problems, each problem whole in one part, the parts balanced by\n"
+    "  size; run the N parts with the same other arguments (e.g. a job array) and `attntune merge` their\n"
+    "  databases: the rows of one unsharded run\n"
+    "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 #ifndef ATTN_VERSION
 #define ATTN_VERSION "0"
@@ -107,19 +113,6 @@ static int algo_parse_exact(const char *s) {
   return v == ATTN_ALGO_AUTO ? -1 : v;
 }
 
-static int default_db_path(char *buf, size_t len) {
-  const char *e = getenv("ATTN_DB");
-  if (e && *e) return snprintf(buf, len, "%s", e) < (int)len ? 0 : -1;
-  const char *home = getenv("HOME");
-  if (!home || !*home) home = "/tmp";
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/.cache", home);
-  mkdir(dir, 0755);
-  snprintf(dir, sizeof dir, "%s/.cache/attntune", home);
-  mkdir(dir, 0755);
-  return snprintf(buf, len, "%s/.cache/attntune/attntune.db", home) < (int)len ? 0 : -1;
-}
-
 /* A strategy name to a Lua file: $ATTN_SCRIPTS_DIR, next to the executable (../share/attntune/strategies), the
  * source tree's scripts/strategies. */
 static int find_strategy(const char *name, char *path, size_t len) {
@@ -158,6 +151,7 @@ typedef struct tune_opts {
   unsigned algos, dtypes;
   int causals[2], ncausal;
   int budget, jobs, heads, batch, reps, force_model, remeasure, compiled;
+  int shard_k, shard_n;    /* --shard K/N; N = 0: every problem */
   double cap_s;            /* --time-cap: timed running per configuration; the finalist round gets 4x, the
                             * confirmation 2x */
   double tolerance;
@@ -540,7 +534,7 @@ static void confirm_pass(tune_state *ts) {
 }
 
 int attn_cmd_tune(int argc, char **argv) {
-  tune_opts o = {.gpu_name = "cpu", .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S};
+  tune_opts o = {.gpu_name = NULL, .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S};
   const char *d_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   int budget_given = 0;
@@ -565,7 +559,7 @@ int attn_cmd_tune(int argc, char **argv) {
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--batch", "--reps", "--n-kv",
-                                             "--time-cap"};
+                                             "--time-cap", "--shard"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune tune --help)", a);
@@ -580,6 +574,10 @@ int attn_cmd_tune(int argc, char **argv) {
     else if (strcmp(a, "--db") == 0) o.db_path = v;
     else if (strcmp(a, "--dtype") == 0) dtype_s = v;
     else if (strcmp(a, "--causal") == 0) causal_s = v;
+    else if (strcmp(a, "--shard") == 0) {
+      char serr[160];
+      if (attn_shard_parse(v, &o.shard_k, &o.shard_n, serr, sizeof serr)) return usage("%s", serr);
+    }
     else if (strcmp(a, "--budget") == 0) {
       if (attn_parse_int(v, 0, 1000000, &o.budget)) return usage("--budget %s: expected a count >= 1", v);
       if (o.budget == 0) return usage("--budget 0: nothing would be evaluated; give --budget 1 or more");
@@ -606,14 +604,18 @@ int attn_cmd_tune(int argc, char **argv) {
         return usage("--tolerance %s: expected a relative error in [0, 1)", v);
     }
   }
+  /* no silent default: a forgotten --gpu A100 would otherwise spend the run measuring this CPU */
+  if (!o.gpu_name)
+    return usage("--gpu is required: --gpu cpu measures this CPU, --gpu NAME a GPU (attntune gpus lists them)");
   if (!d_s) return usage("--d RANGE is required (e.g. --d 64..256)");
   char err[4096], bad[128];
 
   /* Target: this CPU, or a GPU from the spec table. */
   const attn_gpu *gpu = NULL;
   attn_target target = ATTN_TARGET_CPU;
+  char gpu_note[256] = "";
   if (strcmp(o.gpu_name, "cpu") != 0) {
-    gpu = attn_gpu_find(o.gpu_name, err, sizeof err);
+    gpu = attn_gpu_match(o.gpu_name, gpu_note, sizeof gpu_note, err, sizeof err);
     if (!gpu) return usage("%s", err);
     target = ATTN_TARGET_CUDA;
   } else if (o.force_model) {
@@ -711,6 +713,7 @@ int attn_cmd_tune(int argc, char **argv) {
   ts.o = &o;
   ts.gpu = gpu;
   ts.tty = isatty(STDERR_FILENO);
+  if (gpu_note[0]) printf("note: %s\n", gpu_note);
   attn_cuda_info_t devinfo;
   memset(&devinfo, 0, sizeof devinfo);
   if (gpu) {
@@ -748,7 +751,7 @@ int attn_cmd_tune(int argc, char **argv) {
 
   char db_path[4096];
   if (o.db_path) snprintf(db_path, sizeof db_path, "%s", o.db_path);
-  else if (default_db_path(db_path, sizeof db_path)) FAIL_USAGE("database path too long");
+  else if (attn_db_default_path(db_path, sizeof db_path)) FAIL_USAGE("database path too long");
   if (attn_store_open(db_path, &store, err, sizeof err) != ATTN_OK) {
     fprintf(stderr, "attntune tune: cannot open database %s: %s\n", db_path, err);
     status = 1;
@@ -812,18 +815,39 @@ int attn_cmd_tune(int argc, char **argv) {
   for (int t = 0; t < 3; t++) nspaces += (o.dtypes >> t) & 1;
   nspaces *= o.ncausal * o.nd * o.nn;
   attn_space *spaces = calloc((size_t)nspaces, sizeof *spaces);
-  if (!spaces) {
+  /* --shard K/N: the part each problem belongs to, in the loops' order (0 for all when unsharded); every part of
+   * one command computes the same partition, and a problem not in this part is neither built nor tuned */
+  int *owner = calloc((size_t)nspaces, sizeof *owner);
+  double *cost = calloc((size_t)nspaces, sizeof *cost);
+  int si = 0, empty = 0, nmine = 0, oom = !spaces || !owner || !cost;
+  if (!oom && o.shard_n) {
+    for (int t = 0; t < 3; t++) {
+      if (!((o.dtypes >> t) & 1)) continue;
+      for (int c = 0; c < o.ncausal; c++)
+        for (int di = 0; di < o.nd; di++)
+          for (int ni = 0; ni < o.nn; ni++, si++)
+            cost[si] = attn_shard_cost(o.ns[ni], o.kv[ni], o.ds[di], o.causals[c]);
+    }
+    oom = attn_shard_assign(cost, nspaces, o.shard_n, owner) != 0;
+  }
+  free(cost);
+  if (oom) {
     fprintf(stderr, "attntune tune: out of memory\n");
+    free(spaces);
+    free(owner);
     status = 1;
     goto out;
   }
-  int si = 0, empty = 0;
+  si = 0;
   char algos_buf[64];
   for (int t = 0; t < 3; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal; c++)
-      for (int di = 0; di < o.nd; di++)
+      for (int di = 0; di < o.nd; di++) {
+        int first = 1; /* the first n of this (dtype, causal, d) tuned here speaks for the others when empty */
         for (int ni = 0; ni < o.nn; ni++, si++) {
+          if (owner[si] != o.shard_k) continue;
+          nmine++;
           attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
                                 .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu, .n = o.ns[ni],
                                 .n_kv = o.kv[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0};
@@ -849,7 +873,7 @@ int attn_cmd_tune(int argc, char **argv) {
             continue;
           }
           int cnt = spaces[si].count;
-          if (cnt == 0 && ni == 0) { /* n only prunes split values: the first n's space speaks for the others */
+          if (cnt == 0 && first) { /* n only prunes split values: the first n's space speaks for the others */
             fprintf(stderr,
                     "attntune tune: empty search space for %s d=%d %s causal=%d on %s: all %d configurations are "
                     "ruled out (e.g. %s)\n",
@@ -858,10 +882,16 @@ int attn_cmd_tune(int argc, char **argv) {
                     spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
             empty++;
           }
+          first = 0;
           int per = budget_given ? o.budget : (ts.model || target == ATTN_TARGET_CUDA ? cnt : 24);
           ts.total += per < cnt ? per : cnt;
         }
+      }
   }
+  free(owner);
+  if (o.shard_n)
+    printf("shard %d/%d: %d of the %d problems (every problem is tuned whole in one part; merge the parts' "
+           "databases)\n", o.shard_k, o.shard_n, nmine, nspaces);
 
   struct sigaction sa, old_sa;
   memset(&sa, 0, sizeof sa);

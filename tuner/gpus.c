@@ -94,21 +94,35 @@ static void squash(const char *s, char *out, size_t len) {
   out[o] = '\0';
 }
 
-const attn_gpu *attn_gpu_find(const char *name, char *err, size_t errlen) {
+const attn_gpu *attn_gpu_match(const char *name, char *note, size_t notelen, char *err, size_t errlen) {
   int n;
+  if (note && notelen) note[0] = '\0';
   const attn_gpu *t = attn_gpus(&n, err, errlen);
   if (!t) return NULL;
   char want[64], have[64];
   squash(name ? name : "", want, sizeof want);
-  for (int i = 0; i < n && want[0]; i++) {
+  const attn_gpu *hit = NULL;
+  int exact = 0;
+  for (int i = 0; i < n && want[0] && !hit; i++) {
     squash(t[i].name, have, sizeof have);
-    if (strcmp(want, have) == 0) return &t[i];
-    squash(t[i].full_name, have, sizeof have);
-    if (strcmp(want, have) == 0) return &t[i];
-    for (int j = 0; j < MAX_ALIASES && aliases[i][j][0]; j++) {
-      squash(aliases[i][j], have, sizeof have);
-      if (strcmp(want, have) == 0) return &t[i];
+    if (strcmp(want, have) == 0) {
+      hit = &t[i];
+      exact = 1;
+      break;
     }
+    squash(t[i].full_name, have, sizeof have);
+    if (strcmp(want, have) == 0) hit = &t[i];
+    for (int j = 0; j < MAX_ALIASES && aliases[i][j][0] && !hit; j++) {
+      squash(aliases[i][j], have, sizeof have);
+      if (strcmp(want, have) == 0) hit = &t[i];
+    }
+  }
+  if (hit) {
+    /* a variant's name (H100-SXM) is one GPU of the table: say which, since its figures are the table's */
+    if (!exact && note && notelen)
+      snprintf(note, notelen, "'%s' is not a table name: taken as %s (%s; attntune gpus lists the table)", name,
+               hit->name, hit->full_name);
+    return hit;
   }
   if (err && errlen) {
     int w = snprintf(err, errlen, "unknown GPU '%s': known: ", name ? name : "");
@@ -117,6 +131,10 @@ const attn_gpu *attn_gpu_find(const char *name, char *err, size_t errlen) {
     if (w >= 0 && (size_t)w < errlen) snprintf(err + w, errlen - (size_t)w, ", or cpu");
   }
   return NULL;
+}
+
+const attn_gpu *attn_gpu_find(const char *name, char *err, size_t errlen) {
+  return attn_gpu_match(name, NULL, 0, err, errlen);
 }
 
 double attn_gpu_peak(const attn_gpu *g, attn_dtype t) {

@@ -29,6 +29,9 @@ const attn_gpu *attn_gpus(int *count, char *err, size_t errlen);
 /* Lookup by name or alias, case-insensitive, ignoring spaces, '-' and '_' ("h100", "RTX 4090", "rtx4090").
  * NULL when unknown, with "unknown GPU 'X': known: A100, H100, ..." in err. */
 const attn_gpu *attn_gpu_find(const char *name, char *err, size_t errlen);
+/* attn_gpu_find, and when the name matched only a full name or an alias ("H100-SXM", "a100-80gb"), a one-line
+ * note in note naming the table entry it was taken as ("" for the table name itself, in any case or spacing). */
+const attn_gpu *attn_gpu_match(const char *name, char *note, size_t notelen, char *err, size_t errlen);
 
 /* The dense peak rate for a dtype, in FLOP/s. */
 double attn_gpu_peak(const attn_gpu *g, attn_dtype t);
