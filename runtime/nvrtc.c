@@ -118,6 +118,10 @@ static int nv_compile(const char *src, const char *name, const char *const *opts
   return ATTN_ECOMPILE;
 }
 
+/* The options of every compile, cubin or PTX: the PTX the tests' interpreter runs (attn_nvrtc_ptx) is what ptxas
+ * turns into the cubin users run only while both share them. */
+#define NV_OPTS "--std=c++17", "--use_fast_math", "--device-as-default-execution-space"
+
 int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) {
   *cubin = NULL;
   *len = 0;
@@ -130,7 +134,7 @@ int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void
   char archopt[64];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   /* -v makes ptxas report registers, spills and shared memory into the log, which the tuner and tests read. */
-  const char *opts[] = {archopt, "--std=c++17", "--use_fast_math", "--ptxas-options=-v", "--device-as-default-execution-space"};
+  const char *opts[] = {archopt, "--ptxas-options=-v", NV_OPTS};
   nvrtc_prog prog;
   if (nv_compile(src, name, opts, (int)(sizeof opts / sizeof opts[0]), &prog, log) != ATTN_OK) return ATTN_ECOMPILE;
   int rc = ATTN_OK;
@@ -157,7 +161,7 @@ int attn_nvrtc_ptx(const char *src, const char *name, const char *arch, char **p
   /* the virtual architecture: a real one (sm_XX) makes NVRTC go on to SASS, and not every version keeps the PTX */
   char archopt[64];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=compute_%s", strncmp(arch, "sm_", 3) == 0 ? arch + 3 : arch);
-  const char *opts[] = {archopt, "--std=c++17", "--use_fast_math", "--device-as-default-execution-space"};
+  const char *opts[] = {archopt, NV_OPTS};
   nvrtc_prog prog;
   if (nv_compile(src, name, opts, (int)(sizeof opts / sizeof opts[0]), &prog, log) != ATTN_OK) return ATTN_ECOMPILE;
   int rc = ATTN_OK;

@@ -288,14 +288,23 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
 #pragma unroll 4 /* a few loads in flight per thread; full unrolling costs registers */
           for (int p = 0; p < (kT * kCPR + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, r = e / kCPR, v = e % kCPR;
-            if (r < tr && v * kVW < tk) {
+            /* rows past a partial tile are zeros: the product reads whole tiles, and must not read memory no
+             * thread wrote (their results are never stored) */
+            if (r < kT && v * kVW < tk) {
               float x[kVW];
-              sc_load_in(a.q, qo + (long long)(r0 + r) * kD + k0 + v * kVW, x);
+              if (r < tr) {
+                sc_load_in(a.q, qo + (long long)(r0 + r) * kD + k0 + v * kVW, x);
+              } else {
+#pragma unroll
+                for (int q = 0; q < kVW; q++) x[q] = 0.0f;
+              }
               sc_sts<kVW>(ta + 4u * (r * kT + v * kVW), x);
-            }
-            if (r < tc && v * kVW < tk) {
-              float x[kVW];
-              sc_load_in(a.k, kvo + (long long)(c0 + r) * kD + k0 + v * kVW, x);
+              if (r < tc) {
+                sc_load_in(a.k, kvo + (long long)(c0 + r) * kD + k0 + v * kVW, x);
+              } else {
+#pragma unroll
+                for (int q = 0; q < kVW; q++) x[q] = 0.0f;
+              }
               sc_sts<kVW>(tb + 4u * (r * kT + (v ^ sc_swz(r)) * kVW), x);
             }
           }
@@ -326,10 +335,11 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
         for (int i = 0; i < kMR; i++) {
           const int r = ry + i * kRT;
           const long long lim = i0 + r0 + r + off; /* key c0 + c is visible iff c0 + c <= lim */
-          /* threads that repeat a row (!own) may sit in another warp than the row's lane 0, which is about to
-           * write m and l: they must not read them; what they compute is never written */
-          const float mold = own && r < tr ? sc_lds1(sm_m + 4u * (r0 + r)) : kNegInf;
-          const float lold = own && r < tr ? sc_lds1(sm_l + 4u * (r0 + r)) : 0.0f;
+          /* only the row's lane 0 reads m and l, the lane that writes them: the row max over the lanes takes m in
+           * through that lane, and nothing orders other lanes' reads before its write (the shuffles do not order
+           * memory); threads that repeat a row (!own) compute what is never written */
+          const float mold = own && cx == 0 && r < tr ? sc_lds1(sm_m + 4u * (r0 + r)) : kNegInf;
+          const float lold = own && cx == 0 && r < tr ? sc_lds1(sm_l + 4u * (r0 + r)) : 0.0f;
           float mx = mold;
 #pragma unroll
           for (int j = 0; j < kMC; j++) {
@@ -392,9 +402,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
 #pragma unroll 4
           for (int p = 0; p < (kT * kT + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, r = e / kT, c = e % kT;
-            if (r < tr && c < tcp) {
+            if (r < kT && c < tcp) { /* rows past a partial tile: zeros, as in phase 1 */
               float pv = 0.0f;
-              if (c < tc) {
+              if (r < tr && c < tc) {
                 const float m = sc_lds1(sm_m + 4u * (r0 + r));
                 pv = __expf(S[(long long)(r0 + r) * n_kv + c0 + c] - (m == kNegInf ? 0.0f : m));
               }
@@ -404,9 +414,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
 #pragma unroll 4
           for (int p = 0; p < (kT * kCPR + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, c = e / kCPR, v = e % kCPR;
-            if (c < tcp && v * kVW < td) {
+            if (c < tcp) { /* columns past a partial tile (d < T): zeros, as the rows past one */
               float x[kVW];
-              if (c < tc) {
+              if (c < tc && v * kVW < td) {
                 sc_load_in(a.v, kvo + (long long)(c0 + c) * kD + d0 + v * kVW, x);
               } else {
 #pragma unroll

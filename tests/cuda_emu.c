@@ -1,29 +1,30 @@
-/* cuda_emu: the CUDA templates run on the CPU through the host emulator of tests/emu, no GPU needed.
+/* cuda_emu: the CUDA kernels as NVRTC compiles them, run on the PTX interpreter of tests/ptx, no GPU needed.
  *   cuda_emu [OPTIONS] ALGO DTYPE [FIELD=VALUE ...]
  *       one spec: attn_spec_default(ALGO, cuda, DTYPE, d, causal) with the fields given (d, br, bc, causal, warps,
  *       stages, tile, feature=taylor|random, degree, rank, seed, arch)
  *   cuda_emu [OPTIONS] space ALGO DTYPE d=D causal=C [stride=K] [offset=O] [arch=sm_80|sm_90]
  *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU
- *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C]
- *       the default spec of every d = 16, 32, ..., 256 (causal on alternate d unless C is given)
+ *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C] [every=K]
+ *       the default spec of d = 16, 16 + 16K, ..., and 256 (K = 1: every d; causal on alternate d unless C is given)
  *   cuda_emu [OPTIONS] nan ALGO DTYPE [d=D,D,...] [causal=C] [FIELD=VALUE ...]
  *       non-finite inputs, as tests/cpu_nan.c: the default spec (with the fields given) for each d (default 16,64)
  *       and causal 0 and 1 (or C), on shapes with batch = 8, batch element b carrying injection b (none, NaN in a
  *       q, k or v entry, +inf in q, -inf in k, -inf in one or every key with q > 0); the NaN pattern must be the fp64
  *       reference's exactly, the other outputs finite and within the dtype's tolerance of it (lowrank: of the CPU
  *       lowrank kernel on the same inputs), rows that see no key exactly 0
- *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every thread order and cp.async mode),
- *            --asan (the emulator and the kernel built with AddressSanitizer)
- * For each spec the source NVRTC would compile (attn_spec_source, counting build) is written to a temporary
- * directory with its PTX wrapper section replaced by tests/emu/ptx_<template>.h, compiled with the C++ compiler
- * CMake found and run on shapes with n = 1, odd n, n not a multiple of any block, n_kv != n both ways (causal
- * rows that see no key), grouped-query heads, batch > 1 and non-default scales, each under the launch geometry of
- * gen/launch.c. Checked: the output against the fp64 reference (relative Frobenius error <= 1e-4 in f32, 1e-2 in
- * f16/bf16, and per row), every output written, zeros for rows that see no key, the counted I/O equal to
- * tuner/io_theory.c's closed form; lowrank against the CPU lowrank kernel with the same features (its error
- * against fp64 reported). ATTN_EMU_KEEP=1 keeps the directory (kernel.cu, main.cpp, the binary, the case files);
- * ATTN_EMU_TEMPLATE=FILE runs FILE in place of the spec's template (a modified copy, without rebuilding).
- * Exit 77 (skipped) without a C++ compiler. */
+ *   cuda_emu [OPTIONS] io ALGO DTYPE [FIELD=VALUE ...]
+ *       also the counting build: per shape, its counted entries, the kernel's sectors and the closed form
+ *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every block and warp order)
+ * For each spec the source the runtime compiles (attn_spec_source) goes through NVRTC to the PTX of its arch, with
+ * the runtime's options, and the interpreter runs that PTX on shapes with n = 1, odd n, n not a multiple of any
+ * block, n_kv != n both ways (causal rows that see no key), grouped-query heads, batch > 1 and non-default scales,
+ * each under the launch geometry of gen/launch.c. Checked: the output against the fp64 reference (relative
+ * Frobenius error <= 1e-4 in f32, 1e-2 in f16/bf16, and per row), every output written, zeros for rows that see no
+ * key, the global traffic in 32-byte sectors against tuner/io_theory.c's closed form; lowrank against the CPU
+ * lowrank kernel with the same features (its error against fp64 reported); and whatever the interpreter checks
+ * (tests/ptx/ptx.h). ATTN_EMU_KEEP=1 keeps kernel.cu and kernel.ptx in a directory it names; ATTN_EMU_TEMPLATE=FILE
+ * runs FILE in place of the spec's template (a modified copy, without rebuilding). Exit 77 (skipped) without NVRTC;
+ * exit 1 when no case ran. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,22 +34,20 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "emu/emu_case.h"
+#include "kernel_abi_cuda.h"
+#include "ptx/ptx.h"
 #include "gpus.h"
 #include "internal.h"
 #include "io_theory.h"
 #include "launch.h"
 #include "space.h"
 
-#ifndef ATTN_EMU_CXX
-#define ATTN_EMU_CXX ""
-#endif
 
-static const char BEGIN[] = "/* ---- PTX wrappers ---- */", END[] = "/* ---- end of PTX wrappers ---- */";
-
-static int failures, cases, quick, all_orders, asan, nan_mode;
+static int failures, cases, quick, all_orders, nan_mode, io_mode, no_nvrtc;
 static char workdir[4096];
 static attn_runtime *cpu_rt;
+static ptx_module *mod;       /* the spec's kernel as users run it */
+static ptx_module *count_mod; /* its counting build (io mode) */
 
 #define FAIL(...)                 \
   do {                            \
@@ -78,9 +77,15 @@ static int write_file(const char *name, const void *data, size_t len) {
 static char *read_text(const char *p) {
   FILE *f = fopen(p, "rb");
   if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
+  if (fseek(f, 0, SEEK_END) != 0) {
+    fclose(f);
+    return NULL;
+  }
   long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
+  if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return NULL;
+  }
   char *b = malloc((size_t)n + 1);
   if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
     free(b);
@@ -91,34 +96,12 @@ static char *read_text(const char *p) {
   return b;
 }
 
-/* Runs argv with stdout and stderr into the work directory's file log; the exit status, or -1. */
-static int run(char *const argv[], const char *log) {
-  char lp[4200];
-  path(lp, sizeof lp, log);
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (!freopen(lp, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-    execv(argv[0], argv);
-    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0) return -1;
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+static int keep(void) {
+  const char *k = getenv("ATTN_EMU_KEEP");
+  return k && *k && strcmp(k, "0");
 }
 
-static void show_log(const char *log) {
-  char lp[4200];
-  path(lp, sizeof lp, log);
-  char *t = read_text(lp);
-  if (t && *t) printf("%s%s", t, t[strlen(t) - 1] == '\n' ? "" : "\n");
-  free(t);
-}
-
-/* ---- the kernel's emulation binary ---- */
+/* ---- the kernel's PTX ---- */
 
 /* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in a generated source (a modified copy of a template,
  * tested without rebuilding the project). */
@@ -143,99 +126,51 @@ static int substitute(char **src, const char *file) {
   return 0;
 }
 
-/* kernel.cu: the generated source with its PTX wrapper section replaced by tests/emu/ptx_<stem>.h, which must have
- * been written from exactly this section (its hash); main.cpp: the emulator, the kernel, the driver. */
-static int build(const attn_spec *s, const char *label) {
+/* The spec's source (the counting build with count_io) compiled by NVRTC to PTX for its arch, with the options the
+ * runtime compiles cubins with, and loaded by the interpreter. NULL with the failure reported (or no_nvrtc set). */
+static ptx_module *build_one(const attn_spec *s, int count_io, const char *label) {
   char err[512];
-  char *src = attn_spec_source(s, 1, err, sizeof err);
+  char *src = attn_spec_source(s, count_io, err, sizeof err);
   if (!src) {
     FAIL("%s: %s", label, err);
-    return -1;
+    return NULL;
   }
-  const char *file = attn_spec_template(s);
   const char *alt = getenv("ATTN_EMU_TEMPLATE");
   if (alt && *alt && substitute(&src, alt) != 0) {
     FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
     free(src);
-    return -1;
+    return NULL;
   }
-  char stem[64];
-  snprintf(stem, sizeof stem, "%.*s", (int)(strcspn(file, ".")), file);
-  char *b = strstr(src, BEGIN), *e = b ? strstr(b, END) : NULL;
-  char *line1 = strstr(src, "\n#line 1 \"templates/");
-  if (!b || !e || strstr(b + 1, BEGIN) || strstr(e + 1, END) || !line1 || line1 > b) {
-    FAIL("%s: templates/%s needs exactly one PTX wrapper section, \"%s\" ... \"%s\"", label, file, BEGIN, END);
-    free(src);
-    return -1;
+  char *ptx = NULL, *log = NULL;
+  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch[0] ? s->arch : "sm_80", &ptx, &log);
+  if (keep()) {
+    char name[64];
+    snprintf(name, sizeof name, "kernel%s.cu", count_io ? "-count" : "");
+    if (write_file(name, src, strlen(src))) FAIL("%s: cannot write into %s", label, workdir);
+    snprintf(name, sizeof name, "kernel%s.ptx", count_io ? "-count" : "");
+    if (ptx && write_file(name, ptx, strlen(ptx))) FAIL("%s: cannot write into %s", label, workdir);
   }
-  const char *body = b + strlen(BEGIN);
-  char hash[17];
-  attn_hash_hex(body, (size_t)(e - body), hash);
-  char hp[4200];
-  snprintf(hp, sizeof hp, "%s/ptx_%s.h", ATTN_EMU_DIR, stem);
-  char *ptx = read_text(hp);
-  const char *h = ptx ? strstr(ptx, "attn-emu-section: ") : NULL;
-  if (!h || strncmp(h + 18, hash, 16) != 0) {
-    FAIL("%s: the PTX wrapper section of templates/%s (hash %s) is not the one %s was written from (%.16s): review "
-         "the emulated wrappers against the section, then update the hash",
-         label, file, hash, hp, h ? h + 18 : "none");
-    free(ptx);
-    free(src);
-    return -1;
+  free(src);
+  ptx_module *m = NULL;
+  if (rc == ATTN_ENODEV) {
+    no_nvrtc = 1;
+    printf("SKIP: %s\n", log ? log : "no NVRTC");
+  } else if (rc != ATTN_OK) {
+    FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
+  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
+    FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
   }
   free(ptx);
-  int line = 1; /* the template's line of the end marker, so that diagnostics name template lines */
-  for (const char *c = strchr(line1 + 1, '\n') + 1; c < e; c++) line += *c == '\n';
-  const size_t head = (size_t)(body - src);
-  char mid[256];
-  int ml = snprintf(mid, sizeof mid, "\n#include \"ptx_%s.h\"\n#line %d \"templates/%s\"\n", stem, line, file);
-  size_t tail = strlen(e);
-  char *k = malloc(head + (size_t)ml + tail + 1);
-  memcpy(k, src, head);
-  memcpy(k + head, mid, (size_t)ml);
-  memcpy(k + head + ml, e, tail + 1);
-  int rc = write_file("kernel.cu", k, strlen(k));
-  free(k);
-  free(src);
-  attn_cuda_geom g;
-  attn_cuda_geometry(s, 1, 1, 1, 0, &g, err, sizeof err);
-  char main_cpp[256];
-  snprintf(main_cpp, sizeof main_cpp,
-           "#include \"cuda_emu.h\"\n#include \"kernel.cu\"\nATTN_EMU_MAIN(attn_kernel, %s)\n",
-           g.consts > 0 ? "attn_init" : "nullptr");
-  if (rc || write_file("main.cpp", main_cpp, strlen(main_cpp))) {
-    FAIL("%s: cannot write into %s", label, workdir);
-    return -1;
-  }
-  char inc[4200], out[4200], in[4200];
-  snprintf(inc, sizeof inc, "-I%s", ATTN_EMU_DIR);
-  path(out, sizeof out, "emu");
-  path(in, sizeof in, "main.cpp");
-  char *cmd[24];
-  int n = 0;
-  cmd[n++] = (char *)ATTN_EMU_CXX;
-  cmd[n++] = "-std=c++17";
-  cmd[n++] = "-O1";
-  /* CUDA code reads shared memory through any pointer type */
-  cmd[n++] = "-fno-strict-aliasing";
-  cmd[n++] = "-Wno-unknown-pragmas";
-  if (asan) {
-    cmd[n++] = "-fsanitize=address";
-    cmd[n++] = "-fno-omit-frame-pointer";
-  }
-  cmd[n++] = inc;
-  cmd[n++] = "-o";
-  cmd[n++] = out;
-  cmd[n++] = in;
-  cmd[n++] = asan ? ATTN_EMU_LIB_ASAN : ATTN_EMU_LIB;
-  cmd[n++] = "-lm";
-  cmd[n] = NULL;
-  rc = run(cmd, "compile.log");
-  if (rc != 0) {
-    FAIL("%s: the emulation binary does not compile (%s, exit %d):", label, ATTN_EMU_CXX, rc);
-    show_log("compile.log");
-    return -1;
-  }
+  free(log);
+  return m;
+}
+
+static int build(const attn_spec *s, const char *label) {
+  ptx_module_free(mod);
+  ptx_module_free(count_mod);
+  mod = count_mod = NULL;
+  if (!(mod = build_one(s, 0, label))) return -1;
+  if (io_mode && !(count_mod = build_one(s, 1, label))) return -1;
   return 0;
 }
 
@@ -259,7 +194,7 @@ static const shape SHAPES[] = {
 /* Blocks resident at once for smallcache's grid: few, so that blocks loop over work items. */
 #define EMU_RESIDENT 3
 
-static const char *order_name(int order) { return order == 0 ? "forward" : order == 1 ? "reverse" : "random"; }
+static const char *order_name(unsigned order) { return order == 0 ? "forward" : order == 1 ? "reverse" : "random"; }
 
 static void round_to(attn_dtype t, float *x, size_t count) {
   for (size_t i = 0; i < count && t != ATTN_F32; i++)
@@ -341,75 +276,142 @@ static int shape_problem(const attn_spec *s, const char *label, const shape *sh,
   return 0;
 }
 
-/* Runs the built binary on inputs q, k, v (float values exactly representable in p's dtype): o gets the outputs,
- * *r the emulator's result record; returns the number of outputs never written, or -1 with a failure reported. */
-static long emu_exec(const attn_problem *p, const attn_cuda_geom *g, int order, int deferred, const float *q,
-                     const float *k, const float *v, float *o, attn_emu_result *r, const char *what) {
+typedef struct {
+  ptx_buffer_stats q, k, v, o, scratch; /* the real kernel's global traffic per array */
+  ptx_stats st;
+  unsigned long long io_reads, io_writes; /* the counting build's entries (io mode) */
+} emu_result;
+
+/* Runs module m (the kernel, or its counting build: counting) on inputs q, k, v (float values exactly
+ * representable in p's dtype) under the launch geometry g: attn_init first when the geometry has constants, then
+ * attn_kernel. o gets the outputs, *r the traffic; returns the number of outputs never written (still holding the
+ * poison, all bits set), or -1 with a failure reported. */
+static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, const attn_cuda_geom *g,
+                     unsigned order, const float *q, const float *k, const float *v, float *o, emu_result *r,
+                     const char *what) {
   const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
   const size_t es = attn_dtype_size(p->dtype);
-  unsigned char *buf = malloc(sizeof(attn_emu_case) + (nq + 2 * nkv) * es), *res = malloc(nq * es);
+  unsigned char *raw = malloc((nq > nkv ? nq : nkv) * es);
+  char err[1024];
   long unwritten = -1;
-  if (!buf || !res) {
+  ptx_machine *x = ptx_machine_new(m, err, sizeof err);
+  if (!raw || !x) {
+    FAIL("%s: %s", what, x ? "out of memory" : err);
+    goto out;
+  }
+  const uint64_t dq = ptx_alloc(x, nq * es, "q"), dk = ptx_alloc(x, nkv * es, "k"), dv = ptx_alloc(x, nkv * es, "v");
+  const uint64_t dout = ptx_alloc(x, nq * es, "o");
+  const uint64_t dscr = g->scratch > 0 ? ptx_alloc(x, (uint64_t)g->scratch, "scratch") : 0;
+  const uint64_t dcon = g->consts > 0 ? ptx_alloc(x, (uint64_t)g->consts, "consts") : 0;
+  const uint64_t dio = counting ? ptx_alloc(x, 16, "io") : 0;
+  if (!dq || !dk || !dv || !dout || (g->scratch > 0 && !dscr) || (g->consts > 0 && !dcon) || (counting && !dio)) {
     FAIL("%s: out of memory", what);
     goto out;
   }
-  attn_emu_case c;
-  memset(&c, 0, sizeof c);
-  c.magic = ATTN_EMU_MAGIC;
-  c.version = ATTN_EMU_VERSION;
-  c.esize = (int32_t)es;
-  c.d = p->d;
-  c.batch = p->batch, c.heads = p->heads, c.heads_kv = p->heads_kv, c.n = p->n, c.n_kv = p->n_kv;
-  c.scale = p->scale;
-  c.grid_items = (int32_t)g->items;
-  c.grid = g->grid, c.block = g->block, c.init_grid = g->init_grid, c.init_block = g->init_block;
-  c.smem = g->smem, c.scratch = g->scratch, c.consts = g->consts;
-  c.order = order;
-  c.deferred = deferred;
-  memcpy(buf, &c, sizeof c);
-  to_raw(p->dtype, q, nq, buf + sizeof c);
-  to_raw(p->dtype, k, nkv, buf + sizeof c + nq * es);
-  to_raw(p->dtype, v, nkv, buf + sizeof c + (nq + nkv) * es);
-  if (write_file("case.bin", buf, sizeof c + (nq + 2 * nkv) * es)) {
-    FAIL("%s: cannot write the case file", what);
-    goto out;
-  }
-  char exe[4200], cp[4200], rp[4200];
-  path(exe, sizeof exe, "emu");
-  path(cp, sizeof cp, "case.bin");
-  path(rp, sizeof rp, "out.bin");
-  char *argv[] = {exe, cp, rp, NULL};
-  unlink(rp);
-  int rc = run(argv, "run.log");
-  if (rc != 0) {
-    FAIL("%s: the emulated kernel failed (exit %d):", what, rc);
-    show_log("run.log");
-    goto out;
-  }
-  FILE *f = fopen(rp, "rb");
-  int ok = f && fread(r, sizeof *r, 1, f) == 1 && r->magic == ATTN_EMU_MAGIC && fread(res, es, nq, f) == nq;
-  if (f) fclose(f);
+  to_raw(p->dtype, q, nq, raw);
+  int ok = ptx_copy_in(x, dq, raw, nq * es) == 0;
+  to_raw(p->dtype, k, nkv, raw);
+  ok &= ptx_copy_in(x, dk, raw, nkv * es) == 0;
+  to_raw(p->dtype, v, nkv, raw);
+  ok &= ptx_copy_in(x, dv, raw, nkv * es) == 0;
+  memset(raw, 0xff, nq * es); /* the poison */
+  ok &= ptx_copy_in(x, dout, raw, nq * es) == 0;
+  const unsigned long long zero[2] = {0, 0};
+  if (counting) ok &= ptx_copy_in(x, dio, zero, sizeof zero) == 0;
   if (!ok) {
-    FAIL("%s: no result from the emulator", what);
+    FAIL("%s: cannot copy the inputs in", what);
     goto out;
   }
-  unwritten = (long)from_raw(p->dtype, res, nq, o);
+  attn_cuda_kargs a;
+  memset(&a, 0, sizeof a);
+  a.batch = p->batch, a.heads = p->heads, a.heads_kv = p->heads_kv, a.n = p->n, a.n_kv = p->n_kv;
+  a.scale = p->scale;
+  a.grid_items = (int)g->items;
+  a.consts = (void *)(uintptr_t)dcon;
+  if (g->consts > 0) { /* as the runtime: once, with q, k, v, o, scratch and io NULL */
+    const ptx_launch_cfg ic = {.grid = g->init_grid, .block = g->init_block, .dyn_smem = 0, .order = order};
+    if (ptx_launch(x, "attn_init", &ic, &a, sizeof a, err, sizeof err)) {
+      FAIL("%s: attn_init: %s", what, err);
+      goto out;
+    }
+  }
+  a.q = (const void *)(uintptr_t)dq, a.k = (const void *)(uintptr_t)dk, a.v = (const void *)(uintptr_t)dv;
+  a.o = (void *)(uintptr_t)dout;
+  a.scratch = (void *)(uintptr_t)dscr;
+  a.io = (unsigned long long *)(uintptr_t)dio;
+  const ptx_launch_cfg kc = {.grid = g->grid, .block = g->block, .dyn_smem = (uint64_t)g->smem, .order = order};
+  if (ptx_launch(x, "attn_kernel", &kc, &a, sizeof a, err, sizeof err)) {
+    FAIL("%s: attn_kernel: %s", what, err);
+    goto out;
+  }
+  size_t undef = 0;
+  unsigned long long io[2] = {0, 0};
+  if (ptx_copy_out(x, dout, raw, nq * es, &undef) || (counting && ptx_copy_out(x, dio, io, sizeof io, NULL))) {
+    FAIL("%s: cannot copy the outputs out", what);
+    goto out;
+  }
+  memset(r, 0, sizeof *r);
+  r->io_reads = io[0];
+  r->io_writes = io[1];
+  ptx_buffer_stats_of(x, dq, &r->q);
+  ptx_buffer_stats_of(x, dk, &r->k);
+  ptx_buffer_stats_of(x, dv, &r->v);
+  ptx_buffer_stats_of(x, dout, &r->o);
+  if (dscr) ptx_buffer_stats_of(x, dscr, &r->scratch);
+  ptx_stats_get(x, &r->st);
+  unwritten = (long)from_raw(p->dtype, raw, nq, o);
 out:
-  free(buf);
-  free(res);
+  ptx_machine_free(x);
+  free(raw);
   return unwritten;
 }
 
+/* The real kernel's global traffic, in 32-byte sectors per warp instruction, as entries of the input type, against
+ * tuner/io_theory.c's closed form (reads of Q, K, V; writes of O); io_line says it for the ok line. */
+static char io_line[256];
+static int io_check(const attn_spec *s, const attn_problem *p, const emu_result *r, const char *what) {
+  const unsigned long long es = attn_dtype_size(p->dtype);
+  unsigned long long fr = 0, fw = 0;
+  attn_io_formula(s, (long)p->batch * p->heads, p->n, p->n_kv, &fr, &fw);
+  /* slow scratch (smallcache's S) is fp32 and counted by the formula; lowrank's constants are not */
+  const unsigned long long sr = (r->q.read_sectors + r->k.read_sectors + r->v.read_sectors) * 32 / es +
+                                r->scratch.read_sectors * 32 / 4;
+  const unsigned long long sw = r->o.write_sectors * 32 / es + r->scratch.write_sectors * 32 / 4;
+  /* The tensor-core flash kernels move Q, K, V with 16-byte copies of whole rows and stage O for 16-byte stores:
+   * their sectors are the formula exactly. The others read or store some arrays a word per lane (O in fp32, S in
+   * smallcache's scratch), in partial sectors: their sectors must not be fewer than the entries the formula counts,
+   * and the excess is reported. */
+  const int exact = s->algo == ATTN_ALGO_FLASH && p->dtype != ATTN_F32;
+  int bad = 0;
+  if (exact ? sr != fr || sw != fw : sr < fr || sw < fw) {
+    FAIL("%s: global traffic %llu/%llu entries (32-byte sectors: q %llu, k %llu, v %llu read, o %llu written), "
+         "tuner/io_theory.c's formula %llu/%llu", what, sr, sw, (unsigned long long)r->q.read_sectors,
+         (unsigned long long)r->k.read_sectors, (unsigned long long)r->v.read_sectors,
+         (unsigned long long)r->o.write_sectors, fr, fw);
+    bad = 1;
+  }
+  int n = sr == fr && sw == fw ? snprintf(io_line, sizeof io_line, "sectors = formula %llu/%llu", fr, fw)
+                                : snprintf(io_line, sizeof io_line, "sectors %.2fx/%.2fx the formula's %llu/%llu",
+                                           (double)sr / (double)(fr ? fr : 1), (double)sw / (double)(fw ? fw : 1), fr, fw);
+  if (r->st.shared_ideal)
+    n += snprintf(io_line + n, sizeof io_line - (size_t)n, ", shared wavefronts %llu/%llu",
+                  (unsigned long long)r->st.shared_wavefronts, (unsigned long long)r->st.shared_ideal);
+  if (r->st.ldsm_ideal)
+    snprintf(io_line + n, sizeof io_line - (size_t)n, ", ldmatrix %llu/%llu", (unsigned long long)r->st.ldsm_wavefronts,
+             (unsigned long long)r->st.ldsm_ideal);
+  return bad ? -1 : 0;
+}
+
 /* Runs one shape through the built binary; 0 when every check passes. */
-static int run_shape(const attn_spec *s, const char *label, const shape *sh, int order, int deferred,
+static int run_shape(const attn_spec *s, const char *label, const shape *sh, unsigned order,
                      unsigned long long seed) {
   cases++;
   char what[512];
   attn_problem p;
   attn_cuda_geom g;
   if (shape_problem(s, label, sh, &p, &g) != 0) return -1;
-  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s, cp.async %s", label, p.batch,
-           p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order), deferred ? "at wait" : "at issue");
+  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s order", label, p.batch,
+           p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order));
   const long long bh = (long long)p.batch * p.heads;
   const size_t nq = (size_t)bh * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
   float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
@@ -427,8 +429,8 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, int
   round_to(p.dtype, k, nkv);
   round_to(p.dtype, v, nkv);
   attn_reference(&p, q, k, v, ref);
-  attn_emu_result r;
-  const long unwritten = emu_exec(&p, &g, order, deferred, q, k, v, o, &r, what);
+  emu_result r;
+  const long unwritten = emu_exec(mod, 0, &p, &g, order, q, k, v, o, &r, what);
   if (unwritten < 0) {
     bad = 1;
     goto out;
@@ -485,26 +487,71 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, int
     }
     snprintf(errs, sizeof errs, "err %.2e, worst row %.2e", fro, row);
   }
-  unsigned long long fr = 0, fw = 0;
-  attn_io_formula(s, (long)bh, p.n, p.n_kv, &fr, &fw);
-  if (r.io_reads != fr || r.io_writes != fw) {
-    FAIL("%s: counted I/O %llu/%llu, tuner/io_theory.c's formula %llu/%llu", what, (unsigned long long)r.io_reads,
-         (unsigned long long)r.io_writes, fr, fw);
-    bad = 1;
-  }
-  if (!bad) {
-    char ld[96] = "";
-    if (r.ldsm_phases)
-      snprintf(ld, sizeof ld, ", ldmatrix phases with bank conflicts %llu/%llu", (unsigned long long)r.ldsm_conflicts,
-               (unsigned long long)r.ldsm_phases);
-    printf("ok   %s: %s, io %llu/%llu%s\n", what, errs, fr, fw, ld);
-  }
+  if (io_check(s, &p, &r, what)) bad = 1;
+  if (!bad)
+    printf("ok   %s: %s, %s\n", what, errs, io_line);
 out:
   free(q);
   free(k);
   free(v);
   free(o);
   free(ref);
+  return bad ? -1 : 0;
+}
+
+/* io mode: one shape through the counting build and the kernel itself; the template's counted entries, the real
+ * kernel's sectors (as entries) and the closed form must agree. */
+static int run_io_shape(const attn_spec *s, const char *label, const shape *sh, unsigned order,
+                        unsigned long long seed) {
+  cases++;
+  attn_problem p;
+  attn_cuda_geom g;
+  char what[512];
+  if (shape_problem(s, label, sh, &p, &g) != 0) return -1;
+  snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d", label, p.batch, p.heads, p.heads_kv, p.n,
+           p.n_kv);
+  const size_t nq = (size_t)p.batch * p.heads * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
+  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
+  int bad = 0;
+  if (!q || !k || !v || !o) {
+    FAIL("%s: out of memory", what);
+    bad = 1;
+    goto out;
+  }
+  attn_fill_random(q, nq, seed * 3 + 1);
+  attn_fill_random(k, nkv, seed * 3 + 2);
+  attn_fill_random(v, nkv, seed * 3 + 3);
+  round_to(p.dtype, q, nq);
+  round_to(p.dtype, k, nkv);
+  round_to(p.dtype, v, nkv);
+  emu_result rc, rk;
+  if (emu_exec(count_mod, 1, &p, &g, order, q, k, v, o, &rc, what) < 0 ||
+      emu_exec(mod, 0, &p, &g, order, q, k, v, o, &rk, what) < 0) {
+    bad = 1;
+    goto out;
+  }
+  unsigned long long fr = 0, fw = 0;
+  attn_io_formula(s, (long)p.batch * p.heads, p.n, p.n_kv, &fr, &fw);
+  const unsigned long long es = attn_dtype_size(p.dtype);
+  const unsigned long long sr = (rk.q.read_sectors + rk.k.read_sectors + rk.v.read_sectors) * 32 / es +
+                                rk.scratch.read_sectors * 32 / 4;
+  const unsigned long long sw = rk.o.write_sectors * 32 / es + rk.scratch.write_sectors * 32 / 4;
+  printf("io   %s: reads counted %llu, sectors %llu, formula %llu; writes counted %llu, sectors %llu, formula %llu; "
+         "shared wavefronts %llu (fewest %llu), ldmatrix %llu (fewest %llu)\n",
+         what, (unsigned long long)rc.io_reads, sr, fr, (unsigned long long)rc.io_writes, sw, fw,
+         (unsigned long long)rk.st.shared_wavefronts, (unsigned long long)rk.st.shared_ideal,
+         (unsigned long long)rk.st.ldsm_wavefronts, (unsigned long long)rk.st.ldsm_ideal);
+  if (rc.io_reads != fr || rc.io_writes != fw) {
+    FAIL("%s: the counting build counted %llu/%llu, the formula says %llu/%llu", what,
+         (unsigned long long)rc.io_reads, (unsigned long long)rc.io_writes, fr, fw);
+    bad = 1;
+  }
+  if (io_check(s, &p, &rk, what)) bad = 1;
+out:
+  free(q);
+  free(k);
+  free(v);
+  free(o);
   return bad ? -1 : 0;
 }
 
@@ -597,7 +644,7 @@ static long nan_compare(const attn_problem *p, int b, const double *ref, const d
 }
 
 /* One shape of the nan mode: batch = INJ_COUNT, injection b in batch element b. */
-static int run_nan_shape(const attn_spec *s, const char *label, int si, int order, int deferred,
+static int run_nan_shape(const attn_spec *s, const char *label, int si, unsigned order,
                          unsigned long long seed) {
   cases++;
   /* lowrank's random features approximate well only at a small scale (tests/cpu_nan.c) */
@@ -607,8 +654,8 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, int orde
   attn_cuda_geom g;
   char what[512];
   if (shape_problem(s, label, &sh, &p, &g) != 0) return -1;
-  snprintf(what, sizeof what, "%s | nan: batch=%d heads=%d/%d n=%d n_kv=%d | %s, cp.async %s", label, p.batch, p.heads,
-           p.heads_kv, p.n, p.n_kv, order_name(order), deferred ? "at wait" : "at issue");
+  snprintf(what, sizeof what, "%s | nan: batch=%d heads=%d/%d n=%d n_kv=%d | %s order", label, p.batch, p.heads,
+           p.heads_kv, p.n, p.n_kv, order_name(order));
   const size_t nq = (size_t)p.batch * p.heads * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
   float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4), *co = NULL;
   double *ref = malloc(nq * sizeof(double)), *want = NULL;
@@ -639,8 +686,8 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, int orde
     }
     for (size_t x = 0; x < nq; x++) want[x] = co[x];
   }
-  attn_emu_result r;
-  const long unwritten = emu_exec(&p, &g, order, deferred, q, k, v, o, &r, what);
+  emu_result r;
+  const long unwritten = emu_exec(mod, 0, &p, &g, order, q, k, v, o, &r, what);
   if (unwritten < 0) {
     bad = 1;
     goto out;
@@ -705,18 +752,18 @@ static void run_spec(const attn_spec *s) {
   if (build(s, label) != 0) return;
   const double t1 = now();
   const int nshapes = nan_mode ? NNAN_SHAPES : quick ? 4 : NSHAPES;
-  static const int orders[][2] = {{0, 0}, {1, 1}, {2, 0}, {0, 1}, {1, 0}, {2, 1}};
   unsigned long long base = 1;
   const char *e = getenv("ATTN_TEST_SEED");
   if (e && *e) base = strtoull(e, NULL, 10);
   for (int i = 0; i < nshapes; i++)
-    for (int j = 0; j < (all_orders ? 6 : 1); j++) {
-      const int *ord = orders[all_orders ? j : i % 6];
-      /* random orders take their seed from the shape */
-      const int order = ord[0] == 2 ? 2 + i : ord[0];
+    for (int j = 0; j < (all_orders ? 3 : 1); j++) {
+      /* blocks and warps in order, reversed, or shuffled (the seed from the shape); one order per shape in turn */
+      const int o = all_orders ? j : i % 3;
+      const unsigned order = o == 2 ? 2u + (unsigned)i : (unsigned)o;
       const unsigned long long seed = base * 1000003ULL + (unsigned long long)i;
-      if (nan_mode) run_nan_shape(s, label, i, order, ord[1], seed);
-      else run_shape(s, label, &SHAPES[i], order, ord[1], seed);
+      if (io_mode) run_io_shape(s, label, &SHAPES[i], order, seed);
+      else if (nan_mode) run_nan_shape(s, label, i, order, seed);
+      else run_shape(s, label, &SHAPES[i], order, seed);
     }
   printf("     %s: compiled in %.1f s, ran in %.1f s\n", label, t1 - t0, now() - t1);
 }
@@ -821,12 +868,14 @@ static int space(attn_algo a, attn_dtype t, int argc, char **argv) {
 /* attn_spec_default for every d = 16, 32, ..., 256; causal on alternate d (which ones depends on the dtype) unless
  * causal= says */
 static int defaults(attn_algo a, attn_dtype t, int argc, char **argv) {
-  int causal = -1;
+  int causal = -1, step = 1;
   for (int i = 0; i < argc; i++) {
     if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
+    else if (!strncmp(argv[i], "every=", 6) && (step = atoi(argv[i] + 6)) >= 1) continue;
     else return 2;
   }
-  for (int d = 16; d <= 256; d += 16) {
+  /* every=K: d = 16, 16 + 16K, ... and always 256 (the largest) */
+  for (int d = 16; d <= 256; d = d + 16 * step > 256 && d < 256 ? 256 : d + 16 * step) {
     attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, t, d, causal < 0 ? (d / 16 + (int)t) % 2 : causal);
     run_spec(&s);
   }
@@ -865,22 +914,12 @@ static int nan_specs(attn_algo a, attn_dtype t, int argc, char **argv) {
   return 0;
 }
 
-static void cleanup(void) {
-  static const char *files[] = {"kernel.cu", "main.cpp", "emu", "compile.log", "case.bin", "out.bin", "run.log"};
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char p[4200];
-    path(p, sizeof p, files[i]);
-    unlink(p);
-  }
-  rmdir(workdir);
-}
 
 int main(int argc, char **argv) {
   int i = 1;
   for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--all-orders")) all_orders = 1;
-    else if (!strcmp(argv[i], "--asan")) asan = 1;
     else {
       fprintf(stderr, "cuda_emu: unknown option %s\n", argv[i]);
       return 2;
@@ -888,12 +927,14 @@ int main(int argc, char **argv) {
   }
   const int is_space = i < argc && !strcmp(argv[i], "space"), is_defaults = i < argc && !strcmp(argv[i], "defaults");
   const int is_nan = i < argc && !strcmp(argv[i], "nan");
-  i += is_space || is_defaults || is_nan;
+  io_mode = i < argc && !strcmp(argv[i], "io");
+  i += is_space || is_defaults || is_nan || io_mode;
   if (argc - i < 2) {
-    fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] [--asan] ALGO DTYPE [FIELD=VALUE ...]\n"
-                    "       cuda_emu [--quick] [--all-orders] [--asan] space ALGO DTYPE d=D causal=C [stride=K]\n"
-                    "       cuda_emu [--quick] [--all-orders] [--asan] defaults ALGO DTYPE [causal=C]\n"
-                    "       cuda_emu [--all-orders] [--asan] nan ALGO DTYPE [d=D,...] [causal=C] [FIELD=VALUE ...]\n");
+    fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] ALGO DTYPE [FIELD=VALUE ...]\n"
+                    "       cuda_emu [--quick] [--all-orders] space ALGO DTYPE d=D causal=C [stride=K] [offset=O]\n"
+                    "       cuda_emu [--quick] [--all-orders] defaults ALGO DTYPE [causal=C] [every=K]\n"
+                    "       cuda_emu [--all-orders] nan ALGO DTYPE [d=D,...] [causal=C] [FIELD=VALUE ...]\n"
+                    "       cuda_emu [--quick] io ALGO DTYPE [FIELD=VALUE ...]\n");
     return 2;
   }
   const int a = attn_algo_parse(argv[i]), t = attn_dtype_parse(argv[i + 1]);
@@ -901,21 +942,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cuda_emu: unknown algorithm %s or dtype %s\n", argv[i], argv[i + 1]);
     return 2;
   }
-  if (!ATTN_EMU_CXX[0]) {
-    printf("SKIP: no C++ compiler was found when the project was configured\n");
-    return 77;
-  }
-  if (asan && !ATTN_EMU_LIB_ASAN[0]) {
-    printf("SKIP: the C++ compiler has no AddressSanitizer\n");
-    return 77;
-  }
-  /* the emulator's fibers switch stacks under ASan's feet; it is told, but the fake stacks stay off */
-  if (asan) setenv("ASAN_OPTIONS", "detect_stack_use_after_return=0", 0);
-  const char *tmp = getenv("TMPDIR");
-  snprintf(workdir, sizeof workdir, "%s/attn-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(workdir)) {
-    fprintf(stderr, "cuda_emu: cannot create %s: %s\n", workdir, strerror(errno));
-    return 1;
+  if (keep()) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(workdir, sizeof workdir, "%s/attn-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(workdir)) {
+      fprintf(stderr, "cuda_emu: cannot create %s: %s\n", workdir, strerror(errno));
+      return 1;
+    }
   }
   int rc = 0;
   if (is_space) {
@@ -930,10 +963,15 @@ int main(int argc, char **argv) {
     else run_spec(&s);
   }
   attn_close(cpu_rt);
-  const char *keep = getenv("ATTN_EMU_KEEP");
-  if (keep && *keep && strcmp(keep, "0")) printf("kept %s\n", workdir);
-  else cleanup();
+  ptx_module_free(mod);
+  ptx_module_free(count_mod);
+  if (keep()) printf("kept %s\n", workdir);
   if (rc == 2) return 2;
+  if (no_nvrtc && !failures) return 77; /* skipped, with NVRTC's reason printed */
   printf("cuda_emu: %d cases, %d failures\n", cases, failures);
+  if (cases == 0) {
+    printf("FAIL: no case ran\n");
+    return 1;
+  }
   return failures || rc ? 1 : 0;
 }

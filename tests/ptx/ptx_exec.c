@@ -1,0 +1,1395 @@
+/* ptx_exec.c: the machine. Blocks run one after another; within a block every thread has its own program counter
+ * and call stack, and a warp advances the group of its runnable lanes that sit at the lowest program counter, one
+ * instruction at a time (lanes that branched ahead wait there: structured code reconverges where its paths meet).
+ * A lane that reaches bar.sync waits until every live thread of the block has; a warp collective (shfl, vote,
+ * bar.warp.sync, ldmatrix, mma) runs once for the group and requires the lanes it names to be in it. Memory:
+ * global allocations with guard gaps and a definedness bit per byte; shared memory per block with a shadow per
+ * byte (defined, written or read by whom between which barriers, an in-flight cp.async); local and param memory
+ * per call frame. Register definedness is tracked per lane: arithmetic on an undefined value gives an undefined
+ * value, and using one as an address, a predicate, a stored value or a collective's input is an error. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ptx_internal.h"
+
+#define GLOBAL_BASE 0x100000000ull
+#define GUARD 4096ull
+#define SHWIN 0x7f0000000000ull /* generic addresses of the shared window */
+#define LOCWIN 0x7e0000000000ull /* ... and of the local window */
+#define WINSIZE 0x100000000ull
+#define MAXDEPTH 8
+
+typedef struct {
+  uint64_t addr, size;
+  char name[32];
+  uint8_t *data, *def;
+  ptx_buffer_stats st;
+} galloc;
+
+struct ptx_machine {
+  const ptx_module *m;
+  galloc *a;
+  int na, cap;
+  uint64_t next;
+  uint64_t *symaddr; /* module .global / .const symbols: their addresses */
+  ptx_stats st;
+};
+
+/* shared-memory shadow, one per byte */
+enum { SH_INIT = 1, SH_W = 2, SH_PEND = 4 };
+/* the last write (thread, barrier epoch, its warp's collective count, warp instruction); the reads since: in which
+ * epoch, by which warps, the highest collective count among them, and the thread (0xffff: several) */
+typedef struct {
+  uint32_t wep, wser, rep, rwarps, rline;
+  uint16_t wtid, wws, rws, rtid, ptid;
+  uint8_t flags;
+} shadow;
+
+typedef struct {
+  int func, ret_pc, ret_sym; /* ret_sym: the caller's symbol receiving the return value, -1 none */
+  uint64_t *r;
+  uint8_t *rdef;
+  uint8_t *local, *ldef;
+  uint8_t *param, *pdef;
+  int owns_param;
+} frame;
+
+typedef struct {
+  uint32_t dst;       /* shared offset */
+  uint8_t n, srcn;    /* bytes copied; bytes read from global (the rest zero-filled) */
+  int group;          /* -1: not committed yet */
+  uint8_t data[16];
+} cpcopy;
+
+enum { TS_RUN, TS_BAR, TS_EXIT };
+typedef struct {
+  int pc, depth, state;
+  uint32_t carry;
+  frame fr[MAXDEPTH];
+  cpcopy *cp;
+  int ncp, capcp, committed;
+  int barpred; /* bar.red's input */
+} thread;
+
+typedef struct { /* one lane's memory access inside the current warp instruction */
+  uint8_t space, write;
+  int alloc;
+  uint64_t addr;
+  uint32_t size;
+  int lane;
+} access;
+
+typedef struct {
+  ptx_machine *x;
+  const ptx_module *m;
+  const ptx_launch_cfg *cfg;
+  unsigned bid, nthreads, nwarps;
+  thread *t;
+  uint8_t *smem;
+  shadow *sh;
+  uint64_t smem_size;
+  uint32_t epoch;     /* bar.syncs completed in this block */
+  uint32_t *wsync;    /* warp collectives completed by each warp */
+  uint32_t serial;    /* warp instructions executed, to tell the lanes of one from another */
+  char *err;
+  size_t errlen;
+  int failed;
+  int cur_tid, cur_pc;
+  access acc[32 * 4];
+  int nacc;
+} L;
+
+/* ---- errors ---- */
+
+static int lfail(L *l, const char *fmt, ...) {
+  if (l->failed) return -1;
+  l->failed = 1;
+  int n;
+  if (l->cur_pc >= 0) {
+    const ptx_insn *in = &l->m->insn[l->cur_pc];
+    if (l->cur_tid >= 0)
+      n = snprintf(l->err, l->errlen, "block %u thread %d (warp %d lane %d), line %d `%s`: ", l->bid, l->cur_tid,
+                   l->cur_tid / 32, l->cur_tid % 32, in->line, in->text);
+    else
+      n = snprintf(l->err, l->errlen, "block %u, line %d `%s`: ", l->bid, in->line, in->text);
+  } else {
+    n = snprintf(l->err, l->errlen, "block %u: ", l->bid);
+  }
+  if (n < 0 || (size_t)n >= l->errlen) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---- the machine and its global memory ---- */
+
+static int galloc_add(ptx_machine *x, uint64_t bytes, const char *name, uint64_t *addr) {
+  if (x->na == x->cap) {
+    int nc = x->cap ? 2 * x->cap : 16;
+    galloc *b = realloc(x->a, (size_t)nc * sizeof *b);
+    if (!b) return -1;
+    x->a = b;
+    x->cap = nc;
+  }
+  galloc *g = &x->a[x->na];
+  memset(g, 0, sizeof *g);
+  g->size = bytes;
+  g->addr = x->next;
+  g->data = calloc(1, bytes ? bytes : 1);
+  g->def = calloc(1, bytes ? bytes : 1);
+  if (!g->data || !g->def) {
+    free(g->data);
+    free(g->def);
+    return -1;
+  }
+  snprintf(g->name, sizeof g->name, "%.31s", name);
+  snprintf(g->st.name, sizeof g->st.name, "%.31s", name);
+  x->next += (bytes + GUARD + 255) / 256 * 256 + GUARD;
+  x->na++;
+  *addr = g->addr;
+  return 0;
+}
+
+ptx_machine *ptx_machine_new(const ptx_module *m, char *err, size_t errlen) {
+  ptx_machine *x = calloc(1, sizeof *x);
+  if (!x || !(x->symaddr = calloc((size_t)m->nsym + 1, sizeof *x->symaddr))) {
+    free(x);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  x->m = m;
+  x->next = GLOBAL_BASE;
+  for (int i = 0; i < m->nsym; i++) {
+    const ptx_symbol *s = &m->sym[i];
+    if (s->func >= 0 || (s->space != SP_GLOBAL && s->space != SP_CONST)) continue;
+    uint64_t a;
+    if (galloc_add(x, s->size, s->name, &a)) {
+      ptx_machine_free(x);
+      snprintf(err, errlen, "out of memory");
+      return NULL;
+    }
+    galloc *g = &x->a[x->na - 1];
+    if (s->init) memcpy(g->data, s->init, s->size);
+    memset(g->def, 1, s->size); /* module variables start as their initialiser or zero */
+    x->symaddr[i] = a;
+  }
+  return x;
+}
+
+void ptx_machine_free(ptx_machine *x) {
+  if (!x) return;
+  for (int i = 0; i < x->na; i++) {
+    free(x->a[i].data);
+    free(x->a[i].def);
+  }
+  free(x->a);
+  free(x->symaddr);
+  free(x);
+}
+
+uint64_t ptx_alloc(ptx_machine *x, uint64_t bytes, const char *name) {
+  uint64_t a;
+  return galloc_add(x, bytes, name, &a) ? 0 : a;
+}
+
+static int find_alloc(const ptx_machine *x, uint64_t addr, uint64_t len) {
+  for (int i = 0; i < x->na; i++) {
+    const galloc *g = &x->a[i];
+    if (addr >= g->addr && addr - g->addr <= g->size && len <= g->size - (addr - g->addr)) return i;
+  }
+  return -1;
+}
+
+int ptx_copy_in(ptx_machine *x, uint64_t addr, const void *src, size_t len) {
+  const int i = find_alloc(x, addr, len);
+  if (i < 0) return -1;
+  memcpy(x->a[i].data + (addr - x->a[i].addr), src, len);
+  memset(x->a[i].def + (addr - x->a[i].addr), 1, len);
+  return 0;
+}
+
+int ptx_copy_out(ptx_machine *x, uint64_t addr, void *dst, size_t len, size_t *undefined) {
+  const int i = find_alloc(x, addr, len);
+  if (i < 0) return -1;
+  memcpy(dst, x->a[i].data + (addr - x->a[i].addr), len);
+  if (undefined) {
+    size_t u = 0;
+    for (size_t k = 0; k < len; k++) u += !x->a[i].def[addr - x->a[i].addr + k];
+    *undefined = u;
+  }
+  return 0;
+}
+
+int ptx_buffer_stats_of(const ptx_machine *x, uint64_t addr, ptx_buffer_stats *out) {
+  for (int i = 0; i < x->na; i++)
+    if (x->a[i].addr == addr) {
+      *out = x->a[i].st;
+      return 0;
+    }
+  return -1;
+}
+
+void ptx_stats_get(const ptx_machine *x, ptx_stats *out) { *out = x->st; }
+
+/* ---- registers and operands ---- */
+
+static frame *top(thread *t) { return &t->fr[t->depth]; }
+
+static int frame_init(L *l, frame *f, int func) {
+  const ptx_func *fn = &l->m->func[func];
+  memset(f, 0, sizeof *f);
+  f->func = func;
+  f->ret_sym = -1;
+  f->r = calloc((size_t)fn->nregs + 1, sizeof *f->r);
+  f->rdef = calloc((size_t)fn->nregs + 1, 1);
+  f->local = calloc(fn->local_size + 1, 1);
+  f->ldef = calloc(fn->local_size + 1, 1);
+  if (!f->r || !f->rdef || !f->local || !f->ldef) return lfail(l, "out of memory");
+  return 0;
+}
+
+static void frame_free(frame *f) {
+  free(f->r);
+  free(f->rdef);
+  free(f->local);
+  free(f->ldef);
+  if (f->owns_param) {
+    free(f->param);
+    free(f->pdef);
+  }
+  memset(f, 0, sizeof *f);
+}
+
+static int regbits(L *l, const frame *f, int reg) { return l->m->func[f->func].regbits[reg]; }
+
+static void put(L *l, frame *f, int reg, uint64_t v, int def) {
+  const int b = regbits(l, f, reg);
+  f->r[reg] = b >= 64 ? v : v & ((1ull << b) - 1);
+  f->rdef[reg] = (uint8_t)def;
+}
+
+static uint64_t sreg(L *l, int tid, const ptx_operand *o) {
+  const unsigned lane = (unsigned)tid % 32;
+  switch (o->reg) {
+  case S_TID: return o->comp ? 0 : (uint64_t)tid;
+  case S_NTID: return o->comp ? 1 : l->cfg->block;
+  case S_CTAID: return o->comp ? 0 : l->bid;
+  case S_NCTAID: return o->comp ? 1 : l->cfg->grid;
+  case S_LANEID: return lane;
+  case S_WARPID: return (unsigned)tid / 32;
+  case S_NWARPID: return l->nwarps;
+  case S_SMID: return 0;
+  case S_NSMID: return 1;
+  case S_GRIDID: return 1;
+  case S_CLOCK: case S_CLOCK64: return l->serial;
+  case S_LANEMASK_EQ: return 1u << lane;
+  case S_LANEMASK_LT: return (1u << lane) - 1;
+  case S_LANEMASK_LE: return lane == 31 ? 0xffffffffu : (2u << lane) - 1;
+  case S_LANEMASK_GT: return lane == 31 ? 0 : ~((2u << lane) - 1);
+  case S_LANEMASK_GE: return ~((1u << lane) - 1);
+  case S_DYNSMEM: return l->cfg->dyn_smem;
+  case S_TOTALSMEM: return l->smem_size;
+  default: return 0;
+  }
+}
+
+/* the address a symbol names in its own state space */
+static uint64_t sym_addr(L *l, int s) {
+  const ptx_symbol *y = &l->m->sym[s];
+  if (y->func < 0 && (y->space == SP_GLOBAL || y->space == SP_CONST)) return l->x->symaddr[s];
+  return y->addr;
+}
+
+/* a source operand as bits of `bits` width (immediates of a float type converted); *def its definedness */
+static uint64_t get(L *l, int tid, const ptx_operand *o, ptx_type t, int *def) {
+  thread *th = &l->t[tid];
+  frame *f = top(th);
+  *def = 1;
+  switch (o->kind) {
+  case K_REG: {
+    *def = f->rdef[o->reg];
+    uint64_t v = f->r[o->reg];
+    if (o->neg) v = !(v & 1);
+    return v;
+  }
+  case K_IMM:
+    if (o->fimm == 2 && t == T_F32) {
+      double d;
+      memcpy(&d, &o->imm, 8);
+      float fl = (float)d;
+      uint32_t u;
+      memcpy(&u, &fl, 4);
+      return u;
+    }
+    if (o->fimm == 1 && t == T_F64) {
+      float fl;
+      uint32_t u = (uint32_t)o->imm;
+      memcpy(&fl, &u, 4);
+      double d = fl;
+      uint64_t b;
+      memcpy(&b, &d, 8);
+      return b;
+    }
+    return (uint64_t)o->imm;
+  case K_SREG: return sreg(l, tid, o);
+  case K_SYM: return sym_addr(l, o->sym);
+  case K_SINK: *def = 0; return 0;
+  default: *def = 0; return 0;
+  }
+}
+
+/* ---- memory ---- */
+
+static int ordered(L *l, int prev_tid, uint32_t prev_ep, uint16_t prev_ws, int tid) {
+  if (prev_tid == tid || prev_ep < l->epoch) return 1;
+  return prev_tid / 32 == tid / 32 && l->wsync[tid / 32] > prev_ws;
+}
+
+static int sh_read(L *l, int tid, uint64_t off, uint32_t n, uint8_t *out) {
+  for (uint32_t i = 0; i < n; i++) {
+    shadow *s = &l->sh[off + i];
+    if (s->flags & SH_PEND)
+      return lfail(l, "reads shared byte %llu while thread %u's cp.async to it is still in flight (before its "
+                      "wait_group)", (unsigned long long)(off + i), s->ptid);
+    if (!(s->flags & SH_INIT))
+      return lfail(l, "reads shared byte %llu, which nothing has written", (unsigned long long)(off + i));
+    if ((s->flags & SH_W) && !ordered(l, s->wtid, s->wep, s->wws, tid))
+      return lfail(l, "race: reads shared byte %llu, written by thread %u with no barrier between",
+                   (unsigned long long)(off + i), s->wtid);
+    const uint16_t ws = (uint16_t)l->wsync[tid / 32];
+    if (s->rwarps == 0 || s->rep != l->epoch) {
+      s->rep = l->epoch;
+      s->rwarps = 1u << (tid / 32);
+      s->rws = ws;
+      s->rtid = (uint16_t)tid;
+    } else {
+      s->rwarps |= 1u << (tid / 32);
+      if (ws > s->rws) s->rws = ws;
+      if (s->rtid != tid) s->rtid = 0xffff;
+    }
+    s->rline = (uint32_t)l->m->insn[l->cur_pc].line;
+    out[i] = l->smem[off + i];
+  }
+  return 0;
+}
+
+/* a write's conflicts with earlier accesses (not its own cp.async landing) */
+static int sh_check_write(L *l, int tid, uint64_t off, uint32_t n, const uint8_t *val) {
+  for (uint32_t i = 0; i < n; i++) {
+    shadow *s = &l->sh[off + i];
+    if (s->flags & SH_PEND)
+      return lfail(l, "writes shared byte %llu while thread %u's cp.async to it is still in flight",
+                   (unsigned long long)(off + i), s->ptid);
+    if ((s->flags & SH_W) && !ordered(l, s->wtid, s->wep, s->wws, tid)) {
+      /* lanes of one instruction writing the same value: benign */
+      if (!(s->wser == l->serial && val && l->smem[off + i] == val[i]))
+        return lfail(l, "race: writes shared byte %llu, written by thread %u with no barrier between",
+                     (unsigned long long)(off + i), s->wtid);
+    }
+    /* reads in this epoch: by other warps, or by other lanes of this warp with no collective since, race */
+    if (s->rwarps && s->rep == l->epoch && s->rtid != tid &&
+        ((s->rwarps & ~(1u << (tid / 32))) || l->wsync[tid / 32] <= s->rws)) {
+      int other = -1;
+      for (int w = 0; w < 32 && other < 0; w++)
+        if ((s->rwarps >> w & 1) && w != tid / 32) other = w;
+      if (other < 0) other = tid / 32;
+      return lfail(l, "race: writes shared byte %llu, which %s of warp %d read (last at line %u) with no barrier "
+                   "between", (unsigned long long)(off + i), s->rtid != 0xffff ? "a thread" : "threads", other,
+                   s->rline);
+    }
+  }
+  return 0;
+}
+
+static void sh_commit_write(L *l, int tid, uint64_t off, uint32_t n, const uint8_t *val) {
+  for (uint32_t i = 0; i < n; i++) {
+    shadow *s = &l->sh[off + i];
+    s->flags = SH_INIT | SH_W;
+    s->rwarps = 0;
+    s->wtid = (uint16_t)tid;
+    s->wep = l->epoch;
+    s->wws = (uint16_t)l->wsync[tid / 32];
+    s->wser = l->serial;
+    l->smem[off + i] = val[i];
+  }
+}
+
+static void record(L *l, int lane, uint8_t space, int write, int alloc, uint64_t addr, uint32_t size) {
+  if (l->nacc >= (int)(sizeof l->acc / sizeof l->acc[0])) return;
+  access *a = &l->acc[l->nacc++];
+  a->space = space;
+  a->write = (uint8_t)write;
+  a->alloc = alloc;
+  a->addr = addr;
+  a->size = size;
+  a->lane = lane;
+}
+
+/* Resolves (space, address) of one access of n bytes to its bytes: *p and *pdef for global, local and param;
+ * shared returns the offset in *soff. Checks the range and the alignment (al bytes). */
+static int resolve(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uint32_t al, uint8_t *rsp, uint8_t **p,
+                   uint8_t **pdef, uint64_t *soff, int *alloc) {
+  thread *th = &l->t[tid];
+  frame *f = top(th);
+  if (al > 1 && addr % al)
+    return lfail(l, "misaligned %u-byte access at %s address 0x%llx", n,
+                 sp == SP_SHARED ? "shared" : sp == SP_LOCAL ? "local" : sp == SP_PARAM ? "param" : "global",
+                 (unsigned long long)addr);
+  if (sp == SP_GENERIC) {
+    if (addr >= SHWIN && addr < SHWIN + WINSIZE) sp = SP_SHARED, addr -= SHWIN;
+    else if (addr >= LOCWIN && addr < LOCWIN + WINSIZE) sp = SP_LOCAL, addr -= LOCWIN;
+    else sp = SP_GLOBAL;
+  }
+  *rsp = (uint8_t)sp;
+  *alloc = -1;
+  switch (sp) {
+  case SP_SHARED:
+    if (addr > l->smem_size || n > l->smem_size - addr)
+      return lfail(l, "shared access of %u bytes at %llu, outside the block's %llu bytes", n,
+                   (unsigned long long)addr, (unsigned long long)l->smem_size);
+    *soff = addr;
+    return 0;
+  case SP_LOCAL: {
+    const uint64_t ls = l->m->func[f->func].local_size;
+    if (addr > ls || n > ls - addr)
+      return lfail(l, "local access of %u bytes at %llu, outside the frame's %llu bytes", n, (unsigned long long)addr,
+                   (unsigned long long)ls);
+    *p = f->local + addr;
+    *pdef = f->ldef + addr;
+    return 0;
+  }
+  case SP_PARAM: {
+    const uint64_t ps = l->m->func[f->func].param_size;
+    if (addr > ps || n > ps - addr)
+      return lfail(l, "param access of %u bytes at %llu, outside the %llu bytes of parameters", n,
+                   (unsigned long long)addr, (unsigned long long)ps);
+    *p = f->param + addr;
+    *pdef = f->pdef + addr;
+    return 0;
+  }
+  default: {
+    const int i = find_alloc(l->x, addr, n);
+    if (i < 0) {
+      /* name the nearest allocation, which is what a kernel usually overran */
+      const char *near = "none";
+      long long dist = 0;
+      for (int k = 0; k < l->x->na; k++) {
+        const galloc *g = &l->x->a[k];
+        long long dd = addr >= g->addr ? (long long)(addr - g->addr) - (long long)g->size : (long long)(g->addr - addr);
+        if (near[0] == 'n' && !strcmp(near, "none")) near = g->name, dist = dd;
+        else if (llabs(dd) < llabs(dist)) near = g->name, dist = dd;
+      }
+      return lfail(l, "global access of %u bytes at 0x%llx is outside every allocation (nearest: %s, %lld bytes "
+                      "away)", n, (unsigned long long)addr, near, dist);
+    }
+    *alloc = i;
+    *p = l->x->a[i].data + (addr - l->x->a[i].addr);
+    *pdef = l->x->a[i].def + (addr - l->x->a[i].addr);
+    return 0;
+  }
+  }
+}
+
+static int mem_read(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uint32_t al, uint8_t *out) {
+  uint8_t rsp, *p = NULL, *pd = NULL;
+  uint64_t so = 0;
+  int alloc;
+  if (resolve(l, tid, sp, addr, n, al, &rsp, &p, &pd, &so, &alloc)) return -1;
+  if (rsp == SP_SHARED) {
+    if (sh_read(l, tid, so, n, out)) return -1;
+    record(l, tid % 32, SP_SHARED, 0, -1, so, n);
+    return 0;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    if (!pd[i])
+      return lfail(l, "reads %s byte %u of %u at 0x%llx, which nothing has written",
+                   rsp == SP_LOCAL ? "local" : rsp == SP_PARAM ? "param" : l->x->a[alloc].name, i, n,
+                   (unsigned long long)addr);
+  memcpy(out, p, n);
+  if (rsp == SP_GLOBAL) record(l, tid % 32, SP_GLOBAL, 0, alloc, addr, n);
+  return 0;
+}
+
+static int mem_write(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uint32_t al, const uint8_t *val) {
+  uint8_t rsp, *p = NULL, *pd = NULL;
+  uint64_t so = 0;
+  int alloc;
+  if (resolve(l, tid, sp, addr, n, al, &rsp, &p, &pd, &so, &alloc)) return -1;
+  if (rsp == SP_SHARED) {
+    if (sh_check_write(l, tid, so, n, val)) return -1;
+    sh_commit_write(l, tid, so, n, val);
+    record(l, tid % 32, SP_SHARED, 1, -1, so, n);
+    return 0;
+  }
+  if (rsp == SP_PARAM && l->t[tid].depth == 0 && addr < l->m->func[top(&l->t[tid])->func].formal_size)
+    return lfail(l, "writes a kernel parameter");
+  memcpy(p, val, n);
+  memset(pd, 1, n);
+  if (rsp == SP_GLOBAL) record(l, tid % 32, SP_GLOBAL, 1, alloc, addr, n);
+  return 0;
+}
+
+/* an address operand's value: the base register or symbol plus the offset */
+static int address(L *l, int tid, const ptx_operand *o, uint64_t *addr) {
+  uint64_t a = (uint64_t)o->imm;
+  if (o->reg >= 0) {
+    frame *f = top(&l->t[tid]);
+    if (!f->rdef[o->reg])
+      return lfail(l, "the address register %s is undefined", l->m->func[f->func].regname[o->reg]);
+    a += f->r[o->reg];
+  } else if (o->sym >= 0) {
+    a += sym_addr(l, o->sym);
+  }
+  *addr = a;
+  return 0;
+}
+
+/* ---- statistics of one warp instruction ---- */
+
+static uint64_t wavefronts(const access *acc, int n, int phase_lanes, uint64_t *ideal) {
+  uint64_t total = 0;
+  *ideal = 0;
+  for (int ph = 0; ph < 32; ph += phase_lanes) {
+    uint32_t words[32][64];
+    int cnt[32] = {0}, any = 0;
+    for (int i = 0; i < n; i++) {
+      if (acc[i].lane < ph || acc[i].lane >= ph + phase_lanes) continue;
+      any = 1;
+      for (uint64_t w = acc[i].addr / 4; w <= (acc[i].addr + acc[i].size - 1) / 4; w++) {
+        const int bank = (int)(w % 32);
+        int seen = 0;
+        for (int k = 0; k < cnt[bank]; k++) seen |= words[bank][k] == (uint32_t)w;
+        if (!seen && cnt[bank] < 64) words[bank][cnt[bank]++] = (uint32_t)w;
+      }
+    }
+    if (!any) continue;
+    int mx = 1;
+    for (int b = 0; b < 32; b++)
+      if (cnt[b] > mx) mx = cnt[b];
+    total += (uint64_t)mx;
+    *ideal += 1;
+  }
+  return total;
+}
+
+static void account(L *l, int is_ldsm) {
+  if (!l->nacc) return;
+  ptx_stats *st = &l->x->st;
+  /* global: distinct 32-byte sectors per allocation and direction */
+  for (int i = 0; i < l->nacc; i++) {
+    access *a = &l->acc[i];
+    if (a->space != SP_GLOBAL || a->alloc < 0) continue;
+    uint64_t sectors[128];
+    int ns = 0;
+    uint64_t bytes = 0;
+    for (int j = i; j < l->nacc; j++) {
+      access *b = &l->acc[j];
+      if (b->space != SP_GLOBAL || b->alloc != a->alloc || b->write != a->write) continue;
+      bytes += b->size;
+      for (uint64_t s = b->addr / 32; s <= (b->addr + b->size - 1) / 32; s++) {
+        int seen = 0;
+        for (int k = 0; k < ns; k++) seen |= sectors[k] == s;
+        if (!seen && ns < 128) sectors[ns++] = s;
+      }
+      if (j != i) b->alloc = -1 - b->alloc; /* counted; mark so the outer loop skips it */
+    }
+    ptx_buffer_stats *bs = &l->x->a[a->alloc].st;
+    if (a->write) bs->write_sectors += (uint64_t)ns, bs->write_bytes += bytes, bs->write_insns++;
+    else bs->read_sectors += (uint64_t)ns, bs->read_bytes += bytes, bs->read_insns++;
+  }
+  /* shared: wavefronts by the access width's phases */
+  access sh[32 * 4];
+  int ns = 0, width = 0;
+  for (int i = 0; i < l->nacc; i++)
+    if (l->acc[i].space == SP_SHARED) {
+      sh[ns++] = l->acc[i];
+      if ((int)l->acc[i].size > width) width = (int)l->acc[i].size;
+    }
+  if (ns) {
+    uint64_t ideal = 0, wf;
+    if (is_ldsm) {
+      /* one phase per 8x8 matrix: the 8 row addresses that lanes 8i..8i+7 gave */
+      wf = wavefronts(sh, ns, 8, &ideal);
+      st->ldsm_wavefronts += wf;
+      st->ldsm_ideal += ideal;
+    } else {
+      wf = wavefronts(sh, ns, width >= 16 ? 8 : width == 8 ? 16 : 32, &ideal);
+      st->shared_wavefronts += wf;
+      st->shared_ideal += ideal;
+    }
+  }
+  l->nacc = 0;
+}
+
+/* ---- cp.async ---- */
+
+static int cp_land(L *l, int tid, int upto_group) {
+  thread *th = &l->t[tid];
+  int keep = 0;
+  for (int i = 0; i < th->ncp; i++) {
+    cpcopy *c = &th->cp[i];
+    if (c->group >= 0 && c->group <= upto_group) {
+      for (uint32_t k = 0; k < c->n; k++) l->sh[c->dst + k].flags &= (uint8_t)~SH_PEND;
+      sh_commit_write(l, tid, c->dst, c->n, c->data);
+    } else {
+      th->cp[keep++] = *c;
+    }
+  }
+  th->ncp = keep;
+  return 0;
+}
+
+static int cp_issue(L *l, int tid, const ptx_insn *in) {
+  thread *th = &l->t[tid];
+  uint64_t dst, src;
+  if (address(l, tid, &in->o[0], &dst) || address(l, tid, &in->o[1], &src)) return -1;
+  const uint32_t n = (uint32_t)in->o[2].imm;
+  uint32_t srcn = n;
+  if (n != 4 && n != 8 && n != 16) return lfail(l, "cp.async of %u bytes (4, 8 or 16)", n);
+  if (in->nops == 4) {
+    int def;
+    const uint64_t v = get(l, tid, &in->o[3], T_U32, &def);
+    if (!def) return lfail(l, "cp.async's src-size is undefined");
+    if (v > n) return lfail(l, "cp.async src-size %llu exceeds its %u bytes", (unsigned long long)v, n);
+    srcn = (uint32_t)v;
+  }
+  if (th->ncp == th->capcp) {
+    int nc = th->capcp ? 2 * th->capcp : 16;
+    cpcopy *b = realloc(th->cp, (size_t)nc * sizeof *b);
+    if (!b) return lfail(l, "out of memory");
+    th->cp = b;
+    th->capcp = nc;
+  }
+  cpcopy *c = &th->cp[th->ncp];
+  memset(c, 0, sizeof *c);
+  c->n = (uint8_t)n;
+  c->srcn = (uint8_t)srcn;
+  c->group = -1;
+  /* the destination: shared, aligned, free of conflicts with earlier accesses; in flight until its wait */
+  uint8_t rsp, *p = NULL, *pd = NULL;
+  uint64_t so = 0;
+  int alloc;
+  if (resolve(l, tid, SP_SHARED, dst, n, n, &rsp, &p, &pd, &so, &alloc)) return -1;
+  if (sh_check_write(l, tid, so, n, NULL)) return -1;
+  c->dst = (uint32_t)so;
+  /* the source is read only for src-size bytes; with 0 the address is not touched */
+  if (srcn > 0) {
+    uint8_t *gp = NULL, *gd = NULL;
+    uint64_t g0;
+    int ga;
+    if (resolve(l, tid, SP_GLOBAL, src, srcn, n, &rsp, &gp, &gd, &g0, &ga)) return -1;
+    for (uint32_t i = 0; i < srcn; i++)
+      if (!gd[i])
+        return lfail(l, "cp.async reads %s byte %u at 0x%llx, which nothing has written", l->x->a[ga].name, i,
+                     (unsigned long long)src);
+    memcpy(c->data, gp, srcn);
+    record(l, tid % 32, SP_GLOBAL, 0, ga, src, srcn);
+  }
+  record(l, tid % 32, SP_SHARED, 1, -1, so, n);
+  for (uint32_t k = 0; k < n; k++) {
+    l->sh[so + k].flags |= SH_PEND;
+    l->sh[so + k].ptid = (uint16_t)tid;
+  }
+  th->ncp++;
+  return 0;
+}
+
+/* ---- one lane ---- */
+
+static uint32_t type_bytes(ptx_type t) { return (uint32_t)(ptx_type_bits(t) / 8); }
+
+static int lane_ld(L *l, int tid, const ptx_insn *in) {
+  frame *f = top(&l->t[tid]);
+  const ptx_type t = (ptx_type)in->type;
+  const uint32_t eb = type_bytes(t), nv = in->vec ? in->vec : 1;
+  uint64_t addr;
+  if (address(l, tid, &in->o[1], &addr)) return -1;
+  uint8_t buf[32];
+  if (mem_read(l, tid, (ptx_space)in->space, addr, eb * nv, eb * nv, buf)) return -1;
+  for (uint32_t i = 0; i < nv; i++) {
+    const int reg = in->vec ? in->o[0].vec[i] : in->o[0].reg;
+    if (reg < 0) continue;
+    uint64_t v = 0;
+    memcpy(&v, buf + i * eb, eb);
+    if (ptx_type_is_signed(t) && eb < 8) {
+      const uint64_t sb = 1ull << (8 * eb - 1);
+      v = (v ^ sb) - sb;
+    }
+    put(l, f, reg, v, 1);
+  }
+  return 0;
+}
+
+static int lane_st(L *l, int tid, const ptx_insn *in) {
+  frame *f = top(&l->t[tid]);
+  const ptx_type t = (ptx_type)in->type;
+  const uint32_t eb = type_bytes(t), nv = in->vec ? in->vec : 1;
+  uint64_t addr;
+  if (address(l, tid, &in->o[0], &addr)) return -1;
+  uint8_t buf[32];
+  for (uint32_t i = 0; i < nv; i++) {
+    int def = 1;
+    uint64_t v;
+    if (in->vec) {
+      const int reg = in->o[1].vec[i];
+      if (reg < 0) return lfail(l, "stores the sink _");
+      v = f->r[reg];
+      def = f->rdef[reg];
+    } else {
+      v = get(l, tid, &in->o[1], t, &def);
+    }
+    if (!def) return lfail(l, "stores an undefined value");
+    memcpy(buf + i * eb, &v, eb);
+  }
+  return mem_write(l, tid, (ptx_space)in->space, addr, eb * nv, eb * nv, buf);
+}
+
+static int lane_atom(L *l, int tid, const ptx_insn *in) {
+  frame *f = top(&l->t[tid]);
+  const ptx_type t = (ptx_type)in->type;
+  const uint32_t eb = type_bytes(t);
+  const int isred = in->op == OP_RED;
+  uint64_t addr;
+  if (address(l, tid, &in->o[isred ? 0 : 1], &addr)) return -1;
+  int d1, d2 = 1;
+  const uint64_t b = get(l, tid, &in->o[isred ? 1 : 2], t, &d1);
+  const uint64_t c = in->nops == 4 ? get(l, tid, &in->o[3], t, &d2) : 0;
+  if (!d1 || !d2) return lfail(l, "an atomic with an undefined operand");
+  uint8_t buf[8];
+  if (mem_read(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf)) return -1;
+  uint64_t old = 0, nv;
+  memcpy(&old, buf, eb);
+  const uint64_t mk = eb >= 8 ? ~0ull : (1ull << (8 * eb)) - 1;
+  const int sgn = ptx_type_is_signed(t);
+  switch (in->mode) {
+  case M_ADD:
+    if (t == T_F32) {
+      float a, bb;
+      uint32_t u = (uint32_t)old, v = (uint32_t)b;
+      memcpy(&a, &u, 4);
+      memcpy(&bb, &v, 4);
+      a += bb;
+      memcpy(&u, &a, 4);
+      nv = u;
+    } else {
+      nv = (old + b) & mk;
+    }
+    break;
+  case M_MIN: nv = sgn ? ((int64_t)old < (int64_t)b ? old : b) : (old < b ? old : b); break;
+  case M_MAX: nv = sgn ? ((int64_t)old > (int64_t)b ? old : b) : (old > b ? old : b); break;
+  case M_AND: nv = old & b; break;
+  case M_OR: nv = old | b; break;
+  case M_XOR: nv = old ^ b; break;
+  case M_EXCH: nv = b; break;
+  case M_CAS: nv = old == b ? c : old; break;
+  case M_INC: nv = old >= b ? 0 : old + 1; break;
+  case M_DEC: nv = old == 0 || old > b ? b : old - 1; break;
+  default: return lfail(l, "unsupported atomic operation");
+  }
+  memcpy(buf, &nv, eb);
+  l->nacc = l->nacc > 0 ? l->nacc - 1 : 0; /* the read-modify-write counts once, as a write */
+  if (mem_write(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf)) return -1;
+  if (!isred) put(l, f, in->o[0].reg, old, 1);
+  return 0;
+}
+
+static int lane_call(L *l, int tid, const ptx_insn *in) {
+  thread *th = &l->t[tid];
+  if (th->depth + 1 >= MAXDEPTH) return lfail(l, "calls nested deeper than %d", MAXDEPTH);
+  frame *caller = top(th);
+  const int fn = in->o[1].sym;
+  const ptx_func *callee = &l->m->func[fn];
+  if (callee->nformal != in->nops - 2) return lfail(l, "calls %s with %d arguments, it takes %d", callee->name, in->nops - 2, callee->nformal);
+  frame *nf = &th->fr[th->depth + 1];
+  if (frame_init(l, nf, fn)) return -1;
+  nf->param = calloc(callee->param_size + 1, 1);
+  nf->pdef = calloc(callee->param_size + 1, 1);
+  nf->owns_param = 1;
+  if (!nf->param || !nf->pdef) return lfail(l, "out of memory");
+  for (int i = 0; i < callee->nformal; i++) {
+    const ptx_symbol *formal = &l->m->sym[callee->formal[i]], *arg = &l->m->sym[in->o[2 + i].sym];
+    if (arg->size != formal->size)
+      return lfail(l, "argument %d of %s has %llu bytes, the parameter %llu", i, callee->name,
+                   (unsigned long long)arg->size, (unsigned long long)formal->size);
+    memcpy(nf->param + formal->addr, caller->param + arg->addr, arg->size);
+    memcpy(nf->pdef + formal->addr, caller->pdef + arg->addr, arg->size);
+  }
+  nf->ret_pc = th->pc + 1;
+  nf->ret_sym = in->o[0].kind == K_SYM ? in->o[0].sym : -1;
+  if (nf->ret_sym >= 0 && callee->retsym < 0) return lfail(l, "expects a return value %s does not give", callee->name);
+  th->depth++;
+  th->pc = callee->first;
+  return 0;
+}
+
+static int lane_ret(L *l, int tid) {
+  thread *th = &l->t[tid];
+  if (th->depth == 0) {
+    th->state = TS_EXIT;
+    return 0;
+  }
+  frame *f = top(th), *caller = &th->fr[th->depth - 1];
+  const ptx_func *fn = &l->m->func[f->func];
+  if (f->ret_sym >= 0) {
+    const ptx_symbol *r = &l->m->sym[fn->retsym], *dst = &l->m->sym[f->ret_sym];
+    const uint64_t n = r->size < dst->size ? r->size : dst->size;
+    memcpy(caller->param + dst->addr, f->param + r->addr, n);
+    memcpy(caller->pdef + dst->addr, f->pdef + r->addr, n);
+  }
+  th->pc = f->ret_pc;
+  frame_free(f);
+  th->depth--;
+  return 0;
+}
+
+/* mov: registers, immediates, special registers, symbol addresses, and packing {a, b} <-> wide registers */
+static int lane_mov(L *l, int tid, const ptx_insn *in) {
+  frame *f = top(&l->t[tid]);
+  const ptx_operand *d = &in->o[0], *s = &in->o[1];
+  const ptx_type t = (ptx_type)in->type;
+  if (d->kind == K_VEC) { /* unpack */
+    int def;
+    const uint64_t v = get(l, tid, s, t, &def);
+    const int each = ptx_type_bits(t) / d->n;
+    for (int i = 0; i < d->n; i++)
+      if (d->vec[i] >= 0) put(l, f, d->vec[i], (v >> (each * i)) & ((1ull << each) - 1), def);
+    return 0;
+  }
+  if (s->kind == K_VEC) { /* pack */
+    uint64_t v = 0;
+    int def = 1;
+    const int each = ptx_type_bits(t) / s->n;
+    for (int i = 0; i < s->n; i++) {
+      if (s->vec[i] < 0) return lfail(l, "packs the sink _");
+      def &= f->rdef[s->vec[i]];
+      v |= (f->r[s->vec[i]] & ((1ull << each) - 1)) << (each * i);
+    }
+    put(l, f, d->reg, v, def);
+    return 0;
+  }
+  int def;
+  const uint64_t v = get(l, tid, s, t, &def);
+  if (d->kind != K_REG) return lfail(l, "mov to something other than a register");
+  put(l, f, d->reg, v, def);
+  return 0;
+}
+
+static int lane_cvta(L *l, int tid, const ptx_insn *in) {
+  frame *f = top(&l->t[tid]);
+  int def;
+  uint64_t v = get(l, tid, &in->o[1], T_U64, &def);
+  if (!def) return lfail(l, "cvta of an undefined address");
+  /* cvta.space: space -> generic; cvta.to.space: generic -> space. The parser keeps the space; "to" is in text. */
+  const int to = strstr(in->text, ".to.") != NULL;
+  const ptx_space sp = (ptx_space)in->space;
+  uint64_t base = sp == SP_SHARED ? SHWIN : sp == SP_LOCAL ? LOCWIN : 0;
+  if (sp != SP_SHARED && sp != SP_LOCAL && sp != SP_GLOBAL && sp != SP_CONST)
+    return lfail(l, "cvta of an unsupported state space");
+  if (to) {
+    if (base && (v < base || v >= base + WINSIZE))
+      return lfail(l, "cvta.to.%s of 0x%llx, which is not in that window", sp == SP_SHARED ? "shared" : "local",
+                   (unsigned long long)v);
+    if (!base && (v >= LOCWIN)) return lfail(l, "cvta.to.global of a shared or local address 0x%llx", (unsigned long long)v);
+    v -= base;
+  } else {
+    v += base;
+  }
+  put(l, f, in->o[0].reg, v, 1);
+  return 0;
+}
+
+/* the ALU instructions: sources read, result (and setp's second predicate) written */
+static int lane_alu(L *l, int tid, const ptx_insn *in) {
+  thread *th = &l->t[tid];
+  frame *f = top(th);
+  const int paired = (in->flags & F_PAIR) != 0;
+  const int ndst = paired ? 2 : 1;
+  uint64_t src[6] = {0};
+  int def = 1;
+  ptx_type st = (ptx_type)in->type;
+  if (in->op == OP_CVT) st = (ptx_type)in->type2;
+  for (int i = ndst, k = 0; i < in->nops && k < 6; i++, k++) {
+    int d;
+    ptx_type ot = st;
+    if (in->op == OP_SELP && i == 3) ot = T_PRED;
+    if ((in->op == OP_SHL || in->op == OP_SHR) && i == 2) ot = T_U32;
+    if ((in->op == OP_BFE && i >= 2) || (in->op == OP_BFI && i >= 3)) ot = T_U32;
+    if (in->op == OP_SETP && i == ndst + 2) ot = T_PRED;
+    if ((in->op == OP_MUL || in->op == OP_MAD) && (in->flags & F_WIDE) && i == 3) ot = T_U64;
+    src[k] = get(l, tid, &in->o[i], ot, &d);
+    def &= d;
+  }
+  uint64_t dst[2] = {0, 0};
+  char why[256];
+  if (def && ptx_alu(in, src, in->nops - ndst, dst, &th->carry, why, sizeof why)) return lfail(l, "%s", why);
+  if (in->o[0].kind == K_REG) put(l, f, in->o[0].reg, dst[0], def);
+  if (paired && in->o[1].kind == K_REG) put(l, f, in->o[1].reg, dst[1], def);
+  return 0;
+}
+
+/* Runs one non-collective instruction for one lane whose guard holds; advances its pc. */
+static int lane_exec(L *l, int tid, const ptx_insn *in) {
+  thread *th = &l->t[tid];
+  int rc = 0, advance = 1;
+  switch ((ptx_op)in->op) {
+  case OP_MOV: rc = lane_mov(l, tid, in); break;
+  case OP_LD: rc = lane_ld(l, tid, in); break;
+  case OP_ST: rc = lane_st(l, tid, in); break;
+  case OP_CVTA: rc = lane_cvta(l, tid, in); break;
+  case OP_ATOM:
+  case OP_RED: rc = lane_atom(l, tid, in); break;
+  case OP_BRA:
+    th->pc = in->o[0].sym;
+    advance = 0;
+    break;
+  case OP_CALL:
+    rc = lane_call(l, tid, in);
+    advance = 0;
+    break;
+  case OP_RET:
+    rc = lane_ret(l, tid);
+    advance = 0;
+    break;
+  case OP_EXIT:
+    th->state = TS_EXIT;
+    advance = 0;
+    break;
+  case OP_CPASYNC: rc = cp_issue(l, tid, in); break;
+  case OP_CPCOMMIT:
+    for (int i = 0; i < th->ncp; i++)
+      if (th->cp[i].group < 0) th->cp[i].group = th->committed;
+    th->committed++;
+    break;
+  case OP_CPWAIT:
+  case OP_CPWAITALL: {
+    if (in->op == OP_CPWAITALL) {
+      for (int i = 0; i < th->ncp; i++)
+        if (th->cp[i].group < 0) th->cp[i].group = th->committed;
+      th->committed++;
+    }
+    const int64_t nwait = in->op == OP_CPWAIT ? in->o[0].imm : 0;
+    if (nwait < 0) return lfail(l, "cp.async.wait_group of a negative count");
+    rc = cp_land(l, tid, th->committed - 1 - (int)nwait);
+    break;
+  }
+  case OP_MEMBAR:
+  case OP_FENCE: break;
+  default: rc = lane_alu(l, tid, in); break;
+  }
+  if (advance && !rc) th->pc++;
+  return rc;
+}
+
+/* ---- warp collectives ---- */
+
+/* the member mask operand, the same in every lane of the group */
+static int member_mask(L *l, const int *lanes, int n, int w, const ptx_operand *o, uint32_t *mask) {
+  for (int i = 0; i < n; i++) {
+    int def;
+    const uint32_t v = (uint32_t)get(l, w * 32 + lanes[i], o, T_U32, &def);
+    if (!def) return lfail(l, "the member mask is undefined");
+    if (i && v != *mask) return lfail(l, "lanes disagree on the member mask (0x%x, 0x%x)", *mask, v);
+    *mask = v;
+  }
+  return 0;
+}
+
+/* lanes named by mask must all be in the group, and the group's lanes in the mask */
+static int check_members(L *l, int w, uint32_t mask, uint32_t group, const char *what) {
+  const unsigned live = l->nthreads - (unsigned)w * 32 < 32 ? l->nthreads - (unsigned)w * 32 : 32;
+  const uint32_t exists = live == 32 ? 0xffffffffu : (1u << live) - 1;
+  if (mask & ~exists) return lfail(l, "%s names lanes beyond the block (mask 0x%08x)", what, mask);
+  if (group & ~mask) return lfail(l, "%s: lanes 0x%08x execute it without being in its mask 0x%08x", what, group & ~mask, mask);
+  const uint32_t missing = mask & ~group;
+  if (missing) {
+    const int lane = __builtin_ctz(missing);
+    const thread *t = &l->t[w * 32 + lane];
+    return lfail(l, "warp divergence at %s: lane %d of its mask is %s", what, lane,
+                 t->state == TS_EXIT ? "exited" : t->state == TS_BAR ? "waiting at bar.sync" : "elsewhere");
+  }
+  return 0;
+}
+
+static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn *in) {
+  uint32_t group = 0;
+  for (int i = 0; i < n; i++) group |= 1u << lanes[i];
+  const int base = w * 32;
+  char why[256];
+  switch ((ptx_op)in->op) {
+  case OP_BARWARP: {
+    uint32_t mask = 0;
+    if (member_mask(l, lanes, n, w, &in->o[0], &mask) || check_members(l, w, mask, group, "bar.warp.sync")) return -1;
+    break;
+  }
+  case OP_SHFL: {
+    const int pair = (in->flags & F_PAIR) != 0, s0 = pair ? 2 : 1;
+    uint32_t mask = 0;
+    if (member_mask(l, lanes, n, w, &in->o[s0 + 3], &mask) || check_members(l, w, mask, group, "shfl.sync")) return -1;
+    uint64_t a[32];
+    int adef[32];
+    for (int i = 0; i < n; i++) a[lanes[i]] = get(l, base + lanes[i], &in->o[s0], T_B32, &adef[lanes[i]]);
+    for (int i = 0; i < n; i++) {
+      const int lane = lanes[i];
+      int d1, d2;
+      const uint32_t b = (uint32_t)get(l, base + lane, &in->o[s0 + 1], T_U32, &d1);
+      const uint32_t c = (uint32_t)get(l, base + lane, &in->o[s0 + 2], T_U32, &d2);
+      if (!d1 || !d2) return lfail(l, "shfl.sync with an undefined lane or clamp operand");
+      const uint32_t bval = b & 0x1f, cval = c & 0x1f, seg = (c >> 8) & 0x1f;
+      const uint32_t maxl = ((uint32_t)lane & seg) | (cval & ~seg), minl = (uint32_t)lane & seg;
+      int j, pval;
+      switch (in->mode) {
+      case M_UP: j = lane - (int)bval; pval = j >= (int)maxl; break;
+      case M_DOWN: j = lane + (int)bval; pval = j <= (int)maxl; break;
+      case M_BFLY: j = lane ^ (int)bval; pval = j <= (int)maxl; break;
+      default: j = (int)(minl | (bval & ~seg)); pval = j <= (int)maxl; break;
+      }
+      if (!pval) j = lane;
+      if (j < 0 || j > 31 || !(mask & (1u << j)))
+        return lfail(l, "shfl.sync: lane %d reads lane %d, which is not in the member mask", lane, j);
+      frame *f = top(&l->t[base + lane]);
+      if (in->o[0].kind == K_REG) put(l, f, in->o[0].reg, a[j], adef[j]);
+      if (pair && in->o[1].kind == K_REG) put(l, f, in->o[1].reg, (uint64_t)pval, 1);
+    }
+    break;
+  }
+  case OP_VOTE: {
+    uint32_t mask = 0;
+    if (member_mask(l, lanes, n, w, &in->o[2], &mask) || check_members(l, w, mask, group, "vote.sync")) return -1;
+    uint32_t ballot = 0;
+    for (int i = 0; i < n; i++) {
+      int def;
+      const uint64_t p = get(l, base + lanes[i], &in->o[1], T_PRED, &def);
+      if (!def) return lfail(l, "vote.sync of an undefined predicate");
+      if (p & 1) ballot |= 1u << lanes[i];
+    }
+    uint64_t r;
+    switch (in->mode) {
+    case M_ANY: r = ballot != 0; break;
+    case M_ALL: r = ballot == mask; break;
+    case M_UNIV: r = ballot == 0 || ballot == mask; break;
+    default: r = ballot; break;
+    }
+    for (int i = 0; i < n; i++) put(l, top(&l->t[base + lanes[i]]), in->o[0].reg, r, 1);
+    break;
+  }
+  case OP_LDMATRIX: {
+    if (check_members(l, w, 0xffffffffu, group, "ldmatrix (.aligned: the whole warp)")) return -1;
+    const int nm = in->num;
+    uint16_t mat[4][8][8];
+    for (int i = 0; i < nm; i++)
+      for (int r = 0; r < 8; r++) {
+        const int lane = 8 * i + r;
+        uint64_t addr;
+        l->cur_tid = base + lane;
+        if (address(l, base + lane, &in->o[1], &addr)) return -1;
+        uint8_t buf[16];
+        if (mem_read(l, base + lane, SP_SHARED, addr, 16, 16, buf)) return -1;
+        memcpy(mat[i][r], buf, 16);
+      }
+    for (int i = 0; i < n; i++) {
+      const int lane = lanes[i];
+      frame *f = top(&l->t[base + lane]);
+      for (int k = 0; k < nm; k++) {
+        uint16_t lo, hi;
+        if (in->flags & F_TRANS) {
+          lo = mat[k][2 * (lane % 4)][lane / 4];
+          hi = mat[k][2 * (lane % 4) + 1][lane / 4];
+        } else {
+          lo = mat[k][lane / 4][2 * (lane % 4)];
+          hi = mat[k][lane / 4][2 * (lane % 4) + 1];
+        }
+        if (in->o[0].vec[k] >= 0) put(l, f, in->o[0].vec[k], ((uint64_t)hi << 16) | lo, 1);
+      }
+    }
+    break;
+  }
+  case OP_MMA: {
+    if (check_members(l, w, 0xffffffffu, group, "mma.sync (.aligned: the whole warp)")) return -1;
+    uint32_t A[32][4] = {{0}}, B[32][2] = {{0}}, C[32][4] = {{0}}, D[32][4];
+    for (int lane = 0; lane < 32; lane++) {
+      frame *f = top(&l->t[base + lane]);
+      l->cur_tid = base + lane;
+      for (int k = 0; k < in->o[1].n; k++) {
+        if (in->o[1].vec[k] < 0 || !f->rdef[in->o[1].vec[k]]) return lfail(l, "mma.sync: an A fragment register is undefined");
+        A[lane][k] = (uint32_t)f->r[in->o[1].vec[k]];
+      }
+      for (int k = 0; k < in->o[2].n; k++) {
+        if (in->o[2].vec[k] < 0 || !f->rdef[in->o[2].vec[k]]) return lfail(l, "mma.sync: a B fragment register is undefined");
+        B[lane][k] = (uint32_t)f->r[in->o[2].vec[k]];
+      }
+      for (int k = 0; k < 4; k++) {
+        if (in->o[3].vec[k] < 0 || !f->rdef[in->o[3].vec[k]]) return lfail(l, "mma.sync: an accumulator register is undefined");
+        C[lane][k] = (uint32_t)f->r[in->o[3].vec[k]];
+      }
+    }
+    if (ptx_mma(in, (const uint32_t(*)[4])A, (const uint32_t(*)[2])B, (const uint32_t(*)[4])C, D, why, sizeof why))
+      return lfail(l, "%s", why);
+    for (int lane = 0; lane < 32; lane++)
+      for (int k = 0; k < 4; k++) put(l, top(&l->t[base + lane]), in->o[0].vec[k], D[lane][k], 1);
+    break;
+  }
+  default: return lfail(l, "not a collective");
+  }
+  for (int i = 0; i < n; i++) l->t[base + lanes[i]].pc++;
+  l->wsync[w]++; /* the lanes passed it together: their later accesses follow their earlier ones */
+  l->x->st.collectives++;
+  return 0;
+}
+
+static int is_collective(int op) {
+  return op == OP_SHFL || op == OP_VOTE || op == OP_BARWARP || op == OP_LDMATRIX || op == OP_MMA;
+}
+
+/* ---- scheduling ---- */
+
+/* Runs warp w until none of its lanes can go on (all at a barrier or exited). */
+static int run_warp(L *l, int w) {
+  const int base = w * 32;
+  const int live = (int)l->nthreads - base < 32 ? (int)l->nthreads - base : 32;
+  for (;;) {
+    int minpc = -1;
+    for (int i = 0; i < live; i++) {
+      const thread *t = &l->t[base + i];
+      if (t->state == TS_RUN && (minpc < 0 || t->pc < minpc)) minpc = t->pc;
+    }
+    if (minpc < 0) return 0;
+    const ptx_insn *in = &l->m->insn[minpc];
+    l->cur_pc = minpc;
+    l->serial++;
+    int lanes[32], n = 0;
+    for (int i = 0; i < live; i++) {
+      thread *t = &l->t[base + i];
+      if (t->state != TS_RUN || t->pc != minpc) continue;
+      l->cur_tid = base + i;
+      if (in->guard >= 0) {
+        frame *f = top(t);
+        if (!f->rdef[in->guard])
+          return lfail(l, "the guard predicate %s is undefined", l->m->func[f->func].regname[in->guard]);
+        if (((f->r[in->guard] & 1) != 0) == in->guard_neg) {
+          t->pc++;
+          continue;
+        }
+      }
+      lanes[n++] = i;
+    }
+    l->x->st.warp_insns += n > 0;
+    l->x->st.thread_insns += (uint64_t)n;
+    if (!n) continue;
+    if (is_collective(in->op)) {
+      l->cur_tid = base + lanes[0];
+      if (warp_collective(l, w, lanes, n, in)) return -1;
+      account(l, in->op == OP_LDMATRIX);
+      continue;
+    }
+    if (in->op == OP_BAR || in->op == OP_BARRED) {
+      for (int i = 0; i < n; i++) {
+        thread *t = &l->t[base + lanes[i]];
+        l->cur_tid = base + lanes[i];
+        if (in->op == OP_BARRED) {
+          int def;
+          const uint64_t p = get(l, base + lanes[i], &in->o[2], T_PRED, &def);
+          if (!def) return lfail(l, "bar.red of an undefined predicate");
+          t->barpred = (int)(p & 1);
+        }
+        t->state = TS_BAR;
+      }
+      continue;
+    }
+    for (int i = 0; i < n; i++) {
+      l->cur_tid = base + lanes[i];
+      if (lane_exec(l, base + lanes[i], in)) return -1;
+    }
+    account(l, 0);
+  }
+}
+
+/* every live thread waits at a barrier: they must wait at the same one; all go on */
+static int release(L *l) {
+  int pc = -1, first = -1;
+  int any = 0, sum = 0, all = 1;
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    thread *t = &l->t[i];
+    if (t->state != TS_BAR) continue;
+    if (pc < 0) pc = t->pc, first = (int)i;
+    if (t->pc != pc) {
+      l->cur_pc = t->pc;
+      l->cur_tid = (int)i;
+      return lfail(l, "barrier divergence: thread %d waits at line %d, this thread at another barrier", first,
+                   l->m->insn[pc].line);
+    }
+    any |= t->barpred;
+    all &= t->barpred;
+    sum += t->barpred;
+  }
+  if (pc < 0) return 0;
+  const ptx_insn *in = &l->m->insn[pc];
+  l->cur_pc = pc;
+  l->cur_tid = -1;
+  const ptx_operand *id = &in->o[in->op == OP_BARRED ? 1 : 0];
+  if (id->kind != K_IMM || id->imm != 0) return lfail(l, "only barrier 0 is supported");
+  if (in->op == OP_BAR && in->nops == 2) {
+    if (in->o[1].kind != K_IMM || (unsigned)in->o[1].imm != l->nthreads)
+      return lfail(l, "bar.sync with a thread count other than the block's");
+  }
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    thread *t = &l->t[i];
+    if (t->state != TS_BAR) continue;
+    if (in->op == OP_BARRED) {
+      const uint64_t r = in->bop == M_OR ? (uint64_t)any : in->bop == M_AND ? (uint64_t)all : (uint64_t)sum;
+      put(l, top(t), in->o[0].reg, r, 1);
+    }
+    t->state = TS_RUN;
+    t->pc++;
+  }
+  l->epoch++;
+  l->x->st.barriers++;
+  return 0;
+}
+
+static void shuffle(unsigned *a, unsigned n, unsigned seed) {
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (unsigned i = n; i > 1; i--) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const unsigned j = (unsigned)(s % i);
+    const unsigned x = a[i - 1];
+    a[i - 1] = a[j];
+    a[j] = x;
+  }
+}
+
+static void orders(unsigned *a, unsigned n, unsigned order, unsigned salt) {
+  for (unsigned i = 0; i < n; i++) a[i] = order == 1 ? n - 1 - i : i;
+  if (order >= 2) shuffle(a, n, order * 7919u + salt);
+}
+
+static int run_block(L *l, int entry, unsigned bid, unsigned *worder) {
+  l->bid = bid;
+  l->epoch = 0;
+  l->cur_pc = -1;
+  l->cur_tid = -1;
+  memset(l->wsync, 0, l->nwarps * sizeof *l->wsync);
+  memset(l->sh, 0, l->smem_size * sizeof *l->sh);
+  const ptx_func *fn = &l->m->func[entry];
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    thread *t = &l->t[i];
+    t->pc = fn->first;
+    t->depth = 0;
+    t->state = TS_RUN;
+    t->carry = 0;
+    t->ncp = 0;
+    t->committed = 0;
+    frame *f = &t->fr[0];
+    memset(f->rdef, 0, (size_t)fn->nregs);
+    memset(f->ldef, 0, fn->local_size);
+    memset(f->pdef + fn->formal_size, 0, fn->param_size - fn->formal_size);
+  }
+  for (;;) {
+    for (unsigned k = 0; k < l->nwarps; k++)
+      if (run_warp(l, (int)worder[k])) return -1;
+    int waiting = 0;
+    for (unsigned i = 0; i < l->nthreads; i++) waiting += l->t[i].state == TS_BAR;
+    if (!waiting) break;
+    if (release(l)) return -1;
+  }
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    thread *t = &l->t[i];
+    while (t->depth > 0) frame_free(&t->fr[t->depth--]);
+    if (t->ncp) {
+      l->cur_tid = (int)i;
+      l->cur_pc = -1;
+      return lfail(l, "thread %u exited with %d cp.async copies it never waited for", i, t->ncp);
+    }
+  }
+  return 0;
+}
+
+int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, const void *params, size_t len,
+               char *err, size_t errlen) {
+  const ptx_module *m = x->m;
+  int e = -1;
+  for (int i = 0; i < m->nfunc; i++)
+    if (m->func[i].entry && m->func[i].defined && !strcmp(m->func[i].name, entry)) e = i;
+  if (e < 0) {
+    snprintf(err, errlen, "no entry %s in the module", entry);
+    return -1;
+  }
+  const ptx_func *fn = &m->func[e];
+  if (len != fn->formal_size) {
+    snprintf(err, errlen, "%s takes %llu bytes of parameters, %zu given", entry, (unsigned long long)fn->formal_size,
+             len);
+    return -1;
+  }
+  if (cfg->block == 0 || cfg->block > 1024 || cfg->grid == 0) {
+    snprintf(err, errlen, "launch of %u blocks of %u threads", cfg->grid, cfg->block);
+    return -1;
+  }
+  if (fn->maxntid && cfg->block > (unsigned)fn->maxntid) {
+    snprintf(err, errlen, "%s allows %d threads a block (.maxntid), %u launched", entry, fn->maxntid, cfg->block);
+    return -1;
+  }
+  const uint64_t smem = (m->static_shared + 15) / 16 * 16 + cfg->dyn_smem;
+  if (smem > 227 * 1024) {
+    snprintf(err, errlen, "%llu bytes of shared memory a block, more than any GPU has", (unsigned long long)smem);
+    return -1;
+  }
+  L l;
+  memset(&l, 0, sizeof l);
+  l.x = x;
+  l.m = m;
+  l.cfg = cfg;
+  l.nthreads = cfg->block;
+  l.nwarps = (cfg->block + 31) / 32;
+  l.err = err;
+  l.errlen = errlen;
+  l.smem_size = smem;
+  l.cur_pc = -1;
+  l.cur_tid = -1;
+  l.t = calloc(cfg->block, sizeof *l.t);
+  l.smem = calloc(smem + 1, 1);
+  l.sh = calloc(smem + 1, sizeof *l.sh);
+  l.wsync = calloc(l.nwarps, sizeof *l.wsync);
+  unsigned *border = calloc(cfg->grid, sizeof *border), *worder = calloc(l.nwarps, sizeof *worder);
+  int rc = -1;
+  if (!l.t || !l.smem || !l.sh || !l.wsync || !border || !worder) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  /* each thread's entry frame: the kernel's parameters, then its call sites' .param variables */
+  for (unsigned i = 0; i < cfg->block; i++) {
+    frame *f = &l.t[i].fr[0];
+    if (frame_init(&l, f, e)) goto out;
+    f->param = malloc(fn->param_size + 1);
+    f->pdef = calloc(fn->param_size + 1, 1);
+    f->owns_param = 1;
+    if (!f->param || !f->pdef) {
+      snprintf(err, errlen, "out of memory");
+      goto out;
+    }
+    memcpy(f->param, params, len);
+    memset(f->pdef, 1, len);
+  }
+  orders(border, cfg->grid, cfg->order, 1);
+  orders(worder, l.nwarps, cfg->order, 2);
+  rc = 0;
+  for (unsigned b = 0; b < cfg->grid && !rc; b++) rc = run_block(&l, e, border[b], worder);
+out:
+  if (l.t)
+    for (unsigned i = 0; i < cfg->block; i++) {
+      thread *t = &l.t[i];
+      for (int d = t->depth; d >= 0; d--) frame_free(&t->fr[d]);
+      free(t->cp);
+    }
+  free(l.t);
+  free(l.smem);
+  free(l.sh);
+  free(l.wsync);
+  free(border);
+  free(worder);
+  return rc;
+}

@@ -1,0 +1,1327 @@
+/* ptx_parse.c: PTX text -> ptx_module. Tokens, then the module's directives, variables and functions, then each
+ * instruction's opcode, modifiers and operands. Whatever the interpreter does not implement is refused here with
+ * the line and the word, so that an instruction can never be skipped at run time. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ptx_internal.h"
+
+typedef enum { TK_END, TK_ID, TK_NUM, TK_PUNCT, TK_STR } tkind;
+typedef struct {
+  uint8_t kind;
+  char c;        /* TK_PUNCT */
+  int line;
+  const char *s; /* TK_ID, TK_NUM, TK_STR: start in the text */
+  int len;
+} token;
+
+typedef struct {
+  const char *text;
+  token *t;
+  int nt, pos;
+  ptx_module *m;
+  char *err;
+  size_t errlen;
+  int failed;
+  /* scopes of the function being parsed: register and symbol declarations, innermost last */
+  struct decl {
+    char name[24];
+    int count;      /* %r<count>: count names %r0..; -1: a single name */
+    int base;       /* first register index */
+    int depth;
+  } *decls;
+  int ndecl, capdecl;
+  struct symdecl {
+    int sym, depth;
+  } *fsyms;
+  int nfsym, capfsym;
+  int depth;
+  int cur_func;
+  /* labels of the function: name -> instruction, and the branches to patch */
+  struct label {
+    char name[64];
+    int insn;
+  } *labels;
+  int nlabel, caplabel;
+  struct fix {
+    char name[64];
+    int insn, opnd, line;
+  } *fixes;
+  int nfix, capfix;
+  struct callfix {
+    char name[80];
+    int insn, line;
+  } *calls;
+  int ncall, capcall;
+  int capinsn, capsym, capfunc;
+} parser;
+
+static int fail(parser *p, int line, const char *fmt, ...) {
+  if (p->failed) return -1;
+  p->failed = 1;
+  int n = snprintf(p->err, p->errlen, "ptx line %d: ", line);
+  if (n < 0 || (size_t)n >= p->errlen) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static void *grow(void *a, int *cap, int need, size_t el) {
+  if (need <= *cap) return a;
+  int nc = *cap ? *cap * 2 : 64;
+  while (nc < need) nc *= 2;
+  void *b = realloc(a, (size_t)nc * el);
+  if (!b) return NULL;
+  memset((char *)b + (size_t)*cap * el, 0, (size_t)(nc - *cap) * el);
+  *cap = nc;
+  return b;
+}
+
+/* ---- tokens ---- */
+
+static int is_idch(int c) { return isalnum(c) || c == '_' || c == '$' || c == '%' || c == '.'; }
+
+static int tokenize(parser *p) {
+  const char *s = p->text;
+  int line = 1, cap = 0;
+  for (;;) {
+    while (*s && (isspace((unsigned char)*s) || (s[0] == '/' && (s[1] == '/' || s[1] == '*')))) {
+      if (*s == '\n') line++;
+      if (s[0] == '/' && s[1] == '/') {
+        while (*s && *s != '\n') s++;
+      } else if (s[0] == '/' && s[1] == '*') {
+        s += 2;
+        while (*s && !(s[0] == '*' && s[1] == '/')) line += *s++ == '\n';
+        if (*s) s += 2;
+      } else {
+        s++;
+      }
+    }
+    token tk = {.line = line, .s = s};
+    if (!*s) {
+      tk.kind = TK_END;
+    } else if (*s == '"') {
+      tk.kind = TK_STR;
+      const char *e = strchr(s + 1, '"');
+      if (!e) return fail(p, line, "unterminated string");
+      tk.s = s + 1;
+      tk.len = (int)(e - s - 1);
+      s = e + 1;
+    } else if (isdigit((unsigned char)*s)) {
+      tk.kind = TK_NUM;
+      const char *e = s;
+      /* 0fXXXXXXXX, 0dXXXXXXXXXXXXXXXX, 0x..., decimal with an optional fraction and exponent, U suffix */
+      while (isalnum((unsigned char)*e) || *e == '.' ||
+             ((*e == '+' || *e == '-') && (e[-1] == 'e' || e[-1] == 'E') && s[1] != 'x' && s[1] != 'f' && s[1] != 'd'))
+        e++;
+      tk.len = (int)(e - s);
+      s = e;
+    } else if (is_idch((unsigned char)*s)) {
+      tk.kind = TK_ID;
+      const char *e = s;
+      for (;;) {
+        if (is_idch((unsigned char)*e)) e++;
+        else if (e[0] == ':' && e[1] == ':' && is_idch((unsigned char)e[2])) e += 2; /* .L2::128B */
+        else break;
+      }
+      tk.len = (int)(e - s);
+      s = e;
+    } else if (strchr("{}()[],;:|@!+-=<>", *s)) {
+      tk.kind = TK_PUNCT;
+      tk.c = *s++;
+    } else {
+      return fail(p, line, "unexpected character '%c'", *s);
+    }
+    p->t = grow(p->t, &cap, p->nt + 1, sizeof *p->t);
+    if (!p->t) return fail(p, line, "out of memory");
+    p->t[p->nt++] = tk;
+    if (tk.kind == TK_END) return 0;
+  }
+}
+
+static token *peek(parser *p) { return &p->t[p->pos]; }
+static token *next(parser *p) {
+  token *t = &p->t[p->pos];
+  if (t->kind != TK_END) p->pos++;
+  return t;
+}
+static int is_punct(const token *t, char c) { return t->kind == TK_PUNCT && t->c == c; }
+static int is_word(const token *t, const char *w) {
+  return t->kind == TK_ID && (int)strlen(w) == t->len && !strncmp(t->s, w, (size_t)t->len);
+}
+static int expect(parser *p, char c) {
+  token *t = next(p);
+  if (!is_punct(t, c)) return fail(p, t->line, "expected '%c', found '%.*s'", c, t->len ? t->len : 1, t->len ? t->s : &t->c);
+  return 0;
+}
+static void tkcopy(const token *t, char *out, size_t len) { snprintf(out, len, "%.*s", t->len, t->s); }
+
+/* integer literal (decimal, 0x hex, 0 octal, trailing U); -1 when it is not one */
+static int parse_int(const token *t, int64_t *v) {
+  char buf[64];
+  tkcopy(t, buf, sizeof buf);
+  size_t l = strlen(buf);
+  if (l && (buf[l - 1] == 'U' || buf[l - 1] == 'u')) buf[--l] = '\0';
+  if (!l) return -1;
+  char *end;
+  unsigned long long u = strtoull(buf, &end, buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X') ? 16 : buf[0] == '0' && l > 1 ? 8 : 10);
+  if (*end) return -1;
+  *v = (int64_t)u;
+  return 0;
+}
+
+/* 0fXXXXXXXX (f32 bits), 0dXXXXXXXXXXXXXXXX (f64 bits) or a decimal float; *kind 1 f32, 2 f64 */
+static int parse_float(const token *t, uint64_t *bits, uint8_t *kind) {
+  char buf[64];
+  tkcopy(t, buf, sizeof buf);
+  char *end;
+  if ((buf[1] == 'f' || buf[1] == 'F') && buf[0] == '0' && strlen(buf) == 10) {
+    *bits = strtoull(buf + 2, &end, 16);
+    *kind = 1;
+    return *end ? -1 : 0;
+  }
+  if ((buf[1] == 'd' || buf[1] == 'D') && buf[0] == '0' && strlen(buf) == 18) {
+    *bits = strtoull(buf + 2, &end, 16);
+    *kind = 2;
+    return *end ? -1 : 0;
+  }
+  if (strchr(buf, '.') || strchr(buf, 'e') || strchr(buf, 'E')) {
+    double d = strtod(buf, &end);
+    if (*end) return -1;
+    memcpy(bits, &d, 8);
+    *kind = 2;
+    return 0;
+  }
+  return -1;
+}
+
+/* ---- types and modifiers ---- */
+
+static const struct {
+  const char *name;
+  ptx_type t;
+} TYPES[] = {{"pred", T_PRED}, {"b8", T_B8},     {"b16", T_B16},   {"b32", T_B32},       {"b64", T_B64},
+             {"u8", T_U8},     {"u16", T_U16},   {"u32", T_U32},   {"u64", T_U64},       {"s8", T_S8},
+             {"s16", T_S16},   {"s32", T_S32},   {"s64", T_S64},   {"f16", T_F16},       {"f16x2", T_F16X2},
+             {"bf16", T_BF16}, {"bf16x2", T_BF16X2}, {"f32", T_F32}, {"f64", T_F64},     {"b128", T_B128}};
+
+static ptx_type type_of(const char *w) {
+  for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
+    if (!strcmp(w, TYPES[i].name)) return TYPES[i].t;
+  return T_NONE;
+}
+
+static const struct {
+  const char *name;
+  ptx_op op;
+} OPS[] = {
+    {"mov", OP_MOV},       {"ld", OP_LD},           {"ldu", OP_LD},          {"st", OP_ST},
+    {"cvta", OP_CVTA},     {"cvt", OP_CVT},         {"add", OP_ADD},         {"sub", OP_SUB},
+    {"mul", OP_MUL},       {"mad", OP_MAD},         {"fma", OP_FMA},         {"div", OP_DIV},
+    {"rem", OP_REM},       {"neg", OP_NEG},         {"abs", OP_ABS},         {"min", OP_MIN},
+    {"max", OP_MAX},       {"and", OP_AND},         {"or", OP_OR},           {"xor", OP_XOR},
+    {"not", OP_NOT},       {"cnot", OP_CNOT},       {"shl", OP_SHL},         {"shr", OP_SHR},
+    {"setp", OP_SETP},     {"selp", OP_SELP},       {"set", OP_SET},         {"bfi", OP_BFI},
+    {"bfe", OP_BFE},       {"prmt", OP_PRMT},       {"popc", OP_POPC},       {"clz", OP_CLZ},
+    {"brev", OP_BREV},     {"rcp", OP_RCP},         {"sqrt", OP_SQRT},       {"rsqrt", OP_RSQRT},
+    {"ex2", OP_EX2},       {"lg2", OP_LG2},         {"sin", OP_SIN},         {"cos", OP_COS},
+    {"testp", OP_TESTP},   {"copysign", OP_COPYSIGN}, {"addc", OP_ADDC},     {"subc", OP_SUBC},
+    {"madc", OP_MADC},     {"bra", OP_BRA},         {"call", OP_CALL},       {"ret", OP_RET},
+    {"exit", OP_EXIT},     {"shfl", OP_SHFL},       {"vote", OP_VOTE},       {"mma", OP_MMA},
+    {"ldmatrix", OP_LDMATRIX}, {"atom", OP_ATOM},   {"red", OP_RED},         {"membar", OP_MEMBAR},
+    {"fence", OP_FENCE},   {"lop3", OP_LOP3},       {"mul24", OP_MUL24},     {"mad24", OP_MAD24},
+    {"fns", OP_FNS}};
+
+/* Applies one modifier word to in; -1 when it means nothing to this opcode. */
+static int modifier(ptx_insn *in, const char *w, int *ntypes) {
+  const ptx_op op = (ptx_op)in->op;
+  ptx_type t = type_of(w);
+  if (t != T_NONE) {
+    if (op == OP_MMA) { /* .f32.f16.f16.f32: D, A, B, C */
+      if (*ntypes == 0) in->type = (uint8_t)t;
+      else if (*ntypes == 1) in->mma_ab = t;
+      else if (*ntypes == 2 && t != in->mma_ab) return -1;
+      else if (*ntypes == 3) in->type2 = (uint8_t)t;
+      else if (*ntypes > 3) return -1;
+    } else if (*ntypes == 0) {
+      in->type = (uint8_t)t;
+    } else if (*ntypes == 1) {
+      in->type2 = (uint8_t)t;
+    } else {
+      return -1;
+    }
+    (*ntypes)++;
+    return 0;
+  }
+  static const struct {
+    const char *w;
+    uint8_t sp;
+  } SPACES[] = {{"global", SP_GLOBAL}, {"shared", SP_SHARED}, {"local", SP_LOCAL}, {"param", SP_PARAM},
+                {"const", SP_CONST}};
+  for (size_t i = 0; i < sizeof SPACES / sizeof SPACES[0]; i++)
+    if (!strcmp(w, SPACES[i].w)) {
+      if (op == OP_CPASYNC || op == OP_FENCE || op == OP_MEMBAR) return 0; /* cp.async's .shared.global */
+      if (in->space && op != OP_CVTA) return -1;
+      in->space = SPACES[i].sp;
+      return op == OP_LD || op == OP_ST || op == OP_CVTA || op == OP_ATOM || op == OP_RED || op == OP_LDMATRIX
+                 ? 0
+                 : -1;
+    }
+  static const struct {
+    const char *w;
+    uint8_t r;
+  } RND[] = {{"rn", R_RN}, {"rz", R_RZ}, {"rm", R_RM}, {"rp", R_RP}, {"rni", R_RNI}, {"rzi", R_RZI}, {"rmi", R_RMI},
+             {"rpi", R_RPI}};
+  for (size_t i = 0; i < sizeof RND / sizeof RND[0]; i++)
+    if (!strcmp(w, RND[i].w)) {
+      if (op != OP_CVT && op != OP_ADD && op != OP_SUB && op != OP_MUL && op != OP_FMA && op != OP_MAD &&
+          op != OP_DIV && op != OP_RCP && op != OP_SQRT)
+        return -1;
+      in->rnd = RND[i].r;
+      return 0;
+    }
+  static const struct {
+    const char *w;
+    uint8_t c;
+  } CMP[] = {{"eq", C_EQ},   {"ne", C_NE},   {"lt", C_LT},   {"le", C_LE},   {"gt", C_GT},   {"ge", C_GE},
+             {"lo", C_LO},   {"ls", C_LS},   {"hi", C_HI},   {"hs", C_HS},   {"equ", C_EQU}, {"neu", C_NEU},
+             {"ltu", C_LTU}, {"leu", C_LEU}, {"gtu", C_GTU}, {"geu", C_GEU}, {"num", C_NUM}, {"nan", C_NAN}};
+  if (op == OP_SETP || op == OP_SET) {
+    for (size_t i = 0; i < sizeof CMP / sizeof CMP[0]; i++)
+      if (!strcmp(w, CMP[i].w) && !in->cmp) {
+        in->cmp = CMP[i].c;
+        return 0;
+      }
+    if (in->cmp && !in->bop) {
+      if (!strcmp(w, "and")) return in->bop = M_AND, 0;
+      if (!strcmp(w, "or")) return in->bop = M_OR, 0;
+      if (!strcmp(w, "xor")) return in->bop = M_XOR, 0;
+    }
+  }
+  if (op == OP_MUL || op == OP_MAD) {
+    if (!strcmp(w, "wide")) return in->flags |= F_WIDE, 0;
+  }
+  if (op == OP_MUL || op == OP_MAD || op == OP_MADC || op == OP_MUL24 || op == OP_MAD24) {
+    if (!strcmp(w, "hi")) return in->flags |= F_HI, 0;
+    if (!strcmp(w, "lo")) return in->flags |= F_LO, 0;
+  }
+  if (!strcmp(w, "cc") && (op == OP_ADD || op == OP_SUB || op == OP_MAD || op == OP_ADDC || op == OP_SUBC ||
+                           op == OP_MADC))
+    return in->flags |= F_CC, 0;
+  if (!strcmp(w, "ftz")) return in->flags |= F_FTZ, 0;
+  if (!strcmp(w, "to") && op == OP_CVTA && !in->space) return 0; /* cvta.to.space: the text keeps it */
+  if (!strcmp(w, "sat") && (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_CVT))
+    return in->flags |= F_SAT, 0;
+  if (!strcmp(w, "approx") && (op == OP_RCP || op == OP_SQRT || op == OP_RSQRT || op == OP_EX2 || op == OP_LG2 ||
+                               op == OP_SIN || op == OP_COS || op == OP_DIV))
+    return in->flags |= F_APPROX, 0;
+  if (!strcmp(w, "full") && op == OP_DIV) return in->flags |= F_FULL, 0;
+  if (!strcmp(w, "uni") && (op == OP_BRA || op == OP_CALL)) return in->flags |= F_UNI, 0;
+  if (!strcmp(w, "sync") && (op == OP_SHFL || op == OP_VOTE || op == OP_MMA || op == OP_LDMATRIX || op == OP_BAR ||
+                             op == OP_BARRED || op == OP_BARWARP))
+    return in->flags |= F_SYNC, 0;
+  if (!strcmp(w, "aligned") && (op == OP_MMA || op == OP_LDMATRIX || op == OP_BAR || op == OP_BARRED))
+    return in->flags |= F_ALIGNED, 0;
+  if (!strcmp(w, "volatile") && (op == OP_LD || op == OP_ST)) return in->flags |= F_VOLATILE, 0;
+  if (!strcmp(w, "nc") && op == OP_LD) return in->flags |= F_NC, 0;
+  if (!strcmp(w, "NaN") && (op == OP_MIN || op == OP_MAX)) return in->flags |= F_NAN, 0;
+  if (!strcmp(w, "relu") && op == OP_CVT) return in->flags |= F_RELU, 0;
+  if (!strcmp(w, "shiftamt") && op == OP_BFE) return in->flags |= F_SHIFTAMT, 0;
+  if ((op == OP_LD || op == OP_ST) &&
+      (!strcmp(w, "ca") || !strcmp(w, "cg") || !strcmp(w, "cs") || !strcmp(w, "lu") || !strcmp(w, "cv") ||
+       !strcmp(w, "wb") || !strcmp(w, "wt") || !strcmp(w, "L1::no_allocate") || !strcmp(w, "L1::evict_last") ||
+       !strcmp(w, "L1::evict_first") || !strcmp(w, "L2::128B") || !strcmp(w, "L2::64B") || !strcmp(w, "L2::256B")))
+    return 0; /* cache hints: no effect on the result */
+  if ((op == OP_LD || op == OP_ST) && (!strcmp(w, "v2") || !strcmp(w, "v4"))) {
+    in->vec = (uint8_t)(w[1] - '0');
+    return 0;
+  }
+  if (op == OP_CPASYNC && (!strcmp(w, "cg") || !strcmp(w, "ca"))) return 0;
+  if (op == OP_SHFL) {
+    if (!strcmp(w, "bfly")) return in->mode = M_BFLY, 0;
+    if (!strcmp(w, "up")) return in->mode = M_UP, 0;
+    if (!strcmp(w, "down")) return in->mode = M_DOWN, 0;
+    if (!strcmp(w, "idx")) return in->mode = M_IDX, 0;
+  }
+  if (op == OP_VOTE) {
+    if (!strcmp(w, "any")) return in->mode = M_ANY, 0;
+    if (!strcmp(w, "all")) return in->mode = M_ALL, 0;
+    if (!strcmp(w, "uni")) return in->mode = M_UNIV, 0;
+    if (!strcmp(w, "ballot")) return in->mode = M_BALLOT, 0;
+  }
+  if (op == OP_BARRED) {
+    if (!strcmp(w, "or")) return in->bop = M_OR, 0;
+    if (!strcmp(w, "and")) return in->bop = M_AND, 0;
+    if (!strcmp(w, "popc")) return in->bop = M_POPC, 0;
+  }
+  if (op == OP_ATOM || op == OP_RED) {
+    static const struct {
+      const char *w;
+      uint8_t m;
+    } AT[] = {{"add", M_ADD}, {"min", M_MIN}, {"max", M_MAX}, {"inc", M_INC}, {"dec", M_DEC}, {"exch", M_EXCH},
+              {"cas", M_CAS}, {"and", M_AND}, {"or", M_OR},   {"xor", M_XOR}};
+    for (size_t i = 0; i < sizeof AT / sizeof AT[0]; i++)
+      if (!strcmp(w, AT[i].w) && !in->mode) return in->mode = AT[i].m, 0;
+    if (!strcmp(w, "relaxed") || !strcmp(w, "gpu") || !strcmp(w, "sys") || !strcmp(w, "cta")) return 0;
+  }
+  if (op == OP_PRMT) {
+    static const char *const PM[] = {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+    for (int i = 0; i < 6; i++)
+      if (!strcmp(w, PM[i])) return in->mode = (uint8_t)(M_F4E + i), 0;
+  }
+  if ((op == OP_MEMBAR || op == OP_FENCE) &&
+      (!strcmp(w, "cta") || !strcmp(w, "gl") || !strcmp(w, "sys") || !strcmp(w, "gpu") || !strcmp(w, "sc") ||
+       !strcmp(w, "acq_rel")))
+    return 0;
+  if (op == OP_MMA) {
+    if (!strcmp(w, "m16n8k16")) return in->num = 16, 0;
+    if (!strcmp(w, "m16n8k8")) return in->num = 8, 0;
+    if (!strcmp(w, "row") && !(in->flags & F_ROW_COL)) return in->flags |= F_ROW_COL, 0;
+    if (!strcmp(w, "col") && (in->flags & F_ROW_COL) && !in->mode) return in->mode = 1, 0;
+  }
+  if (op == OP_LDMATRIX) {
+    if (!strcmp(w, "m8n8")) return 0;
+    if (!strcmp(w, "x1") || !strcmp(w, "x2") || !strcmp(w, "x4")) return in->num = (uint8_t)(w[1] - '0'), 0;
+    if (!strcmp(w, "trans")) return in->flags |= F_TRANS, 0;
+  }
+  return -1;
+}
+
+/* the opcode word "mma.sync.aligned...": base name, then its modifiers */
+static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
+  char w[160];
+  tkcopy(t, w, sizeof w);
+  char *dot = strchr(w, '.');
+  if (dot) *dot = '\0';
+  const char *rest = dot ? dot + 1 : "";
+  in->op = OP_COUNT;
+  /* multi-word opcodes first */
+  if (!strcmp(w, "cp") && !strncmp(rest, "async", 5)) {
+    const char *r = rest + 5;
+    if (!strcmp(r, ".commit_group")) return in->op = OP_CPCOMMIT, 0;
+    if (!strncmp(r, ".wait_group", 11) && !r[11]) return in->op = OP_CPWAIT, 0;
+    if (!strcmp(r, ".wait_all")) return in->op = OP_CPWAITALL, 0;
+    in->op = OP_CPASYNC;
+    rest = *r == '.' ? r + 1 : r;
+  } else if (!strcmp(w, "bar") || !strcmp(w, "barrier")) {
+    if (!strncmp(rest, "warp.sync", 9) && !rest[9]) return in->op = OP_BARWARP, in->flags |= F_SYNC, 0;
+    if (!strncmp(rest, "red.", 4)) {
+      in->op = OP_BARRED;
+      rest += 4;
+    } else if (!strcmp(rest, "sync") || !strcmp(rest, "sync.aligned") || !strcmp(rest, "cta.sync") ||
+               !strcmp(rest, "cta.sync.aligned")) {
+      return in->op = OP_BAR, 0;
+    } else {
+      return fail(p, t->line, "unknown instruction %.*s", t->len, t->s);
+    }
+  } else {
+    for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
+      if (!strcmp(w, OPS[i].name)) in->op = (uint16_t)OPS[i].op;
+  }
+  if (in->op == OP_COUNT) return fail(p, t->line, "unknown instruction %.*s", t->len, t->s);
+  int ntypes = 0;
+  char buf[160];
+  snprintf(buf, sizeof buf, "%s", rest);
+  char *save = NULL;
+  for (char *m = strtok_r(buf, ".", &save); m; m = strtok_r(NULL, ".", &save)) {
+    /* L2::128B contains no dot; the two-part L1::/L2:: hints are one word */
+    if (modifier(in, m, &ntypes) != 0) return fail(p, t->line, "unknown modifier .%s of %s (in %.*s)", m, w, t->len, t->s);
+  }
+  if (in->op == OP_LD || in->op == OP_ST) {
+    if (!in->space) in->space = SP_GENERIC;
+  }
+  if (in->op == OP_CVTA && !in->space) return fail(p, t->line, "cvta without a state space");
+  if (in->op == OP_MMA && (!(in->flags & F_SYNC) || !(in->flags & F_ALIGNED) || !in->num || in->mode != 1 ||
+                           ntypes != 4))
+    return fail(p, t->line, "unsupported mma form %.*s", t->len, t->s);
+  if (in->op == OP_LDMATRIX && (!in->num || in->type != T_B16 || in->space != SP_SHARED))
+    return fail(p, t->line, "unsupported ldmatrix form %.*s", t->len, t->s);
+  return 0;
+}
+
+/* ---- registers and symbols ---- */
+
+static int reg_width(ptx_type t) { return t == T_PRED ? 1 : ptx_type_bits(t); }
+
+static int add_regs(parser *p, int line, const char *name, int count, ptx_type t) {
+  ptx_func *f = &p->m->func[p->cur_func];
+  const int n = count < 0 ? 1 : count;
+  const int w = reg_width(t);
+  if (w <= 0 || w > 64) return fail(p, line, "unsupported register type for %s", name);
+  uint8_t *rb = realloc(f->regbits, (size_t)(f->nregs + n));
+  char(*rn)[24] = realloc(f->regname, (size_t)(f->nregs + n) * sizeof *rn);
+  if (rb) f->regbits = rb;
+  if (rn) f->regname = rn;
+  if (!rb || !rn) return fail(p, line, "out of memory");
+  for (int i = 0; i < n; i++) {
+    f->regbits[f->nregs + i] = (uint8_t)w;
+    if (count < 0) snprintf(f->regname[f->nregs + i], 24, "%.23s", name);
+    else snprintf(f->regname[f->nregs + i], 24, "%.12s%d", name, i);
+  }
+  p->decls = grow(p->decls, &p->capdecl, p->ndecl + 1, sizeof *p->decls);
+  if (!p->decls) return fail(p, line, "out of memory");
+  struct decl *d = &p->decls[p->ndecl++];
+  snprintf(d->name, sizeof d->name, "%.23s", name);
+  d->count = count;
+  d->base = f->nregs;
+  d->depth = p->depth;
+  f->nregs += n;
+  return 0;
+}
+
+static int find_reg(parser *p, const char *name) {
+  const size_t l = strlen(name);
+  size_t k = l;
+  while (k > 0 && isdigit((unsigned char)name[k - 1])) k--;
+  for (int i = p->ndecl - 1; i >= 0; i--) {
+    const struct decl *d = &p->decls[i];
+    if (d->count < 0) {
+      if (!strcmp(d->name, name)) return d->base;
+    } else if (k < l && strlen(d->name) == k && !strncmp(d->name, name, k)) {
+      const long idx = strtol(name + k, NULL, 10);
+      if (idx >= 0 && idx < d->count) return d->base + (int)idx;
+    }
+  }
+  return -1;
+}
+
+static int add_symbol(parser *p, ptx_symbol *s) {
+  p->m->sym = grow(p->m->sym, &p->capsym, p->m->nsym + 1, sizeof *p->m->sym);
+  if (!p->m->sym) return -1;
+  p->m->sym[p->m->nsym] = *s;
+  return p->m->nsym++;
+}
+
+static int find_symbol(parser *p, const char *name) {
+  for (int i = p->nfsym - 1; i >= 0; i--)
+    if (!strcmp(p->m->sym[p->fsyms[i].sym].name, name)) return p->fsyms[i].sym;
+  for (int i = 0; i < p->m->nsym; i++)
+    if (p->m->sym[i].func < 0 && !strcmp(p->m->sym[i].name, name)) return i;
+  return -1;
+}
+
+static int push_fsym(parser *p, int sym) {
+  p->fsyms = grow(p->fsyms, &p->capfsym, p->nfsym + 1, sizeof *p->fsyms);
+  if (!p->fsyms) return -1;
+  p->fsyms[p->nfsym].sym = sym;
+  p->fsyms[p->nfsym].depth = p->depth;
+  p->nfsym++;
+  return 0;
+}
+
+/* A variable declaration after its state space word: [.align N] [.v2|.v4] .type name [\[N\]] [= init] ;
+ * func < 0: module scope. Returns the symbol index. */
+static int variable(parser *p, uint8_t space, int func, int is_extern) {
+  ptx_symbol s;
+  memset(&s, 0, sizeof s);
+  s.space = space;
+  s.func = func;
+  s.formal = -1;
+  s.align = 0;
+  int line = peek(p)->line, vec = 1;
+  ptx_type t = T_NONE;
+  for (;;) {
+    token *tk = peek(p);
+    if (is_word(tk, ".align")) {
+      next(p);
+      int64_t a;
+      if (parse_int(next(p), &a) != 0 || a <= 0 || (a & (a - 1))) return fail(p, line, "bad .align");
+      s.align = (uint32_t)a;
+    } else if (is_word(tk, ".v2") || is_word(tk, ".v4")) {
+      vec = tk->s[2] - '0';
+      next(p);
+    } else if (tk->kind == TK_ID && tk->s[0] == '.') {
+      char w[32];
+      tkcopy(tk, w, sizeof w);
+      t = type_of(w + 1);
+      if (t == T_NONE || t == T_PRED) return fail(p, line, "unknown variable attribute %s", w);
+      next(p);
+      break;
+    } else {
+      return fail(p, line, "expected a type in a variable declaration");
+    }
+  }
+  token *nm = next(p);
+  if (nm->kind != TK_ID) return fail(p, line, "expected a variable name");
+  tkcopy(nm, s.name, sizeof s.name);
+  const uint64_t el = (uint64_t)(ptx_type_bits(t) / 8) * (uint64_t)vec;
+  s.size = el;
+  if (!s.align) s.align = (uint32_t)el;
+  if (is_punct(peek(p), '[')) {
+    next(p);
+    if (is_punct(peek(p), ']')) {
+      next(p);
+      s.size = 0;
+      s.dynamic = 1;
+      if (!(is_extern && space == SP_SHARED)) return fail(p, line, "an array of unknown size that is not .extern .shared");
+    } else {
+      int64_t n;
+      if (parse_int(next(p), &n) != 0 || n <= 0) return fail(p, line, "bad array size");
+      s.size = el * (uint64_t)n;
+      if (expect(p, ']')) return -1;
+    }
+  }
+  if (is_punct(peek(p), '=')) {
+    next(p);
+    if (space != SP_GLOBAL && space != SP_CONST) return fail(p, line, "an initialiser on a %s variable", s.name);
+    s.init = calloc(1, s.size ? s.size : 1);
+    if (!s.init) return fail(p, line, "out of memory");
+    const int brace = is_punct(peek(p), '{');
+    if (brace) next(p);
+    for (uint64_t off = 0;; off += el) {
+      token *v = next(p);
+      int negv = 0;
+      if (is_punct(v, '-')) {
+        negv = 1;
+        v = next(p);
+      }
+      int64_t iv;
+      uint64_t fb;
+      uint8_t fk;
+      if (off + el > s.size) return fail(p, line, "too many initialisers for %s", s.name);
+      if (t == T_F32 || t == T_F64) {
+        if (parse_float(v, &fb, &fk) != 0) {
+          if (parse_int(v, &iv) != 0) return fail(p, line, "bad initialiser");
+          double d = (double)iv;
+          memcpy(&fb, &d, 8);
+          fk = 2;
+        }
+        if (t == T_F32) {
+          float f;
+          if (fk == 2) {
+            double d;
+            memcpy(&d, &fb, 8);
+            f = (float)(negv ? -d : d);
+          } else {
+            memcpy(&f, &fb, 4);
+            if (negv) f = -f;
+          }
+          memcpy(s.init + off, &f, 4);
+        } else {
+          double d;
+          if (fk == 1) {
+            float f;
+            uint32_t b32 = (uint32_t)fb;
+            memcpy(&f, &b32, 4);
+            d = f;
+          } else {
+            memcpy(&d, &fb, 8);
+          }
+          if (negv) d = -d;
+          memcpy(s.init + off, &d, 8);
+        }
+      } else {
+        if (parse_int(v, &iv) != 0) return fail(p, line, "bad initialiser '%.*s'", v->len, v->s);
+        if (negv) iv = -iv;
+        memcpy(s.init + off, &iv, (size_t)el); /* little-endian: the low bytes */
+      }
+      if (!brace) break;
+      if (is_punct(peek(p), ',')) {
+        next(p);
+        continue;
+      }
+      if (expect(p, '}')) return -1;
+      break;
+    }
+  }
+  if (expect(p, ';')) return -1;
+  int idx = add_symbol(p, &s);
+  if (idx < 0) return fail(p, line, "out of memory");
+  return idx;
+}
+
+/* ---- operands ---- */
+
+static const struct {
+  const char *name;
+  int id, comps;
+} SREGS[] = {{"%tid", S_TID, 3},          {"%ntid", S_NTID, 3},         {"%ctaid", S_CTAID, 3},
+             {"%nctaid", S_NCTAID, 3},    {"%laneid", S_LANEID, 0},     {"%warpid", S_WARPID, 0},
+             {"%nwarpid", S_NWARPID, 0},  {"%smid", S_SMID, 0},         {"%nsmid", S_NSMID, 0},
+             {"%clock", S_CLOCK, 0},      {"%clock64", S_CLOCK64, 0},   {"%lanemask_eq", S_LANEMASK_EQ, 0},
+             {"%lanemask_lt", S_LANEMASK_LT, 0}, {"%lanemask_le", S_LANEMASK_LE, 0},
+             {"%lanemask_gt", S_LANEMASK_GT, 0}, {"%lanemask_ge", S_LANEMASK_GE, 0},
+             {"%dynamic_smem_size", S_DYNSMEM, 0}, {"%total_smem_size", S_TOTALSMEM, 0}, {"%gridid", S_GRIDID, 0}};
+
+static int reg_operand(parser *p, const token *t, ptx_operand *o) {
+  char name[64];
+  tkcopy(t, name, sizeof name);
+  if (!strcmp(name, "_")) {
+    o->kind = K_SINK;
+    return 0;
+  }
+  if (name[0] == '%') {
+    for (size_t i = 0; i < sizeof SREGS / sizeof SREGS[0]; i++) {
+      const size_t l = strlen(SREGS[i].name);
+      if (!strncmp(name, SREGS[i].name, l) && (name[l] == '\0' || (name[l] == '.' && SREGS[i].comps))) {
+        if (find_reg(p, name) >= 0) break; /* a declared register of that name */
+        o->kind = K_SREG;
+        o->reg = SREGS[i].id;
+        if (name[l] == '.') {
+          const char c = name[l + 1];
+          if ((c != 'x' && c != 'y' && c != 'z') || name[l + 2]) return fail(p, t->line, "bad special register %s", name);
+          o->comp = (uint8_t)(c - 'x');
+        }
+        return 0;
+      }
+    }
+    const int r = find_reg(p, name);
+    if (r < 0) return fail(p, t->line, "undeclared register %s", name);
+    o->kind = K_REG;
+    o->reg = r;
+    return 0;
+  }
+  const int s = find_symbol(p, name);
+  if (s >= 0) {
+    o->kind = K_SYM;
+    o->sym = s;
+    return 0;
+  }
+  /* a label (branch target), resolved at the end of the function */
+  o->kind = K_LABEL;
+  o->sym = -1;
+  return 1;
+}
+
+/* one operand; *label set when it names a label still to resolve */
+static int operand(parser *p, ptx_operand *o, char *label, size_t llen) {
+  memset(o, 0, sizeof *o);
+  o->reg = -1;
+  o->sym = -1;
+  token *t = next(p);
+  if (is_punct(t, '!')) {
+    o->neg = 1;
+    t = next(p);
+  }
+  if (is_punct(t, '[')) { /* [reg], [reg+imm], [sym], [sym+imm], [imm] */
+    o->kind = K_ADDR;
+    for (int first = 1;; first = 0) {
+      token *a = next(p);
+      int negv = 0;
+      if (!first) {
+        if (is_punct(a, ']')) break;
+        if (!is_punct(a, '+') && !is_punct(a, '-')) return fail(p, a->line, "bad address expression");
+        negv = is_punct(a, '-');
+        a = next(p);
+      }
+      if (is_punct(a, '-')) {
+        negv = !negv;
+        a = next(p);
+      }
+      int64_t v;
+      if (a->kind == TK_NUM && parse_int(a, &v) == 0) {
+        o->imm += negv ? -v : v;
+      } else if (a->kind == TK_ID && !negv) {
+        ptx_operand r;
+        memset(&r, 0, sizeof r);
+        if (reg_operand(p, a, &r) < 0) return -1;
+        if (r.kind == K_REG && o->reg < 0 && o->sym < 0) o->reg = r.reg;
+        else if (r.kind == K_SYM && o->sym < 0 && o->reg < 0) o->sym = r.sym;
+        else return fail(p, a->line, "bad address operand %.*s", a->len, a->s);
+      } else {
+        return fail(p, a->line, "bad address operand");
+      }
+    }
+    return 0;
+  }
+  if (is_punct(t, '{')) { /* {a, b, c, d} */
+    o->kind = K_VEC;
+    for (;;) {
+      token *a = next(p);
+      ptx_operand r;
+      memset(&r, 0, sizeof r);
+      if (a->kind != TK_ID || reg_operand(p, a, &r) < 0 || (r.kind != K_REG && r.kind != K_SINK))
+        return fail(p, a->line, "bad vector operand");
+      if (o->n >= 4) return fail(p, a->line, "a vector of more than 4");
+      o->vec[o->n++] = r.kind == K_SINK ? -1 : r.reg;
+      token *c = next(p);
+      if (is_punct(c, '}')) break;
+      if (!is_punct(c, ',')) return fail(p, c->line, "bad vector operand");
+    }
+    return 0;
+  }
+  int negv = 0;
+  if (is_punct(t, '-')) {
+    negv = 1;
+    t = next(p);
+  }
+  if (t->kind == TK_NUM) {
+    o->kind = K_IMM;
+    int64_t v;
+    uint64_t fb;
+    if (parse_float(t, &fb, &o->fimm) == 0) {
+      if (negv) fb ^= o->fimm == 1 ? 0x80000000ull : 0x8000000000000000ull;
+      o->imm = (int64_t)fb;
+    } else if (parse_int(t, &v) == 0) {
+      o->imm = negv ? -v : v;
+    } else {
+      return fail(p, t->line, "bad number %.*s", t->len, t->s);
+    }
+    return 0;
+  }
+  if (t->kind == TK_ID && !negv) {
+    const int r = reg_operand(p, t, o);
+    if (r < 0) return -1;
+    if (r == 1) tkcopy(t, label, llen);
+    return 0;
+  }
+  return fail(p, t->line, "bad operand '%.*s'", t->len ? t->len : 1, t->len ? t->s : &t->c);
+}
+
+/* ---- instructions ---- */
+
+static ptx_insn *new_insn(parser *p) {
+  p->m->insn = grow(p->m->insn, &p->capinsn, p->m->ninsn + 1, sizeof *p->m->insn);
+  if (!p->m->insn) return NULL;
+  ptx_insn *in = &p->m->insn[p->m->ninsn];
+  memset(in, 0, sizeof *in);
+  in->guard = -1;
+  in->memidx = -1;
+  in->func = p->cur_func;
+  return in;
+}
+
+/* the instruction text of its tokens, for messages */
+static void insn_text(parser *p, int from, int to, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (int i = from; i < to && n + 1 < len; i++) {
+    const token *t = &p->t[i];
+    int w;
+    if (t->kind == TK_PUNCT) w = snprintf(out + n, len - n, "%s%c", t->c == ',' || t->c == ']' || t->c == '}' || t->c == '|' || (i > from && (p->t[i - 1].kind == TK_PUNCT && (p->t[i - 1].c == '[' || p->t[i - 1].c == '{' || p->t[i - 1].c == '|'))) ? "" : " ", t->c);
+    else w = snprintf(out + n, len - n, "%s%.*s", i == from || (p->t[i - 1].kind == TK_PUNCT && (p->t[i - 1].c == '[' || p->t[i - 1].c == '{' || p->t[i - 1].c == '|' || p->t[i - 1].c == '@' || p->t[i - 1].c == '!')) ? "" : " ", t->len, t->s);
+    if (w < 0) break;
+    n += (size_t)w;
+    if (n >= len) n = len - 1;
+  }
+}
+
+static int instruction(parser *p) {
+  const int from = p->pos;
+  token *t = peek(p);
+  const int line = t->line;
+  ptx_insn *in = new_insn(p);
+  if (!in) return fail(p, line, "out of memory");
+  const int idx = p->m->ninsn;
+  in->line = line;
+  if (is_punct(t, '@')) {
+    next(p);
+    token *g = next(p);
+    if (is_punct(g, '!')) {
+      in->guard_neg = 1;
+      g = next(p);
+    }
+    char name[32];
+    tkcopy(g, name, sizeof name);
+    in->guard = find_reg(p, name);
+    if (in->guard < 0 || p->m->func[p->cur_func].regbits[in->guard] != 1)
+      return fail(p, line, "bad guard predicate %s", name);
+  }
+  token *opt = next(p);
+  if (opt->kind != TK_ID) return fail(p, line, "expected an instruction");
+  if (decode_opcode(p, opt, in)) return -1;
+  if (in->op == OP_CALL) { /* call[.uni] [(ret),] func [, (args)] */
+    in->nops = 0;
+    if (is_punct(peek(p), '(')) {
+      next(p);
+      if (operand(p, &in->o[0], NULL, 0)) return -1;
+      if (in->o[0].kind != K_SYM || expect(p, ')') || expect(p, ',')) return fail(p, line, "bad call return");
+    } else {
+      in->o[0].kind = K_NONE;
+    }
+    token *fn = next(p);
+    p->calls = grow(p->calls, &p->capcall, p->ncall + 1, sizeof *p->calls);
+    if (!p->calls || fn->kind != TK_ID) return fail(p, line, "bad call");
+    tkcopy(fn, p->calls[p->ncall].name, sizeof p->calls[p->ncall].name);
+    p->calls[p->ncall].insn = idx;
+    p->calls[p->ncall].line = line;
+    p->ncall++;
+    in->nops = 2;
+    if (is_punct(peek(p), ',')) {
+      next(p);
+      if (expect(p, '(')) return -1;
+      while (!is_punct(peek(p), ')')) {
+        if (in->nops >= PTX_MAXOPS) return fail(p, line, "a call with more than %d arguments", PTX_MAXOPS - 2);
+        if (operand(p, &in->o[in->nops], NULL, 0)) return -1;
+        if (in->o[in->nops].kind != K_SYM) return fail(p, line, "call arguments must be .param variables");
+        in->nops++;
+        if (is_punct(peek(p), ',')) next(p);
+      }
+      next(p);
+    }
+    if (expect(p, ';')) return -1;
+    insn_text(p, from, p->pos - 1, in->text, sizeof in->text);
+    p->m->ninsn++;
+    return 0;
+  }
+  while (!is_punct(peek(p), ';')) {
+    if (peek(p)->kind == TK_END) return fail(p, line, "unterminated instruction");
+    if (in->nops >= PTX_MAXOPS) return fail(p, line, "too many operands");
+    char label[64] = "";
+    if (operand(p, &in->o[in->nops], label, sizeof label)) return -1;
+    if (label[0]) {
+      p->fixes = grow(p->fixes, &p->capfix, p->nfix + 1, sizeof *p->fixes);
+      if (!p->fixes) return fail(p, line, "out of memory");
+      snprintf(p->fixes[p->nfix].name, sizeof p->fixes[p->nfix].name, "%s", label);
+      p->fixes[p->nfix].insn = idx;
+      p->fixes[p->nfix].opnd = in->nops;
+      p->fixes[p->nfix].line = line;
+      p->nfix++;
+    }
+    in->nops++;
+    if (is_punct(peek(p), '|')) { /* shfl's d|p, setp's p|q: the second destination takes the next slot */
+      next(p);
+      if (in->nops >= PTX_MAXOPS || operand(p, &in->o[in->nops], NULL, 0)) return -1;
+      in->nops++;
+      in->flags |= F_PAIR;
+    }
+    if (is_punct(peek(p), ',')) {
+      next(p);
+    } else if (!is_punct(peek(p), ';')) {
+      return fail(p, line, "expected ',' or ';' after an operand");
+    }
+  }
+  next(p);
+  insn_text(p, from, p->pos - 1, in->text, sizeof in->text);
+  p->m->ninsn++;
+  return 0;
+}
+
+/* ---- functions ---- */
+
+static void pop_scope(parser *p) {
+  while (p->ndecl > 0 && p->decls[p->ndecl - 1].depth >= p->depth) p->ndecl--;
+  while (p->nfsym > 0 && p->fsyms[p->nfsym - 1].depth >= p->depth) p->nfsym--;
+  p->depth--;
+}
+
+/* a parameter list ( .param .type name [, ...] ); formal >= 0 numbers them; -2 for the return value */
+static int param_list(parser *p, int fidx, int is_ret) {
+  if (expect(p, '(')) return -1;
+  ptx_func *f = &p->m->func[fidx];
+  while (!is_punct(peek(p), ')')) {
+    token *t = next(p);
+    if (!is_word(t, ".param") && !is_word(t, ".reg")) return fail(p, t->line, "expected .param in a parameter list");
+    if (is_word(t, ".reg")) return fail(p, t->line, ".reg parameters are not supported");
+    ptx_symbol s;
+    memset(&s, 0, sizeof s);
+    s.space = SP_PARAM;
+    s.func = fidx;
+    ptx_type ty = T_NONE;
+    uint32_t align = 0;
+    for (;;) {
+      token *a = next(p);
+      if (is_word(a, ".align")) {
+        int64_t v;
+        if (parse_int(next(p), &v) || v <= 0) return fail(p, a->line, "bad .align");
+        align = (uint32_t)v;
+        continue;
+      }
+      if (is_word(a, ".ptr") || is_word(a, ".global") || is_word(a, ".shared") || is_word(a, ".const") ||
+          is_word(a, ".local"))
+        continue; /* pointer attributes of kernel parameters: no effect on the bytes */
+      char w[32];
+      tkcopy(a, w, sizeof w);
+      ty = w[0] == '.' ? type_of(w + 1) : T_NONE;
+      if (ty == T_NONE || ty == T_PRED) return fail(p, a->line, "bad parameter type %s", w);
+      break;
+    }
+    token *nm = next(p);
+    if (nm->kind != TK_ID) return fail(p, nm->line, "expected a parameter name");
+    tkcopy(nm, s.name, sizeof s.name);
+    s.size = (uint64_t)ptx_type_bits(ty) / 8;
+    if (is_punct(peek(p), '[')) {
+      next(p);
+      int64_t n;
+      if (parse_int(next(p), &n) || n <= 0 || expect(p, ']')) return fail(p, nm->line, "bad parameter array");
+      s.size *= (uint64_t)n;
+    }
+    s.align = align ? align : (uint32_t)(ptx_type_bits(ty) / 8);
+    f->param_size = (f->param_size + s.align - 1) / s.align * s.align;
+    s.addr = f->param_size;
+    f->param_size += s.size;
+    s.formal = is_ret ? -2 : f->nformal;
+    const int si = add_symbol(p, &s);
+    f = &p->m->func[fidx];
+    if (si < 0) return fail(p, nm->line, "out of memory");
+    if (is_ret) {
+      f->retsym = si;
+    } else {
+      int *nf = realloc(f->formal, (size_t)(f->nformal + 1) * sizeof *nf);
+      if (!nf) return fail(p, nm->line, "out of memory");
+      f->formal = nf;
+      f->formal[f->nformal++] = si;
+    }
+    if (is_punct(peek(p), ',')) next(p);
+  }
+  next(p);
+  return 0;
+}
+
+static int find_func(parser *p, const char *name) {
+  for (int i = 0; i < p->m->nfunc; i++)
+    if (!strcmp(p->m->func[i].name, name)) return i;
+  return -1;
+}
+
+static int function(parser *p, int entry) {
+  const int line = peek(p)->line;
+  int retfirst = 0;
+  /* .func (.param ... retval) name (params) */
+  if (!entry && is_punct(peek(p), '(')) retfirst = 1;
+  p->m->func = grow(p->m->func, &p->capfunc, p->m->nfunc + 1, sizeof *p->m->func);
+  if (!p->m->func) return fail(p, line, "out of memory");
+  int fidx = p->m->nfunc;
+  ptx_func *f = &p->m->func[fidx];
+  memset(f, 0, sizeof *f);
+  f->entry = entry;
+  f->retsym = -1;
+  p->m->nfunc++;
+  if (retfirst && param_list(p, fidx, 1)) return -1;
+  token *nm = next(p);
+  if (nm->kind != TK_ID) return fail(p, line, "expected a function name");
+  char name[80];
+  tkcopy(nm, name, sizeof name);
+  const int prev = find_func(p, name);
+  if (prev >= 0 && prev != fidx) { /* a body for an earlier prototype: parse into a fresh slot, drop the old */
+    if (p->m->func[prev].defined) return fail(p, line, "function %s defined twice", name);
+    snprintf(p->m->func[prev].name, sizeof p->m->func[prev].name, "(prototype of %.60s)", name);
+  }
+  f = &p->m->func[fidx];
+  snprintf(f->name, sizeof f->name, "%s", name);
+  if (is_punct(peek(p), '(') && param_list(p, fidx, 0)) return -1;
+  f = &p->m->func[fidx];
+  f->formal_size = f->param_size;
+  for (;;) { /* performance directives */
+    token *d = peek(p);
+    if (is_word(d, ".maxntid") || is_word(d, ".reqntid")) {
+      next(p);
+      int64_t v, prod = 1;
+      for (;;) {
+        if (parse_int(next(p), &v)) return fail(p, d->line, "bad %.*s", d->len, d->s);
+        prod *= v;
+        if (!is_punct(peek(p), ',')) break;
+        next(p);
+      }
+      p->m->func[fidx].maxntid = (int)prod;
+    } else if (is_word(d, ".minnctapersm") || is_word(d, ".maxnreg") || is_word(d, ".maxclusterrank")) {
+      next(p);
+      int64_t v;
+      if (parse_int(next(p), &v)) return fail(p, d->line, "bad %.*s", d->len, d->s);
+    } else if (is_word(d, ".noreturn")) {
+      next(p);
+    } else {
+      break;
+    }
+  }
+  if (is_punct(peek(p), ';')) { /* a prototype */
+    next(p);
+    return 0;
+  }
+  if (expect(p, '{')) return -1;
+  f = &p->m->func[fidx];
+  f->defined = 1;
+  f->first = p->m->ninsn;
+  p->cur_func = fidx;
+  p->depth = 1;
+  p->ndecl = p->nfsym = p->nlabel = p->nfix = 0;
+  for (int i = 0; i < p->m->nsym; i++) /* the parameters are in scope */
+    if (p->m->sym[i].func == fidx && push_fsym(p, i)) return fail(p, line, "out of memory");
+  while (p->depth > 0) {
+    token *t = peek(p);
+    if (p->failed) return -1;
+    if (t->kind == TK_END) return fail(p, t->line, "unterminated function %s", name);
+    if (is_punct(t, '{')) {
+      next(p);
+      p->depth++;
+      continue;
+    }
+    if (is_punct(t, '}')) {
+      next(p);
+      pop_scope(p);
+      continue;
+    }
+    if (is_word(t, ".reg")) {
+      next(p);
+      token *ty = next(p);
+      char w[32];
+      tkcopy(ty, w, sizeof w);
+      int vec = 1;
+      if (!strcmp(w, ".v2") || !strcmp(w, ".v4")) return fail(p, t->line, "vector registers are not supported");
+      (void)vec;
+      const ptx_type rt = w[0] == '.' ? type_of(w + 1) : T_NONE;
+      if (rt == T_NONE) return fail(p, t->line, "bad register type %s", w);
+      for (;;) {
+        token *rn = next(p);
+        char rname[32];
+        tkcopy(rn, rname, sizeof rname);
+        if (rn->kind != TK_ID) return fail(p, rn->line, "bad register declaration");
+        int count = -1;
+        if (is_punct(peek(p), '<')) {
+          next(p);
+          int64_t c;
+          if (parse_int(next(p), &c) || c <= 0 || expect(p, '>')) return fail(p, rn->line, "bad register count");
+          count = (int)c;
+        }
+        if (add_regs(p, rn->line, rname, count, rt)) return -1;
+        if (is_punct(peek(p), ',')) {
+          next(p);
+          continue;
+        }
+        if (expect(p, ';')) return -1;
+        break;
+      }
+      continue;
+    }
+    if (is_word(t, ".local") || is_word(t, ".param") || is_word(t, ".shared")) {
+      next(p);
+      const uint8_t sp = is_word(t, ".local") ? SP_LOCAL : is_word(t, ".param") ? SP_PARAM : SP_SHARED;
+      const int si = variable(p, sp, sp == SP_SHARED ? -1 : fidx, 0);
+      if (si < 0) return -1;
+      ptx_symbol *s = &p->m->sym[si];
+      f = &p->m->func[fidx];
+      if (sp == SP_LOCAL) {
+        f->local_size = (f->local_size + s->align - 1) / s->align * s->align;
+        s->addr = f->local_size;
+        f->local_size += s->size;
+      } else if (sp == SP_PARAM) {
+        f->param_size = (f->param_size + s->align - 1) / s->align * s->align;
+        s->addr = f->param_size;
+        f->param_size += s->size;
+      }
+      if (sp != SP_SHARED && push_fsym(p, si)) return fail(p, t->line, "out of memory");
+      continue;
+    }
+    if (is_word(t, ".pragma")) {
+      next(p);
+      while (!is_punct(peek(p), ';') && peek(p)->kind != TK_END) next(p);
+      next(p);
+      continue;
+    }
+    if (t->kind == TK_ID && t->s[0] == '.') return fail(p, t->line, "unknown directive %.*s in a function", t->len, t->s);
+    if (t->kind == TK_ID && is_punct(&p->t[p->pos + 1], ':')) {
+      p->labels = grow(p->labels, &p->caplabel, p->nlabel + 1, sizeof *p->labels);
+      if (!p->labels) return fail(p, t->line, "out of memory");
+      tkcopy(t, p->labels[p->nlabel].name, sizeof p->labels[p->nlabel].name);
+      p->labels[p->nlabel].insn = p->m->ninsn;
+      p->nlabel++;
+      next(p);
+      next(p);
+      continue;
+    }
+    if (instruction(p)) return -1;
+  }
+  f = &p->m->func[fidx];
+  f->count = p->m->ninsn - f->first;
+  if (f->count == 0 || (p->m->insn[p->m->ninsn - 1].op != OP_RET && p->m->insn[p->m->ninsn - 1].op != OP_EXIT &&
+                        p->m->insn[p->m->ninsn - 1].op != OP_BRA))
+    return fail(p, line, "function %s does not end in ret, exit or bra", name);
+  for (int i = 0; i < p->nfix; i++) {
+    int found = -1;
+    for (int j = 0; j < p->nlabel; j++)
+      if (!strcmp(p->labels[j].name, p->fixes[i].name)) found = p->labels[j].insn;
+    if (found < 0) return fail(p, p->fixes[i].line, "unknown label or symbol %s", p->fixes[i].name);
+    ptx_insn *in = &p->m->insn[p->fixes[i].insn];
+    if (in->op != OP_BRA) return fail(p, p->fixes[i].line, "unknown symbol %s", p->fixes[i].name);
+    in->o[p->fixes[i].opnd].sym = found;
+  }
+  return 0;
+}
+
+/* ---- the module ---- */
+
+/* Checks each instruction's operand count and kinds once, so that execution can trust them. */
+static int check_insn(parser *p, ptx_insn *in) {
+  const int n = in->nops;
+  int want = -1;
+  switch ((ptx_op)in->op) {
+  case OP_RET: case OP_EXIT: case OP_CPCOMMIT: case OP_CPWAITALL: case OP_MEMBAR: case OP_FENCE: want = 0; break;
+  case OP_BRA: case OP_CPWAIT: case OP_BARWARP: want = 1; break;
+  case OP_BAR: if (n < 1 || n > 2) return fail(p, in->line, "bar.sync takes 1 or 2 operands"); break;
+  case OP_CVT:
+    want = in->type == T_F16X2 || in->type == T_BF16X2 ? 3 : 2;
+    break;
+  case OP_MOV: case OP_LD: case OP_ST: case OP_CVTA: case OP_NEG: case OP_ABS: case OP_NOT:
+  case OP_CNOT: case OP_POPC: case OP_CLZ: case OP_BREV: case OP_RCP: case OP_SQRT: case OP_RSQRT: case OP_EX2:
+  case OP_LG2: case OP_SIN: case OP_COS: case OP_TESTP: case OP_LDMATRIX: want = 2; break;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_REM: case OP_MIN: case OP_MAX: case OP_AND:
+  case OP_OR: case OP_XOR: case OP_SHL: case OP_SHR: case OP_COPYSIGN: case OP_ADDC: case OP_SUBC: case OP_MUL24:
+  case OP_FNS:
+    want = 3;
+    break;
+  case OP_MAD: case OP_FMA: case OP_SELP: case OP_BFE: case OP_PRMT: case OP_MADC: case OP_MAD24: want = 4; break;
+  case OP_BFI: want = 5; break;
+  case OP_LOP3: want = 5; break;
+  case OP_MMA: want = 4; break;
+  case OP_SETP:
+    if (n != 3 && n != 4 && n != 5) return fail(p, in->line, "setp takes 3 to 5 operands");
+    break;
+  case OP_SET: want = in->bop ? 4 : 3; break;
+  case OP_SHFL: if (n != 5 && n != 6) return fail(p, in->line, "shfl.sync takes d[|p], a, b, c, mask"); break;
+  case OP_VOTE: want = 3; break;
+  case OP_BARRED: want = 3; break;
+  case OP_CPASYNC: if (n != 3 && n != 4) return fail(p, in->line, "cp.async takes 3 or 4 operands"); break;
+  case OP_ATOM: if (n != 3 && n != 4) return fail(p, in->line, "atom takes 3 or 4 operands"); break;
+  case OP_RED: want = 2; break;
+  case OP_CALL: break;
+  case OP_COUNT: return fail(p, in->line, "unknown instruction");
+  }
+  if (want >= 0 && n != want)
+    return fail(p, in->line, "%s: %d operands, %d expected", in->text, n, want);
+  if ((in->op == OP_LD || in->op == OP_LDMATRIX) && in->o[1].kind != K_ADDR)
+    return fail(p, in->line, "%s: the source must be an address", in->text);
+  if ((in->op == OP_ST) && in->o[0].kind != K_ADDR) return fail(p, in->line, "%s: the target must be an address", in->text);
+  if (in->vec && ((in->op == OP_LD && (in->o[0].kind != K_VEC || in->o[0].n != in->vec)) ||
+                  (in->op == OP_ST && (in->o[1].kind != K_VEC || in->o[1].n != in->vec))))
+    return fail(p, in->line, "%s: vector width and operand differ", in->text);
+  if (in->op == OP_MMA) {
+    const int k = in->num, ab16 = in->mma_ab == T_F16 || in->mma_ab == T_BF16;
+    if (!ab16 || in->type != T_F32 || in->type2 != T_F32) return fail(p, in->line, "%s: unsupported mma types", in->text);
+    const int na = k == 16 ? 4 : 2, nb = k == 16 ? 2 : 1;
+    if (in->o[0].kind != K_VEC || in->o[0].n != 4 || in->o[1].kind != K_VEC || in->o[1].n != na ||
+        in->o[2].kind != K_VEC || in->o[2].n != nb || in->o[3].kind != K_VEC || in->o[3].n != 4)
+      return fail(p, in->line, "%s: operand shapes", in->text);
+  }
+  if (in->op == OP_LDMATRIX && (in->o[0].kind != K_VEC || in->o[0].n != in->num))
+    return fail(p, in->line, "%s: %d destination registers expected", in->text, in->num);
+  if (in->op == OP_CPASYNC && (in->o[0].kind != K_ADDR || in->o[1].kind != K_ADDR || in->o[2].kind != K_IMM))
+    return fail(p, in->line, "%s: cp.async [dst], [src], size[, src-size]", in->text);
+  if (in->op == OP_BRA && in->o[0].kind != K_LABEL) return fail(p, in->line, "%s: branch to a label", in->text);
+  if ((in->op == OP_LD || in->op == OP_ST || in->op == OP_ATOM || in->op == OP_RED) && in->type == T_NONE)
+    return fail(p, in->line, "%s: no type", in->text);
+  return 0;
+}
+
+ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
+  parser p;
+  memset(&p, 0, sizeof p);
+  p.text = text;
+  p.err = err;
+  p.errlen = errlen;
+  if (errlen) err[0] = '\0';
+  p.m = calloc(1, sizeof *p.m);
+  if (!p.m) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  p.m->dyn_align = 16;
+  if (tokenize(&p)) goto bad;
+  int is_extern = 0;
+  while (!p.failed && peek(&p)->kind != TK_END) {
+    token *t = next(&p);
+    if (is_word(t, ".version") || is_word(t, ".address_size")) {
+      token *v = next(&p);
+      if (is_word(t, ".address_size") && !(v->len == 2 && !strncmp(v->s, "64", 2))) {
+        fail(&p, t->line, "only 64-bit addresses are supported");
+      }
+      continue;
+    }
+    if (is_word(t, ".target")) {
+      for (;;) {
+        token *v = next(&p);
+        if (v->kind == TK_ID && v->len > 3 && !strncmp(v->s, "sm_", 3)) p.m->target_sm = atoi(v->s + 3);
+        if (!is_punct(peek(&p), ',')) break;
+        next(&p);
+      }
+      continue;
+    }
+    if (is_word(t, ".visible") || is_word(t, ".weak") || is_word(t, ".common")) continue;
+    if (is_word(t, ".extern")) {
+      is_extern = 1;
+      continue;
+    }
+    if (is_word(t, ".global") || is_word(t, ".shared") || is_word(t, ".const")) {
+      const uint8_t sp = is_word(t, ".global") ? SP_GLOBAL : is_word(t, ".shared") ? SP_SHARED : SP_CONST;
+      if (variable(&p, sp, -1, is_extern) < 0) goto bad;
+      is_extern = 0;
+      continue;
+    }
+    if (is_word(t, ".entry") || is_word(t, ".func")) {
+      if (function(&p, is_word(t, ".entry"))) goto bad;
+      is_extern = 0;
+      continue;
+    }
+    fail(&p, t->line, "unknown directive %.*s", t->len ? t->len : 1, t->len ? t->s : &t->c);
+  }
+  if (p.failed) goto bad;
+  for (int i = 0; i < p.ncall; i++) {
+    const int f = find_func(&p, p.calls[i].name);
+    if (f < 0 || !p.m->func[f].defined) {
+      fail(&p, p.calls[i].line, "call to %s, which the module does not define", p.calls[i].name);
+      goto bad;
+    }
+    p.m->insn[p.calls[i].insn].o[1].kind = K_LABEL;
+    p.m->insn[p.calls[i].insn].o[1].sym = f;
+  }
+  /* shared variables: static ones first, the dynamic array after them */
+  for (int i = 0; i < p.m->nsym; i++) {
+    ptx_symbol *s = &p.m->sym[i];
+    if (s->space != SP_SHARED || s->dynamic) continue;
+    p.m->static_shared = (p.m->static_shared + s->align - 1) / s->align * s->align;
+    s->addr = p.m->static_shared;
+    p.m->static_shared += s->size;
+  }
+  for (int i = 0; i < p.m->nsym; i++) {
+    ptx_symbol *s = &p.m->sym[i];
+    if (s->space == SP_SHARED && s->dynamic) {
+      if (s->align > p.m->dyn_align) p.m->dyn_align = s->align;
+      s->addr = (p.m->static_shared + 15) / 16 * 16;
+    }
+  }
+  for (int i = 0; i < p.m->ninsn; i++) {
+    ptx_insn *in = &p.m->insn[i];
+    if (check_insn(&p, in)) goto bad;
+    const int gl = in->op == OP_LD || in->op == OP_ST || in->op == OP_CPASYNC || in->op == OP_ATOM || in->op == OP_RED;
+    if (gl) in->memidx = p.m->nmem++;
+  }
+  free(p.t);
+  free(p.decls);
+  free(p.fsyms);
+  free(p.labels);
+  free(p.fixes);
+  free(p.calls);
+  return p.m;
+bad:
+  free(p.t);
+  free(p.decls);
+  free(p.fsyms);
+  free(p.labels);
+  free(p.fixes);
+  free(p.calls);
+  ptx_module_free(p.m);
+  return NULL;
+}
+
+void ptx_module_free(ptx_module *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nsym; i++) free(m->sym[i].init);
+  for (int i = 0; i < m->nfunc; i++) {
+    free(m->func[i].regbits);
+    free(m->func[i].regname);
+    free(m->func[i].formal);
+  }
+  free(m->insn);
+  free(m->sym);
+  free(m->func);
+  free(m);
+}
+
+int ptx_has_entry(const ptx_module *m, const char *name) {
+  for (int i = 0; m && i < m->nfunc; i++)
+    if (m->func[i].entry && m->func[i].defined && !strcmp(m->func[i].name, name)) return 1;
+  return 0;
+}
+
+int ptx_find_insn(const ptx_module *m, const char *op) {
+  const size_t l = strlen(op);
+  for (int i = 0; m && i < m->ninsn; i++) {
+    const char *t = m->insn[i].text;
+    if (t[0] == '@') t = strchr(t, ' ') ? strchr(t, ' ') + 1 : t;
+    if (!strncmp(t, op, l)) return m->insn[i].line;
+  }
+  return 0;
+}

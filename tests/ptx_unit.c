@@ -1,0 +1,119 @@
+/* ptx_unit: the PTX interpreter's own checks, on small hand-written kernels: what it refuses to load, and what it
+ * stops a launch for (out-of-bounds, misaligned, uninitialised and racing accesses, divergent collectives and
+ * barriers, cp.async data read before its wait), each next to the corrected kernel that must run. */
+#include <stdio.h>
+#include <string.h>
+#include "check.h"
+#include "ptx/ptx.h"
+
+static const char HEAD[] = ".version 8.0\n.target sm_80\n.address_size 64\n";
+
+/* loads HEAD + body; 1 when it loads, else err holds the reason */
+static ptx_module *load(const char *body, char *err, size_t len) {
+  static char text[8192];
+  snprintf(text, sizeof text, "%s%s", HEAD, body);
+  return ptx_parse(text, err, len);
+}
+
+/* runs entry k(.param .u64 p) with p = a 1 KiB allocation (its first 512 bytes defined), one block of `threads`,
+ * 256 bytes of dynamic shared memory; 0 or -1 with err */
+static int run(const char *body, unsigned threads, char *err, size_t len) {
+  ptx_module *m = load(body, err, len);
+  if (!m) return -2;
+  ptx_machine *x = ptx_machine_new(m, err, len);
+  int rc = -2;
+  if (x) {
+    const uint64_t buf = ptx_alloc(x, 1024, "buf");
+    unsigned char init[512];
+    for (int i = 0; i < 512; i++) init[i] = (unsigned char)i;
+    if (buf && ptx_copy_in(x, buf, init, sizeof init) == 0) {
+      const ptx_launch_cfg c = {.grid = 1, .block = threads, .dyn_smem = 256, .order = 0};
+      rc = ptx_launch(x, "k", &c, &buf, sizeof buf, err, len);
+    }
+  }
+  ptx_machine_free(x);
+  ptx_module_free(m);
+  return rc;
+}
+
+#define ENTRY ".extern .shared .align 16 .b8 sm[];\n.visible .entry k(.param .u64 p)\n{\n" \
+              ".reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.reg .pred %p<4>;\n.reg .f32 %f<4>;\n" \
+              "ld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\nmov.u32 %r1, %tid.x;\n"
+
+/* body = a b c (the kernels hold PTX's %-names: no printf formats) */
+static void join(char *body, size_t len, const char *a, const char *b, const char *c) {
+  snprintf(body, len, "%s%s%s", a, b, c);
+}
+
+static void expect_fail(const char *what, const char *body, unsigned threads, const char *needle) {
+  char err[1024];
+  const int rc = run(body, threads, err, sizeof err);
+  CHECK(rc == -1 && strstr(err, needle), "%s: rc %d, \"%s\" (want \"%s\")", what, rc, rc ? err : "", needle);
+}
+static void expect_ok(const char *what, const char *body, unsigned threads) {
+  char err[1024];
+  const int rc = run(body, threads, err, sizeof err);
+  CHECK(rc == 0, "%s: %s", what, err);
+}
+
+int main(void) {
+  char err[512];
+  /* refused at load, naming the word */
+  ptx_module *m = load(ENTRY "frobnicate.b32 %r2, %r1;\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, "frobnicate"), "unknown opcode: %s", err);
+  m = load(ENTRY "add.weird.s32 %r2, %r1, 1;\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, ".weird"), "unknown modifier: %s", err);
+  m = load(ENTRY "add.s32 %r2, %q1, 1;\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, "%q1"), "undeclared register: %s", err);
+  m = load(ENTRY "bra $L_nowhere;\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, "$L_nowhere"), "unknown label: %s", err);
+
+  /* global memory: in bounds and aligned, defined bytes only */
+  expect_ok("global read", ENTRY "ld.global.u32 %r2, [%rd2+508];\nst.global.u32 [%rd2+512], %r2;\nret;\n}\n", 1);
+  expect_fail("global read past the end", ENTRY "ld.global.u32 %r2, [%rd2+1024];\nret;\n}\n", 1,
+              "outside every allocation");
+  expect_fail("misaligned read", ENTRY "ld.global.u32 %r2, [%rd2+2];\nret;\n}\n", 1, "misaligned");
+  expect_fail("undefined global byte", ENTRY "ld.global.u32 %r2, [%rd2+512];\nret;\n}\n", 1, "nothing has written");
+  expect_fail("undefined register stored", ENTRY "st.global.u32 [%rd2+512], %r5;\nret;\n}\n", 1,
+              "undefined value");
+
+  /* shared memory: a write by one warp read by another needs a barrier between */
+  static const char race0[] = ENTRY "mov.u32 %r3, sm;\nsetp.ne.s32 %p1, %r1, 0;\n@%p1 bra $L1;\n"
+                                    "st.shared.u32 [%r3], %r1;\n$L1:\n";
+  static const char race1[] = "setp.ne.s32 %p2, %r1, 32;\n@%p2 bra $L2;\nld.shared.u32 %r4, [%r3];\n$L2:\nret;\n}\n";
+  char body[4096];
+  join(body, sizeof body, race0, "", race1);
+  expect_fail("shared race", body, 64, "race");
+  join(body, sizeof body, race0, "bar.sync 0;\n", race1);
+  expect_ok("shared with a barrier", body, 64);
+  expect_fail("uninitialised shared", ENTRY "mov.u32 %r3, sm;\nld.shared.u32 %r4, [%r3+16];\nret;\n}\n", 32,
+              "nothing has written");
+  expect_fail("shared past the end", ENTRY "mov.u32 %r3, sm;\nld.shared.u32 %r4, [%r3+256];\nret;\n}\n", 32,
+              "outside the block");
+
+  /* cp.async: its bytes are off limits until the wait_group that completes it */
+  static const char cp0[] = ENTRY "mov.u32 %r3, sm;\ncp.async.cg.shared.global [%r3], [%rd2], 16;\n"
+                                  "cp.async.commit_group;\n";
+  static const char cp1[] = "ld.shared.u32 %r4, [%r3];\nret;\n}\n";
+  join(body, sizeof body, cp0, "", cp1);
+  expect_fail("cp.async read before its wait", body, 1, "in flight");
+  join(body, sizeof body, cp0, "cp.async.wait_group 0;\n", cp1);
+  expect_ok("cp.async after its wait", body, 1);
+  expect_fail("cp.async never waited for",
+              ENTRY "mov.u32 %r3, sm;\ncp.async.cg.shared.global [%r3], [%rd2], 16;\ncp.async.commit_group;\nret;\n}\n",
+              1, "never waited");
+
+  /* collectives and barriers */
+  static const char sh0[] = ENTRY "setp.lt.u32 %p1, %r1, ";
+  static const char sh1[] = ";\n@%p1 bra $L1;\nshfl.sync.bfly.b32 %r2, %r1, 1, 31, -1;\n$L1:\nret;\n}\n";
+  join(body, sizeof body, sh0, "0", sh1);
+  expect_ok("shfl.sync, the whole warp", body, 32);
+  join(body, sizeof body, sh0, "3", sh1);
+  expect_fail("shfl.sync in divergent code", body, 32, "divergence");
+  expect_fail("divergent barriers",
+              ENTRY "setp.lt.u32 %p1, %r1, 32;\n@%p1 bra $L1;\nbar.sync 0;\nbra.uni $L2;\n$L1:\nbar.sync 0;\n"
+                    "$L2:\nret;\n}\n",
+              64, "barrier divergence");
+  printf("ptx_unit: %d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
