@@ -5,6 +5,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${ATTN_BUILD_DIR:-$root/build}
 packages="gcc make cmake pkg-config libsqlite3-dev libjansson-dev liblua5.4-dev libopenblas-dev libssl-dev sqlite3 python3"
+# the Python package's test (tests/python_pkg.sh): a venv that sees the system's NumPy
+packages="$packages python3-venv python3-numpy"
 # the `slurm` test (tests/slurm.sh): a single-node Slurm cluster it starts and stops itself
 packages="$packages slurm-wlm munge"
 # test.sh's sanitizer stage (scripts/sanitize.sh): clang with its OpenMP and its sanitizer and libFuzzer runtimes

@@ -27,11 +27,8 @@
 #include "shard.h"
 #include "store.h"
 #include "strategy.h"
+#include "strategy_find.h"
 #include "timing_env.h"
-
-#ifndef ATTN_SCRIPTS_DIR
-#define ATTN_SCRIPTS_DIR "scripts/strategies"
-#endif
 
 static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
@@ -111,37 +108,6 @@ static int parse_names(const char *s, int (*parse)(const char *), unsigned *mask
 static int algo_parse_exact(const char *s) {
   int v = attn_algo_parse(s);
   return v == ATTN_ALGO_AUTO ? -1 : v;
-}
-
-/* A strategy name to a Lua file: $ATTN_SCRIPTS_DIR, next to the executable (../share/attntune/strategies), the
- * source tree's scripts/strategies. */
-static int find_strategy(const char *name, char *path, size_t len) {
-  char exe[4096];
-  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  char exedir[4096] = "";
-  if (l > 0) {
-    exe[l] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = '\0';
-      snprintf(exedir, sizeof exedir, "%s", exe);
-    }
-  }
-  const char *env = getenv("ATTN_SCRIPTS_DIR");
-  const char *dirs[4] = {env && *env ? env : NULL, NULL, NULL, ATTN_SCRIPTS_DIR};
-  char d1[4200], d2[4200];
-  if (exedir[0]) {
-    snprintf(d1, sizeof d1, "%s/../share/attntune/strategies", exedir);
-    snprintf(d2, sizeof d2, "%s/strategies", exedir);
-    dirs[1] = d1;
-    dirs[2] = d2;
-  }
-  for (int i = 0; i < 4; i++) {
-    if (!dirs[i]) continue;
-    snprintf(path, len, "%s/%s.lua", dirs[i], name);
-    if (access(path, R_OK) == 0) return 0;
-  }
-  return -1;
 }
 
 typedef struct tune_opts {
@@ -690,7 +656,7 @@ int attn_cmd_tune(int argc, char **argv) {
   if (!o.heads) o.heads = target == ATTN_TARGET_CPU ? 2 : 16;
 
   /* Strategy: a built-in name, a Lua strategy by name, or a file. */
-  char lua_path[4300] = "";
+  char lua_path[4300] = "", why[1400];
   int builtin = 0; /* 0 auto, 1 exhaustive, 2 random, 3 lua */
   if (o.strategy) {
     size_t sl = strlen(o.strategy);
@@ -700,12 +666,10 @@ int attn_cmd_tune(int argc, char **argv) {
       if (access(o.strategy, R_OK) != 0) FAIL_USAGE("--strategy %s: %s", o.strategy, strerror(errno));
       snprintf(lua_path, sizeof lua_path, "%s", o.strategy);
       builtin = 3;
-    } else if (find_strategy(o.strategy, lua_path, sizeof lua_path) == 0) {
+    } else if (attn_strategy_find(o.strategy, lua_path, sizeof lua_path, why, sizeof why) == 0) {
       builtin = 3;
     } else {
-      FAIL_USAGE("--strategy %s: not exhaustive, random, a strategy in scripts/strategies (anneal, genetic) or a "
-                 ".lua file",
-                 o.strategy);
+      FAIL_USAGE("--strategy %s: %s", o.strategy, why);
     }
   }
 

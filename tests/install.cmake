@@ -1,0 +1,27 @@
+# install: `cmake --install` into a prefix that is then moved (install_prefix, the fixture the others use): the
+# moved CLI runs a Lua strategy by name, and a C program builds against the prefix with find_package(attntune) and
+# with pkg-config and checks an attention against a plain loop (tests/install.sh).
+# python: `pip install ./python` into a venv, bundling libattn from that prefix, then NumPy fp64 comparisons (and
+# torch's when it is importable) and `python -m attntune` (tests/python_pkg.sh, tests/python_attention.py).
+set(ATTN_INSTALL_WORK ${CMAKE_CURRENT_BINARY_DIR}/install-work)
+set(ATTN_INSTALL_CACHE ${CMAKE_BINARY_DIR}/test-cache-install)
+file(MAKE_DIRECTORY ${ATTN_INSTALL_CACHE})
+set(ATTN_INSTALL_ENV "ATTN_CACHE_DIR=${ATTN_INSTALL_CACHE};ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
+if(TARGET attntune)
+  foreach(c prefix strategy cmake pkgconfig)
+    add_test(NAME install_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/install.sh ${c} ${CMAKE_BINARY_DIR} ${ATTN_INSTALL_WORK}
+                     ${CMAKE_COMMAND} ${CMAKE_C_COMPILER} ${PKG_CONFIG_EXECUTABLE} ${CMAKE_INSTALL_LIBDIR})
+    set_tests_properties(install_${c} PROPERTIES LABELS install TIMEOUT 120 ENVIRONMENT "${ATTN_INSTALL_ENV}")
+    if(c STREQUAL prefix)
+      set_tests_properties(install_${c} PROPERTIES FIXTURES_SETUP attn_install)
+    else()
+      set_tests_properties(install_${c} PROPERTIES FIXTURES_REQUIRED attn_install)
+    endif()
+  endforeach()
+  add_test(NAME python_package
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_pkg.sh ${PROJECT_SOURCE_DIR}/python ${ATTN_INSTALL_WORK}/prefix
+                   ${CMAKE_INSTALL_LIBDIR} ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/python-work)
+  set_tests_properties(python_package PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
+                       FIXTURES_REQUIRED attn_install ENVIRONMENT "${ATTN_INSTALL_ENV}")
+endif()
