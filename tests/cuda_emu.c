@@ -229,6 +229,21 @@ static size_t from_raw(attn_dtype t, const unsigned char *raw, size_t count, flo
   return unwritten;
 }
 
+/* Fresh random inputs of a shape from its seed, and the same values rounded to the problem's dtype (what the
+ * kernel reads and the reference is computed from). */
+static void fill_inputs(const attn_problem *p, unsigned long long seed, float *q, float *k, float *v) {
+  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  attn_fill_random(q, nq, seed * 3 + 1);
+  attn_fill_random(k, nkv, seed * 3 + 2);
+  attn_fill_random(v, nkv, seed * 3 + 3);
+}
+static void round_inputs(const attn_problem *p, float *q, float *k, float *v) {
+  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  round_to(p->dtype, q, nq);
+  round_to(p->dtype, k, nkv);
+  round_to(p->dtype, v, nkv);
+}
+
 static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
 
 /* The CPU kernel computing the same approximation as a CUDA lowrank spec (as tests/cuda_correct.c pairs them). */
@@ -422,12 +437,8 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, uns
     bad = 1;
     goto out;
   }
-  attn_fill_random(q, nq, seed * 3 + 1);
-  attn_fill_random(k, nkv, seed * 3 + 2);
-  attn_fill_random(v, nkv, seed * 3 + 3);
-  round_to(p.dtype, q, nq);
-  round_to(p.dtype, k, nkv);
-  round_to(p.dtype, v, nkv);
+  fill_inputs(&p, seed, q, k, v);
+  round_inputs(&p, q, k, v);
   attn_reference(&p, q, k, v, ref);
   emu_result r;
   const long unwritten = emu_exec(mod, 0, &p, &g, order, q, k, v, o, &r, what);
@@ -518,12 +529,8 @@ static int run_io_shape(const attn_spec *s, const char *label, const shape *sh, 
     bad = 1;
     goto out;
   }
-  attn_fill_random(q, nq, seed * 3 + 1);
-  attn_fill_random(k, nkv, seed * 3 + 2);
-  attn_fill_random(v, nkv, seed * 3 + 3);
-  round_to(p.dtype, q, nq);
-  round_to(p.dtype, k, nkv);
-  round_to(p.dtype, v, nkv);
+  fill_inputs(&p, seed, q, k, v);
+  round_inputs(&p, q, k, v);
   emu_result rc, rk;
   if (emu_exec(count_mod, 1, &p, &g, order, q, k, v, o, &rc, what) < 0 ||
       emu_exec(mod, 0, &p, &g, order, q, k, v, o, &rk, what) < 0) {
@@ -666,14 +673,10 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, unsigned
     bad = 1;
     goto out;
   }
-  attn_fill_random(q, nq, seed * 3 + 1);
-  attn_fill_random(k, nkv, seed * 3 + 2);
-  attn_fill_random(v, nkv, seed * 3 + 3);
+  fill_inputs(&p, seed, q, k, v);
   nan_rng = seed * 7919ULL + 17;
   for (int b = 0; b < INJ_COUNT; b++) nan_inject(&p, b, b, q, k, v, where[b], sizeof where[b]);
-  round_to(p.dtype, q, nq);
-  round_to(p.dtype, k, nkv);
-  round_to(p.dtype, v, nkv);
+  round_inputs(&p, q, k, v);
   attn_reference(&p, q, k, v, ref);
   want = ref;
   if (s->algo == ATTN_ALGO_LOWRANK) {

@@ -19,10 +19,6 @@ typedef struct ptx_machine ptx_machine;
 /* Parses PTX text. NULL with the reason (and the line) in err. */
 ptx_module *ptx_parse(const char *text, char *err, size_t errlen);
 void ptx_module_free(ptx_module *m);
-/* 1 when the module has an entry of that name */
-int ptx_has_entry(const ptx_module *m, const char *name);
-/* the PTX line of the first instruction of opcode text op (e.g. "mma.sync"), 0 when there is none */
-int ptx_find_insn(const ptx_module *m, const char *op);
 
 /* A device: global memory (allocations with guard gaps, every byte's definedness) and the module's variables. */
 ptx_machine *ptx_machine_new(const ptx_module *m, char *err, size_t errlen);

@@ -264,11 +264,8 @@ static void frame_free(frame *f) {
   memset(f, 0, sizeof *f);
 }
 
-static int regbits(L *l, const frame *f, int reg) { return l->m->func[f->func].regbits[reg]; }
-
-static void put(L *l, frame *f, int reg, uint64_t v, int def) {
-  const int b = regbits(l, f, reg);
-  f->r[reg] = b >= 64 ? v : v & ((1ull << b) - 1);
+static inline void put(L *l, frame *f, int reg, uint64_t v, int def) {
+  f->r[reg] = v & l->m->func[f->func].regmask[reg];
   f->rdef[reg] = (uint8_t)def;
 }
 
@@ -304,8 +301,21 @@ static uint64_t sym_addr(L *l, int s) {
   return y->addr;
 }
 
-/* a source operand as bits of `bits` width (immediates of a float type converted); *def its definedness */
-static uint64_t get(L *l, int tid, const ptx_operand *o, ptx_type t, int *def) {
+static uint64_t get_slow(L *l, int tid, const ptx_operand *o, ptx_type t, int *def);
+
+/* a source operand's bits (immediates of a float type converted); *def its definedness. Registers inline: they
+ * are most of what the interpreter reads. */
+static inline uint64_t get(L *l, int tid, const ptx_operand *o, ptx_type t, int *def) {
+  if (o->kind == K_REG) {
+    const frame *f = &l->t[tid].fr[l->t[tid].depth];
+    *def = f->rdef[o->reg];
+    const uint64_t v = f->r[o->reg];
+    return o->neg ? !(v & 1) : v;
+  }
+  return get_slow(l, tid, o, t, def);
+}
+
+static uint64_t get_slow(L *l, int tid, const ptx_operand *o, ptx_type t, int *def) {
   thread *th = &l->t[tid];
   frame *f = top(th);
   *def = 1;
@@ -883,8 +893,8 @@ static int lane_cvta(L *l, int tid, const ptx_insn *in) {
   int def;
   uint64_t v = get(l, tid, &in->o[1], T_U64, &def);
   if (!def) return lfail(l, "cvta of an undefined address");
-  /* cvta.space: space -> generic; cvta.to.space: generic -> space. The parser keeps the space; "to" is in text. */
-  const int to = strstr(in->text, ".to.") != NULL;
+  /* cvta.space: space -> generic; cvta.to.space: generic -> space */
+  const int to = (in->flags & F_TO) != 0;
   const ptx_space sp = (ptx_space)in->space;
   uint64_t base = sp == SP_SHARED ? SHWIN : sp == SP_LOCAL ? LOCWIN : 0;
   if (sp != SP_SHARED && sp != SP_LOCAL && sp != SP_GLOBAL && sp != SP_CONST)
@@ -900,6 +910,56 @@ static int lane_cvta(L *l, int tid, const ptx_insn *in) {
   }
   put(l, f, in->o[0].reg, v, 1);
   return 0;
+}
+
+static inline float bits_f32(uint64_t b) {
+  float x;
+  const uint32_t u = (uint32_t)b;
+  memcpy(&x, &u, 4);
+  return x;
+}
+static inline uint64_t f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+static inline float flush(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+
+/* The FAST_* forms (ptx_internal.h): the same results as ptx_alu gives them, without its generality. */
+static inline void lane_fast(L *l, int tid, const ptx_insn *in) {
+  frame *f = &l->t[tid].fr[l->t[tid].depth];
+  int d1, d2 = 1, d3 = 1;
+  const uint64_t a = get(l, tid, &in->o[1], (ptx_type)in->type, &d1);
+  const uint64_t b = in->nops > 2 ? get(l, tid, &in->o[2], (ptx_type)in->type, &d2) : 0;
+  const uint64_t c = in->nops > 3 ? get(l, tid, &in->o[3], (ptx_type)in->type, &d3) : 0;
+  const int ftz = (in->flags & F_FTZ) != 0;
+  uint64_t r;
+  switch (in->fast) {
+  case FAST_F32_FMA:
+  case FAST_F32_ADD:
+  case FAST_F32_SUB:
+  case FAST_F32_MUL: {
+    float x = bits_f32(a), y = bits_f32(b), z = bits_f32(c), v;
+    if (ftz) x = flush(x), y = flush(y), z = flush(z);
+    v = in->fast == FAST_F32_FMA ? fmaf(x, y, z) : in->fast == FAST_F32_ADD ? x + y : in->fast == FAST_F32_SUB ? x - y : x * y;
+    r = f32_bits(ftz ? flush(v) : v);
+    break;
+  }
+  case FAST_INT_ADD: r = a + b; break;
+  case FAST_INT_SUB: r = a - b; break;
+  case FAST_INT_SHL: {
+    const uint64_t sh = b & 0xffffffffu;
+    r = sh >= (uint64_t)ptx_type_bits((ptx_type)in->type) ? 0 : a << sh;
+    break;
+  }
+  case FAST_INT_AND: r = a & b; break;
+  case FAST_INT_OR: r = a | b; break;
+  case FAST_INT_XOR: r = a ^ b; break;
+  default: r = a; break; /* FAST_MOV */
+  }
+  const int bits = ptx_type_bits((ptx_type)in->type);
+  if (in->fast != FAST_MOV && bits < 64) r &= (1ull << bits) - 1;
+  put(l, f, in->o[0].reg, r, d1 & d2 & d3);
 }
 
 /* the ALU instructions: sources read, result (and setp's second predicate) written */
@@ -934,6 +994,11 @@ static int lane_alu(L *l, int tid, const ptx_insn *in) {
 /* Runs one non-collective instruction for one lane whose guard holds; advances its pc. */
 static int lane_exec(L *l, int tid, const ptx_insn *in) {
   thread *th = &l->t[tid];
+  if (in->fast) {
+    lane_fast(l, tid, in);
+    th->pc++;
+    return 0;
+  }
   int rc = 0, advance = 1;
   switch ((ptx_op)in->op) {
   case OP_MOV: rc = lane_mov(l, tid, in); break;
@@ -1086,7 +1151,7 @@ static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn 
         uint64_t addr;
         l->cur_tid = base + lane;
         if (address(l, base + lane, &in->o[1], &addr)) return -1;
-        uint8_t buf[16];
+        uint8_t buf[16] = {0};
         if (mem_read(l, base + lane, SP_SHARED, addr, 16, 16, buf)) return -1;
         memcpy(mat[i][r], buf, 16);
       }

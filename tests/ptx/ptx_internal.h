@@ -39,12 +39,18 @@ enum {
   F_FTZ = 1 << 0, F_SAT = 1 << 1, F_APPROX = 1 << 2, F_FULL = 1 << 3, F_WIDE = 1 << 4, F_HI = 1 << 5, F_LO = 1 << 6,
   F_CC = 1 << 7, F_UNI = 1 << 8, F_SYNC = 1 << 9, F_ALIGNED = 1 << 10, F_TRANS = 1 << 11, F_NC = 1 << 12,
   F_ROW_COL = 1 << 13, F_VOLATILE = 1 << 14, F_SHIFTAMT = 1 << 15, F_NAN = 1 << 16, F_RELU = 1 << 17,
-  F_PAIR = 1 << 18 /* a second destination written d|p */
+  F_PAIR = 1 << 18, /* a second destination written d|p */
+  F_TO = 1 << 19    /* cvta.to.space: generic -> space */
 };
 
 /* shfl modes, vote modes, bool ops of setp / bar.red, atomic ops */
 enum { M_NONE, M_BFLY, M_UP, M_DOWN, M_IDX, M_ANY, M_ALL, M_UNIV, M_BALLOT, M_AND, M_OR, M_XOR, M_POPC,
        M_ADD, M_MIN, M_MAX, M_INC, M_DEC, M_EXCH, M_CAS, M_F4E, M_B4E, M_RC8, M_ECL, M_ECR, M_RC16 };
+
+/* the common forms with a short path: f32 arithmetic (.rn or none; .ftz or not; no .sat), integer add, sub, shl and
+ * logic (no .cc, .sat), register moves; every source a register or an immediate of the instruction's kind */
+enum { FAST_NONE, FAST_F32_FMA, FAST_F32_ADD, FAST_F32_SUB, FAST_F32_MUL, FAST_INT_ADD, FAST_INT_SUB, FAST_INT_SHL,
+       FAST_INT_AND, FAST_INT_OR, FAST_INT_XOR, FAST_MOV };
 
 typedef enum { K_NONE, K_REG, K_IMM, K_ADDR, K_VEC, K_SYM, K_LABEL, K_SREG, K_SINK } ptx_kind;
 
@@ -72,6 +78,7 @@ typedef struct {
   uint8_t vec;          /* .v2 / .v4: 2 or 4; 0 scalar */
   uint8_t num;          /* ldmatrix .x1/.x2/.x4; mma: k of m16n8k */
   uint8_t nops;
+  uint8_t fast;         /* a common form ptx_exec.c runs without the general path (FAST_*), 0 otherwise */
   uint32_t flags;
   int32_t guard;        /* predicate register, -1: none */
   uint8_t guard_neg;
@@ -80,7 +87,6 @@ typedef struct {
   ptx_type mma_ab;      /* mma: the A/B element type */
   ptx_operand o[PTX_MAXOPS];
   char text[96];        /* the instruction as written (truncated), for messages */
-  int32_t memidx;       /* global-memory instructions: index into the per-instruction statistics, else -1 */
 } ptx_insn;
 
 typedef struct {
@@ -101,6 +107,7 @@ typedef struct {
   int first, count;     /* instructions [first, first + count) of the module */
   int nregs;
   uint8_t *regbits;     /* width of each register in bits (1 for .pred) */
+  uint64_t *regmask;    /* the bits a register holds */
   char (*regname)[24];  /* for messages */
   int nformal, retsym;  /* formal parameter symbols are found by owner and formal index */
   int *formal;          /* symbol indices of the parameters in order */
@@ -119,14 +126,26 @@ struct ptx_module {
   int nfunc;
   uint64_t static_shared;  /* bytes of .shared variables; the dynamic array starts after them */
   uint32_t dyn_align;
-  int nmem;                /* instructions with a memidx */
   int target_sm;           /* .target sm_XX */
 };
 
+static inline int ptx_type_bits(ptx_type t) {
+  switch (t) {
+  case T_PRED: return 1;
+  case T_B8: case T_U8: case T_S8: return 8;
+  case T_B16: case T_U16: case T_S16: case T_F16: case T_BF16: return 16;
+  case T_B32: case T_U32: case T_S32: case T_F32: case T_F16X2: case T_BF16X2: return 32;
+  case T_B64: case T_U64: case T_S64: case T_F64: return 64;
+  case T_B128: return 128;
+  default: return 0;
+  }
+}
+static inline int ptx_type_is_float(ptx_type t) {
+  return t == T_F16 || t == T_BF16 || t == T_F32 || t == T_F64 || t == T_F16X2 || t == T_BF16X2;
+}
+static inline int ptx_type_is_signed(ptx_type t) { return t == T_S8 || t == T_S16 || t == T_S32 || t == T_S64; }
+
 /* ---- ptx_ops.c ---- */
-int ptx_type_bits(ptx_type t);
-int ptx_type_is_float(ptx_type t);
-int ptx_type_is_signed(ptx_type t);
 float ptx_f16_to_f32(uint16_t h);
 uint16_t ptx_f32_to_f16(float f, ptx_round r);
 float ptx_bf16_to_f32(uint16_t h);

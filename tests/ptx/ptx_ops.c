@@ -8,22 +8,6 @@
 #include <string.h>
 #include "ptx_internal.h"
 
-int ptx_type_bits(ptx_type t) {
-  switch (t) {
-  case T_PRED: return 1;
-  case T_B8: case T_U8: case T_S8: return 8;
-  case T_B16: case T_U16: case T_S16: case T_F16: case T_BF16: return 16;
-  case T_B32: case T_U32: case T_S32: case T_F32: case T_F16X2: case T_BF16X2: return 32;
-  case T_B64: case T_U64: case T_S64: case T_F64: return 64;
-  case T_B128: return 128;
-  default: return 0;
-  }
-}
-int ptx_type_is_float(ptx_type t) {
-  return t == T_F16 || t == T_BF16 || t == T_F32 || t == T_F64 || t == T_F16X2 || t == T_BF16X2;
-}
-int ptx_type_is_signed(ptx_type t) { return t == T_S8 || t == T_S16 || t == T_S32 || t == T_S64; }
-
 static uint64_t mask_of(int bits) { return bits >= 64 ? ~0ull : (1ull << bits) - 1; }
 static int64_t sext(uint64_t v, int bits) {
   if (bits >= 64) return (int64_t)v;
@@ -358,8 +342,7 @@ static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, char *
     return 0;
   case OP_DIV:
     if (is32 && (in->flags & F_APPROX) && fabs(b) > ldexp(1.0, 126) && fabs(b) < INFINITY && isfinite(a)) {
-      v = 0.0 * a * b; /* documented: 0 for 2^126 < |b| < 2^128 */
-      v = copysign(0.0, a) * (b < 0 ? -1 : 1);
+      v = copysign(0.0, a) * (b < 0 ? -1 : 1); /* documented: 0 for 2^126 < |b| < 2^128 */
     } else {
       v = a / b;
     }

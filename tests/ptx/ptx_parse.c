@@ -313,7 +313,7 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
                            op == OP_MADC))
     return in->flags |= F_CC, 0;
   if (!strcmp(w, "ftz")) return in->flags |= F_FTZ, 0;
-  if (!strcmp(w, "to") && op == OP_CVTA && !in->space) return 0; /* cvta.to.space: the text keeps it */
+  if (!strcmp(w, "to") && op == OP_CVTA && !in->space) return in->flags |= F_TO, 0;
   if (!strcmp(w, "sat") && (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_CVT))
     return in->flags |= F_SAT, 0;
   if (!strcmp(w, "approx") && (op == OP_RCP || op == OP_SQRT || op == OP_RSQRT || op == OP_EX2 || op == OP_LG2 ||
@@ -453,12 +453,15 @@ static int add_regs(parser *p, int line, const char *name, int count, ptx_type t
   const int w = reg_width(t);
   if (w <= 0 || w > 64) return fail(p, line, "unsupported register type for %s", name);
   uint8_t *rb = realloc(f->regbits, (size_t)(f->nregs + n));
-  char(*rn)[24] = realloc(f->regname, (size_t)(f->nregs + n) * sizeof *rn);
   if (rb) f->regbits = rb;
+  uint64_t *rm = realloc(f->regmask, (size_t)(f->nregs + n) * sizeof *rm);
+  if (rm) f->regmask = rm;
+  char(*rn)[24] = realloc(f->regname, (size_t)(f->nregs + n) * sizeof *rn);
   if (rn) f->regname = rn;
-  if (!rb || !rn) return fail(p, line, "out of memory");
+  if (!rb || !rm || !rn) return fail(p, line, "out of memory");
   for (int i = 0; i < n; i++) {
     f->regbits[f->nregs + i] = (uint8_t)w;
+    f->regmask[f->nregs + i] = w >= 64 ? ~0ull : (1ull << w) - 1;
     if (count < 0) snprintf(f->regname[f->nregs + i], 24, "%.23s", name);
     else snprintf(f->regname[f->nregs + i], 24, "%.12s%d", name, i);
   }
@@ -780,7 +783,6 @@ static ptx_insn *new_insn(parser *p) {
   ptx_insn *in = &p->m->insn[p->m->ninsn];
   memset(in, 0, sizeof *in);
   in->guard = -1;
-  in->memidx = -1;
   in->func = p->cur_func;
   return in;
 }
@@ -1050,9 +1052,7 @@ static int function(parser *p, int entry) {
       token *ty = next(p);
       char w[32];
       tkcopy(ty, w, sizeof w);
-      int vec = 1;
       if (!strcmp(w, ".v2") || !strcmp(w, ".v4")) return fail(p, t->line, "vector registers are not supported");
-      (void)vec;
       const ptx_type rt = w[0] == '.' ? type_of(w + 1) : T_NONE;
       if (rt == T_NONE) return fail(p, t->line, "bad register type %s", w);
       for (;;) {
@@ -1196,6 +1196,37 @@ static int check_insn(parser *p, ptx_insn *in) {
   return 0;
 }
 
+/* The FAST_* form of an instruction, or FAST_NONE. */
+static uint8_t fast_form(const ptx_insn *in) {
+  if (in->flags & (F_SAT | F_CC | F_PAIR | F_APPROX | F_WIDE | F_HI)) return FAST_NONE;
+  const ptx_type t = (ptx_type)in->type;
+  const int f32 = t == T_F32, integer = !ptx_type_is_float(t) && t != T_PRED && ptx_type_bits(t) >= 8 &&
+                                        ptx_type_bits(t) <= 64;
+  if (in->o[0].kind != K_REG) return FAST_NONE;
+  for (int i = 1; i < in->nops; i++) {
+    const ptx_operand *o = &in->o[i];
+    if (o->kind == K_REG && !o->neg) continue;
+    if (o->kind == K_IMM && (f32 ? o->fimm == 1 : o->fimm == 0)) continue;
+    return FAST_NONE;
+  }
+  if (f32 && (in->rnd == R_NONE || in->rnd == R_RN)) {
+    if (in->op == OP_FMA && in->nops == 4) return FAST_F32_FMA;
+    if (in->op == OP_ADD && in->nops == 3) return FAST_F32_ADD;
+    if (in->op == OP_SUB && in->nops == 3) return FAST_F32_SUB;
+    if (in->op == OP_MUL && in->nops == 3) return FAST_F32_MUL;
+  }
+  if (integer && in->nops == 3 && !(in->flags & F_FTZ)) {
+    if (in->op == OP_ADD) return FAST_INT_ADD;
+    if (in->op == OP_SUB) return FAST_INT_SUB;
+    if (in->op == OP_SHL) return FAST_INT_SHL;
+    if (in->op == OP_AND) return FAST_INT_AND;
+    if (in->op == OP_OR) return FAST_INT_OR;
+    if (in->op == OP_XOR) return FAST_INT_XOR;
+  }
+  if (in->op == OP_MOV && in->nops == 2 && in->o[1].kind == K_REG && !in->o[1].neg) return FAST_MOV;
+  return FAST_NONE;
+}
+
 ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
   parser p;
   memset(&p, 0, sizeof p);
@@ -1209,7 +1240,7 @@ ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
     return NULL;
   }
   p.m->dyn_align = 16;
-  if (tokenize(&p)) goto bad;
+  if (tokenize(&p)) goto done;
   int is_extern = 0;
   while (!p.failed && peek(&p)->kind != TK_END) {
     token *t = next(&p);
@@ -1236,23 +1267,23 @@ ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
     }
     if (is_word(t, ".global") || is_word(t, ".shared") || is_word(t, ".const")) {
       const uint8_t sp = is_word(t, ".global") ? SP_GLOBAL : is_word(t, ".shared") ? SP_SHARED : SP_CONST;
-      if (variable(&p, sp, -1, is_extern) < 0) goto bad;
+      if (variable(&p, sp, -1, is_extern) < 0) goto done;
       is_extern = 0;
       continue;
     }
     if (is_word(t, ".entry") || is_word(t, ".func")) {
-      if (function(&p, is_word(t, ".entry"))) goto bad;
+      if (function(&p, is_word(t, ".entry"))) goto done;
       is_extern = 0;
       continue;
     }
     fail(&p, t->line, "unknown directive %.*s", t->len ? t->len : 1, t->len ? t->s : &t->c);
   }
-  if (p.failed) goto bad;
+  if (p.failed) goto done;
   for (int i = 0; i < p.ncall; i++) {
     const int f = find_func(&p, p.calls[i].name);
     if (f < 0 || !p.m->func[f].defined) {
       fail(&p, p.calls[i].line, "call to %s, which the module does not define", p.calls[i].name);
-      goto bad;
+      goto done;
     }
     p.m->insn[p.calls[i].insn].o[1].kind = K_LABEL;
     p.m->insn[p.calls[i].insn].o[1].sym = f;
@@ -1274,26 +1305,21 @@ ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
   }
   for (int i = 0; i < p.m->ninsn; i++) {
     ptx_insn *in = &p.m->insn[i];
-    if (check_insn(&p, in)) goto bad;
-    const int gl = in->op == OP_LD || in->op == OP_ST || in->op == OP_CPASYNC || in->op == OP_ATOM || in->op == OP_RED;
-    if (gl) in->memidx = p.m->nmem++;
+    if (check_insn(&p, in)) goto done;
+    in->fast = fast_form(in);
   }
+done: /* p.failed says which */
   free(p.t);
   free(p.decls);
   free(p.fsyms);
   free(p.labels);
   free(p.fixes);
   free(p.calls);
+  if (p.failed) {
+    ptx_module_free(p.m);
+    return NULL;
+  }
   return p.m;
-bad:
-  free(p.t);
-  free(p.decls);
-  free(p.fsyms);
-  free(p.labels);
-  free(p.fixes);
-  free(p.calls);
-  ptx_module_free(p.m);
-  return NULL;
 }
 
 void ptx_module_free(ptx_module *m) {
@@ -1301,6 +1327,7 @@ void ptx_module_free(ptx_module *m) {
   for (int i = 0; i < m->nsym; i++) free(m->sym[i].init);
   for (int i = 0; i < m->nfunc; i++) {
     free(m->func[i].regbits);
+    free(m->func[i].regmask);
     free(m->func[i].regname);
     free(m->func[i].formal);
   }
@@ -1308,20 +1335,4 @@ void ptx_module_free(ptx_module *m) {
   free(m->sym);
   free(m->func);
   free(m);
-}
-
-int ptx_has_entry(const ptx_module *m, const char *name) {
-  for (int i = 0; m && i < m->nfunc; i++)
-    if (m->func[i].entry && m->func[i].defined && !strcmp(m->func[i].name, name)) return 1;
-  return 0;
-}
-
-int ptx_find_insn(const ptx_module *m, const char *op) {
-  const size_t l = strlen(op);
-  for (int i = 0; m && i < m->ninsn; i++) {
-    const char *t = m->insn[i].text;
-    if (t[0] == '@') t = strchr(t, ' ') ? strchr(t, ' ') + 1 : t;
-    if (!strncmp(t, op, l)) return m->insn[i].line;
-  }
-  return 0;
 }
