@@ -6,7 +6,8 @@
  * global allocations with guard gaps and a definedness bit per byte; shared memory per block with a shadow per
  * byte (defined, written or read by whom between which barriers, an in-flight cp.async); local and param memory
  * per call frame. Register definedness is tracked per lane: arithmetic on an undefined value gives an undefined
- * value, and using one as an address, a predicate, a stored value or a collective's input is an error. */
+ * value, and using one as an address, a predicate, a stored value, a member mask, a vote or an mma fragment is an
+ * error. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -813,7 +814,8 @@ static int lane_call(L *l, int tid, const ptx_insn *in) {
   frame *caller = top(th);
   const int fn = in->o[1].sym;
   const ptx_func *callee = &l->m->func[fn];
-  if (callee->nformal != in->nops - 2) return lfail(l, "calls %s with %d arguments, it takes %d", callee->name, in->nops - 2, callee->nformal);
+  if (callee->nformal != in->nops - 2)
+    return lfail(l, "calls %s with %d arguments, it takes %d", callee->name, in->nops - 2, callee->nformal);
   frame *nf = &th->fr[th->depth + 1];
   if (frame_init(l, nf, fn)) return -1;
   nf->param = calloc(callee->param_size + 1, 1);
@@ -903,7 +905,8 @@ static int lane_cvta(L *l, int tid, const ptx_insn *in) {
     if (base && (v < base || v >= base + WINSIZE))
       return lfail(l, "cvta.to.%s of 0x%llx, which is not in that window", sp == SP_SHARED ? "shared" : "local",
                    (unsigned long long)v);
-    if (!base && (v >= LOCWIN)) return lfail(l, "cvta.to.global of a shared or local address 0x%llx", (unsigned long long)v);
+    if (!base && (v >= LOCWIN))
+      return lfail(l, "cvta.to.global of a shared or local address 0x%llx", (unsigned long long)v);
     v -= base;
   } else {
     v += base;
@@ -941,7 +944,10 @@ static inline void lane_fast(L *l, int tid, const ptx_insn *in) {
   case FAST_F32_MUL: {
     float x = bits_f32(a), y = bits_f32(b), z = bits_f32(c), v;
     if (ftz) x = flush(x), y = flush(y), z = flush(z);
-    v = in->fast == FAST_F32_FMA ? fmaf(x, y, z) : in->fast == FAST_F32_ADD ? x + y : in->fast == FAST_F32_SUB ? x - y : x * y;
+    v = in->fast == FAST_F32_FMA   ? fmaf(x, y, z)
+        : in->fast == FAST_F32_ADD ? x + y
+        : in->fast == FAST_F32_SUB ? x - y
+                                   : x * y;
     r = f32_bits(ftz ? flush(v) : v);
     break;
   }
@@ -1068,7 +1074,8 @@ static int check_members(L *l, int w, uint32_t mask, uint32_t group, const char 
   const unsigned live = l->nthreads - (unsigned)w * 32 < 32 ? l->nthreads - (unsigned)w * 32 : 32;
   const uint32_t exists = live == 32 ? 0xffffffffu : (1u << live) - 1;
   if (mask & ~exists) return lfail(l, "%s names lanes beyond the block (mask 0x%08x)", what, mask);
-  if (group & ~mask) return lfail(l, "%s: lanes 0x%08x execute it without being in its mask 0x%08x", what, group & ~mask, mask);
+  if (group & ~mask)
+    return lfail(l, "%s: lanes 0x%08x execute it without being in its mask 0x%08x", what, group & ~mask, mask);
   const uint32_t missing = mask & ~group;
   if (missing) {
     const int lane = __builtin_ctz(missing);
@@ -1179,15 +1186,18 @@ static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn 
       frame *f = top(&l->t[base + lane]);
       l->cur_tid = base + lane;
       for (int k = 0; k < in->o[1].n; k++) {
-        if (in->o[1].vec[k] < 0 || !f->rdef[in->o[1].vec[k]]) return lfail(l, "mma.sync: an A fragment register is undefined");
+        if (in->o[1].vec[k] < 0 || !f->rdef[in->o[1].vec[k]])
+          return lfail(l, "mma.sync: an A fragment register is undefined");
         A[lane][k] = (uint32_t)f->r[in->o[1].vec[k]];
       }
       for (int k = 0; k < in->o[2].n; k++) {
-        if (in->o[2].vec[k] < 0 || !f->rdef[in->o[2].vec[k]]) return lfail(l, "mma.sync: a B fragment register is undefined");
+        if (in->o[2].vec[k] < 0 || !f->rdef[in->o[2].vec[k]])
+          return lfail(l, "mma.sync: a B fragment register is undefined");
         B[lane][k] = (uint32_t)f->r[in->o[2].vec[k]];
       }
       for (int k = 0; k < 4; k++) {
-        if (in->o[3].vec[k] < 0 || !f->rdef[in->o[3].vec[k]]) return lfail(l, "mma.sync: an accumulator register is undefined");
+        if (in->o[3].vec[k] < 0 || !f->rdef[in->o[3].vec[k]])
+          return lfail(l, "mma.sync: an accumulator register is undefined");
         C[lane][k] = (uint32_t)f->r[in->o[3].vec[k]];
       }
     }

@@ -155,7 +155,8 @@ static int is_word(const token *t, const char *w) {
 }
 static int expect(parser *p, char c) {
   token *t = next(p);
-  if (!is_punct(t, c)) return fail(p, t->line, "expected '%c', found '%.*s'", c, t->len ? t->len : 1, t->len ? t->s : &t->c);
+  if (!is_punct(t, c))
+    return fail(p, t->line, "expected '%c', found '%.*s'", c, t->len ? t->len : 1, t->len ? t->s : &t->c);
   return 0;
 }
 static void tkcopy(const token *t, char *out, size_t len) { snprintf(out, len, "%.*s", t->len, t->s); }
@@ -168,7 +169,10 @@ static int parse_int(const token *t, int64_t *v) {
   if (l && (buf[l - 1] == 'U' || buf[l - 1] == 'u')) buf[--l] = '\0';
   if (!l) return -1;
   char *end;
-  unsigned long long u = strtoull(buf, &end, buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X') ? 16 : buf[0] == '0' && l > 1 ? 8 : 10);
+  unsigned long long u = strtoull(buf, &end,
+                                  buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X') ? 16
+                                  : buf[0] == '0' && l > 1                          ? 8
+                                                                                    : 10);
   if (*end) return -1;
   *v = (int64_t)u;
   return 0;
@@ -314,7 +318,8 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
     return in->flags |= F_CC, 0;
   if (!strcmp(w, "ftz")) return in->flags |= F_FTZ, 0;
   if (!strcmp(w, "to") && op == OP_CVTA && !in->space) return in->flags |= F_TO, 0;
-  if (!strcmp(w, "sat") && (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_CVT))
+  if (!strcmp(w, "sat") &&
+      (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_CVT))
     return in->flags |= F_SAT, 0;
   if (!strcmp(w, "approx") && (op == OP_RCP || op == OP_SQRT || op == OP_RSQRT || op == OP_EX2 || op == OP_LG2 ||
                                op == OP_SIN || op == OP_COS || op == OP_DIV))
@@ -429,7 +434,8 @@ static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
   char *save = NULL;
   for (char *m = strtok_r(buf, ".", &save); m; m = strtok_r(NULL, ".", &save)) {
     /* L2::128B contains no dot; the two-part L1::/L2:: hints are one word */
-    if (modifier(in, m, &ntypes) != 0) return fail(p, t->line, "unknown modifier .%s of %s (in %.*s)", m, w, t->len, t->s);
+    if (modifier(in, m, &ntypes) != 0)
+      return fail(p, t->line, "unknown modifier .%s of %s (in %.*s)", m, w, t->len, t->s);
   }
   if (in->op == OP_LD || in->op == OP_ST) {
     if (!in->space) in->space = SP_GENERIC;
@@ -560,7 +566,8 @@ static int variable(parser *p, uint8_t space, int func, int is_extern) {
       next(p);
       s.size = 0;
       s.dynamic = 1;
-      if (!(is_extern && space == SP_SHARED)) return fail(p, line, "an array of unknown size that is not .extern .shared");
+      if (!(is_extern && space == SP_SHARED))
+        return fail(p, line, "an array of unknown size that is not .extern .shared");
     } else {
       int64_t n;
       if (parse_int(next(p), &n) != 0 || n <= 0) return fail(p, line, "bad array size");
@@ -666,7 +673,8 @@ static int reg_operand(parser *p, const token *t, ptx_operand *o) {
         o->reg = SREGS[i].id;
         if (name[l] == '.') {
           const char c = name[l + 1];
-          if ((c != 'x' && c != 'y' && c != 'z') || name[l + 2]) return fail(p, t->line, "bad special register %s", name);
+          if ((c != 'x' && c != 'y' && c != 'z') || name[l + 2])
+            return fail(p, t->line, "bad special register %s", name);
           o->comp = (uint8_t)(c - 'x');
         }
         return 0;
@@ -787,15 +795,16 @@ static ptx_insn *new_insn(parser *p) {
   return in;
 }
 
-/* the instruction text of its tokens, for messages */
+/* the instruction text of its tokens, for messages: a space between tokens but after [ { | @ ! and before , ] } | */
 static void insn_text(parser *p, int from, int to, char *out, size_t len) {
   size_t n = 0;
   out[0] = '\0';
   for (int i = from; i < to && n + 1 < len; i++) {
-    const token *t = &p->t[i];
-    int w;
-    if (t->kind == TK_PUNCT) w = snprintf(out + n, len - n, "%s%c", t->c == ',' || t->c == ']' || t->c == '}' || t->c == '|' || (i > from && (p->t[i - 1].kind == TK_PUNCT && (p->t[i - 1].c == '[' || p->t[i - 1].c == '{' || p->t[i - 1].c == '|'))) ? "" : " ", t->c);
-    else w = snprintf(out + n, len - n, "%s%.*s", i == from || (p->t[i - 1].kind == TK_PUNCT && (p->t[i - 1].c == '[' || p->t[i - 1].c == '{' || p->t[i - 1].c == '|' || p->t[i - 1].c == '@' || p->t[i - 1].c == '!')) ? "" : " ", t->len, t->s);
+    const token *t = &p->t[i], *prev = i > from ? &p->t[i - 1] : NULL;
+    const int glue = !prev || (prev->kind == TK_PUNCT && strchr("[{|@!", prev->c)) ||
+                     (t->kind == TK_PUNCT && strchr(",]}|", t->c));
+    const int w = t->kind == TK_PUNCT ? snprintf(out + n, len - n, "%s%c", glue ? "" : " ", t->c)
+                                      : snprintf(out + n, len - n, "%s%.*s", glue ? "" : " ", t->len, t->s);
     if (w < 0) break;
     n += (size_t)w;
     if (n >= len) n = len - 1;
@@ -1102,7 +1111,8 @@ static int function(parser *p, int entry) {
       next(p);
       continue;
     }
-    if (t->kind == TK_ID && t->s[0] == '.') return fail(p, t->line, "unknown directive %.*s in a function", t->len, t->s);
+    if (t->kind == TK_ID && t->s[0] == '.')
+      return fail(p, t->line, "unknown directive %.*s in a function", t->len, t->s);
     if (t->kind == TK_ID && is_punct(&p->t[p->pos + 1], ':')) {
       p->labels = grow(p->labels, &p->caplabel, p->nlabel + 1, sizeof *p->labels);
       if (!p->labels) return fail(p, t->line, "out of memory");
@@ -1174,13 +1184,15 @@ static int check_insn(parser *p, ptx_insn *in) {
     return fail(p, in->line, "%s: %d operands, %d expected", in->text, n, want);
   if ((in->op == OP_LD || in->op == OP_LDMATRIX) && in->o[1].kind != K_ADDR)
     return fail(p, in->line, "%s: the source must be an address", in->text);
-  if ((in->op == OP_ST) && in->o[0].kind != K_ADDR) return fail(p, in->line, "%s: the target must be an address", in->text);
+  if ((in->op == OP_ST) && in->o[0].kind != K_ADDR)
+    return fail(p, in->line, "%s: the target must be an address", in->text);
   if (in->vec && ((in->op == OP_LD && (in->o[0].kind != K_VEC || in->o[0].n != in->vec)) ||
                   (in->op == OP_ST && (in->o[1].kind != K_VEC || in->o[1].n != in->vec))))
     return fail(p, in->line, "%s: vector width and operand differ", in->text);
   if (in->op == OP_MMA) {
     const int k = in->num, ab16 = in->mma_ab == T_F16 || in->mma_ab == T_BF16;
-    if (!ab16 || in->type != T_F32 || in->type2 != T_F32) return fail(p, in->line, "%s: unsupported mma types", in->text);
+    if (!ab16 || in->type != T_F32 || in->type2 != T_F32)
+      return fail(p, in->line, "%s: unsupported mma types", in->text);
     const int na = k == 16 ? 4 : 2, nb = k == 16 ? 2 : 1;
     if (in->o[0].kind != K_VEC || in->o[0].n != 4 || in->o[1].kind != K_VEC || in->o[1].n != na ||
         in->o[2].kind != K_VEC || in->o[2].n != nb || in->o[3].kind != K_VEC || in->o[3].n != 4)
