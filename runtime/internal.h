@@ -114,6 +114,9 @@ int  attn_nvrtc_compile(const char *src, const char *name, const char *arch, voi
  * attn_nvrtc_compile: the kernel's instruction stream before ptxas, for counting its instructions. Same return
  * convention; *ptx is NUL-terminated. */
 int  attn_nvrtc_ptx(const char *src, const char *name, const char *arch, char **ptx, char **log);
+/* The PTX that attn_nvrtc_compile's own compile generates on the way to the cubin (the same NVRTC call); tests
+ * compare it with attn_nvrtc_ptx's. ATTN_EUNSUPPORTED when this NVRTC does not keep it. */
+int  attn_nvrtc_cubin_ptx(const char *src, const char *name, const char *arch, char **ptx, char **log);
 /* NVRTC's version; ATTN_ENODEV with the reason when it cannot be loaded. */
 int  attn_nvrtc_version(int *major, int *minor, char *why, size_t len);
 typedef struct attn_cuda_resources {

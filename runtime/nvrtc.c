@@ -119,13 +119,30 @@ static int nv_compile(const char *src, const char *name, const char *const *opts
 }
 
 /* The options of every compile, cubin or PTX: the PTX the tests' interpreter runs (attn_nvrtc_ptx) is what ptxas
- * turns into the cubin users run only while both share them. */
+ * turns into the cubin users run only while both share them (tests/cuda_compile.c's ptx mode checks it). */
 #define NV_OPTS "--std=c++17", "--use_fast_math", "--device-as-default-execution-space"
 
-int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) {
+/* A program's PTX (NUL-terminated), or NULL. */
+static char *program_ptx(nvrtc_prog prog) {
+  size_t ps = 0;
+  char *ptx = NULL;
+  if (!nv.ptx_size || !nv.ptx || nv.ptx_size(prog, &ps) != 0 || ps == 0 || !(ptx = malloc(ps + 1))) return NULL;
+  if (nv.ptx(prog, ptx) != 0) {
+    free(ptx);
+    return NULL;
+  }
+  ptx[ps] = '\0';
+  return ptx;
+}
+
+/* The cubin compile: for arch (sm_XX), with ptxas's resource report (-v) in the log; the cubin and, when ptx is not
+ * NULL, the PTX NVRTC generated on the way. */
+static int cubin_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **ptx,
+                         char **log) {
   *cubin = NULL;
   *len = 0;
   *log = NULL;
+  if (ptx) *ptx = NULL;
   pthread_once(&nv_once, nv_load);
   if (!nv.handle) {
     *log = dup_str(nv.why);
@@ -146,7 +163,20 @@ int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void
   } else {
     *len = cs;
   }
+  if (rc == ATTN_OK && ptx && !(*ptx = program_ptx(prog))) rc = ATTN_EUNSUPPORTED;
   nv.destroy(&prog);
+  return rc;
+}
+
+int attn_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin, size_t *len, char **log) {
+  return cubin_compile(src, name, arch, cubin, len, NULL, log);
+}
+
+int attn_nvrtc_cubin_ptx(const char *src, const char *name, const char *arch, char **ptx, char **log) {
+  void *cubin = NULL;
+  size_t len = 0;
+  const int rc = cubin_compile(src, name, arch, &cubin, &len, ptx, log);
+  free(cubin);
   return rc;
 }
 
@@ -164,17 +194,9 @@ int attn_nvrtc_ptx(const char *src, const char *name, const char *arch, char **p
   const char *opts[] = {archopt, NV_OPTS};
   nvrtc_prog prog;
   if (nv_compile(src, name, opts, (int)(sizeof opts / sizeof opts[0]), &prog, log) != ATTN_OK) return ATTN_ECOMPILE;
-  int rc = ATTN_OK;
-  size_t ps = 0;
-  if (nv.ptx_size(prog, &ps) != 0 || ps == 0 || !(*ptx = malloc(ps + 1)) || nv.ptx(prog, *ptx) != 0) {
-    free(*ptx);
-    *ptx = NULL;
-    rc = ATTN_ECOMPILE;
-  } else {
-    (*ptx)[ps] = '\0';
-  }
+  *ptx = program_ptx(prog);
   nv.destroy(&prog);
-  return rc;
+  return *ptx ? ATTN_OK : ATTN_ECOMPILE;
 }
 
 /* The integer written just before pos in the same line ("32768 bytes smem" -> 32768), or 0. */

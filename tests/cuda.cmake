@@ -33,6 +33,10 @@ foreach(arch sm_80 sm_90)
     set_tests_properties(cuda_compile_defaults_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
   endforeach()
+  # the PTX the interpreter tests run (tests/emu.cmake) is the PTX of the cubin compile, byte for byte
+  add_test(NAME cuda_compile_same_ptx_${arch} COMMAND cuda_compile ptx ${arch})
+  set_tests_properties(cuda_compile_same_ptx_${arch} PROPERTIES LABELS cuda TIMEOUT 600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_CUDA_ENV}")
   add_test(NAME cuda_compile_space_${arch} COMMAND cuda_compile space ${arch} 23)
   set_tests_properties(cuda_compile_space_${arch} PROPERTIES LABELS cuda TIMEOUT 900 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")

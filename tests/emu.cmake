@@ -48,7 +48,8 @@ endforeach()
 # the fp32 flash kernel is the interpreter's slowest (its products on CUDA cores): one d in CI
 list(APPEND ATTN_EMU_TESTS "nan_flash_f32|nan flash f32 d=16")
 list(APPEND ATTN_EMU_TESTS "nan_lowrank_f32_d16|nan lowrank f32 d=16 causal=1")
-# nightly: every default, whole spaces under every block and warp order, NaN on the other shapes
+# nightly: every default of every (algorithm, d, dtype, causal), whole spaces under every block and warp order,
+# NaN at the other d
 set(ATTN_EMU_NIGHTLY
     "nightly_nan_lowrank_f16_d64|nan lowrank f16 d=64"
     "nightly_nan_lowrank_bf16_d64|nan lowrank bf16 d=64"
@@ -58,7 +59,8 @@ set(ATTN_EMU_NIGHTLY
 foreach(algo flash smallcache lowrank)
   foreach(dtype f16 bf16 f32)
     list(APPEND ATTN_EMU_NIGHTLY
-         "nightly_${algo}_${dtype}_defaults|defaults ${algo} ${dtype}"
+         "nightly_${algo}_${dtype}_defaults|defaults ${algo} ${dtype} causal=0"
+         "nightly_${algo}_${dtype}_defaults_causal|defaults ${algo} ${dtype} causal=1"
          "nightly_${algo}_${dtype}_d64|--all-orders space ${algo} ${dtype} d=64 causal=0"
          "nightly_${algo}_${dtype}_d128_causal|--all-orders space ${algo} ${dtype} d=128 causal=1")
   endforeach()
