@@ -36,6 +36,8 @@ set(ATTN_EMU_TESTS
     "smallcache_space_bf16_d64_causal|--quick space smallcache bf16 d=64 causal=1 stride=4"
     "lowrank_space_f16_d16_causal|--quick space lowrank f16 d=16 causal=1 stride=4"
     "lowrank_taylor_bf16_d16|--quick lowrank bf16 d=16 feature=taylor"
+    "flash_sm90_bf16_d128_causal|--quick flash bf16 d=128 causal=1 arch=sm_90"
+    "smallcache_sm90_f32_d64|--quick smallcache f32 d=64 arch=sm_90"
     "io_flash_bf16|--quick io flash bf16 d=64 causal=1"
     "io_smallcache_f32|--quick io smallcache f32 d=64"
     "io_lowrank_f16|--quick io lowrank f16 d=16")
