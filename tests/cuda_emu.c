@@ -14,7 +14,8 @@
  *       lowrank kernel on the same inputs), rows that see no key exactly 0
  *   cuda_emu [OPTIONS] io ALGO DTYPE [FIELD=VALUE ...]
  *       also the counting build: per shape, its counted entries, the kernel's sectors and the closed form
- *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every block and warp order)
+ *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every block and warp order), --approx-worst
+ *            (ex2, rcp, div.approx and the other approximate instructions off by their largest error)
  * For each spec the source the runtime compiles (attn_spec_source) goes through NVRTC to the PTX of its arch, with
  * the runtime's options, and the interpreter runs that PTX on shapes with n = 1, odd n, n not a multiple of any
  * block, n_kv != n both ways (causal rows that see no key), grouped-query heads, batch > 1 and non-default scales,
@@ -43,7 +44,7 @@
 #include "space.h"
 
 
-static int failures, cases, quick, all_orders, nan_mode, io_mode, no_nvrtc;
+static int failures, cases, quick, all_orders, nan_mode, io_mode, no_nvrtc, approx_worst;
 static char workdir[4096];
 static attn_runtime *cpu_rt;
 static ptx_module *mod;       /* the spec's kernel as users run it */
@@ -314,6 +315,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
     FAIL("%s: %s", what, x ? "out of memory" : err);
     goto out;
   }
+  ptx_machine_set_approx(x, approx_worst);
   const uint64_t dq = ptx_alloc(x, nq * es, "q"), dk = ptx_alloc(x, nkv * es, "k"), dv = ptx_alloc(x, nkv * es, "v");
   const uint64_t dout = ptx_alloc(x, nq * es, "o");
   const uint64_t dscr = g->scratch > 0 ? ptx_alloc(x, (uint64_t)g->scratch, "scratch") : 0;
@@ -923,6 +925,7 @@ int main(int argc, char **argv) {
   for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--all-orders")) all_orders = 1;
+    else if (!strcmp(argv[i], "--approx-worst")) approx_worst = 1;
     else {
       fprintf(stderr, "cuda_emu: unknown option %s\n", argv[i]);
       return 2;
@@ -933,7 +936,7 @@ int main(int argc, char **argv) {
   io_mode = i < argc && !strcmp(argv[i], "io");
   i += is_space || is_defaults || is_nan || io_mode;
   if (argc - i < 2) {
-    fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] ALGO DTYPE [FIELD=VALUE ...]\n"
+    fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] [--approx-worst] ALGO DTYPE [FIELD=VALUE ...]\n"
                     "       cuda_emu [--quick] [--all-orders] space ALGO DTYPE d=D causal=C [stride=K] [offset=O]\n"
                     "       cuda_emu [--quick] [--all-orders] defaults ALGO DTYPE [causal=C] [every=K]\n"
                     "       cuda_emu [--all-orders] nan ALGO DTYPE [d=D,...] [causal=C] [FIELD=VALUE ...]\n"

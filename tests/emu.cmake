@@ -19,7 +19,8 @@ set(ATTN_EMU_ENV "ATTN_CACHE_DIR=${ATTN_EMU_CACHE}" "ATTN_DB=${ATTN_EMU_CACHE}/n
 # name|arguments. CI (label cuda), sized to the suite's time budget (the interpreter runs some 10^6-10^7 thread
 # instructions a second): the default spec of each (algorithm, dtype) over a spread of d with causal alternating,
 # a sample of the tuner's space per algorithm, NaN and infinity in the inputs for each algorithm and dtype (the nan
-# mode, as tests/cpu_nan.c), and the io mode (counting build, sectors and closed form side by side).
+# mode, as tests/cpu_nan.c), the approximate instructions at their largest error (--approx-worst), and the io mode
+# (counting build, sectors and closed form side by side).
 set(ATTN_EMU_TESTS
     "flash_defaults_f16|--quick defaults flash f16 every=3"
     "flash_defaults_bf16|--quick defaults flash bf16 every=3"
@@ -38,6 +39,9 @@ set(ATTN_EMU_TESTS
     "lowrank_taylor_bf16_d16|--quick lowrank bf16 d=16 feature=taylor"
     "flash_sm90_bf16_d128_causal|--quick flash bf16 d=128 causal=1 arch=sm_90"
     "smallcache_sm90_f32_d64|--quick smallcache f32 d=64 arch=sm_90"
+    "approx_worst_flash_f16|--quick --approx-worst flash f16 d=64"
+    "approx_worst_smallcache_f32|--quick --approx-worst smallcache f32 d=64 causal=1"
+    "approx_worst_lowrank_f32|--quick --approx-worst lowrank f32 d=32"
     "io_flash_bf16|--quick io flash bf16 d=64 causal=1"
     "io_smallcache_f32|--quick io smallcache f32 d=64"
     "io_lowrank_f16|--quick io lowrank f16 d=16")
@@ -87,7 +91,7 @@ endforeach()
 # The interpreter's own checks on hand-written kernels.
 add_executable(ptx_unit ${CMAKE_CURRENT_LIST_DIR}/ptx_unit.c)
 target_include_directories(ptx_unit PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(ptx_unit PRIVATE attn_ptx)
+target_link_libraries(ptx_unit PRIVATE attn_ptx m)
 add_test(NAME ptx_unit COMMAND ptx_unit)
 set_tests_properties(ptx_unit PROPERTIES LABELS cuda TIMEOUT 60)
 

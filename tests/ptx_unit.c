@@ -1,6 +1,7 @@
 /* ptx_unit: the PTX interpreter's own checks, on small hand-written kernels: what it refuses to load, and what it
  * stops a launch for (out-of-bounds, misaligned, uninitialised and racing accesses, divergent collectives and
  * barriers, cp.async data read before its wait), each next to the corrected kernel that must run. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
@@ -54,6 +55,26 @@ static void expect_ok(const char *what, const char *body, unsigned threads) {
   char err[1024];
   const int rc = run(body, threads, err, sizeof err);
   CHECK(rc == 0, "%s: %s", what, err);
+}
+
+/* ex2.approx.ftz.f32 of 0.5 stored by one thread, with the approximations exact or at their worst */
+static float ex2_half(int worst) {
+  char err[512];
+  ptx_module *m = load(ENTRY "mov.f32 %f1, 0f3F000000;\nex2.approx.ftz.f32 %f2, %f1;\n"
+                             "st.global.f32 [%rd2+512], %f2;\nret;\n}\n", err, sizeof err);
+  ptx_machine *x = m ? ptx_machine_new(m, err, sizeof err) : NULL;
+  float out = -1.0f;
+  if (x) {
+    ptx_machine_set_approx(x, worst);
+    const uint64_t buf = ptx_alloc(x, 1024, "buf");
+    const ptx_launch_cfg c = {.grid = 1, .block = 1, .dyn_smem = 0, .order = 0};
+    if (!buf || ptx_launch(x, "k", &c, &buf, sizeof buf, err, sizeof err) ||
+        ptx_copy_out(x, buf + 512, &out, sizeof out, NULL))
+      out = -1.0f;
+  }
+  ptx_machine_free(x);
+  ptx_module_free(m);
+  return out;
 }
 
 int main(void) {
@@ -114,6 +135,12 @@ int main(void) {
               ENTRY "setp.lt.u32 %p1, %r1, 32;\n@%p1 bra $L1;\nbar.sync 0;\nbra.uni $L2;\n$L1:\nbar.sync 0;\n"
                     "$L2:\nret;\n}\n",
               64, "barrier divergence");
+  /* approximations: correctly rounded by default, off by their bound (2 ulp for ex2) in the worst-case mode */
+  const float exact = ex2_half(0), worst = ex2_half(1);
+  CHECK(exact == (float)1.4142135623730951, "ex2.approx(0.5) = %.9g", (double)exact);
+  const double rel = fabs((double)worst / exact - 1);
+  CHECK(worst > 0 && rel > 0x1p-23 && rel < 0x1p-21, "ex2.approx(0.5) at its worst = %.9g (%.3g off)", (double)worst,
+        rel);
   printf("ptx_unit: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

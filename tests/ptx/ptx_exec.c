@@ -36,7 +36,10 @@ struct ptx_machine {
   uint64_t next;
   uint64_t *symaddr; /* module .global / .const symbols: their addresses */
   ptx_stats st;
+  int approx_worst;
 };
+
+void ptx_machine_set_approx(ptx_machine *x, int worst) { x->approx_worst = worst != 0; }
 
 /* shared-memory shadow, one per byte */
 enum { SH_INIT = 1, SH_W = 2, SH_PEND = 4 };
@@ -991,7 +994,9 @@ static int lane_alu(L *l, int tid, const ptx_insn *in) {
   }
   uint64_t dst[2] = {0, 0};
   char why[256];
-  if (def && ptx_alu(in, src, in->nops - ndst, dst, &th->carry, why, sizeof why)) return lfail(l, "%s", why);
+  /* worst-case approximations: the direction varies with the lane and the warp instruction */
+  const int approx = !l->x->approx_worst ? 0 : ((l->serial * 2654435761u) ^ (uint32_t)tid) & 1 ? 1 : -1;
+  if (def && ptx_alu(in, src, in->nops - ndst, dst, &th->carry, approx, why, sizeof why)) return lfail(l, "%s", why);
   if (in->o[0].kind == K_REG) put(l, f, in->o[0].reg, dst[0], def);
   if (paired && in->o[1].kind == K_REG) put(l, f, in->o[1].reg, dst[1], def);
   return 0;

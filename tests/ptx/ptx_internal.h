@@ -153,8 +153,10 @@ uint16_t ptx_f32_to_bf16(float f, ptx_round r);
 
 /* Per-lane ALU instructions: d = op(sources). The source values are read by the caller into src (raw bits, width
  * of the instruction's type); *dst gets the result bits; returns 0, or -1 with a reason in why. carry: the thread's
- * CC.CF, read and written by the .cc / addc / madc forms. */
-int ptx_alu(const ptx_insn *in, const uint64_t *src, int nsrc, uint64_t *dst, uint32_t *carry, char *why, size_t len);
+ * CC.CF, read and written by the .cc / addc / madc forms. approx: 0 computes the approximate f32 instructions
+ * correctly rounded; +1 or -1 moves them by their largest error in that direction. */
+int ptx_alu(const ptx_insn *in, const uint64_t *src, int nsrc, uint64_t *dst, uint32_t *carry, int approx, char *why,
+            size_t len);
 
 /* mma.sync m16n8k16 / m16n8k8: a[32][4], b[32][2], c[32][4] hold each lane's fragment registers; d gets the result
  * fragments. */

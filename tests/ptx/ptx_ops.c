@@ -315,7 +315,21 @@ static double fminmax(int is_max, double a, double b, int nan_prop) {
   return is_max ? (a > b ? a : b) : (a < b ? a : b);
 }
 
-static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, char *why, size_t len) {
+/* The approximate f32 instructions' error, made as large as the bounds below in direction sign (worst-case mode):
+ * 2 units in the last place for ex2, div, sqrt and rsqrt, 1 for rcp, 2^-22 absolute for lg2 and 2^-20.5 absolute
+ * for sin and cos (at or above what the PTX ISA and the CUDA intrinsics' tables give for them). */
+static double approx_error(ptx_op op, double v, int sign) {
+  if (!sign || !isfinite(v) || v == 0) return v;
+  switch (op) {
+  case OP_EX2: case OP_DIV: case OP_SQRT: case OP_RSQRT: return v * (1 + sign * ldexp(1.0, -22));
+  case OP_RCP: return v * (1 + sign * ldexp(1.0, -23));
+  case OP_LG2: return v + sign * ldexp(1.0, -22);
+  case OP_SIN: case OP_COS: return v + sign * ldexp(1.4142135623730951, -21); /* 2^-20.5 */
+  default: return v;
+  }
+}
+
+static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, int approx, char *why, size_t len) {
   const ptx_type t = (ptx_type)in->type;
   const int flush = (in->flags & F_FTZ) != 0 && t == T_F32;
   const int is32 = t == T_F32;
@@ -373,12 +387,15 @@ static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, char *
   case OP_COPYSIGN: v = copysign(b, a); break;
   default: return err(why, len, "no float form");
   }
+  if (is32 && approx &&
+      ((in->flags & F_APPROX) || in->op == OP_EX2 || in->op == OP_LG2 || in->op == OP_SIN || in->op == OP_COS))
+    v = approx_error((ptx_op)in->op, v, approx);
   if (in->flags & F_SAT) v = isnan(v) ? 0.0 : v < 0 ? 0.0 : v > 1 ? 1.0 : v;
   *dst = is32 ? fbits(T_F32, v, r, flush) : bits64(v);
   return 0;
 }
 
-int ptx_alu(const ptx_insn *in, const uint64_t *s, int nsrc, uint64_t *dst, uint32_t *carry, char *why,
+int ptx_alu(const ptx_insn *in, const uint64_t *s, int nsrc, uint64_t *dst, uint32_t *carry, int approx, char *why,
             size_t len) {
   (void)nsrc;
   const ptx_type t = (ptx_type)in->type;
@@ -408,7 +425,7 @@ int ptx_alu(const ptx_insn *in, const uint64_t *s, int nsrc, uint64_t *dst, uint
       (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_DIV || op == OP_NEG ||
        op == OP_ABS || op == OP_MIN || op == OP_MAX || op == OP_RCP || op == OP_SQRT || op == OP_RSQRT ||
        op == OP_EX2 || op == OP_LG2 || op == OP_SIN || op == OP_COS || op == OP_COPYSIGN))
-    return float_op(in, s, dst, why, len);
+    return float_op(in, s, dst, approx, why, len);
   const uint64_t a = s[0] & m, b = s[1] & m, c = s[2] & m;
   const int64_t sa = sext(a, bits), sb = sext(b, bits);
   switch (op) {
