@@ -91,7 +91,7 @@ endforeach()
 # The interpreter's own checks on hand-written kernels.
 add_executable(ptx_unit ${CMAKE_CURRENT_LIST_DIR}/ptx_unit.c)
 target_include_directories(ptx_unit PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(ptx_unit PRIVATE attn_ptx m)
+target_link_libraries(ptx_unit PRIVATE attn_ptx attn_core m)
 add_test(NAME ptx_unit COMMAND ptx_unit)
 set_tests_properties(ptx_unit PROPERTIES LABELS cuda TIMEOUT 60)
 

@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
-#include "ptx/ptx.h"
+#include "internal.h"
+#include "ptx/ptx_internal.h"
 
 static const char HEAD[] = ".version 8.0\n.target sm_80\n.address_size 64\n";
 
@@ -141,6 +142,26 @@ int main(void) {
   const double rel = fabs((double)worst / exact - 1);
   CHECK(worst > 0 && rel > 0x1p-23 && rel < 0x1p-21, "ex2.approx(0.5) at its worst = %.9g (%.3g off)", (double)worst,
         rel);
+  /* cvt.rn between f32 and f16/bf16 (what the templates' packs and loads use) against the runtime's own conversions,
+   * on every exponent, subnormals, infinities and NaN */
+  long bad16 = 0, badb = 0, badback = 0;
+  unsigned long long st = 0x9e3779b97f4a7c15ull;
+  for (long i = 0; i < 1L << 20; i++) {
+    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+    const uint32_t u = (uint32_t)st;
+    float f;
+    memcpy(&f, &u, 4);
+    const uint16_t h = ptx_f32_to_f16(f, R_RN), b = ptx_f32_to_bf16(f, R_RN);
+    if (isnan(f) ? (h & 0x7fff) <= 0x7c00 : h != attn_f32_to_f16(f)) bad16++;
+    if (isnan(f) ? (b & 0x7fff) <= 0x7f80 : b != attn_f32_to_bf16(f)) badb++;
+    const uint16_t x = (uint16_t)u;
+    const float g = ptx_f16_to_f32(x), gb = ptx_bf16_to_f32(x);
+    if (!(g == attn_f16_to_f32(x) || (isnan(g) && isnan(attn_f16_to_f32(x)))) ||
+        !(gb == attn_bf16_to_f32(x) || (isnan(gb) && isnan(attn_bf16_to_f32(x)))))
+      badback++;
+  }
+  CHECK(bad16 == 0 && badb == 0 && badback == 0, "conversions differ from the runtime's: f16 %ld, bf16 %ld, back %ld",
+        bad16, badb, badback);
   printf("ptx_unit: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
