@@ -1,6 +1,7 @@
 /* cmd_bench.c: `attntune bench`: the runtime's plan (tuned or default) against the standard three-pass attention
  * on OpenBLAS (S = Q K^T, row softmax, O = P V) on the same data, with medians of alternating runs, GFLOP/s, the
- * square-sgemm rate as the machine's ceiling, peak extra memory of each, and a cross-check of the outputs. */
+ * square-sgemm rate as the machine's ceiling, peak extra memory of each, and a cross-check of the outputs; the fp32
+ * FMA peak and the read bandwidth measured in the same run (peak.c), and each result as a fraction of its ceiling. */
 #include <errno.h>
 #include <jansson.h>
 #include <malloc.h>
@@ -15,6 +16,7 @@
 #include "gpus.h"
 #include "internal.h"
 #include "measure.h"
+#include "peak.h"
 #include "range.h"
 #include "timing.h"
 #include "timing_env.h"
@@ -28,6 +30,7 @@
 #define BENCH_CAP_S 20.0      /* default --time-cap: timed running per point beyond --reps rounds while a median is
                                * not yet known */
 static double g_cap_s = BENCH_CAP_S;
+#define BENCH_PEAK_CAP_S 2.0  /* at most this much timed running per ceiling (FMA variant, bandwidth) */
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
@@ -38,6 +41,9 @@ static const char bench_usage[] =
     "  tune` (docs/tuning.md)\n"
     "  cpu: the plan against the untuned default and the standard algorithm on OpenBLAS (f32), on input sets\n"
     "       rotated through more than the last-level cache; vs def = default ms / plan ms\n"
+    "       the fp32 FMA peak and the read bandwidth are measured first, on the kernels' threads; 'of peak':\n"
+    "       prefill (n >= 64) plan GFLOP/s / FMA peak, decode (n < 64) K+V bytes per second / read bandwidth;\n"
+    "       PyTorch's CPU attention is compared by scripts/torch_compare_cpu.py\n"
     "       --n-kv: keys per head (default n; every n with every n_kv)\n"
     "       --split: the plan's configuration with each split-K value (1: none, up to 64), one row each, all timed in\n"
     "                alternation with the baseline\n"
@@ -217,6 +223,10 @@ typedef struct bench_row {
   char plan[512], def[512];
   double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
   double default_ms, vs_default, plan_iqr_ms, load; /* the untuned default, timed in the same rounds */
+  double fma_peak_gflops, read_bw_gbs;                /* this run's ceilings (peak.h); -1 unknown */
+  double kv_gbs;                                      /* bytes of K and V over the plan's time */
+  double peak_frac;                                   /* plan_gflops / fma peak, or (decode) kv_gbs / read bw */
+  const char *fma_isa, *peak_kind;                    /* peak_kind: "fma" (prefill) or "read_bw" (decode) */
   int rounds;
   double rel_error, ref_error;
   const char *blas_note; /* why the baseline did not run, or NULL */
@@ -251,6 +261,12 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "plan_iqr_ms", num_or_null(r->plan_iqr_ms));
   json_object_set_new(o, "rounds", json_integer(r->rounds));
   json_object_set_new(o, "load", num_or_null(r->load));
+  json_object_set_new(o, "fma_peak_gflops", num_or_null(r->fma_peak_gflops));
+  json_object_set_new(o, "fma_isa", json_string(r->fma_isa ? r->fma_isa : ""));
+  json_object_set_new(o, "read_bw_gbs", num_or_null(r->read_bw_gbs));
+  json_object_set_new(o, "kv_gbs", num_or_null(r->kv_gbs));
+  json_object_set_new(o, "peak_kind", json_string(r->peak_kind ? r->peak_kind : ""));
+  json_object_set_new(o, "fraction_of_peak", num_or_null(r->peak_frac));
   return o;
 }
 
@@ -262,14 +278,17 @@ static void fmt_num(char *buf, size_t len, const char *f, double x) {
 }
 
 static void row_text(const bench_row *r) {
-  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32], dm[32], vd[32];
+  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32], dm[32], vd[32], pf[48];
   fmt_num(pm, sizeof pm, "%.3f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
   fmt_num(bm, sizeof bm, "%.3f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
   fmt_num(ra, sizeof ra, "%.2fx", r->ratio), fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
   fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
   fmt_num(dm, sizeof dm, "%.3f", r->default_ms), fmt_num(vd, sizeof vd, "%.3fx", r->vs_default);
-  printf("%6d %6d %4d %5d %6s %10s %8s %10s %8s %7s %10s %8s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d,
-         r->heads, r->causal ? "yes" : "no", pm, pg, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error, r->plan,
+  char frac[32];
+  fmt_num(frac, sizeof frac, "%.1f%%", 100 * r->peak_frac);
+  snprintf(pf, sizeof pf, "%s %s", frac, !strcmp(r->peak_kind, "fma") ? "fma" : "bw");
+  printf("%6d %6d %4d %5d %6s %10s %8s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d,
+         r->heads, r->causal ? "yes" : "no", pm, pg, pf, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error, r->plan,
          r->blas_note ? "; blas: " : "", r->blas_note ? r->blas_note : "");
 }
 
@@ -291,8 +310,8 @@ static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
 
 /* One (n, n_kv, d) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
  * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. */
-static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int causal, int reps, int no_blas,
-                       const int *splits, int nsplit, bench_row *rows, int *nrows) {
+static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, int d, int heads, int causal, int reps,
+                       int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
   const int maxv = nsplit > 0 ? nsplit : 1;
   *nrows = 0;
   attn_problem p = {0};
@@ -313,6 +332,9 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
     memset(row, 0, sizeof *row);
     row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal;
     row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
+    row->fma_peak_gflops = pk->fma_gflops, row->read_bw_gbs = pk->read_gbs, row->fma_isa = pk->fma_isa;
+    row->peak_kind = n < ATTN_DB_DECODE_BELOW ? "read_bw" : "fma"; /* the database's decode/prefill line */
+    row->kv_gbs = row->peak_frac = -1;
   }
   if (!q || !k || !v || !o) {
     fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d\n", n, n_kv, d);
@@ -468,6 +490,12 @@ static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int heads, int 
     row->plan_ms = st[i].median_ms;
     row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
+    /* decode streams K and V once per call (every query of a head reads all of its keys): bytes over time */
+    row->kv_gbs = 2.0 * heads * (double)n_kv * d * sizeof(float) / row->plan_ms * 1e-6;
+    if (!strcmp(row->peak_kind, "fma"))
+      row->peak_frac = pk->fma_gflops > 0 ? row->plan_gflops / pk->fma_gflops : -1;
+    else
+      row->peak_frac = pk->read_gbs > 0 ? row->kv_gbs / pk->read_gbs : -1;
     row->default_ms = st[nv].median_ms;
     row->vs_default = row->default_ms / row->plan_ms;
     snprintf(row->def, sizeof row->def, "%s", attn_plan_describe(dplan));
@@ -810,6 +838,11 @@ int attn_cmd_bench(int argc, char **argv) {
     return 1;
   }
   if (attn_cache_dir_ready(rt) == ATTN_OK && rt->cache_note[0]) fprintf(stderr, "attntune bench: %s\n", rt->cache_note);
+  /* The ceilings first, on the kernels' threads and before any point's buffers exist; not fatal: unknown ones show
+   * as '-' and null. */
+  attn_peak pk;
+  if (attn_peak_measure(rt->threads, reps, g_cap_s < BENCH_PEAK_CAP_S ? g_cap_s : BENCH_PEAK_CAP_S, &pk) != 0)
+    fprintf(stderr, "attntune bench: the FMA peak or the read bandwidth could not be measured (out of memory)\n");
   if (!json) {
 #ifdef ATTN_HAVE_OPENBLAS
     const int blas_threads = openblas_get_num_threads();
@@ -823,9 +856,16 @@ int attn_cmd_bench(int argc, char **argv) {
            "count 4*n*n_kv*d*heads%s\n",
            rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, g_cap_s,
            causal ? "/2 (causal)" : "");
-    printf("%6s %6s %4s %5s %6s %10s %8s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d", "heads",
-           "causal", "plan ms", "GFLOP/s", "default ms", "vs def", "sgemm", "blas ms", "GFLOP/s", "ratio", "plan MiB",
-           "blas MiB", "rel err", "plan");
+    char fp[32], bw[32];
+    fmt_num(fp, sizeof fp, "%.1f", pk.fma_gflops), fmt_num(bw, sizeof bw, "%.1f", pk.read_gbs);
+    printf("ceilings measured now on %d threads: fp32 FMA peak %s GFLOP/s (%s, %d chains per thread), read bandwidth "
+           "%s GB/s (streaming sum over %.0f MiB); of peak: prefill (n >= %d) GFLOP/s / FMA peak, decode (n < %d) "
+           "K+V bytes/s / read bandwidth\n",
+           pk.threads, fp, pk.fma_isa[0] ? pk.fma_isa : "-", pk.fma_chains, bw, pk.read_mib > 0 ? pk.read_mib : 0.0,
+           ATTN_DB_DECODE_BELOW, ATTN_DB_DECODE_BELOW);
+    printf("%6s %6s %4s %5s %6s %10s %8s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d",
+           "heads", "causal", "plan ms", "GFLOP/s", "of peak", "default ms", "vs def", "sgemm", "blas ms", "GFLOP/s",
+           "ratio", "plan MiB", "blas MiB", "rel err", "plan");
   }
   json_t *arr = json_array();
   int rc = 0;
@@ -834,8 +874,8 @@ int attn_cmd_bench(int argc, char **argv) {
       for (int j = 0; j < nd; j++) {
         bench_row rows[BENCH_MAX_SPLITS];
         int nrows = 0;
-        if (bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], ds[j], heads, causal, reps, no_blas, splits, nsplit, rows,
-                        &nrows))
+        if (bench_point(rt, &pk, ns[i], nkvs ? nkvs[kv] : ns[i], ds[j], heads, causal, reps, no_blas, splits, nsplit,
+                        rows, &nrows))
           rc = 1;
         for (int r = 0; r < nrows; r++) {
           if (json)
