@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
       {"flash_split", ATTN_ALGO_FLASH, 16, 32, 2, 0, 0, 0, 0},
       {"smallcache", ATTN_ALGO_SMALLCACHE, 0, 0, 0, 0, 0, 0, 0},
       {"smallcache", ATTN_ALGO_SMALLCACHE, 16, 16, 0, 8, 0, 0, 0},
-      {"lowrank", ATTN_ALGO_LOWRANK, 0, 0, 0, 0, 0, 0.3f, 0.5},
+      {"lowrank", ATTN_ALGO_LOWRANK, 0, 0, 0, 0, 0, 0.2f, 0.5},
       {"lowrank", ATTN_ALGO_LOWRANK, 16, 16, 0, 0, 1, 0, 0.25},
   };
   if (argc != 2) {
