@@ -10,7 +10,7 @@
  *                                       lowrank) for a spread of d, dtypes and causal, with the same checks as the
  *                                       defaults; STRIDE 1 is the whole space
  *   cuda_compile ptx ARCH               the PTX the interpreter tests run is the PTX of the cubin compile, byte for
- *                                       byte, for the default of each (algorithm, dtype) at one d
+ *                                       byte, for the default of each algorithm at one d
  *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
  * A kernel must not spill; its counting build may (a few registers for the counters). A run that compiled nothing
  * (a selection that matches no kernel) fails. Exit 77 (CTest: skipped) when NVRTC cannot be loaded, with the
@@ -171,40 +171,43 @@ static int space(const char *arch, int stride) {
 }
 
 /* ptx mode: the PTX the tests' interpreter runs (attn_nvrtc_ptx, the virtual architecture) must be, byte for byte,
- * the PTX of the cubin compile users' kernels come from (attn_nvrtc_cubin_ptx): the default spec of each (algorithm,
- * dtype) at one d, causal alternating. */
+ * the PTX of the cubin compile users' kernels come from (attn_nvrtc_cubin_ptx): the default spec of each algorithm
+ * at one d, in a dtype that turns with the arch (sm_80 and sm_90 together cover two of each algorithm's three). */
+static int ptx_skipped;
 static int same_ptx(const char *arch) {
   static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
   static const attn_dtype dtypes[] = {ATTN_F16, ATTN_BF16, ATTN_F32};
-  for (int a = 0; a < 3; a++)
-    for (int t = 0; t < 3; t++) {
-      const int d = algos[a] == ATTN_ALGO_LOWRANK ? 32 : 64 + 32 * t;
-      attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, (a + t) % 2);
-      snprintf(s.arch, sizeof s.arch, "%s", arch);
-      char err[512], label[256];
-      attn_spec_format(&s, label, sizeof label);
-      char *src = attn_spec_source(&s, 0, err, sizeof err);
-      char *p1 = NULL, *p2 = NULL, *l1 = NULL, *l2 = NULL;
-      const int r1 = src ? attn_nvrtc_ptx(src, "attn_kernel.cu", arch, &p1, &l1) : ATTN_EINVAL;
-      const int r2 = src ? attn_nvrtc_cubin_ptx(src, "attn_kernel.cu", arch, &p2, &l2) : ATTN_EINVAL;
-      if (r2 == ATTN_EUNSUPPORTED) {
-        printf("SKIP %s: this NVRTC keeps no PTX after a cubin compile\n", label);
-      } else if (r1 != ATTN_OK || r2 != ATTN_OK) {
-        printf("FAIL %s: %s\n", label, !src ? err : r1 != ATTN_OK ? (l1 ? l1 : "ptx") : (l2 ? l2 : "cubin"));
-        failures++;
-      } else if (strcmp(p1, p2) != 0) {
-        printf("FAIL %s: the PTX of the cubin compile differs from the PTX the interpreter runs\n", label);
-        failures++;
-      } else {
-        compiled++;
-        printf("ok   %s: the same %zu bytes of PTX\n", label, strlen(p1));
-      }
-      free(src);
-      free(p1);
-      free(p2);
-      free(l1);
-      free(l2);
+  const int turn = strcmp(arch, "sm_80") != 0;
+  for (int a = 0; a < 3; a++) {
+    const int t = (a + turn) % 3;
+    const int d = algos[a] == ATTN_ALGO_LOWRANK ? 32 : 64 + 32 * t;
+    attn_spec s = attn_spec_default(algos[a], ATTN_TARGET_CUDA, dtypes[t], d, (a + t) % 2);
+    snprintf(s.arch, sizeof s.arch, "%s", arch);
+    char err[512], label[256];
+    attn_spec_format(&s, label, sizeof label);
+    char *src = attn_spec_source(&s, 0, err, sizeof err);
+    char *p1 = NULL, *p2 = NULL, *l1 = NULL, *l2 = NULL;
+    const int r1 = src ? attn_nvrtc_ptx(src, "attn_kernel.cu", arch, &p1, &l1) : ATTN_EINVAL;
+    const int r2 = src ? attn_nvrtc_cubin_ptx(src, "attn_kernel.cu", arch, &p2, &l2) : ATTN_EINVAL;
+    if (r2 == ATTN_EUNSUPPORTED) {
+      printf("SKIP %s: this NVRTC keeps no PTX after a cubin compile\n", label);
+      ptx_skipped++;
+    } else if (r1 != ATTN_OK || r2 != ATTN_OK) {
+      printf("FAIL %s: %s\n", label, !src ? err : r1 != ATTN_OK ? (l1 ? l1 : "ptx") : (l2 ? l2 : "cubin"));
+      failures++;
+    } else if (strcmp(p1, p2) != 0) {
+      printf("FAIL %s: the PTX of the cubin compile differs from the PTX the interpreter runs\n", label);
+      failures++;
+    } else {
+      compiled++;
+      printf("ok   %s: the same %zu bytes of PTX\n", label, strlen(p1));
     }
+    free(src);
+    free(p1);
+    free(p2);
+    free(l1);
+    free(l2);
+  }
   return 0;
 }
 
@@ -251,6 +254,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("%d compiled, %d failed\n", compiled, failures);
+  if (compiled == 0 && ptx_skipped && !failures) return 77; /* the check cannot be made with this NVRTC */
   if (compiled == 0) {
     printf("FAIL: nothing was compiled\n");
     return 1;
