@@ -2,40 +2,12 @@
  * with the OpenBLAS baseline (or the fp64 reference rows), and bad usage exits 2. argv[1]: the attntune binary;
  * argv[2]: a database path (need not exist). */
 #include "check.h"
+#include "run_cmd.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-
-
-/* Runs cmd, returns its exit status (-1 when it did not exit normally); stdout into *out (malloc'd). */
-static int run(const char *cmd, char **out) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) {
-    pclose(p);
-    return -1;
-  }
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-    len += got;
-    if (len + 1 == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (!nb) break;
-      buf = nb;
-    }
-  }
-  buf[len] = 0;
-  int st = pclose(p);
-  if (out)
-    *out = buf;
-  else
-    free(buf);
-  return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void check_point(json_t *o, int n, int d, int causal) {
   static const char *fields[] = {"n", "d", "heads", "causal", "plan", "plan_ms", "plan_gflops", "blas_ms",
@@ -76,7 +48,7 @@ int main(int argc, char **argv) {
   }
   char cmd[8192], *out = NULL;
   snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
-  int st = run(cmd, &out);
+  int st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   json_error_t jerr;
   json_t *arr = json_loads(out ? out : "", 0, &jerr);
@@ -89,7 +61,7 @@ int main(int argc, char **argv) {
   free(out);
 
   snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
-  st = run(cmd, &out);
+  st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   arr = json_loads(out ? out : "", 0, &jerr);
   CHECK(json_is_array(arr) && json_array_size(arr) == 1, "causal: not a JSON array of 1 point: %s", jerr.text);
@@ -100,7 +72,7 @@ int main(int argc, char **argv) {
   /* decode with n_kv keys, the plan's configuration at each --split value: one row each, added fields n_kv, split */
   snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --time-cap 1 --db '%s' --json",
            argv[1], argv[2]);
-  st = run(cmd, &out);
+  st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   arr = json_loads(out ? out : "", 0, &jerr);
   CHECK(json_is_array(arr) && json_array_size(arr) == 3, "--split: not a JSON array of 3 rows: %s", jerr.text);
@@ -131,7 +103,7 @@ int main(int argc, char **argv) {
                               "--n 64 --d 64 --time-cap x"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' 2>/dev/null", argv[1], bad[i], argv[2]);
-    st = run(cmd, NULL);
+    st = run_cmd(cmd, NULL);
     CHECK(st == 2, "'bench %s' exited %d, expected 2 (usage)", bad[i], st);
   }
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);

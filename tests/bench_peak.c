@@ -3,38 +3,13 @@
  * achieved / ceiling as printed (prefill: GFLOP/s / FMA peak; decode: K+V GB/s / read bandwidth), in the JSON and in
  * the text. No timing is asserted. argv[1]: the attntune binary; argv[2]: a database path (need not exist). */
 #include "check.h"
+#include "run_cmd.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-
-/* Runs cmd, returns its exit status (-1 when it did not exit normally); stdout into *out (malloc'd). */
-static int run(const char *cmd, char **out) {
-  *out = NULL;
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) {
-    pclose(p);
-    return -1;
-  }
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-    len += got;
-    if (len + 1 == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (!nb) break;
-      buf = nb;
-    }
-  }
-  buf[len] = 0;
-  int st = pclose(p);
-  *out = buf;
-  return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static int positive(json_t *o, const char *f) {
   json_t *v = json_object_get(o, f);
@@ -74,7 +49,7 @@ int main(int argc, char **argv) {
   /* a decode row (n = 1) and a prefill row (n = 64), both with 512 keys */
   const char *opts = "--target cpu --n 1,64 --n-kv 512 --d 32 --heads 2 --reps 1 --time-cap 0.2 --no-blas";
   snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' --json", argv[1], opts, argv[2]);
-  int st = run(cmd, &out);
+  int st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   json_error_t jerr;
   json_t *arr = json_loads(out ? out : "", 0, &jerr);
@@ -94,7 +69,7 @@ int main(int argc, char **argv) {
   /* The text: the ceilings line, and each row's "of peak" column equal to its printed figure over the ceiling
    * (to the rounding of the printed digits). */
   snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s'", argv[1], opts, argv[2]);
-  st = run(cmd, &out);
+  st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   const char *line = out ? strstr(out, "fp32 FMA peak ") : NULL;
   double fma = -1, bw = -1;
