@@ -132,13 +132,9 @@ static int lfail(L *l, const char *fmt, ...) {
 /* ---- the machine and its global memory ---- */
 
 static int galloc_add(ptx_machine *x, uint64_t bytes, const char *name, uint64_t *addr) {
-  if (x->na == x->cap) {
-    int nc = x->cap ? 2 * x->cap : 16;
-    galloc *b = realloc(x->a, (size_t)nc * sizeof *b);
-    if (!b) return -1;
-    x->a = b;
-    x->cap = nc;
-  }
+  galloc *grown = ptx_grow(x->a, &x->cap, x->na + 1, sizeof *x->a);
+  if (!grown) return -1;
+  x->a = grown;
   galloc *g = &x->a[x->na];
   memset(g, 0, sizeof *g);
   g->size = bytes;
@@ -320,30 +316,16 @@ static inline uint64_t get(L *l, int tid, const ptx_operand *o, ptx_type t, int 
 }
 
 static uint64_t get_slow(L *l, int tid, const ptx_operand *o, ptx_type t, int *def) {
-  thread *th = &l->t[tid];
-  frame *f = top(th);
   *def = 1;
   switch (o->kind) {
-  case K_REG: {
-    *def = f->rdef[o->reg];
-    uint64_t v = f->r[o->reg];
-    if (o->neg) v = !(v & 1);
-    return v;
-  }
   case K_IMM:
-    if (o->fimm == 2 && t == T_F32) {
+    if (o->fimm == 2 && t == T_F32) { /* a decimal (double) literal of an f32 instruction */
       double d;
       memcpy(&d, &o->imm, 8);
-      float fl = (float)d;
-      uint32_t u;
-      memcpy(&u, &fl, 4);
-      return u;
+      return ptx_bits32((float)d);
     }
-    if (o->fimm == 1 && t == T_F64) {
-      float fl;
-      uint32_t u = (uint32_t)o->imm;
-      memcpy(&fl, &u, 4);
-      double d = fl;
+    if (o->fimm == 1 && t == T_F64) { /* 0f... of an f64 instruction */
+      const double d = ptx_f32((uint64_t)o->imm);
       uint64_t b;
       memcpy(&b, &d, 8);
       return b;
@@ -671,13 +653,9 @@ static int cp_issue(L *l, int tid, const ptx_insn *in) {
     if (v > n) return lfail(l, "cp.async src-size %llu exceeds its %u bytes", (unsigned long long)v, n);
     srcn = (uint32_t)v;
   }
-  if (th->ncp == th->capcp) {
-    int nc = th->capcp ? 2 * th->capcp : 16;
-    cpcopy *b = realloc(th->cp, (size_t)nc * sizeof *b);
-    if (!b) return lfail(l, "out of memory");
-    th->cp = b;
-    th->capcp = nc;
-  }
+  cpcopy *grown = ptx_grow(th->cp, &th->capcp, th->ncp + 1, sizeof *th->cp);
+  if (!grown) return lfail(l, "out of memory");
+  th->cp = grown;
   cpcopy *c = &th->cp[th->ncp];
   memset(c, 0, sizeof *c);
   c->n = (uint8_t)n;
@@ -918,18 +896,6 @@ static int lane_cvta(L *l, int tid, const ptx_insn *in) {
   return 0;
 }
 
-static inline float bits_f32(uint64_t b) {
-  float x;
-  const uint32_t u = (uint32_t)b;
-  memcpy(&x, &u, 4);
-  return x;
-}
-static inline uint64_t f32_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return u;
-}
-static inline float flush(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
 
 /* The FAST_* forms (ptx_internal.h): the same results as ptx_alu gives them, without its generality. */
 static inline void lane_fast(L *l, int tid, const ptx_insn *in) {
@@ -945,13 +911,13 @@ static inline void lane_fast(L *l, int tid, const ptx_insn *in) {
   case FAST_F32_ADD:
   case FAST_F32_SUB:
   case FAST_F32_MUL: {
-    float x = bits_f32(a), y = bits_f32(b), z = bits_f32(c), v;
-    if (ftz) x = flush(x), y = flush(y), z = flush(z);
+    float x = ptx_f32(a), y = ptx_f32(b), z = ptx_f32(c), v;
+    if (ftz) x = ptx_ftz(x), y = ptx_ftz(y), z = ptx_ftz(z);
     v = in->fast == FAST_F32_FMA   ? fmaf(x, y, z)
         : in->fast == FAST_F32_ADD ? x + y
         : in->fast == FAST_F32_SUB ? x - y
                                    : x * y;
-    r = f32_bits(ftz ? flush(v) : v);
+    r = ptx_bits32(ftz ? ptx_ftz(v) : v);
     break;
   }
   case FAST_INT_ADD: r = a + b; break;

@@ -3,8 +3,11 @@
 #ifndef ATTN_PTX_INTERNAL_H
 #define ATTN_PTX_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include "ptx.h"
 
 /* opcodes the interpreter executes; anything else in a module is refused when it is loaded */
@@ -144,6 +147,32 @@ static inline int ptx_type_is_float(ptx_type t) {
   return t == T_F16 || t == T_BF16 || t == T_F32 || t == T_F64 || t == T_F16X2 || t == T_BF16X2;
 }
 static inline int ptx_type_is_signed(ptx_type t) { return t == T_S8 || t == T_S16 || t == T_S32 || t == T_S64; }
+
+/* f32 <-> its bits, and .ftz's flush of a subnormal to a zero of its sign */
+static inline float ptx_f32(uint64_t b) {
+  float f;
+  const uint32_t u = (uint32_t)b;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint64_t ptx_bits32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static inline float ptx_ftz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+
+/* *cap grown (doubling, new slots zeroed) to hold need elements of el bytes; the array, or NULL (a left as it was) */
+static inline void *ptx_grow(void *a, int *cap, int need, size_t el) {
+  if (need <= *cap) return a;
+  int nc = *cap ? *cap * 2 : 16;
+  while (nc < need) nc *= 2;
+  void *b = realloc(a, (size_t)nc * el);
+  if (!b) return NULL;
+  memset((char *)b + (size_t)*cap * el, 0, (size_t)(nc - *cap) * el);
+  *cap = nc;
+  return b;
+}
 
 /* ---- ptx_ops.c ---- */
 float ptx_f16_to_f32(uint16_t h);

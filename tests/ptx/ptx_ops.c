@@ -16,17 +16,6 @@ static int64_t sext(uint64_t v, int bits) {
   return (int64_t)((v ^ m) - m);
 }
 
-static float f32(uint64_t b) {
-  float f;
-  uint32_t u = (uint32_t)b;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint64_t bits32(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
 static double f64(uint64_t b) {
   double d;
   memcpy(&d, &b, 8);
@@ -37,7 +26,6 @@ static uint64_t bits64(double d) {
   memcpy(&u, &d, 8);
   return u;
 }
-static float ftz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
 
 /* a double rounded to float in mode r (RN when R_NONE) */
 static float round_f32(double x, ptx_round r) {
@@ -66,11 +54,11 @@ float ptx_f16_to_f32(uint16_t h) {
   } else {
     u = s | ((e + 112) << 23) | (m << 13);
   }
-  return f32(u);
+  return ptx_f32(u);
 }
 
 uint16_t ptx_f32_to_f16(float f, ptx_round r) {
-  const uint32_t u = (uint32_t)bits32(f);
+  const uint32_t u = (uint32_t)ptx_bits32(f);
   const uint16_t s = (uint16_t)((u >> 16) & 0x8000);
   if (isnan(f)) return 0x7fff;
   const double a = fabs((double)f);
@@ -102,10 +90,10 @@ uint16_t ptx_f32_to_f16(float f, ptx_round r) {
   return (uint16_t)(s | (exp << 10) | man);
 }
 
-float ptx_bf16_to_f32(uint16_t h) { return f32((uint64_t)h << 16); }
+float ptx_bf16_to_f32(uint16_t h) { return ptx_f32((uint64_t)h << 16); }
 
 uint16_t ptx_f32_to_bf16(float f, ptx_round r) {
-  uint32_t u = (uint32_t)bits32(f);
+  uint32_t u = (uint32_t)ptx_bits32(f);
   if (isnan(f)) return 0x7fff;
   const uint32_t low = u & 0xffff, sign = u >> 31;
   uint32_t hi = u >> 16;
@@ -180,7 +168,7 @@ static double fval(ptx_type t, uint64_t b, int flush) {
   switch (t) {
   case T_F16: return ptx_f16_to_f32((uint16_t)b);
   case T_BF16: return ptx_bf16_to_f32((uint16_t)b);
-  case T_F32: return flush ? ftz(f32(b)) : f32(b);
+  case T_F32: return flush ? ptx_ftz(ptx_f32(b)) : ptx_f32(b);
   default: return f64(b);
   }
 }
@@ -191,7 +179,7 @@ static uint64_t fbits(ptx_type t, double v, ptx_round r, int flush) {
   case T_BF16: return ptx_f32_to_bf16((float)v, r);
   case T_F32: {
     float f = round_f32(v, r);
-    return bits32(flush ? ftz(f) : f);
+    return ptx_bits32(flush ? ptx_ftz(f) : f);
   }
   default: return bits64(v);
   }
@@ -213,7 +201,7 @@ static int cvt(const ptx_insn *in, const uint64_t *src, uint64_t *dst, char *why
   const int db = ptx_type_bits(dt), sb = ptx_type_bits(st);
   if (dt == T_F16X2 || dt == T_BF16X2) { /* cvt.rn.f16x2.f32 d, a, b: a to the upper half, b to the lower */
     if (st != T_F32) return err(why, len, "cvt to f16x2/bf16x2 from a type other than f32");
-    float a = f32(src[0]), b = f32(src[1]);
+    float a = ptx_f32(src[0]), b = ptx_f32(src[1]);
     if (in->flags & F_RELU) {
       a = isnan(a) ? a : fmaxf(a, 0.0f);
       b = isnan(b) ? b : fmaxf(b, 0.0f);
@@ -270,7 +258,7 @@ static int cvt(const ptx_insn *in, const uint64_t *src, uint64_t *dst, char *why
         return 0;
       }
       if (dt == T_F32 && (in->rnd == R_RN || !in->rnd)) {
-        *dst = bits32(ptx_type_is_signed(st) ? (float)(int64_t)src[0] : (float)src[0]);
+        *dst = ptx_bits32(ptx_type_is_signed(st) ? (float)(int64_t)src[0] : (float)src[0]);
         return 0;
       }
       return err(why, len, "cvt from a 64-bit integer with a rounding other than .rn");
@@ -348,8 +336,8 @@ static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, int ap
     if (is32) {
       if (r != R_RN && r != R_NONE) return err(why, len, "fma.f32 with a rounding other than .rn");
       float f = fmaf((float)a, (float)b, (float)c);
-      *dst = bits32(flush ? ftz(f) : f);
-      if (in->flags & F_SAT) *dst = bits32(isnan(f) ? 0.0f : f < 0 ? 0.0f : f > 1 ? 1.0f : f);
+      *dst = ptx_bits32(flush ? ptx_ftz(f) : f);
+      if (in->flags & F_SAT) *dst = ptx_bits32(isnan(f) ? 0.0f : f < 0 ? 0.0f : f > 1 ? 1.0f : f);
       return 0;
     }
     *dst = bits64(fma(a, b, c));
@@ -363,14 +351,14 @@ static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, int ap
     break;
   case OP_NEG:
     if (is32) {
-      *dst = bits32(flush ? ftz(-(float)a) : -(float)a);
+      *dst = ptx_bits32(flush ? ptx_ftz(-(float)a) : -(float)a);
       return 0;
     }
     *dst = s[0] ^ 0x8000000000000000ull;
     return 0;
   case OP_ABS:
     if (is32) {
-      *dst = bits32(fabsf(flush ? ftz(f32(s[0])) : f32(s[0])));
+      *dst = ptx_bits32(fabsf(flush ? ptx_ftz(ptx_f32(s[0])) : ptx_f32(s[0])));
       return 0;
     }
     *dst = s[0] & 0x7fffffffffffffffull;
@@ -601,8 +589,8 @@ int ptx_mma(const ptx_insn *in, const uint32_t a[32][4], const uint32_t b[32][2]
       }
       B[2 * t + h][g] = H(b[l][0] >> sh);
       if (K == 16) B[2 * t + 8 + h][g] = H(b[l][1] >> sh);
-      C[g][2 * t + h] = f32(c[l][h]);
-      C[g + 8][2 * t + h] = f32(c[l][2 + h]);
+      C[g][2 * t + h] = ptx_f32(c[l][h]);
+      C[g + 8][2 * t + h] = ptx_f32(c[l][2 + h]);
     }
   }
 #undef H
@@ -615,7 +603,7 @@ int ptx_mma(const ptx_insn *in, const uint32_t a[32][4], const uint32_t b[32][2]
         int nan = isnan(sum);
         for (int k = 0; k < K; k++) sum += A[row][k] * B[k][col];
         nan |= isnan(sum);
-        d[l][2 * r + h] = (uint32_t)bits32(nan ? NAN : (float)sum);
+        d[l][2 * r + h] = (uint32_t)ptx_bits32(nan ? NAN : (float)sum);
       }
   }
   return 0;

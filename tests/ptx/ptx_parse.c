@@ -70,17 +70,6 @@ static int fail(parser *p, int line, const char *fmt, ...) {
   return -1;
 }
 
-static void *grow(void *a, int *cap, int need, size_t el) {
-  if (need <= *cap) return a;
-  int nc = *cap ? *cap * 2 : 64;
-  while (nc < need) nc *= 2;
-  void *b = realloc(a, (size_t)nc * el);
-  if (!b) return NULL;
-  memset((char *)b + (size_t)*cap * el, 0, (size_t)(nc - *cap) * el);
-  *cap = nc;
-  return b;
-}
-
 /* ---- tokens ---- */
 
 static int is_idch(int c) { return isalnum(c) || c == '_' || c == '$' || c == '%' || c == '.'; }
@@ -136,7 +125,7 @@ static int tokenize(parser *p) {
     } else {
       return fail(p, line, "unexpected character '%c'", *s);
     }
-    p->t = grow(p->t, &cap, p->nt + 1, sizeof *p->t);
+    p->t = ptx_grow(p->t, &cap, p->nt + 1, sizeof *p->t);
     if (!p->t) return fail(p, line, "out of memory");
     p->t[p->nt++] = tk;
     if (tk.kind == TK_END) return 0;
@@ -471,7 +460,7 @@ static int add_regs(parser *p, int line, const char *name, int count, ptx_type t
     if (count < 0) snprintf(f->regname[f->nregs + i], 24, "%.23s", name);
     else snprintf(f->regname[f->nregs + i], 24, "%.12s%d", name, i);
   }
-  p->decls = grow(p->decls, &p->capdecl, p->ndecl + 1, sizeof *p->decls);
+  p->decls = ptx_grow(p->decls, &p->capdecl, p->ndecl + 1, sizeof *p->decls);
   if (!p->decls) return fail(p, line, "out of memory");
   struct decl *d = &p->decls[p->ndecl++];
   snprintf(d->name, sizeof d->name, "%.23s", name);
@@ -499,7 +488,7 @@ static int find_reg(parser *p, const char *name) {
 }
 
 static int add_symbol(parser *p, ptx_symbol *s) {
-  p->m->sym = grow(p->m->sym, &p->capsym, p->m->nsym + 1, sizeof *p->m->sym);
+  p->m->sym = ptx_grow(p->m->sym, &p->capsym, p->m->nsym + 1, sizeof *p->m->sym);
   if (!p->m->sym) return -1;
   p->m->sym[p->m->nsym] = *s;
   return p->m->nsym++;
@@ -514,7 +503,7 @@ static int find_symbol(parser *p, const char *name) {
 }
 
 static int push_fsym(parser *p, int sym) {
-  p->fsyms = grow(p->fsyms, &p->capfsym, p->nfsym + 1, sizeof *p->fsyms);
+  p->fsyms = ptx_grow(p->fsyms, &p->capfsym, p->nfsym + 1, sizeof *p->fsyms);
   if (!p->fsyms) return -1;
   p->fsyms[p->nfsym].sym = sym;
   p->fsyms[p->nfsym].depth = p->depth;
@@ -786,7 +775,7 @@ static int operand(parser *p, ptx_operand *o, char *label, size_t llen) {
 /* ---- instructions ---- */
 
 static ptx_insn *new_insn(parser *p) {
-  p->m->insn = grow(p->m->insn, &p->capinsn, p->m->ninsn + 1, sizeof *p->m->insn);
+  p->m->insn = ptx_grow(p->m->insn, &p->capinsn, p->m->ninsn + 1, sizeof *p->m->insn);
   if (!p->m->insn) return NULL;
   ptx_insn *in = &p->m->insn[p->m->ninsn];
   memset(in, 0, sizeof *in);
@@ -845,7 +834,7 @@ static int instruction(parser *p) {
       in->o[0].kind = K_NONE;
     }
     token *fn = next(p);
-    p->calls = grow(p->calls, &p->capcall, p->ncall + 1, sizeof *p->calls);
+    p->calls = ptx_grow(p->calls, &p->capcall, p->ncall + 1, sizeof *p->calls);
     if (!p->calls || fn->kind != TK_ID) return fail(p, line, "bad call");
     tkcopy(fn, p->calls[p->ncall].name, sizeof p->calls[p->ncall].name);
     p->calls[p->ncall].insn = idx;
@@ -875,7 +864,7 @@ static int instruction(parser *p) {
     char label[64] = "";
     if (operand(p, &in->o[in->nops], label, sizeof label)) return -1;
     if (label[0]) {
-      p->fixes = grow(p->fixes, &p->capfix, p->nfix + 1, sizeof *p->fixes);
+      p->fixes = ptx_grow(p->fixes, &p->capfix, p->nfix + 1, sizeof *p->fixes);
       if (!p->fixes) return fail(p, line, "out of memory");
       snprintf(p->fixes[p->nfix].name, sizeof p->fixes[p->nfix].name, "%s", label);
       p->fixes[p->nfix].insn = idx;
@@ -984,7 +973,7 @@ static int function(parser *p, int entry) {
   int retfirst = 0;
   /* .func (.param ... retval) name (params) */
   if (!entry && is_punct(peek(p), '(')) retfirst = 1;
-  p->m->func = grow(p->m->func, &p->capfunc, p->m->nfunc + 1, sizeof *p->m->func);
+  p->m->func = ptx_grow(p->m->func, &p->capfunc, p->m->nfunc + 1, sizeof *p->m->func);
   if (!p->m->func) return fail(p, line, "out of memory");
   int fidx = p->m->nfunc;
   ptx_func *f = &p->m->func[fidx];
@@ -1114,7 +1103,7 @@ static int function(parser *p, int entry) {
     if (t->kind == TK_ID && t->s[0] == '.')
       return fail(p, t->line, "unknown directive %.*s in a function", t->len, t->s);
     if (t->kind == TK_ID && is_punct(&p->t[p->pos + 1], ':')) {
-      p->labels = grow(p->labels, &p->caplabel, p->nlabel + 1, sizeof *p->labels);
+      p->labels = ptx_grow(p->labels, &p->caplabel, p->nlabel + 1, sizeof *p->labels);
       if (!p->labels) return fail(p, t->line, "out of memory");
       tkcopy(t, p->labels[p->nlabel].name, sizeof p->labels[p->nlabel].name);
       p->labels[p->nlabel].insn = p->m->ninsn;
