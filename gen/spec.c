@@ -39,8 +39,8 @@ int attn_dtype_parse(const char *s) {
 size_t attn_dtype_size(attn_dtype t) { return t == ATTN_F32 ? 4 : 2; }
 
 int attn_d_supported(attn_target t, int d) {
-  if (t == ATTN_TARGET_CUDA) return d >= 16 && d <= 256 && d % 16 == 0;
-  return d >= 8 && d <= 256 && d % 8 == 0;
+  (void)t;
+  return d >= 1 && d <= ATTN_MAX_D;
 }
 
 long attn_taylor_rank(int d, int g, long limit) {
@@ -61,7 +61,7 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
   memset(&s, 0, sizeof s);
   s.algo = algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : algo;
   s.target = target == ATTN_TARGET_CUDA ? ATTN_TARGET_CUDA : ATTN_TARGET_CPU;
-  s.dtype = s.target == ATTN_TARGET_CPU ? ATTN_F32 : dtype;
+  s.dtype = dtype;
   s.d = d;
   s.causal = causal ? 1 : 0;
   s.feature = ATTN_FEAT_TAYLOR;
@@ -135,12 +135,12 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     return attn_errf(err, len, ATTN_EINVAL, "target must be cpu or cuda");
   const char *tn = attn_target_name(s->target);
   if ((unsigned)s->dtype > ATTN_BF16) return attn_errf(err, len, ATTN_EINVAL, "unknown dtype %d", (int)s->dtype);
-  if (s->target == ATTN_TARGET_CPU && s->dtype != ATTN_F32)
-    return attn_errf(err, len, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
-                attn_dtype_name(s->dtype));
   if (!attn_d_supported(s->target, s->d))
-    return attn_errf(err, len, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256",
-                s->d, tn, s->target == ATTN_TARGET_CUDA ? 16 : 8, s->target == ATTN_TARGET_CUDA ? 16 : 8);
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be in 1..%d", s->d, tn,
+                     ATTN_MAX_D);
+  if (s->dv < 0 || (s->dv > 0 && !attn_d_supported(s->target, s->dv)))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "dv=%d is not supported on %s: d_v must be in 1..%d (0: same as d)",
+                     s->dv, tn, ATTN_MAX_D);
   if (s->br < 1 || s->br > 1024 || s->bc < 1 || s->bc > 1024)
     return attn_errf(err, len, ATTN_EINVAL, "block sizes Br=%d Bc=%d must be in 1..1024", s->br, s->bc);
   if (s->causal != 0 && s->causal != 1) return attn_errf(err, len, ATTN_EINVAL, "causal must be 0 or 1");
@@ -164,6 +164,11 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     if (s->algo == ATTN_ALGO_FLASH && s->br % ((s->dtype == ATTN_F32 ? 8 : 16) * s->warps) != 0)
       return attn_errf(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br,
                   s->dtype == ATTN_F32 ? 8 : 16, s->warps);
+    /* the CUDA templates tile d in 16-column mma fragments and take d_v = d */
+    if (s->d % 16 || s->d > 256 || attn_spec_dv(s) != s->d)
+      return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                       "d=%d d_v=%d is not supported on cuda: d must be a multiple of 16 in 16..256, d_v = d", s->d,
+                       attn_spec_dv(s));
     if (arch_number(s->arch) < 0)
       return attn_errf(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
   } else {
@@ -192,8 +197,10 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
 
 int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
   /* split only when it changes the kernel: the keys of every kernel without it stay as they were */
-  char split[24] = "";
-  if (s->split > 1) snprintf(split, sizeof split, " split=%d", s->split);
+  char split[48] = "";
+  int k = 0;
+  if (attn_spec_dv(s) != s->d) k = snprintf(split, sizeof split, " dv=%d", s->dv);
+  if (s->split > 1) snprintf(split + k, sizeof split - (size_t)k, " split=%d", s->split);
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
                   "degree=%d rank=%d seed=%u%s",
@@ -242,7 +249,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
         {"unroll", offsetof(attn_spec, unroll)}, {"warps", offsetof(attn_spec, warps)},
         {"stages", offsetof(attn_spec, stages)}, {"tile", offsetof(attn_spec, tile)},
         {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)},
-        {"split", offsetof(attn_spec, split)}};
+        {"split", offsetof(attn_spec, split)},   {"dv", offsetof(attn_spec, dv)}};
     int done = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       if (strcmp(key, ints[i].key) != 0) continue;
@@ -268,6 +275,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
     }
   }
   if (pos < 3) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': expected 'ALGO TARGET DTYPE key=value...'", text);
+  if (t.dv == t.d) t.dv = 0; /* one spelling per kernel */
   int rc = attn_spec_check(&t, err, len);
   if (rc != ATTN_OK) return rc;
   *s = t;
@@ -292,8 +300,10 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
     snprintf(dev, sizeof dev, "cpu %s unroll=%d", attn_dtype_name(s->dtype), s->unroll);
   else
     snprintf(dev, sizeof dev, "cpu %s", attn_dtype_name(s->dtype));
-  return snprintf(buf, len, "%s d=%d Br=%d Bc=%d%s %s%s", attn_algo_name(s->algo), s->d, s->br, s->bc, extra, dev,
-                  s->causal ? " causal" : "");
+  char dv[24] = "";
+  if (attn_spec_dv(s) != s->d) snprintf(dv, sizeof dv, " d_v=%d", s->dv);
+  return snprintf(buf, len, "%s d=%d%s Br=%d Bc=%d%s %s%s", attn_algo_name(s->algo), s->d, dv, s->br, s->bc, extra,
+                  dev, s->causal ? " causal" : "");
 }
 
 const char *attn_spec_template(const attn_spec *s) {
@@ -347,10 +357,10 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
   sb_add(&b, "/* generated by attntune %s from templates/%s: %s */\n", ATTN_VERSION, file, canon);
   sb_add(&b,
          "#define ATTN_D %d\n#define ATTN_BR %d\n#define ATTN_BC %d\n#define ATTN_CAUSAL %d\n"
-         "#define ATTN_UNROLL %d\n#define ATTN_WARPS %d\n#define ATTN_STAGES %d\n#define ATTN_DTYPE %d\n"
+         "#define ATTN_DV %d\n#define ATTN_UNROLL %d\n#define ATTN_WARPS %d\n#define ATTN_STAGES %d\n#define ATTN_DTYPE %d\n"
          "#define ATTN_TILE %d\n#define ATTN_FEATURE %d\n#define ATTN_DEGREE %d\n#define ATTN_RANK %d\n"
          "#define ATTN_SEED %uu\n#define ATTN_ARCH %d\n",
-         s->d, s->br, s->bc, s->causal, s->unroll, s->warps, s->stages, (int)s->dtype, s->tile, (int)s->feature,
+         s->d, s->br, s->bc, s->causal, attn_spec_dv(s), s->unroll, s->warps, s->stages, (int)s->dtype, s->tile, (int)s->feature,
          s->degree, s->rank, s->seed, s->target == ATTN_TARGET_CUDA ? arch_number(s->arch) : 0);
   /* only when it changes the kernel: without it the template compiles to the kernel with no split */
   if (s->split > 1) sb_add(&b, "#define ATTN_SPLIT %d\n", s->split);

@@ -12,8 +12,9 @@ typedef enum { ATTN_FEAT_TAYLOR = 0, ATTN_FEAT_RANDOM = 1 } attn_feature;
 typedef struct attn_spec {
   attn_algo algo;       /* FLASH, SMALLCACHE or LOWRANK; never AUTO */
   attn_target target;   /* CPU or CUDA; never AUTO */
-  attn_dtype dtype;     /* CPU: F32 only; CUDA: F16, BF16, F32 */
-  int d;                /* head dimension */
+  attn_dtype dtype;     /* F32, F16, BF16 (inputs and output; accumulation is fp32) */
+  int d;                /* head dimension of Q and K */
+  int dv;               /* head dimension of V and O; 0: same as d (attn_spec_dv) */
   int br, bc;           /* query rows and key rows per block */
   int causal;           /* 0 or 1 */
   /* CPU */
@@ -41,16 +42,23 @@ int attn_target_parse(const char *s);
 int attn_dtype_parse(const char *s);
 size_t attn_dtype_size(attn_dtype t);
 
-/* Is d a supported head dimension for this target? (CPU: multiple of 8 in 8..256; CUDA: multiple of 16 in 16..256) */
+/* The largest head dimension (d and d_v) any target takes: DeepSeek's MLA has d = 576. */
+#define ATTN_MAX_D 576
+
+/* Is d (or d_v) a supported head dimension for this target? (1..ATTN_MAX_D on both: tails are masked or padded) */
 int attn_d_supported(attn_target t, int d);
 
-/* A sensible default configuration for (algo, target, dtype, d, causal). */
+/* The spec's d_v: dv, or d when dv is 0. */
+static inline int attn_spec_dv(const attn_spec *s) { return s->dv > 0 ? s->dv : s->d; }
+
+/* A sensible default configuration for (algo, target, dtype, d, causal), with dv = 0 (d_v = d): set dv after. */
 attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal);
 
 /* ATTN_OK, or ATTN_EINVAL / ATTN_EUNSUPPORTED with a one-line reason in err. */
 int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
 
 /* Canonical text: "flash cpu f32 d=64 br=64 bc=128 causal=0 ..." (every field, fixed order); parse is its inverse.
+ * " dv=N" is written only when d_v differs from d (texts without it parse to dv 0: d_v = d; dv = d parses to 0).
  * " split=N" is written only when split > 1, so that the keys of kernels without it stay what they were; texts
  * without it parse to split 0 (split 1 therefore comes back as 0, which means the same kernel).
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */

@@ -225,13 +225,13 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
   if (p.heads_kv > p.heads || p.heads % p.heads_kv != 0)
     return attn_fail(rt, ATTN_EINVAL, "heads_kv=%d must divide heads=%d", p.heads_kv, p.heads);
   if (p.d <= 0) return attn_fail(rt, ATTN_EINVAL, "d=%d must be >= 1", p.d);
-  if (!attn_d_supported(tg, p.d))
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "d=%d is not supported on %s: d must be a multiple of %d in %d..256", p.d,
-                     attn_target_name(tg), tg == ATTN_TARGET_CUDA ? 16 : 8, tg == ATTN_TARGET_CUDA ? 16 : 8);
+  if (p.d_v < 0) return attn_fail(rt, ATTN_EINVAL, "d_v=%d must be >= 0 (0: same as d)", p.d_v);
+  if (p.d_v == 0) p.d_v = p.d;
+  if (!attn_d_supported(tg, p.d) || !attn_d_supported(tg, p.d_v))
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s=%d is not supported on %s: head dimensions must be in 1..%d",
+                     attn_d_supported(tg, p.d) ? "d_v" : "d", attn_d_supported(tg, p.d) ? p.d_v : p.d,
+                     attn_target_name(tg), ATTN_MAX_D);
   if ((unsigned)p.dtype > ATTN_BF16) return attn_fail(rt, ATTN_EINVAL, "unknown dtype %d", (int)p.dtype);
-  if (tg == ATTN_TARGET_CPU && p.dtype != ATTN_F32)
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "dtype %s is not supported on cpu: cpu kernels are f32",
-                     attn_dtype_name(p.dtype));
   if ((unsigned)p.algo > ATTN_ALGO_LOWRANK) return attn_fail(rt, ATTN_EINVAL, "unknown algorithm %d", (int)p.algo);
   if (!isfinite(p.scale)) return attn_fail(rt, ATTN_EINVAL, "scale must be finite (0: 1/sqrt(d))");
   if (!(p.tolerance >= 0) || !isfinite(p.tolerance))
@@ -244,12 +244,14 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
    * ptrdiff_t and size_t, which also keeps the kernels' long indexing exact. */
   const unsigned long long lim = (PTRDIFF_MAX < SIZE_MAX ? (unsigned long long)PTRDIFF_MAX : SIZE_MAX) / 8;
   const unsigned long long rows = (unsigned long long)(p.n > p.n_kv ? p.n : p.n_kv);
+  const int dmax = p.d > p.d_v ? p.d : p.d_v;
   unsigned long long elems;
   if (__builtin_mul_overflow((unsigned long long)p.batch, (unsigned long long)p.heads, &elems) ||
-      __builtin_mul_overflow(elems, rows, &elems) || __builtin_mul_overflow(elems, (unsigned long long)p.d, &elems) ||
+      __builtin_mul_overflow(elems, rows, &elems) || __builtin_mul_overflow(elems, (unsigned long long)dmax, &elems) ||
       elems > lim)
-    return attn_fail(rt, ATTN_EINVAL, "problem too large: batch*heads*max(n, n_kv)*d = %.3g elements, at most %llu",
-                     (double)p.batch * p.heads * (double)rows * p.d, lim);
+    return attn_fail(rt, ATTN_EINVAL,
+                     "problem too large: batch*heads*max(n, n_kv)*max(d, d_v) = %.3g elements, at most %llu",
+                     (double)p.batch * p.heads * (double)rows * dmax, lim);
   p.causal = p.causal ? 1 : 0;
   if (p.scale == 0.0f) p.scale = (float)(1.0 / sqrt((double)p.d));
   *out = p;
@@ -274,9 +276,11 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   if (s->target != rt->target)
     return attn_fail(rt, ATTN_EINVAL, "spec is for %s but the runtime runs on %s", attn_target_name(s->target),
                      attn_target_name(rt->target));
-  if (s->d != p.d || s->causal != p.causal || s->dtype != p.dtype)
-    return attn_fail(rt, ATTN_EINVAL, "spec (d=%d causal=%d %s) does not match the problem (d=%d causal=%d %s)", s->d,
-                     s->causal, attn_dtype_name(s->dtype), p.d, p.causal, attn_dtype_name(p.dtype));
+  if (s->d != p.d || attn_spec_dv(s) != p.d_v || s->causal != p.causal || s->dtype != p.dtype)
+    return attn_fail(rt, ATTN_EINVAL,
+                     "spec (d=%d d_v=%d causal=%d %s) does not match the problem (d=%d d_v=%d causal=%d %s)", s->d,
+                     attn_spec_dv(s), s->causal, attn_dtype_name(s->dtype), p.d, p.d_v, p.causal,
+                     attn_dtype_name(p.dtype));
   if (s->algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "lowrank is approximate: it needs a problem tolerance > 0");
 
@@ -350,6 +354,7 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, cha
   }
   /* A row for another algorithm than the one asked for, or that does not fit this problem, is not used. */
   if ((p->algo != ATTN_ALGO_AUTO && t.algo != p->algo) || t.target != rt->target || t.d != p->d ||
+      attn_spec_dv(&t) != p->d_v ||
       t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
     return -1;
   const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
@@ -380,6 +385,7 @@ static int default_split(const attn_runtime *rt, const attn_problem *p, const at
 void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo algo, attn_spec *s) {
   attn_algo a = algo == ATTN_ALGO_AUTO || algo == ATTN_ALGO_LOWRANK ? ATTN_ALGO_FLASH : algo;
   *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
+  s->dv = p->d_v != p->d ? p->d_v : 0;
   s->split = default_split(rt, p, s);
 }
 

@@ -16,16 +16,19 @@ typedef enum { ATTN_TARGET_AUTO, ATTN_TARGET_CPU, ATTN_TARGET_CUDA } attn_target
 typedef enum { ATTN_F32, ATTN_F16, ATTN_BF16 } attn_dtype;
 typedef enum { ATTN_ALGO_AUTO, ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK } attn_algo;
 
-/* Limits: n and n_kv at most INT_MAX - 1024; batch*heads*max(n, n_kv)*d at most PTRDIFF_MAX / 8 elements (checked
- * exactly in 64 bits). A larger problem is refused with ATTN_EINVAL and a one-line reason. */
+/* Limits: n and n_kv at most INT_MAX - 1024; batch*heads*max(n, n_kv)*max(d, d_v) at most PTRDIFF_MAX / 8 elements
+ * (checked exactly in 64 bits). A larger problem is refused with ATTN_EINVAL and a one-line reason. d and d_v: 1..576
+ * on the CPU (any value: tails are masked) in f32, f16 and bf16 (fp32 accumulation); CUDA's limits are in
+ * docs/cuda.md (a configuration that does not fit a GPU's shared memory is refused with the limit named). */
 typedef struct attn_problem {
-  int batch, heads, n, d;   /* Q,K,V,O contiguous [batch][heads][n][d]; zero-initialise unused fields */
+  int batch, heads, n, d;   /* Q,K contiguous [batch][heads(_kv)][n(_kv)][d]; zero-initialise unused fields */
   int n_kv, heads_kv;       /* 0: same as n / heads (decode, cross-attention, grouped-query) */
   attn_dtype dtype;
   int causal;               /* bottom-right aligned when n < n_kv */
   float scale;              /* 0: 1/sqrt(d) */
   double tolerance;         /* 0: exact algorithms only; > 0: an approximate algorithm may serve within this error */
   attn_algo algo;           /* AUTO: the tuned choice, else a default heuristic */
+  int d_v;                  /* 0: same as d; V is [batch][heads_kv][n_kv][d_v], O [batch][heads][n][d_v] */
 } attn_problem;
 
 /* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults.

@@ -132,6 +132,9 @@ int  attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resource
 int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, const float *v, float *o, attn_io *io,
                       double *ms);
 
+/* x rounded to dtype t and back (no-op for f32): the inputs a half-precision plan really sees, for the reference. */
+void   attn_round_dtype(attn_dtype t, float *x, size_t count);
+
 /* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
 void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);
 /* ||out - ref||_F / ||ref||_F; INFINITY when out holds a NaN or Inf. */

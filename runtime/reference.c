@@ -7,29 +7,29 @@
 #include "internal.h"
 
 void attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o) {
-  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d;
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dv = p->d_v > 0 ? p->d_v : p->d;
   const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
   const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
   double *s = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
   if (!s) {
     /* No way to report from here: NaN output makes the comparison fail loudly instead of passing. */
-    for (long i = 0; i < (long)p->batch * heads * n * d; i++) o[i] = NAN;
+    for (long i = 0; i < (long)p->batch * heads * n * dv; i++) o[i] = NAN;
     return;
   }
   for (long b = 0; b < p->batch; b++)
     for (long h = 0; h < heads; h++) {
       const long hk = h / group;
       const float *qh = q + (b * heads + h) * n * d;
-      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * d;
-      double *oh = o + (b * heads + h) * n * d;
+      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dv;
+      double *oh = o + (b * heads + h) * n * dv;
       for (long i = 0; i < n; i++) {
         long visible = n_kv;
         if (p->causal) {
           long last = i + (n_kv - n); /* last key index query i may see */
           visible = last < 0 ? 0 : last + 1 < n_kv ? last + 1 : n_kv;
         }
-        double *orow = oh + i * d;
-        memset(orow, 0, sizeof(double) * (size_t)d);
+        double *orow = oh + i * dv;
+        memset(orow, 0, sizeof(double) * (size_t)dv);
         if (visible == 0) continue;
         double mx = -INFINITY;
         for (long j = 0; j < visible; j++) {
@@ -45,7 +45,7 @@ void attn_reference(const attn_problem *p, const float *q, const float *k, const
         }
         for (long j = 0; j < visible; j++) {
           const double w = s[j] / sum;
-          for (long c = 0; c < d; c++) orow[c] += w * (double)vh[j * d + c];
+          for (long c = 0; c < dv; c++) orow[c] += w * (double)vh[j * dv + c];
         }
       }
     }

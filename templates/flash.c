@@ -405,10 +405,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long hk = h / (a->heads / heads_kv);
   const long n = a->n, n_kv = a->n_kv;
   const int rows = (int)(n - i0 < FL_BR ? n - i0 : FL_BR);
-  const float *q = a->q + (bh * n + i0) * FL_D;
-  const float *k = a->k + (b * heads_kv + hk) * n_kv * FL_D;
-  const float *v = a->v + (b * heads_kv + hk) * n_kv * FL_D;
-  float *out = a->o + (bh * n + i0) * FL_D;
+  const float *q = (const float *)a->q + (bh * n + i0) * FL_D;
+  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * FL_D;
+  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * FL_D;
+  float *out = (float *)a->o + (bh * n + i0) * FL_D;
 
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ;
@@ -500,7 +500,7 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
   const long bh = item / nqb, i0 = item % nqb * FL_BR;
   const int rows = (int)(a->n - i0 < FL_BR ? a->n - i0 : FL_BR);
   const float *p = (const float *)a->partials + item * ATTN_SPLIT * FL_PART;
-  float *out = a->o + (bh * a->n + i0) * FL_D;
+  float *out = (float *)a->o + (bh * a->n + i0) * FL_D;
   ATTN_IO_READ(io, (long)ATTN_SPLIT * rows * (FL_D + 2));
   for (int r = 0; r < rows; r++) {
     float mx = -__builtin_inff();

@@ -4,13 +4,17 @@
 #define ATTN_KERNEL_ABI_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
-/* 2: attn_kargs.partials and the optional split-K entry points attn_kernel_partials / attn_kernel_merge. */
-#define ATTN_KERNEL_ABI_VERSION 2
+/* 2: attn_kargs.partials and the optional split-K entry points attn_kernel_partials / attn_kernel_merge.
+ * 3: q, k, v, o are untyped: elements of the kernel's ATTN_DTYPE (f32, or f16 / bf16 bits), V and O d_v wide. */
+#define ATTN_KERNEL_ABI_VERSION 3
 
 typedef struct attn_kargs {
-  const float *q, *k, *v;  /* [batch][heads|heads_kv][n|n_kv][d] */
-  float *o;                /* [batch][heads][n][d] */
+  const void *q, *k;       /* [batch][heads|heads_kv][n|n_kv][d] */
+  const void *v;           /* [batch][heads_kv][n_kv][d_v] */
+  void *o;                 /* [batch][heads][n][d_v] */
   long batch, heads, heads_kv, n, n_kv;
   float scale;
   void *partials;          /* split-K kernels: the partials buffer (set by the runtime); NULL otherwise */
@@ -42,6 +46,112 @@ typedef struct attn_io { unsigned long long reads, writes; } attn_io;
  *   void   attn_kernel_merge(const attn_kargs *a, long item, attn_io *io);
  *          merge item 0 .. merge_items-1: combines partials into o; runs after every attn_kernel_run item of the
  *          call has finished, in any order on any thread. */
+/* Half-precision conversions, round to nearest even with infinities, NaNs and subnormals kept: the kernels' and the
+ * runtime's (runtime/half.c) one definition. */
+static inline uint32_t attn_bits_f32(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float attn_f32_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+static inline uint16_t attn_f32_f16(float x) {
+  const uint32_t u = attn_bits_f32(x), sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;
+  if (mag >= 0x7f800000u) /* Inf stays Inf; NaN stays a quiet NaN */
+    return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x0200u | ((mag >> 13) & 0x3ffu) : 0));
+  if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: Inf */
+  if (mag < 0x38800000u) {
+    /* subnormal half (or zero): value = mant * 2^-24; shift the full significand and round to nearest even */
+    if (mag < 0x33000000u) return (uint16_t)sign; /* below half the smallest subnormal: zero */
+    const uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - (int)e; /* 14..24 */
+    uint32_t h = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  /* normal: rebias the exponent (127 -> 15), round the 13 dropped bits to nearest even (a carry bumps the exponent) */
+  uint32_t h = (mag - 0x38000000u) >> 13;
+  const uint32_t rem = mag & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+static inline float attn_f16_f32(uint16_t hv) {
+  const uint32_t sign = (uint32_t)(hv & 0x8000u) << 16, e = (hv >> 10) & 0x1fu, m = hv & 0x3ffu;
+  if (e == 0x1f) return attn_f32_bits(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    if (m == 0) return attn_f32_bits(sign);
+    const float v = (float)m * (1.0f / 16777216.0f); /* subnormal: m * 2^-24, exact in f32 */
+    return sign ? -v : v;
+  }
+  return attn_f32_bits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+static inline uint16_t attn_f32_bf16(float x) {
+  const uint32_t u = attn_bits_f32(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* nearest even; overflow gives Inf, as it should */
+}
+
+static inline float attn_bf16_f32(uint16_t h) { return attn_f32_bits((uint32_t)h << 16); }
+
+#ifdef ATTN_D
+/* Inside a generated kernel: its element type (ATTN_DTYPE 0 f32, 1 f16, 2 bf16) and row conversions to and from the
+ * fp32 the kernels compute in. Native conversions where the target has them (F16C / AVX-512 for f16; bf16 is a shift
+ * and a rounding add in any vector unit), the scalar functions above elsewhere and for tails. */
+#if !defined(ATTN_DTYPE) || ATTN_DTYPE == 0
+typedef float attn_el;
+#define ATTN_HALF 0
+static inline float attn_el_f32(attn_el x) { return x; }
+static inline attn_el attn_f32_el(float x) { return x; }
+#else
+typedef uint16_t attn_el;
+#define ATTN_HALF 1
+#if defined(__F16C__) || defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+static inline float attn_el_f32(attn_el x) { return ATTN_DTYPE == 1 ? attn_f16_f32(x) : attn_bf16_f32(x); }
+static inline attn_el attn_f32_el(float x) { return ATTN_DTYPE == 1 ? attn_f32_f16(x) : attn_f32_bf16(x); }
+#endif
+
+/* dst[0..count) = src[0..count) in fp32. */
+static inline void attn_load_row(float *restrict dst, const attn_el *restrict src, long count) {
+  long i = 0;
+#if ATTN_HALF && ATTN_DTYPE == 1 && defined(__F16C__)
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#elif ATTN_HALF && ATTN_DTYPE == 2
+  typedef uint16_t u16x8 __attribute__((vector_size(16), aligned(2), may_alias));
+  typedef uint32_t u32x8 __attribute__((vector_size(32)));
+  typedef float f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
+  for (; i + 8 <= count; i += 8) *(f32x8 *)(dst + i) = (f32x8)(__builtin_convertvector(*(const u16x8 *)(src + i), u32x8) << 16);
+#elif !ATTN_HALF
+  memcpy(dst, src, sizeof(float) * (size_t)count);
+  i = count;
+#endif
+  for (; i < count; i++) dst[i] = attn_el_f32(src[i]);
+}
+
+/* dst[0..count) = src[0..count) rounded to the element type (nearest even). */
+static inline void attn_store_row(attn_el *restrict dst, const float *restrict src, long count) {
+  long i = 0;
+#if ATTN_HALF && ATTN_DTYPE == 1 && defined(__F16C__)
+  for (; i + 8 <= count; i += 8)
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#elif ATTN_HALF && ATTN_DTYPE == 2
+  typedef uint16_t u16x8 __attribute__((vector_size(16), aligned(2), may_alias));
+  typedef uint32_t u32x8 __attribute__((vector_size(32), aligned(4), may_alias));
+  typedef int32_t i32x8 __attribute__((vector_size(32)));
+  for (; i + 8 <= count; i += 8) {
+    const u32x8 u = *(const u32x8 *)(src + i);
+    const i32x8 nan = (u & 0x7fffffffu) > 0x7f800000u; /* lanes of all ones where NaN */
+    const u32x8 r = ((u + 0x7fffu + ((u >> 16) & 1u)) & ~(u32x8)nan) | ((u | 0x00400000u) & (u32x8)nan);
+    *(u16x8 *)(dst + i) = __builtin_convertvector(r >> 16, u16x8);
+  }
+#elif !ATTN_HALF
+  memcpy(dst, src, sizeof(float) * (size_t)count);
+  i = count;
+#endif
+  for (; i < count; i++) dst[i] = attn_f32_el(src[i]);
+}
+#endif
+
 typedef int    (*attn_kernel_abi_fn)(void);
 typedef long   (*attn_kernel_items_fn)(const attn_kargs *);
 typedef size_t (*attn_kernel_scratch_fn)(const attn_kargs *);

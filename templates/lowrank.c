@@ -237,10 +237,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
   const long hk = h / (a->heads / heads_kv);
   const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
-  const float *q = a->q + bh * n * LR_D;
-  const float *k = a->k + (b * heads_kv + hk) * n_kv * LR_D;
-  const float *v = a->v + (b * heads_kv + hk) * n_kv * LR_D;
-  float *out = a->o + bh * n * LR_D;
+  const float *q = (const float *)a->q + bh * n * LR_D;
+  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * LR_D;
+  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * LR_D;
+  float *out = (float *)a->o + bh * n * LR_D;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)LR_D);
   const float sq = sqrtf(scale);
   const long r = lr_rank();

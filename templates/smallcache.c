@@ -64,10 +64,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long hk = h / (a->heads / heads_kv);
   const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
   const long R = SC_MIN(n - i0, (long)SC_BR);
-  const float *q = a->q + (bh * n + i0) * SC_D;
-  const float *k = a->k + (b * heads_kv + hk) * n_kv * SC_D;
-  const float *v = a->v + (b * heads_kv + hk) * n_kv * SC_D;
-  float *out = a->o + (bh * n + i0) * SC_D;
+  const float *q = (const float *)a->q + (bh * n + i0) * SC_D;
+  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * SC_D;
+  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * SC_D;
+  float *out = (float *)a->o + (bh * n + i0) * SC_D;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)SC_D);
 
   long C = n_kv; /* keys visible to at least one row of the block */
