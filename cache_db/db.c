@@ -140,6 +140,38 @@ static const char migration6[] =
     "  PRIMARY KEY (spec, compiler)\n"
     ");\n";
 
+/* 7: the head dimension of V and O, d_v, in the problem key (MLA: d = 576, d_v = 512). Rows from before get the d_v of
+ * their kernel: the " dv=N" of its spec text, else d (every row stored before d_v existed has d_v = d); the column is
+ * never 0 after this migration. kernels gain d_v the same way. The kernel in the unique key already tells rows of two
+ * d_v apart; the lookup index, the finalist round's marks and the best view take d_v as part of the problem. */
+#define BEST_KEY7 "device_id, d, d_v, dtype, causal, n, n_kv, batch, heads, heads_kv, threads"
+#define BEST_KEY7_M "m.device_id, m.d, m.d_v, m.dtype, m.causal, m.n, m.n_kv, m.batch, m.heads, m.heads_kv, m.threads"
+#define SPEC_DV(spec, d)                                                                                             \
+  "coalesce(CASE WHEN instr(" spec ", ' dv=') > 0 "                                                                    \
+  "THEN CAST(substr(" spec ", instr(" spec ", ' dv=') + 4) AS INTEGER) END, " d ")"
+static const char migration7[] =
+    "ALTER TABLE kernels ADD COLUMN d_v INTEGER;\n"
+    "UPDATE kernels SET d_v = " SPEC_DV("spec", "d") ";\n"
+    "ALTER TABLE measurements ADD COLUMN d_v INTEGER NOT NULL DEFAULT 0;\n"
+    "UPDATE measurements SET d_v = coalesce((SELECT k.d_v FROM kernels k WHERE k.id = kernel_id), d);\n"
+    "DROP INDEX IF EXISTS measurements_lookup;\n"
+    "CREATE INDEX measurements_lookup ON measurements(device_id, d, d_v, dtype, causal, status);\n"
+    "DROP VIEW IF EXISTS best;\n"
+    "CREATE VIEW best AS\n"
+    "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,\n"
+    "       gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, algo,\n"
+    "       threads, reps, iqr_ms, load, final, chosen, is_default, bound, d_v\n"
+    "FROM (SELECT *, row_number() OVER (PARTITION BY " BEST_KEY7 "\n"
+    "                                   ORDER BY algo = 'lowrank', provenance <> 'measured', chosen DESC,\n"
+    "                                            time_ms > " ATTN_DB_TIE_FACTOR_SQL " * tmin, io, time_ms, id) AS pos\n"
+    "      FROM (SELECT m.*, dv.name AS device, k.spec AS spec, k.source_hash AS source_hash, k.algo AS algo,\n"
+    "                   coalesce(m.reads + m.writes, 9e18) AS io,\n"
+    "                   min(m.time_ms) OVER (PARTITION BY " BEST_KEY7_M ",\n"
+    "                                        k.algo = 'lowrank', m.provenance <> 'measured') AS tmin\n"
+    "            FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id\n"
+    "            WHERE m.status = 'ok' AND m.time_ms > 0))\n"
+    "WHERE pos = 1;\n";
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
@@ -150,6 +182,7 @@ static const struct {
     {migration4, "PRAGMA user_version = 4"},
     {migration5, "PRAGMA user_version = 5"},
     {migration6, "PRAGMA user_version = 6"},
+    {migration7, "PRAGMA user_version = 7"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -157,7 +190,7 @@ static const struct {
 #define MEAS_COLS                                                                                                   \
   "m.id, m.run_id, dv.name, k.spec, k.source_hash, m.n, m.n_kv, m.d, m.dtype, m.causal, m.batch, m.heads, "       \
   "m.heads_kv, m.time_ms, m.gflops, m.reads, m.writes, m.error, m.status, m.log, m.provenance, m.created, "       \
-  "m.device_id, m.kernel_id, m.threads, m.reps, m.iqr_ms, m.load, m.final, m.chosen, m.is_default, m.bound"
+  "m.device_id, m.kernel_id, m.threads, m.reps, m.iqr_ms, m.load, m.final, m.chosen, m.is_default, m.bound, m.d_v"
 
 enum {
   S_BEGIN, S_COMMIT, S_ROLLBACK, S_VERSION,
@@ -177,7 +210,8 @@ static const char *const sql_text[S_COUNT] = {
     [S_VERSION] = "PRAGMA user_version",
     [S_LOOKUP] =
         /* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode
-         * bound. Rows of the other regime are kept but ranked last, so that a miss can say they exist (`other`).
+         * bound; ?13: the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row). Rows of
+         * the other regime are kept but ranked last, so that a miss can say they exist (`other`).
          * attn_logdist is a ratio, so the product of the four orders as the sum of |log| distances does. At equal
          * distance a row on the query's threads, then one that did not record them, then the smaller problem.
          * `later`: in a problem the finalist round judged, rows it did not choose (lowrank rows are not judged by it);
@@ -195,7 +229,8 @@ static const char *const sql_text[S_COUNT] = {
         "attn_logdist(m.batch * m.heads * 1.0 / CASE WHEN m.threads > 0 THEN m.threads ELSE ?11 END, "
         "?8 * ?9 * 1.0 / ?11) * attn_logdist(m.heads * 1.0 / m.heads_kv, ?9 * 1.0 / ?10) AS dist "
         "FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id "
-        "WHERE dv.name = ?1 AND m.d = ?2 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' AND m.time_ms > 0 "
+        "WHERE dv.name = ?1 AND m.d = ?2 AND m.d_v = ?13 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' "
+        "AND m.time_ms > 0 "
         "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))))) "
         "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
         "n, n_kv, batch * heads, heads_kv, batch, threads, later, "
@@ -222,7 +257,7 @@ static const char *const sql_text[S_COUNT] = {
     [S_DEV_ALL] = "SELECT id, name, kind, arch, info FROM devices ORDER BY id",
     [S_KER_GET] = "SELECT id, source_hash FROM kernels WHERE spec = ?1",
     [S_KER_UPSERT] =
-        "INSERT INTO kernels(spec, algo, target, dtype, d, source_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+        "INSERT INTO kernels(spec, algo, target, dtype, d, source_hash, d_v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
         "ON CONFLICT(spec) DO UPDATE SET source_hash = coalesce(excluded.source_hash, source_hash)",
     [S_RUN_BEGIN] = "INSERT INTO runs(device_id, command) VALUES (?1, ?2)",
     [S_RUN_END] = "UPDATE runs SET status = ?2, ended = " NOW " WHERE id = ?1",
@@ -235,9 +270,11 @@ static const char *const sql_text[S_COUNT] = {
     [S_MEAS_PUT] =
         "INSERT OR REPLACE INTO measurements(run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, "
         "heads_kv, time_ms, gflops, reads, writes, error, status, log, provenance, created, threads, reps, iqr_ms, "
-        "load, final, chosen, is_default, bound) VALUES "
+        "load, final, chosen, is_default, bound, d_v) VALUES "
         "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-        "coalesce(?20, " NOW "), ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+        "coalesce(?20, " NOW "), ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, "
+        /* d_v: the row's own, else its kernel's (the spec's " dv=N", else d) */
+        "coalesce(?29, (SELECT d_v FROM kernels WHERE id = ?3), ?6))",
     [S_MEAS_GET] =
         "SELECT id, run_id, time_ms, gflops, error, reads, writes, status, log, provenance, created, threads, reps, "
         "iqr_ms, load, final, chosen, is_default, bound FROM measurements "
@@ -247,7 +284,8 @@ static const char *const sql_text[S_COUNT] = {
     [S_MEAS_UNCHOOSE] =
         "UPDATE measurements SET chosen = 0 WHERE chosen = 1 AND device_id = ?1 AND n = ?3 AND n_kv = ?4 "
         "AND dtype = ?5 AND causal = ?6 AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 "
-        "AND threads = ?11 AND d = (SELECT d FROM kernels WHERE id = ?2)",
+        "AND threads = ?11 AND d = (SELECT d FROM kernels WHERE id = ?2) "
+        "AND d_v = (SELECT coalesce(d_v, d) FROM kernels WHERE id = ?2)",
     [S_MEAS_CHOOSE] =
         "UPDATE measurements SET chosen = 1 WHERE device_id = ?1 AND kernel_id = ?2 AND n = ?3 AND n_kv = ?4 "
         "AND dtype = ?5 AND causal = ?6 AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 AND provenance = ?10 "
@@ -257,8 +295,8 @@ static const char *const sql_text[S_COUNT] = {
     [S_MEAS_COUNT] = "SELECT count(*) FROM measurements",
     [S_BEST_ALL] = "SELECT id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, "
                    "time_ms, gflops, reads, writes, error, status, log, provenance, created, device_id, kernel_id, "
-                   "threads, reps, iqr_ms, load, final, chosen, is_default, bound "
-                   "FROM best ORDER BY device, dtype, causal, d, n, n_kv, batch * heads, heads_kv, threads",
+                   "threads, reps, iqr_ms, load, final, chosen, is_default, bound, d_v "
+                   "FROM best ORDER BY device, dtype, causal, d, d_v, n, n_kv, batch * heads, heads_kv, threads",
     [S_KRES_GET] = "SELECT registers, spill_bytes, smem_static FROM kernel_resources WHERE spec = ?1 AND compiler = ?2",
     [S_KRES_PUT] = "INSERT OR REPLACE INTO kernel_resources(spec, compiler, registers, spill_bytes, smem_static) "
                    "VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -823,6 +861,7 @@ int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
     sqlite3_bind_int(s, 10, q->heads_kv > 0 ? q->heads_kv : heads);
     sqlite3_bind_int(s, 11, q->threads > 0 ? q->threads : 1);
     sqlite3_bind_int(s, 12, ATTN_DB_DECODE_BELOW);
+    sqlite3_bind_int(s, 13, q->d_v > 0 ? q->d_v : q->d);
     int src = sqlite3_step(s);
     memset(out, 0, sizeof *out);
     if (src == SQLITE_ROW && sqlite3_column_int(s, 13)) {
@@ -1108,6 +1147,14 @@ static int kernel_upsert(attn_db *db, const char *spec, const char *hash, long l
   bind_text(s, 4, dtype);
   sqlite3_bind_int(s, 5, d);
   bind_text(s, 6, hash);
+  /* d_v: the text's " dv=N" (written only when it differs from d), else d */
+  const char *dvp = strstr(spec, " dv=");
+  int dv = d;
+  if (dvp && (sscanf(dvp + 4, "%d", &dv) != 1 || dv <= 0)) {
+    done(s);
+    return fail(db, ATTN_EINVAL, "kernel spec '%.200s': bad dv", spec);
+  }
+  sqlite3_bind_int(s, 7, dv);
   rc = sqlite3_step(s) == SQLITE_DONE ? ATTN_OK : sqlfail(db, "storing a kernel");
   done(s);
   return rc == ATTN_OK ? kernel_find(db, spec, id, &differs, NULL) : rc;
@@ -1317,6 +1364,7 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
                 m->provenance ? m->provenance : "(null)");
   if (m->n <= 0 || m->n_kv <= 0 || m->d <= 0 || m->batch <= 0 || m->heads <= 0 || m->heads_kv <= 0)
     return fail(db, ATTN_EINVAL, "measurement: n, n_kv, d, batch, heads and heads_kv must be positive");
+  if (m->d_v < 0) return fail(db, ATTN_EINVAL, "measurement: d_v=%d must be >= 0 (0: the kernel's)", m->d_v);
   double gflops = m->gflops;
   if (!(gflops > 0)) gflops = m->time_ms > 0 ? flops_of(m) / (m->time_ms * 1e-3) / 1e9 : 0;
   pthread_mutex_lock(&db->mu);
@@ -1357,6 +1405,7 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
       sqlite3_bind_int(s, 26, m->chosen ? 1 : 0);
       sqlite3_bind_int(s, 27, m->is_default ? 1 : 0);
       bind_text(s, 28, m->bound && *m->bound ? m->bound : NULL);
+      if (m->d_v > 0) sqlite3_bind_int(s, 29, m->d_v);
       if (sqlite3_step(s) != SQLITE_DONE) rc = sqlfail(db, "storing a measurement");
       done(s);
     }
@@ -1478,6 +1527,7 @@ static void read_meas(sqlite3_stmt *s, attn_db_meas *m) {
   m->chosen = sqlite3_column_int(s, 29);
   m->is_default = sqlite3_column_int(s, 30);
   m->bound = (const char *)sqlite3_column_text(s, 31); /* NULL: none */
+  m->d_v = sqlite3_column_int(s, 32);
 }
 
 static int meas_iterate(attn_db *db, int id, int (*cb)(void *, const attn_db_meas *), void *ctx) {

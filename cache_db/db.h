@@ -81,6 +81,7 @@ typedef struct attn_db_query {
   /* The rest of the problem (schema 4); 0 means: n_kv as n, batch 1, heads 1, heads_kv as heads, threads unknown. */
   int n_kv, batch, heads, heads_kv;
   int threads;            /* the runtime's CPU threads; 0 on a GPU */
+  int d_v;                /* head dimension of V and O (schema 7); 0: same as d. Matched exactly, like d */
 } attn_db_query;
 
 typedef struct attn_db_best {
@@ -94,7 +95,7 @@ typedef struct attn_db_best {
 } attn_db_best;
 
 /* ATTN_OK and *out filled; ATTN_EUNSUPPORTED when no row matches (caller falls back to defaults); ATTN_EDB on error.
- * Exact (device, d, dtype, causal) and the same regime (decode or prefill, ATTN_DB_DECODE_BELOW); measured rows
+ * Exact (device, d, d_v, dtype, causal) and the same regime (decode or prefill, ATTN_DB_DECODE_BELOW); measured rows
  * before model rows; then the nearest problem by the sum of |log| distances of n, n_kv, the parallel width per thread
  * (batch*heads/threads; a row without threads counts as the query's) and the group size heads/heads_kv. Only status
  * 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <= tolerance. Within the
@@ -165,7 +166,7 @@ int attn_db_run_put(attn_db *db, const attn_db_run *run, long long *run_id);
 int attn_db_run_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_run *run), void *ctx);
 
 /* One measurement (or model estimate). Key: device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv,
- * threads, provenance. */
+ * threads, provenance (the kernel's spec text fixes d and d_v). */
 typedef struct attn_db_meas {
   long long id;                  /* filled by foreach / exists */
   long long run_id;              /* 0: none */
@@ -202,6 +203,9 @@ typedef struct attn_db_meas {
    * "dram", "l2", "occupancy", "launch"); NULL: none (measured rows, older rows). */
   const char *bound;
   char bound_buf[32];            /* filled by attn_db_meas_exists */
+  /* Schema 7: the head dimension of V and O. put: 0 takes the kernel's (its spec text's " dv=N", else d); foreach
+   * and the best view: always the stored value (rows from before schema 7 were migrated to d_v = d). */
+  int d_v;
 } attn_db_meas;
 
 /* INSERT OR REPLACE of m (its key replaces an existing row), committed before it returns unless inside
@@ -228,9 +232,9 @@ int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m
 /* Number of measurements stored, or -1. */
 long long attn_db_meas_count(attn_db *db);
 
-/* The view `best`: per problem (device, d, dtype, causal, n, n_kv, batch, heads, heads_kv, threads) one 'ok' row:
- * exact algorithms before approximate ones, measured before model, the finalist round's choice before any other,
- * then the tie rule above. Ordered by device, dtype, causal, d, n, n_kv, width. Same return convention as
+/* The view `best`: per problem (device, d, d_v, dtype, causal, n, n_kv, batch, heads, heads_kv, threads) one 'ok'
+ * row: exact algorithms before approximate ones, measured before model, the finalist round's choice before any
+ * other, then the tie rule above. Ordered by device, dtype, causal, d, d_v, n, n_kv, width. Same return convention as
  * meas_foreach. */
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
 

@@ -333,7 +333,7 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, cha
   const int threads = rt->target == ATTN_TARGET_CPU ? rt->threads : 0;
   attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
                      .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
-                     .heads_kv = p->heads_kv, .threads = threads};
+                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);

@@ -1,6 +1,7 @@
-/* db_unit.c: cache_db against SQLite directly: open/create, migrations from user_version 0 and 1, lookup (nearest
- * n, measured over model, lowrank tolerance), measurements, runs, devices, artifacts, a file that is not a database,
- * a locked database, and three writer processes at once, each creating the database if it is not there yet.
+/* db_unit.c: cache_db against SQLite directly: open/create, migrations from user_version 0, 1, 5 and 6, lookup
+ * (nearest n, measured over model, lowrank tolerance, d_v never crossed), measurements, runs, devices, artifacts, a
+ * file that is not a database, a locked database, and three writer processes at once, each creating the database if
+ * it is not there yet.
  * Usage: db_unit WORKDIR */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -1022,6 +1023,9 @@ static void test_model_schema(void) {
   CHECK(sqlite3_open(p, &h) == SQLITE_OK, "raw open");
   CHECK(sqlite3_exec(h,
                      "DROP TABLE kernel_resources; DROP VIEW best; ALTER TABLE measurements DROP COLUMN bound; "
+                     "DROP INDEX measurements_lookup; ALTER TABLE measurements DROP COLUMN d_v; "
+                     "ALTER TABLE kernels DROP COLUMN d_v; "
+                     "CREATE INDEX measurements_lookup ON measurements(device_id, d, dtype, causal, status); "
                      "PRAGMA user_version = 5;",
                      NULL, NULL, NULL) == SQLITE_OK,
         "back to version 5: %s", sqlite3_errmsg(h));
@@ -1036,6 +1040,130 @@ static void test_model_schema(void) {
   }
 }
 
+/* d_v (schema 7): a version-6 database migrates with d_v = d (or its kernel's " dv=N"); d_v is part of the problem,
+ * so the lookup, the best view and the finalist round's marks never mix a d_v = d row with a d_v != d one. */
+static const char *spec_dv(int d, int dv, int br) {
+  static char buf[8][512];
+  static int k;
+  char *p = buf[k++ % 8];
+  snprintf(p, 512, "%s dv=%d", spec("flash", d, br, "f32", 0), dv);
+  return p;
+}
+
+typedef struct {
+  int rows, dv64, dv128;
+} dv_ctx;
+
+static int dv_cb(void *ctx, const attn_db_meas *m) {
+  dv_ctx *c = ctx;
+  if (strcmp(m->device, "cpu:dv") != 0) return 0;
+  c->rows++;
+  c->dv64 += m->d_v == 64;
+  c->dv128 += m->d_v == 128;
+  return 0;
+}
+
+static void test_dv(void) {
+  char err[1024];
+  attn_db *db = NULL;
+  /* a version-6 database with a d_v = d row and one whose kernel text names dv */
+  const char *p6 = path_of("dv6.db");
+  rm_db(p6);
+  CHECK(attn_db_open(p6, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  attn_db_close(db);
+  db = NULL;
+  sqlite3 *h = NULL;
+  char sql[4096];
+  snprintf(sql, sizeof sql,
+           "DROP VIEW best; DROP INDEX measurements_lookup; ALTER TABLE measurements DROP COLUMN d_v; "
+           "ALTER TABLE kernels DROP COLUMN d_v; "
+           "CREATE INDEX measurements_lookup ON measurements(device_id, d, dtype, causal, status); "
+           "CREATE VIEW best AS SELECT * FROM measurements; "
+           "INSERT INTO devices(name, kind) VALUES ('cpu:old', 'cpu'); "
+           "INSERT INTO kernels(spec, algo, target, dtype, d) VALUES ('%s', 'flash', 'cpu', 'f32', 64); "
+           "INSERT INTO kernels(spec, algo, target, dtype, d) VALUES ('%s', 'flash', 'cpu', 'f32', 64); "
+           "INSERT INTO measurements(device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms,"
+           " status, provenance) VALUES (1, 1, 512, 512, 64, 'f32', 0, 1, 1, 1, 0.5, 'ok', 'measured'), "
+           "(1, 2, 512, 512, 64, 'f32', 0, 1, 1, 1, 0.25, 'ok', 'measured'); "
+           "PRAGMA user_version = 6;",
+           spec("flash", 64, 32, "f32", 0), spec_dv(64, 128, 32));
+  CHECK(sqlite3_open(p6, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK,
+        "back to version 6: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(attn_db_open(p6, 0, &db, err, sizeof err) == ATTN_OK, "open v6: %s", err);
+  CHECK(raw_int(p6, "PRAGMA user_version") == attn_db_schema_version(), "v6 migrated to %d",
+        raw_int(p6, "PRAGMA user_version"));
+  CHECK(raw_int(p6, "SELECT d_v FROM measurements WHERE kernel_id = 1") == 64, "old row: d_v = d");
+  CHECK(raw_int(p6, "SELECT d_v FROM measurements WHERE kernel_id = 2") == 128, "old dv= row: its kernel's d_v");
+  CHECK(raw_int(p6, "SELECT count(*) FROM measurements WHERE d_v = 0") == 0, "no d_v 0 after the migration");
+  CHECK(raw_int(p6, "SELECT count(*) FROM best") == 2, "best view: two problems");
+  if (db) {
+    attn_db_best b;
+    attn_db_query q = {.device = "cpu:old", .d = 64, .n = 512, .dtype = ATTN_F32};
+    CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.time_ms == 0.5, "d_v 0 -> the d_v = d row (%g)", b.time_ms);
+    q.d_v = 64;
+    CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.time_ms == 0.5, "d_v = d -> the d_v = d row (%g)", b.time_ms);
+    q.d_v = 128;
+    CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.time_ms == 0.25 && strstr(b.spec, " dv=128"),
+          "d_v 128 -> its row: %s", b.spec);
+    q.d_v = 32;
+    CHECK(attn_db_lookup(db, &q, &b) == ATTN_EUNSUPPORTED, "d_v 32: no row");
+    attn_db_close(db);
+    db = NULL;
+  }
+
+  /* rows put now: d_v from the row, else from the kernel text */
+  const char *p = path_of("dv.db");
+  rm_db(p);
+  CHECK(attn_db_open(p, 1, &db, err, sizeof err) == ATTN_OK, "%s", err);
+  if (!db) return;
+  const char *dev = "cpu:dv", *same = spec("flash", 64, 64, "f32", 0), *wide = spec_dv(64, 128, 64);
+  attn_db_meas m = row(dev, same, 1024, 64, 0, 2.0, "ok", "measured");
+  CHECK(put(db, m) == ATTN_OK, "put d_v = d");
+  attn_db_meas w = row(dev, wide, 1024, 64, 0, 1.0, "ok", "measured"); /* d_v 0: the kernel's 128 */
+  CHECK(put(db, w) == ATTN_OK, "put d_v from the kernel");
+  attn_db_meas w2 = row(dev, spec_dv(64, 128, 32), 1024, 64, 0, 1.5, "ok", "measured");
+  w2.d_v = 128;
+  CHECK(put(db, w2) == ATTN_OK, "put d_v given");
+  dv_ctx all = {0}, best = {0};
+  CHECK(attn_db_meas_foreach(db, dv_cb, &all) == 0 && all.rows == 3 && all.dv64 == 1 && all.dv128 == 2,
+        "foreach d_v: %d rows, %d d_v=64, %d d_v=128", all.rows, all.dv64, all.dv128);
+  CHECK(attn_db_best_foreach(db, dv_cb, &best) == 0 && best.rows == 2 && best.dv64 == 1 && best.dv128 == 1,
+        "best: one row per d_v (%d rows)", best.rows);
+  attn_db_best b;
+  attn_db_query q = {.device = dev, .d = 64, .n = 1024, .dtype = ATTN_F32};
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, same) == 0,
+        "d_v = d never served the faster d_v = 128 row: %s", b.spec);
+  q.d_v = 128;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, wide) == 0, "d_v = 128 -> %s", b.spec);
+  q.n = 4000; /* nearest n within the same d_v only */
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && strcmp(b.spec, wide) == 0, "d_v = 128, n 4000 -> %s", b.spec);
+  q.d_v = 256;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_EUNSUPPORTED, "d_v = 256: no row");
+  q.d_v = 64;
+  q.d = 128; /* d and d_v swapped: another problem */
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_EUNSUPPORTED, "d 128 d_v 64: no row");
+  /* a d_v = d problem served by no row when only d_v != d rows are stored */
+  attn_db_meas o = row("cpu:dvonly", wide, 1024, 64, 0, 1.0, "ok", "measured");
+  CHECK(put(db, o) == ATTN_OK, "put");
+  attn_db_query qo = {.device = "cpu:dvonly", .d = 64, .n = 1024, .dtype = ATTN_F32};
+  CHECK(attn_db_lookup(db, &qo, &b) == ATTN_EUNSUPPORTED, "only d_v != d rows: a d_v = d miss");
+  /* the finalist round's marks are per problem: choosing in d_v = 128 leaves d_v = d's choice alone */
+  CHECK(attn_db_meas_choose(db, &m) == ATTN_OK && attn_db_meas_choose(db, &w2) == ATTN_OK, "choose");
+  attn_db_meas got;
+  CHECK(attn_db_meas_exists(db, &m, &got) == 1 && got.chosen == 1, "d_v = d row still chosen");
+  CHECK(attn_db_meas_exists(db, &w2, &got) == 1 && got.chosen == 1, "d_v = 128 row chosen");
+  CHECK(attn_db_meas_exists(db, &w, &got) == 1 && got.chosen == 0, "the other d_v = 128 row not chosen");
+  q.d = 64;
+  q.d_v = 128;
+  q.n = 1024;
+  CHECK(attn_db_lookup(db, &q, &b) == ATTN_OK && b.chosen && strstr(b.spec, "br=32"), "chosen d_v=128: %s", b.spec);
+  attn_db_meas bad = w;
+  bad.d_v = -1;
+  CHECK(attn_db_meas_put(db, &bad) == ATTN_EINVAL, "d_v -1 refused");
+  attn_db_close(db);
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s", argc > 1 ? argv[1] : "db-unit-work");
   mkdir(dir, 0755);
@@ -1048,6 +1176,7 @@ int main(int argc, char **argv) {
   test_tie();
   test_artifacts();
   test_model_schema();
+  test_dv();
   test_locked();
   test_concurrent();
   test_readonly_check();
