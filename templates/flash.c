@@ -1,18 +1,26 @@
-/* flash.c: FlashAttention for the CPU in FA2 loop order, fp32, specialised at compile time on
- * ATTN_D (head dimension), ATTN_BR (query rows per block), ATTN_BC (key rows per block), ATTN_CAUSAL, ATTN_UNROLL.
+/* flash.c: FlashAttention for the CPU in FA2 loop order, specialised at compile time on ATTN_D (head dimension of Q
+ * and K), ATTN_DV (of V and O), ATTN_BR (query rows per block), ATTN_BC (key rows per block), ATTN_CAUSAL,
+ * ATTN_UNROLL and ATTN_DTYPE (f32, f16 or bf16 arrays; the arithmetic is fp32 throughout).
  *
  * Work item = (batch*heads index, query block of BR rows). For each item: Q_i is loaded once (scaled by
  * scale*log2(e) and transposed into Qt), then for each key block K_j, V_j of BC rows: St = K_j Qt (the scores,
  * stored transposed so that each query row is one vector lane), online softmax in base 2 (running max m and sum l
  * per query row), O_i = alpha*O_i + P V_j; finally O_i / l is written once.
+ * Any D and D_V: the scores run over D one key element at a time (no tail), and O and V rows are padded to whole
+ * vectors with zero columns (FL_DVP); half-precision K and V blocks, and V rows that are not whole vectors, are
+ * converted or padded into scratch once per query block (FL_STAGE_K, FL_STAGE_V), Q on its load, O on its store.
+ * Packed rows (decode: n < BR and G = heads / heads_kv > 1): an item takes the G*n query rows that share one KV head
+ * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes.
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n); key blocks that are fully
  * masked are never loaded, and a query row with no visible key outputs zeros.
  *
- * I/O accounting (ATTN_IO_READ / ATTN_IO_WRITE): K_j and V_j are contiguous in slow memory, so the micro-kernels read
- * them in place; each is read by one inner step and counted there, once per query block. Q_i (read once) and O_i
- * (written once) are counted by the entries really touched (partial blocks count their real rows). Causal: for
- * query block i the keys 0 .. i0 + rows - 1 + (n_kv - n) are read (in blocks of BC, the last one cut there), nothing
- * beyond: a query block reads 2*d*min(n_kv, max(0, i0 + rows + n_kv - n)) + rows*d entries and writes rows*d.
+ * I/O accounting (ATTN_IO_READ / ATTN_IO_WRITE), in elements: K_j (cols*d) and V_j (cols*d_v) are read once per query
+ * block (staging copies them to fast memory, which is that read). Q_i (read once, rows*d) and O_i (written once,
+ * rows*d_v) are counted by the entries really touched (partial blocks count their real rows). Causal: for query
+ * block i the keys 0 .. i0 + rows - 1 + (n_kv - n) are read (in blocks of BC, the last one cut there), nothing
+ * beyond: a query block reads (d + d_v)*min(n_kv, max(0, i0 + rows + n_kv - n)) + rows*d entries and writes
+ * rows*d_v. A packed block (G heads' rows) counts the same with its rows, and i0 + rows - 1 the query of its last
+ * row.
  *
  * Split-K (ATTN_SPLIT = S > 1; decode and other problems with fewer query blocks than cores): each query block's
  * visible key blocks are divided among S work items as evenly as possible (counts differ by at most one block). An
@@ -20,7 +28,7 @@
  * running max m and sum l — and attn_kernel_merge combines the S partials of a query block exactly:
  * m = max m_s, O = sum_s 2^(m_s - m) O_s / sum_s 2^(m_s - m) l_s. A part with no key block writes an empty partial
  * (O = 0, m = -inf, l = 0) without reading Q_i. Counted: Q_i once per non-empty part, K and V as before (once per
- * query block in total), rows*(d+2) entries written per part, S*rows*(d+2) read and rows*d written per merge.
+ * query block in total), rows*(d_v+2) entries written per part, S*rows*(d_v+2) read and rows*d_v written per merge.
  * Without ATTN_SPLIT (or S <= 1) none of this is compiled.
  *
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
@@ -48,6 +56,9 @@
 #ifndef ATTN_SPLIT
 #define ATTN_SPLIT 0
 #endif
+#ifndef ATTN_DV
+#define ATTN_DV ATTN_D
+#endif
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -58,10 +69,11 @@
 #include <immintrin.h>
 #endif
 
-/* Vector width in floats: the widest the target has that divides D (D is a multiple of 8). */
-#if defined(__AVX512F__) && ATTN_D % 16 == 0
+/* Vector width in floats: the widest the target has that divides D_V, else (a padded tail) the widest it has, except
+ * that AVX-512 takes 8 lanes for a D_V below 48 that is not a multiple of 16 (less padding). */
+#if defined(__AVX512F__) && (ATTN_DV % 16 == 0 || (ATTN_DV % 8 != 0 && ATTN_DV >= 48))
 #define FL_VW 16
-#elif defined(__AVX__) && ATTN_D % 8 == 0
+#elif defined(__AVX__)
 #define FL_VW 8
 #else
 #define FL_VW 4
@@ -79,12 +91,19 @@ typedef int32_t fl_vi __attribute__((vector_size(FL_VW * 4)));
 typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alias));
 
 #define FL_D ATTN_D
+#define FL_DV ATTN_DV
 #define FL_BR ATTN_BR
 #define FL_BC ATTN_BC
 #define FL_RUP(x, m) (((x) + (m)-1) / (m) * (m))
-#define FL_BRP FL_RUP(FL_BR, FL_VW) /* query rows padded to whole vectors: the lanes of Qt and St */
-#define FL_NRV (FL_BRP / FL_VW)      /* vectors of query rows */
-#define FL_NDV (FL_D / FL_VW)        /* vectors per row of O and V */
+#define FL_BRP FL_RUP(FL_BR, FL_VW)  /* query rows padded to whole vectors: the lanes of Qt and St */
+#define FL_NRV (FL_BRP / FL_VW)       /* vectors of query rows */
+#define FL_DVP FL_RUP(FL_DV, FL_VW)   /* O and V rows padded to whole vectors (zero columns past D_V) */
+#define FL_NDV (FL_DVP / FL_VW)       /* vectors per row of O and V */
+/* K and V blocks are read in place when they are fp32 rows of whole vectors; otherwise each block is first converted
+ * (half precision) or padded (D_V not a multiple of the vector width) into the thread's scratch, once per query
+ * block: BC rows, against the BR x BC x (D + D_V) multiply-adds the block then feeds. */
+#define FL_STAGE_K ATTN_HALF
+#define FL_STAGE_V (ATTN_HALF || FL_DV % FL_VW != 0)
 #if ATTN_SPLIT > 1
 #define FL_NSPLIT ATTN_SPLIT
 #else
@@ -188,8 +207,10 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 /* Scratch of one thread, in floats; each part starts on a 64-byte boundary. */
 #define FL_QT_SZ FL_RUP(FL_D * FL_BRP, 16)  /* Qt[D][BRP]: scaled Q_i, transposed */
 #define FL_ST_SZ FL_RUP(FL_BC * FL_BRP, 16) /* St[BC][BRP]: scores, then probabilities, transposed */
-#define FL_O_SZ FL_RUP(FL_BR * FL_D, 16)    /* O[BR][D]: unnormalised output accumulator */
+#define FL_O_SZ FL_RUP(FL_BR * FL_DVP, 16)  /* O[BR][DVP]: unnormalised output accumulator */
 #define FL_V_SZ FL_RUP(FL_BRP, 16)          /* m, l, alpha: one float per query row */
+#define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
+#define FL_VC_SZ (FL_STAGE_V ? FL_RUP(FL_BC * FL_DVP, 16) : 0) /* Vc[BC][DVP]: a converted or padded V block */
 
 /* St[c][rv..] for c < rc key rows, nr vectors of query rows: St = K Qt over the whole of D. The tile's column-wise
  * max (over its key rows) is folded into mx, so the softmax needs no separate pass for the row max. */
@@ -245,78 +266,90 @@ FL_INLINE void fl_pv_tile(const float *restrict vb, const float *restrict st, co
   fl_vf acc[FL_PV_RO][FL_PV_ND];
   for (int a = 0; a < ro; a++) {
     fl_vf al = fl_splat(alpha[a]);
-    for (int b = 0; b < nd; b++) acc[a][b] = fl_ld(o + a * FL_D + b * FL_VW) * al;
+    for (int b = 0; b < nd; b++) acc[a][b] = fl_ld(o + a * FL_DVP + b * FL_VW) * al;
   }
   for (int c = 0; c < cols; c++) {
     fl_vf v[FL_PV_ND];
-    for (int b = 0; b < nd; b++) v[b] = fl_ld(vb + c * FL_D + b * FL_VW);
+    for (int b = 0; b < nd; b++) v[b] = fl_ld(vb + c * FL_DVP + b * FL_VW);
     for (int a = 0; a < ro; a++) {
       fl_vf p = fl_splat(st[c * FL_BRP + a]);
       for (int b = 0; b < nd; b++) acc[a][b] = FL_FMA(p, v[b], acc[a][b]);
     }
   }
   for (int a = 0; a < ro; a++)
-    for (int b = 0; b < nd; b++) fl_st(o + a * FL_D + b * FL_VW, acc[a][b]);
+    for (int b = 0; b < nd; b++) fl_st(o + a * FL_DVP + b * FL_VW, acc[a][b]);
 }
 
+/* Causal visibility in a work item. Rows are numbered x = 0 .. rows-1 within the item and keys c = 0 .. cols-1 within
+ * a key block; the item's rows map to queries as i = (X0 + x) / gp, gp consecutive rows per query (gp = 1 unpacked;
+ * gp = G, the heads sharing a KV head, when decode packs them: fl_item). Key c is hidden from row x iff
+ * i < j0 + c - off, i.e. iff x < gp * c + base with base = gp * (j0 - off) - X0, a threshold rising by gp per key. */
+FL_INLINE long fl_floordiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+/* The last key row x sees: the largest c with gp * c + base <= x. */
+FL_INLINE long fl_last_key(long x, long gp, long base) { return fl_floordiv(x - base, gp); }
+
 /* The rest of a tile's triangle on the causal diagonal, after fl_pv_tile took the key rows c < cfull that all its
- * rows see: row a (of ro) adds the key rows cfull <= c <= vis0 + a, c < cols. Out of line and only in blocks that
- * cross the diagonal (fewer than ro key rows per tile), so the tile loop keeps its code. */
+ * rows see: row a (of ro, row r + a of the item) adds the key rows cfull <= c <= its last, c < cols. Out of line and
+ * only in blocks that cross the diagonal (fewer than ro key rows per tile), so the tile loop keeps its code. */
 static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const float *restrict st,
-                                                 float *restrict o, int cfull, int cols, long vis0, int ro) {
+                                                 float *restrict o, int cfull, int cols, long r, int ro, long gp,
+                                                 long base) {
   for (int a = 0; a < ro; a++) {
-    const int cend = vis0 + a + 1 < cols ? (int)(vis0 + a + 1) : cols;
+    const long last = fl_last_key(r + a, gp, base);
+    const int cend = last + 1 < cols ? (int)(last + 1) : cols;
     for (int c = cfull; c < cend; c++) {
       const fl_vf p = fl_splat(st[c * FL_BRP + a]);
       for (int dv = 0; dv < FL_NDV; dv++) {
-        float *od = o + a * FL_D + dv * FL_VW;
-        fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_D + dv * FL_VW), fl_ld(od)));
+        float *od = o + a * FL_DVP + dv * FL_VW;
+        fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_DVP + dv * FL_VW), fl_ld(od)));
       }
     }
   }
 }
 
-/* Rows r .. r+ro-1 over cols key rows. masked: the block crosses the causal diagonal, key c is hidden from query row
- * x of the block iff x < c + diag (as in fl_softmax); then each row takes only the keys it sees: a hidden key is
- * skipped, not weighted by its P = 0, since 0 * v is NaN for a NaN (or infinite) v, which must not reach rows that do
- * not see that key. Key rows that no row of the tile sees are skipped altogether. */
+/* Rows r .. r+ro-1 over cols key rows. masked: the block crosses the causal diagonal (visibility as above); then each
+ * row takes only the keys it sees: a hidden key is skipped, not weighted by its P = 0, since 0 * v is NaN for a NaN
+ * (or infinite) v, which must not reach rows that do not see that key. Key rows that no row of the tile sees are
+ * skipped altogether. */
 FL_INLINE void fl_pv_rows(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                          float *restrict o, int cols, int r, int ro, int masked, long diag) {
+                          float *restrict o, int cols, int r, int ro, int masked, long gp, long base) {
   int cfull = cols;
-  const long vis0 = r - diag; /* the last key row r sees; row r + a sees up to vis0 + a */
-  if (masked) cfull = vis0 + 1 < 0 ? 0 : vis0 + 1 < cols ? (int)(vis0 + 1) : cols;
+  if (masked) {
+    const long last = fl_last_key(r, gp, base); /* the tile's first row sees the fewest keys */
+    cfull = last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
+  }
   int dv = 0;
   for (; dv + FL_PV_ND <= FL_NDV; dv += FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cfull, ro, FL_PV_ND);
+    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_DVP + dv * FL_VW, cfull, ro, FL_PV_ND);
   if (FL_NDV % FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_D + dv * FL_VW, cfull, ro, FL_NDV % FL_PV_ND);
-  if (masked && cfull < cols) fl_pv_diag(vb, st + r, o + r * FL_D, cfull, cols, vis0, ro);
+    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_DVP + dv * FL_VW, cfull, ro, FL_NDV % FL_PV_ND);
+  if (masked && cfull < cols) fl_pv_diag(vb, st + r, o + r * FL_DVP, cfull, cols, r, ro, gp, base);
 }
 
 /* A full query block's tail band has a constant height; a partial block's goes a row at a time. */
 FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                     float *restrict o, int cols, int rows, int masked, long diag) {
+                     float *restrict o, int cols, int rows, int masked, long gp, long base) {
   int r = 0;
-  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO, masked, diag);
+  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO, masked, gp, base);
   if (rows == FL_BR) {
-    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO, masked, diag);
+    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO, masked, gp, base);
   } else {
-    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1, masked, diag);
+    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1, masked, gp, base);
   }
 }
 
 /* Online softmax over one key block, given mx (each query row's max over the block from fl_scores): masks where the
  * block crosses the causal diagonal (then mx is recomputed over the visible keys), updates the running max m and
  * sum l, turns St into probabilities P = 2^(s - m) and leaves alpha = 2^(m_old - m_new) for rescaling O.
- * diag = j0 - i0 - (n_kv - n): key row c is hidden from query row r iff r < c + diag. */
+ * Key row c is hidden from row x iff x < gp * c + base (fl_last_key). */
 FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restrict m, float *restrict l,
-                          float *restrict alpha, int cols, int nrv, int masked, long diag) {
+                          float *restrict alpha, int cols, int nrv, int masked, long gp, long base) {
   if (masked) {
     fl_vi lane;
     for (int i = 0; i < FL_VW; i++) lane[i] = i;
     for (int rv = 0; rv < nrv; rv++) mx[rv] = fl_splat(-__builtin_inff());
     for (int c = 0; c < cols; c++) {
-      long t = c + diag; /* rows below t are hidden from key c */
+      long t = gp * c + base; /* rows below t are hidden from key c */
       for (int rv = 0; rv < nrv; rv++) {
         long lo = t - (long)rv * FL_VW;
         if (lo <= 0) { /* no hidden lane in this vector */
@@ -350,89 +383,169 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
 }
 
-/* The key blocks [j_begin, j_end) of a query block of rows rows at i0 (nrv of its query-row vectors hold rows):
- * scores, online softmax, O += P V. off = n_kv - n. */
-FL_INLINE void fl_blocks(const float *restrict k, const float *restrict v, const float *restrict qt,
-                         float *restrict st, float *restrict o, float *restrict m, float *restrict l,
-                         float *restrict alpha, long i0, long j_begin, long j_end, long off, int rows, int nrv,
-                         attn_io *io) {
+/* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
+ * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V). */
+FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, float *restrict kc,
+                         float *restrict vc, const float *restrict qt, float *restrict st, float *restrict o,
+                         float *restrict m, float *restrict l, float *restrict alpha, long X0, long gp, long j_begin,
+                         long j_end, long off, int rows, int nrv, attn_io *io) {
   for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
     const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
-    const float *kb = k + j0 * FL_D, *vb = v + j0 * FL_D;
-    ATTN_IO_READ(io, (long)cols * FL_D); /* K_j */
-    ATTN_IO_READ(io, (long)cols * FL_D); /* V_j */
+    ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
+    ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
+#if FL_STAGE_K
+    for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, k + (j0 + c) * FL_D, FL_D);
+    const float *kb = kc;
+#else
+    (void)kc;
+    const float *kb = (const float *)k + j0 * FL_D;
+#endif
+#if FL_STAGE_V
+    for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, v + (j0 + c) * FL_DV, FL_DV);
+    const float *vb = vc;
+#else
+    (void)vc;
+    const float *vb = (const float *)v + j0 * FL_DV;
+#endif
     fl_vf mx[FL_NRV];
     fl_scores(kb, qt, st, mx, cols, nrv);
-    /* the block crosses the diagonal when its last key is hidden from the block's first row */
-    const int masked = ATTN_CAUSAL && j0 + cols - 1 > i0 + off;
-    fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, j0 - i0 - off);
-    fl_pv(vb, st, alpha, o, cols, rows, masked, j0 - i0 - off);
+    /* visibility threshold of key c: gp * c + base (fl_last_key); the block crosses the diagonal when its last key
+     * is hidden from the item's first row */
+    const long base = gp * (j0 - off) - X0;
+    const int masked = ATTN_CAUSAL && gp * (cols - 1) + base > 0;
+    fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, gp, base);
+    fl_pv(vb, st, alpha, o, cols, rows, masked, gp, base);
   }
 }
 
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 
+/* Work items. Unpacked: (batch*heads index, query block of BR rows), rows = queries of one head. Packed (decode, and
+ * any problem with n < BR whose heads share KV heads: G = heads/heads_kv > 1): (batch*heads_kv index, block of BR of
+ * the G*n rows X = i*G + g of the KV head's G query heads, query i of head hk*G + g): K and V stream once for all G
+ * heads instead of once per head, and the G rows fill the vector lanes a single query would leave empty. */
+typedef struct fl_item {
+  long bkv;       /* batch * heads_kv + hk: the K/V head */
+  long gp;        /* rows per query: G packed, 1 unpacked */
+  long qhead0;    /* batch * heads + the first query head of the rows */
+  long X0;        /* the first row: query X0 / gp */
+  long qb, nqb;   /* this block and the blocks per (batch, head) or (batch, KV head) */
+  int rows;
+} fl_item;
+
+static int fl_packed(const attn_kargs *a) {
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  return a->n < FL_BR && a->heads / heads_kv > 1;
+}
+
+static long fl_blocks_of(const attn_kargs *a, long *nqb) {
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  if (fl_packed(a)) {
+    *nqb = (a->n * (a->heads / heads_kv) + FL_BR - 1) / FL_BR;
+    return a->batch * heads_kv * *nqb;
+  }
+  *nqb = (a->n + FL_BR - 1) / FL_BR;
+  return a->batch * a->heads * *nqb;
+}
+
+static fl_item fl_item_of(const attn_kargs *a, long block) {
+  fl_item t;
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, G = a->heads / heads_kv;
+  fl_blocks_of(a, &t.nqb);
+  long qb = block % t.nqb;
+  if (fl_packed(a)) {
+    t.bkv = block / t.nqb;
+    t.gp = G;
+    t.qhead0 = (t.bkv / heads_kv) * a->heads + (t.bkv % heads_kv) * G;
+    t.qb = qb;
+    t.X0 = qb * FL_BR;
+    const long total = a->n * G;
+    t.rows = (int)(total - t.X0 < FL_BR ? total - t.X0 : FL_BR);
+    return t;
+  }
+  const long bh = block / t.nqb;
+  /* Causal blocks cost more the later they come: interleave light and heavy ones (0, last, 1, last-1, ...) so that
+   * any contiguous split of the items across threads gets a similar share of the work. */
+  if (ATTN_CAUSAL) qb = qb % 2 ? t.nqb - 1 - qb / 2 : qb / 2;
+  t.bkv = (bh / a->heads) * heads_kv + (bh % a->heads) / G;
+  t.gp = 1;
+  t.qhead0 = bh;
+  t.qb = qb;
+  t.X0 = qb * FL_BR;
+  t.rows = (int)(a->n - t.X0 < FL_BR ? a->n - t.X0 : FL_BR);
+  return t;
+}
+
+/* Row x of an item: its query row's offset in elements of d (Q) and of d_v (O) from the arrays' start. */
+FL_INLINE long fl_row(const attn_kargs *a, const fl_item *t, long x) {
+  const long X = t->X0 + x;
+  return (t->qhead0 + X % t->gp) * a->n + X / t->gp;
+}
+
 long attn_kernel_items(const attn_kargs *a) {
-  return a->batch * a->heads * ((a->n + FL_BR - 1) / FL_BR) * FL_NSPLIT;
+  long nqb;
+  return fl_blocks_of(a, &nqb) * FL_NSPLIT;
 }
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
   (void)a;
-  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ) * sizeof(float);
+  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ) * sizeof(float);
 }
 
 #if ATTN_SPLIT > 1
-/* One part's partial in the partials buffer: O[BR][D] (unnormalised), then m[BR] and l[BR]. The S parts of query
- * block qb of head bh are adjacent, at ((bh * nqb + qb) * S + part) * FL_PART floats. */
-#define FL_PART (FL_BR * (FL_D + 2))
+/* One part's partial in the partials buffer: O[BR][DVP] (unnormalised), then m[BR] and l[BR]. The S parts of block
+ * `block` (fl_item_of's numbering) are adjacent, at (block * S + part) * FL_PART floats. */
+#define FL_PART (FL_BR * (FL_DVP + 2))
 #endif
 
+/* O row = o row * inv, d_v columns, rounded to the element type. */
+FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, float inv) {
+#if ATTN_HALF
+  float tmp[FL_DVP];
+  for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(tmp + c, fl_ld(o + c) * fl_splat(inv));
+  attn_store_row(dst, tmp, FL_DV);
+#else
+  for (int c = 0; c < FL_DV; c++) dst[c] = o[c] * inv;
+#endif
+}
+
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
-  const long nqb = (a->n + FL_BR - 1) / FL_BR;
 #if ATTN_SPLIT > 1
   /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
   const long part = item % ATTN_SPLIT;
   item /= ATTN_SPLIT;
 #endif
-  const long bh = item / nqb;
-  long qb = item % nqb;
-  /* Causal blocks cost more the later they come: interleave light and heavy ones (0, last, 1, last-1, ...) so that
-   * any contiguous split of the items across threads gets a similar share of the work. */
-  if (ATTN_CAUSAL) qb = qb % 2 ? nqb - 1 - qb / 2 : qb / 2;
-  const long i0 = qb * FL_BR;
-  const long b = bh / a->heads, h = bh % a->heads;
-  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
-  const long hk = h / (a->heads / heads_kv);
-  const long n = a->n, n_kv = a->n_kv;
-  const int rows = (int)(n - i0 < FL_BR ? n - i0 : FL_BR);
-  const float *q = (const float *)a->q + (bh * n + i0) * FL_D;
-  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * FL_D;
-  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * FL_D;
-  float *out = (float *)a->o + (bh * n + i0) * FL_D;
+  const fl_item t = fl_item_of(a, item);
+  const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
+  const int rows = t.rows;
+  const attn_el *q = (const attn_el *)a->q;
+  const attn_el *k = (const attn_el *)a->k + t.bkv * n_kv * FL_D;
+  const attn_el *v = (const attn_el *)a->v + t.bkv * n_kv * FL_DV;
+  attn_el *out = (attn_el *)a->o;
 
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
-  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ;
+  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + FL_KC_SZ;
 
-  /* Keys visible to at least one row of this block: j < j_end. */
+  /* Keys visible to at least one row of this item: j < j_end (its last row's query sees the most). */
   long j_end = n_kv;
   if (ATTN_CAUSAL) {
-    long last = i0 + rows - 1 + (n_kv - n) + 1; /* one past the last key the block's last row sees */
+    long last = (t.X0 + rows - 1) / t.gp + off + 1; /* one past the last key the last row sees */
     if (last < j_end) j_end = last;
   }
 #if ATTN_SPLIT > 1
   /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb holding keys below j_end. */
   const long nkb = j_end > 0 ? (j_end + FL_BC - 1) / FL_BC : 0;
   const long j_begin = nkb * part / ATTN_SPLIT * FL_BC, j_stop = nkb * (part + 1) / ATTN_SPLIT * FL_BC;
-  float *po = (float *)a->partials + ((bh * nqb + qb) * ATTN_SPLIT + part) * FL_PART;
-  float *pm = po + FL_BR * FL_D, *pl = pm + FL_BR;
+  float *po = (float *)a->partials + (item * ATTN_SPLIT + part) * FL_PART;
+  float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
   if (j_begin >= j_stop) {
     /* no key block: an empty partial, so that the merge reads every part alike */
-    memset(po, 0, sizeof(float) * (size_t)rows * FL_D);
+    memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
     for (int r = 0; r < rows; r++) {
       pm[r] = -__builtin_inff();
       pl[r] = 0.0f;
     }
-    ATTN_IO_WRITE(io, (long)rows * (FL_D + 2));
+    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
     return;
   }
 #else
@@ -442,11 +555,14 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* Scores in base 2: fold log2(e) into the scale once, on Q. */
   const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
   ATTN_IO_READ(io, (long)rows * FL_D);
-  for (int r = 0; r < rows; r++)
-    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = q[(long)r * FL_D + kk] * scale;
+  for (int r = 0; r < rows; r++) {
+    const attn_el *qr = q + fl_row(a, &t, r) * FL_D;
+    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
+  }
   for (int kk = 0; kk < FL_D; kk++)
     for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
-  memset(o, 0, sizeof(float) * FL_BR * FL_D);
+  memset(o, 0, sizeof(float) * FL_BR * FL_DVP);
+  if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
   for (int r = 0; r < FL_BRP; r++) {
     m[r] = -__builtin_inff();
     l[r] = 0.0f;
@@ -455,75 +571,78 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
 #endif
-  /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's single row) would
-   * otherwise compute scores for all Br rows. Full blocks take a copy of the loop with the compile-time count. */
+  /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's few rows) would otherwise
+   * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
+   * with a compile-time count, so that their register tiles have constant shapes. */
+  const int nrv = (rows + FL_VW - 1) / FL_VW;
   if (rows == FL_BR)
-    fl_blocks(k, v, qt, st, o, m, l, alpha, i0, j_begin, j_end, n_kv - n, rows, FL_NRV, io);
+    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, FL_NRV, io);
+  else if (nrv == 1)
+    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, 1, io);
   else
-    fl_blocks(k, v, qt, st, o, m, l, alpha, i0, j_begin, j_end, n_kv - n, rows, (rows + FL_VW - 1) / FL_VW, io);
+    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, nrv, io);
 
 #if ATTN_SPLIT > 1
   /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
   (void)out;
-  memcpy(po, o, sizeof(float) * (size_t)rows * FL_D);
+  memcpy(po, o, sizeof(float) * (size_t)rows * FL_DVP);
   for (int r = 0; r < rows; r++) {
     pm[r] = m[r];
     pl[r] = l[r];
   }
-  ATTN_IO_WRITE(io, (long)rows * (FL_D + 2));
+  ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
 #else
   /* A row that sees no key (causal, i + n_kv - n < 0) outputs zeros. A row that sees keys divides by l whatever it
    * is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score -inf) gives
    * 0 * inf = NaN, the reference's 0/0. */
   for (int r = 0; r < rows; r++) {
-    const float inv = !ATTN_CAUSAL || i0 + r + (n_kv - n) >= 0 ? 1.0f / l[r] : 0.0f;
-    for (int kk = 0; kk < FL_D; kk++) out[(long)r * FL_D + kk] = o[r * FL_D + kk] * inv;
+    const float inv = !ATTN_CAUSAL || (t.X0 + r) / t.gp + off >= 0 ? 1.0f / l[r] : 0.0f;
+    fl_write_row(out + fl_row(a, &t, r) * FL_DV, o + r * FL_DVP, inv);
   }
-  ATTN_IO_WRITE(io, (long)rows * FL_D);
+  ATTN_IO_WRITE(io, (long)rows * FL_DV);
 #endif
 }
 
 #if ATTN_SPLIT > 1
 size_t attn_kernel_partials(const attn_kargs *a, long *merge_items) {
-  const long blocks = a->batch * a->heads * ((a->n + FL_BR - 1) / FL_BR);
+  long nqb;
+  const long blocks = fl_blocks_of(a, &nqb);
   if (merge_items) *merge_items = blocks;
   return (size_t)blocks * ATTN_SPLIT * FL_PART * sizeof(float);
 }
 
-/* Merge item = (batch*heads index, query block): m = max_s m_s per row, weights w_s = 2^(m_s - m) (0 for a part
- * with m_s = -inf: an empty one, or one whose keys the row does not see or scores -inf), O = sum_s w_s O_s /
+/* Merge item = a block of attn_kernel_run's numbering: m = max_s m_s per row, weights w_s = 2^(m_s - m) (0 for a
+ * part with m_s = -inf: an empty one, or one whose keys the row does not see or scores -inf), O = sum_s w_s O_s /
  * sum_s w_s l_s. A row that sees no key (causal) outputs zeros; a row that sees keys divides whatever l is, as the
  * unsplit kernel does: NaN from a part (NaN m_s, l_s or O_s) stays NaN, and every part at m_s = -inf (all visible
  * scores -inf) leaves l = 0, so 0 * inf = NaN, the reference's 0/0. */
 void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
-  const long nqb = (a->n + FL_BR - 1) / FL_BR;
-  const long bh = item / nqb, i0 = item % nqb * FL_BR;
-  const int rows = (int)(a->n - i0 < FL_BR ? a->n - i0 : FL_BR);
+  const fl_item t = fl_item_of(a, item);
+  const int rows = t.rows;
   const float *p = (const float *)a->partials + item * ATTN_SPLIT * FL_PART;
-  float *out = (float *)a->o + (bh * a->n + i0) * FL_D;
-  ATTN_IO_READ(io, (long)ATTN_SPLIT * rows * (FL_D + 2));
+  attn_el *out = (attn_el *)a->o;
+  ATTN_IO_READ(io, (long)ATTN_SPLIT * rows * (FL_DV + 2));
   for (int r = 0; r < rows; r++) {
     float mx = -__builtin_inff();
     for (int s = 0; s < ATTN_SPLIT; s++) {
-      const float ms = p[s * FL_PART + FL_BR * FL_D + r];
+      const float ms = p[s * FL_PART + FL_BR * FL_DVP + r];
       mx = ms > mx ? ms : mx;
     }
     if (mx == -__builtin_inff()) mx = 0.0f; /* every part at -inf: w_s = 2^-inf = 0, never 2^(-inf - -inf) */
-    fl_vf acc[FL_NDV];
-    for (int v = 0; v < FL_NDV; v++) acc[v] = (fl_vf){0};
+    float acc[FL_DVP] __attribute__((aligned(64)));
+    for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, (fl_vf){0});
     float l = 0.0f;
-    const int sees = !ATTN_CAUSAL || i0 + r + (a->n_kv - a->n) >= 0;
+    const int sees = !ATTN_CAUSAL || (t.X0 + r) / t.gp + (a->n_kv - a->n) >= 0;
     if (sees)
       for (int s = 0; s < ATTN_SPLIT; s++) {
         const float *ps = p + s * FL_PART;
-        const float w = fl_exp2(fl_splat(ps[FL_BR * FL_D + r] - mx))[0];
-        l += w * ps[FL_BR * FL_D + FL_BR + r];
+        const float w = fl_exp2(fl_splat(ps[FL_BR * FL_DVP + r] - mx))[0];
+        l += w * ps[FL_BR * FL_DVP + FL_BR + r];
         const fl_vf wv = fl_splat(w);
-        for (int v = 0; v < FL_NDV; v++) acc[v] = FL_FMA(wv, fl_ld(ps + r * FL_D + v * FL_VW), acc[v]);
+        for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, FL_FMA(wv, fl_ld(ps + r * FL_DVP + c), fl_ld(acc + c)));
       }
-    const fl_vf inv = fl_splat(sees ? 1.0f / l : 0.0f);
-    for (int v = 0; v < FL_NDV; v++) fl_st(out + (long)r * FL_D + v * FL_VW, acc[v] * inv);
+    fl_write_row(out + fl_row(a, &t, r) * FL_DV, acc, sees ? 1.0f / l : 0.0f);
   }
-  ATTN_IO_WRITE(io, (long)rows * FL_D);
+  ATTN_IO_WRITE(io, (long)rows * FL_DV);
 }
 #endif

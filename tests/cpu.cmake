@@ -15,6 +15,7 @@ endforeach()
 add_test(NAME cpu_correct_shapes COMMAND cpu_correct shapes)
 add_test(NAME cpu_correct_algos COMMAND cpu_correct algos)
 add_test(NAME cpu_correct_split COMMAND cpu_correct split)
+add_test(NAME cpu_correct_packed COMMAND cpu_correct packed)
 add_test(NAME cpu_bad COMMAND cpu_bad ${ATTN_TEST_CACHE})
 add_test(NAME cpu_compile_fail COMMAND cpu_compile ${ATTN_TEST_CACHE})
 add_test(NAME cpu_cache_two_processes COMMAND cpu_cache ${ATTN_TEST_CACHE})
@@ -23,7 +24,7 @@ add_test(NAME cpu_cache_race COMMAND cpu_cache ${ATTN_TEST_CACHE} race)
 add_test(NAME cpu_threads COMMAND cpu_threads)
 add_test(NAME cpu_plans COMMAND cpu_plans)
 add_test(NAME cpu_half COMMAND cpu_half)
-set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_correct_split cpu_bad cpu_compile_fail cpu_cache_two_processes
+set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_correct_split cpu_correct_packed cpu_bad cpu_compile_fail cpu_cache_two_processes
                      cpu_cache_database cpu_cache_race cpu_threads cpu_half cpu_plans
                      PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
 set_tests_properties(cpu_threads PROPERTIES ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")

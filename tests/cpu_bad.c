@@ -34,10 +34,12 @@ int main(int argc, char **argv) {
   expect_plan(rt, &p, ATTN_EINVAL, "d=0", "d=0");
   p = good, p.d = -64;
   expect_plan(rt, &p, ATTN_EINVAL, "d=-64", "d<0");
-  p = good, p.d = 12;
-  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "d=12 is not supported on cpu", "d=12");
-  p = good, p.d = 512;
-  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "d=512", "d=512");
+  p = good, p.d = 577;
+  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "d=577 is not supported on cpu: head dimensions must be in 1..576", "d=577");
+  p = good, p.d_v = 1000;
+  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "d_v=1000 is not supported on cpu", "d_v=1000");
+  p = good, p.d_v = -2;
+  expect_plan(rt, &p, ATTN_EINVAL, "d_v=-2 must be >= 0", "d_v<0");
   p = good, p.n = -5;
   expect_plan(rt, &p, ATTN_EINVAL, "n=-5", "n<0");
   p = good, p.n = 0;
@@ -52,10 +54,6 @@ int main(int argc, char **argv) {
   expect_plan(rt, &p, ATTN_EINVAL, "heads_kv=4 must divide heads=6", "heads_kv not dividing heads");
   p = good, p.heads_kv = 3;
   expect_plan(rt, &p, ATTN_EINVAL, "heads_kv=3", "heads_kv > heads");
-  p = good, p.dtype = ATTN_F16;
-  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "f16", "f16 on cpu");
-  p = good, p.dtype = ATTN_BF16;
-  expect_plan(rt, &p, ATTN_EUNSUPPORTED, "bf16", "bf16 on cpu");
   p = good, p.dtype = (attn_dtype)7;
   expect_plan(rt, &p, ATTN_EINVAL, "dtype", "unknown dtype");
   p = good, p.algo = (attn_algo)9;

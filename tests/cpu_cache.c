@@ -30,7 +30,7 @@ static int child(void) {
     return 1;
   }
   rc = attn_execute(plan, c.q, c.k, c.v, c.o);
-  double err = rc == ATTN_OK ? attn_rel_error(c.ref, c.o, c.nq) : INFINITY;
+  double err = rc == ATTN_OK ? attn_rel_error(c.ref, c.o, c.no) : INFINITY;
   printf("was_cached=%d err=%.3g\n", attn_cpu_was_cached(plan->cpu), err);
   attn_plan_destroy(plan);
   case_free(&c);

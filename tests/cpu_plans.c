@@ -33,9 +33,9 @@ int main(void) {
   for (int round = 0; round < 2; round++)
     for (int i = NPLANS - 1; i >= 0; i--) {
       if (!plans[i] || !have[i]) continue;
-      attn_poison(c[i].o, c[i].nq);
+      attn_poison(c[i].o, c[i].no);
       rc = attn_execute(plans[i], c[i].q, c[i].k, c[i].v, c[i].o);
-      double err = rc == ATTN_OK ? attn_rel_error(c[i].ref, c[i].o, c[i].nq) : INFINITY;
+      double err = rc == ATTN_OK ? attn_rel_error(c[i].ref, c[i].o, c[i].no) : INFINITY;
       CHECK(err <= TOL, "plan %d [%s] round %d: relative error %.3g", i, attn_plan_describe(plans[i]), round, err);
     }
   for (int i = 0; i < NPLANS; i++) {

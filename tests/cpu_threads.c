@@ -24,7 +24,7 @@ static void *worker(void *arg) {
       continue;
     }
     int rc = attn_execute(j->plan, c.q, c.k, c.v, c.o);
-    double err = rc == ATTN_OK ? attn_rel_error(c.ref, c.o, c.nq) : INFINITY;
+    double err = rc == ATTN_OK ? attn_rel_error(c.ref, c.o, c.no) : INFINITY;
     if (!(err <= TOL)) j->bad++;
     if (!(err <= j->worst)) j->worst = err;
     case_free(&c);
