@@ -19,7 +19,7 @@ static double count(attn_runtime *rt, attn_algo algo, int n, int d, double M) {
   }
   unsigned long long fr, fw;
   attn_io_formula(&s, 1, n, n, &fr, &fw);
-  double total = (double)(io.reads + io.writes), lb = attn_io_lower_bound(n, d, M);
+  double total = (double)(io.reads + io.writes), lb = attn_io_lower_bound(n, d, d, M);
   printf("%-10s n=%-4d d=%-3d M=%-7.0f br=%-4d bc=%-4d tile=%-3d count %10.0f formula %10llu bound %9.0f err %.2e\n",
          attn_algo_name(algo), n, d, M, s.br, s.bc, s.tile, total, fr + fw, lb, e);
   CHECK(io.reads == fr && io.writes == fw, "%s M=%.0f: counted %llu/%llu, formula %llu/%llu", attn_algo_name(algo), M,

@@ -18,6 +18,7 @@
 #include "measure.h"
 #include "peak.h"
 #include "range.h"
+#include "space.h"
 #include "timing.h"
 #include "timing_env.h"
 #include <unistd.h>
@@ -35,6 +36,7 @@ static double g_cap_s = BENCH_CAP_S;
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
     "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST] [--time-cap S]\n"
+    "                      [--dv RANGE]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
     "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2%, or\n"
     "  --time-cap S seconds of timed running per point are spent (default 20); the timing harness of `attntune\n"
@@ -45,6 +47,9 @@ static const char bench_usage[] =
     "       prefill (n >= 64) plan GFLOP/s / FMA peak, decode (n < 64) K+V bytes per second / read bandwidth;\n"
     "       PyTorch's CPU attention is compared by scripts/torch_compare_cpu.py\n"
     "       --n-kv: keys per head (default n; every n with every n_kv)\n"
+    "       --dv: head dimension of V and O (default: d; every d with every d_v), d and d_v in 1..576\n"
+    "       --dtype f32 (default), f16, bf16 or a list: a half dtype's plan runs on inputs converted once, the\n"
+    "                baseline in fp32 on the same rounded inputs; outputs agree within 1e-2 (f32: 1e-4)\n"
     "       --split: the plan's configuration with each split-K value (1: none, up to 64), one row each, all timed in\n"
     "                alternation with the baseline\n"
     "  cuda: the plan (tuned or default) against the default flash kernel on device buffers, CUDA events, TFLOP/s\n"
@@ -110,13 +115,13 @@ static double mem_probe_mib(long start_kib) {
 /* fp64 attention for one query row i of head (b, h): the independent check of both outputs. */
 static void ref_row(const attn_problem *p, const float *q, const float *k, const float *v, long bh, long i,
                     double *s, double *out) {
-  const long d = p->d, n = p->n, nkv = p->n_kv;
+  const long d = p->d, dv = p->d_v, n = p->n, nkv = p->n_kv;
   const long hk = (bh % p->heads) / (p->heads / p->heads_kv), b = bh / p->heads;
   const float *qi = q + (bh * n + i) * d, *kb = k + (b * p->heads_kv + hk) * nkv * d;
-  const float *vb = v + (b * p->heads_kv + hk) * nkv * d;
+  const float *vb = v + (b * p->heads_kv + hk) * nkv * dv;
   const long last = p->causal ? i + nkv - n : nkv - 1;
   double mx = -INFINITY, l = 0;
-  for (long c = 0; c < d; c++) out[c] = 0;
+  for (long c = 0; c < dv; c++) out[c] = 0;
   for (long j = 0; j <= last && j < nkv; j++) {
     double acc = 0;
     for (long c = 0; c < d; c++) acc += (double)qi[c] * kb[j * d + c];
@@ -126,14 +131,14 @@ static void ref_row(const attn_problem *p, const float *q, const float *k, const
   for (long j = 0; j <= last && j < nkv; j++) {
     double e = exp(s[j] - mx);
     l += e;
-    for (long c = 0; c < d; c++) out[c] += e * vb[j * d + c];
+    for (long c = 0; c < dv; c++) out[c] += e * vb[j * dv + c];
   }
-  for (long c = 0; c < d; c++) out[c] = l > 0 ? out[c] / l : 0.0;
+  for (long c = 0; c < dv; c++) out[c] = l > 0 ? out[c] / l : 0.0;
 }
 
 /* Relative Frobenius error of o against the fp64 reference on up to 16 rows per head (first, last, spread). */
 static double ref_error(const attn_problem *p, const float *q, const float *k, const float *v, const float *o) {
-  double *s = malloc(sizeof(double) * ((size_t)p->n_kv + 1)), *r = malloc(sizeof(double) * (size_t)p->d);
+  double *s = malloc(sizeof(double) * ((size_t)p->n_kv + 1)), *r = malloc(sizeof(double) * (size_t)p->d_v);
   if (!s || !r) {
     free(s), free(r);
     return INFINITY;
@@ -144,8 +149,8 @@ static double ref_error(const attn_problem *p, const float *q, const float *k, c
     for (long t = 0; t < rows; t++) {
       long i = rows > 1 ? t * (p->n - 1) / (rows - 1) : 0;
       ref_row(p, q, k, v, bh, i, s, r);
-      for (long c = 0; c < p->d; c++) {
-        double e = o[(bh * p->n + i) * p->d + c] - r[c];
+      for (long c = 0; c < p->d_v; c++) {
+        double e = o[(bh * p->n + i) * p->d_v + c] - r[c];
         num += e * e, den += r[c] * r[c];
       }
     }
@@ -166,13 +171,14 @@ static double rel_diff(const float *a, const float *ref, size_t cnt) {
 }
 
 /* The standard algorithm, one head at a time: S = scale Q K^T (sgemm), causal mask, row softmax, O = P V (sgemm).
- * s holds n x n_kv floats. */
+ * s holds n x n_kv floats. In fp32 whatever the plan's dtype: a half-precision plan is compared with it on the same
+ * (rounded) inputs. */
 static void blas_attention(const attn_problem *p, const float *q, const float *k, const float *v, float *o, float *s) {
-  const long n = p->n, nkv = p->n_kv, d = p->d, off = nkv - n;
+  const long n = p->n, nkv = p->n_kv, d = p->d, dv = p->d_v, off = nkv - n;
   for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
     const long b = bh / p->heads, hk = (bh % p->heads) / (p->heads / p->heads_kv);
     const float *qh = q + bh * n * d, *kh = k + (b * p->heads_kv + hk) * nkv * d;
-    const float *vh = v + (b * p->heads_kv + hk) * nkv * d;
+    const float *vh = v + (b * p->heads_kv + hk) * nkv * dv;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)nkv, (int)d, p->scale, qh, (int)d, kh, (int)d,
                 0.0f, s, (int)nkv);
 #pragma omp parallel for schedule(static)
@@ -189,8 +195,8 @@ static void blas_attention(const attn_problem *p, const float *q, const float *k
       for (long j = 0; j < vis; j++) row[j] *= inv;
       for (long j = vis; j < nkv; j++) row[j] = 0;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)d, (int)nkv, 1.0f, s, (int)nkv, vh, (int)d,
-                0.0f, o + bh * n * d, (int)d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dv, (int)nkv, 1.0f, s, (int)nkv, vh, (int)dv,
+                0.0f, o + bh * n * dv, (int)dv);
   }
 }
 
@@ -220,6 +226,8 @@ static double sgemm_rate(int m) {
 
 typedef struct bench_row {
   int n, n_kv, d, heads, causal, split;
+  int d_v;                 /* head dimension of V and O */
+  attn_dtype dtype;        /* the plan's; the baseline computes in fp32 on the same rounded inputs */
   char plan[512], def[512];
   double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
   double default_ms, vs_default, plan_iqr_ms, load; /* the untuned default, timed in the same rounds */
@@ -267,6 +275,8 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "kv_gbs", num_or_null(r->kv_gbs));
   json_object_set_new(o, "peak_kind", json_string(r->peak_kind ? r->peak_kind : ""));
   json_object_set_new(o, "fraction_of_peak", num_or_null(r->peak_frac));
+  json_object_set_new(o, "d_v", json_integer(r->d_v));
+  json_object_set_new(o, "dtype", json_string(attn_dtype_name(r->dtype)));
   return o;
 }
 
@@ -308,18 +318,38 @@ static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
   return 0;
 }
 
-/* One (n, n_kv, d) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
- * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. */
-static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, int d, int heads, int causal, int reps,
-                       int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
+/* fp32 to the plan's half dtype and back (count elements). */
+static void to_dt(attn_dtype t, const float *x, size_t count, void *dst) {
+  unsigned short *h = dst;
+  for (size_t i = 0; i < count; i++) h[i] = t == ATTN_F16 ? attn_f32_to_f16(x[i]) : attn_f32_to_bf16(x[i]);
+}
+static void from_dt(attn_dtype t, const void *src, size_t count, float *x) {
+  const unsigned short *h = src;
+  for (size_t i = 0; i < count; i++) x[i] = t == ATTN_F16 ? attn_f16_to_f32(h[i]) : attn_bf16_to_f32(h[i]);
+}
+
+/* One (n, n_kv, d, d_v, dtype) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
+ * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. A half dtype: the
+ * fp32 inputs are rounded through it (the reference and the baseline see what the plan reads), the plans run on
+ * copies in the dtype made once per input set, and their output is converted back for the checks. */
+static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, int d, int dv, attn_dtype dt, int heads,
+                       int causal, int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
   const int maxv = nsplit > 0 ? nsplit : 1;
   *nrows = 0;
   attn_problem p = {0};
-  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n_kv, p.heads_kv = heads, p.dtype = ATTN_F32;
+  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n_kv, p.heads_kv = heads, p.dtype = dt, p.d_v = dv;
   p.causal = causal, p.algo = ATTN_ALGO_AUTO;
-  const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)heads * n_kv * d;
-  float *q = malloc(cnt * sizeof *q), *k = malloc(kvcnt * sizeof *k), *v = malloc(kvcnt * sizeof *v);
-  float *o = malloc(cnt * sizeof *o), *ob = NULL, *s = NULL;
+  const int half = dt != ATTN_F32;
+  const size_t es = attn_dtype_size(dt);
+  const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)heads * n_kv * d, vcnt = (size_t)heads * n_kv * dv;
+  const size_t ocnt = (size_t)heads * n * dv;
+  float *q = malloc(cnt * sizeof *q), *k = malloc(kvcnt * sizeof *k), *v = malloc(vcnt * sizeof *v);
+  float *o = malloc(ocnt * sizeof *o), *ob = NULL, *s = NULL;
+  /* the plans' arrays: q, k, v, o themselves in f32; copies in a half dtype (set 0, then the rotated sets) */
+  const size_t set_floats = cnt + kvcnt + vcnt;
+  char *hset = half ? malloc(set_floats * es) : NULL, *ho = half ? malloc(ocnt * es) : NULL, *hextra = NULL;
+  const void *xq = q, *xk = k, *xv = v;
+  void *xo = o;
   attn_plan *plans[BENCH_MAX_SPLITS] = {0};
   int nv = 0;
   attn_plan *dplan = NULL;
@@ -330,17 +360,22 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   for (int i = 0; i < maxv; i++) {
     bench_row *row = &rows[i];
     memset(row, 0, sizeof *row);
-    row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal;
+    row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal, row->d_v = dv, row->dtype = dt;
     row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
     row->fma_peak_gflops = pk->fma_gflops, row->read_bw_gbs = pk->read_gbs, row->fma_isa = pk->fma_isa;
     row->peak_kind = n < ATTN_DB_DECODE_BELOW ? "read_bw" : "fma"; /* the database's decode/prefill line */
     row->kv_gbs = row->peak_frac = -1;
   }
-  if (!q || !k || !v || !o) {
-    fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d\n", n, n_kv, d);
+  if (!q || !k || !v || !o || (half && (!hset || !ho))) {
+    fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d d_v=%d\n", n, n_kv, d, dv);
     goto done;
   }
-  attn_fill_random(q, cnt, 1), attn_fill_random(k, kvcnt, 2), attn_fill_random(v, kvcnt, 3);
+  attn_fill_random(q, cnt, 1), attn_fill_random(k, kvcnt, 2), attn_fill_random(v, vcnt, 3);
+  if (half) {
+    attn_round_dtype(dt, q, cnt), attn_round_dtype(dt, k, kvcnt), attn_round_dtype(dt, v, vcnt);
+    to_dt(dt, q, cnt, hset), to_dt(dt, k, kvcnt, hset + cnt * es), to_dt(dt, v, vcnt, hset + (cnt + kvcnt) * es);
+    xq = hset, xk = hset + cnt * es, xv = hset + (cnt + kvcnt) * es, xo = ho;
+  }
   p.scale = 1.0f / sqrtf((float)d);
 
   attn_spec spec;
@@ -351,7 +386,8 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   long m0;
   for (int i = 0; i < maxv; i++, nv++) {
     bench_row *row = &rows[i];
-    for (size_t j = 0; j < cnt; j++) o[j] = NAN;
+    if (half) memset(ho, 0xff, ocnt * es); /* all-ones: NaN in f16 and bf16 */
+    else for (size_t j = 0; j < ocnt; j++) o[j] = NAN;
     m0 = mem_probe_start();
     if (nsplit > 0) {
       spec.split = splits[i] > 1 ? splits[i] : 0;
@@ -364,12 +400,13 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
               attn_strerror(e), attn_last_error(rt));
       goto done;
     }
-    if ((e = attn_execute(plans[i], q, k, v, o)) != ATTN_OK) {
+    if ((e = attn_execute(plans[i], xq, xk, xv, xo)) != ATTN_OK) {
       fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
               attn_last_error(rt));
       goto done;
     }
     row->plan_peak_mib = mem_probe_mib(m0);
+    if (half) from_dt(dt, ho, ocnt, o);
     snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plans[i]));
     row->split = plans[i]->spec.split > 1 ? plans[i]->spec.split : 1;
     row->ref_error = ref_error(&p, q, k, v, o);
@@ -386,23 +423,24 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     note = "skipped: S would need more than 16 GiB";
   } else {
     m0 = mem_probe_start();
-    ob = malloc(cnt * sizeof *ob); /* the baseline's output is an output, not extra memory, but it is new here */
+    ob = malloc(ocnt * sizeof *ob); /* the baseline's output is an output, not extra memory, but it is new here */
     s = malloc((size_t)n * n_kv * sizeof *s);
     if (!ob || !s) {
       note = "skipped: cannot allocate S";
     } else {
       blas_attention(&p, q, k, v, ob, s);
       double peak = mem_probe_mib(m0);
-      if (peak >= 0) peak -= cnt * sizeof(float) / 1048576.0;
+      if (peak >= 0) peak -= ocnt * sizeof(float) / 1048576.0;
       if (peak < 0 && m0 >= 0) peak = 0;
       for (int i = 0; i < nv; i++) {
         rows[i].blas_peak_mib = peak;
-        if ((e = attn_execute(plans[i], q, k, v, o)) != ATTN_OK) {
+        if ((e = attn_execute(plans[i], xq, xk, xv, xo)) != ATTN_OK) {
           fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
                   attn_last_error(rt));
           goto done;
         }
-        rows[i].rel_error = rel_diff(o, ob, cnt);
+        if (half) from_dt(dt, ho, ocnt, o);
+        rows[i].rel_error = rel_diff(o, ob, ocnt);
       }
       blas = 1;
     }
@@ -419,17 +457,24 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   if ((e = attn_problem_normalize(rt, &p, &np)) != ATTN_OK) goto done;
   attn_plan_default(rt, &np, ATTN_ALGO_FLASH, &dspec);
   if ((e = attn_plan_create_spec(rt, &p, &dspec, 0, "default", &dplan)) != ATTN_OK ||
-      (e = attn_execute(dplan, q, k, v, o)) != ATTN_OK) {
+      (e = attn_execute(dplan, xq, xk, xv, xo)) != ATTN_OK) {
     fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: the default: %s: %s\n", n, n_kv, d, attn_strerror(e),
             attn_last_error(rt));
     goto done;
   }
   /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c): set 0 is q, k, v. */
-  const size_t set_floats = cnt + 2 * kvcnt;
   int sets = attn_meas_cold_sets(4.0 * (double)set_floats);
   extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra);
+  if (half && extra && !(hextra = malloc((size_t)(sets - 1) * set_floats * es))) free(extra), extra = NULL;
   if (!extra) sets = 1; /* not fatal: warm inputs then */
-  for (int i = 0; i + 1 < sets; i++) attn_fill_random(extra + (size_t)i * set_floats, set_floats, 100 + (unsigned)i);
+  for (int i = 0; i + 1 < sets; i++) {
+    float *x = extra + (size_t)i * set_floats;
+    attn_fill_random(x, set_floats, 100 + (unsigned)i);
+    if (half) { /* converted once: the timed runs never pay for it */
+      attn_round_dtype(dt, x, set_floats);
+      to_dt(dt, x, set_floats, hextra + (size_t)i * set_floats * es);
+    }
+  }
   /* Rounds: plans 0 .. nv-1, the default (side nv) and the baseline (side nv + 1), one run each per round in an
    * order rotating by one each round, until every median is known within the harness's tolerance (timing.h) after
    * at least reps rounds, or the cap is spent. */
@@ -452,9 +497,13 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
       const int set = (int)(runs++ % (unsigned long long)sets);
       const float *sq = set ? extra + (size_t)(set - 1) * set_floats : q;
       const float *sk = set ? sq + cnt : k, *sv = set ? sq + cnt + kvcnt : v;
+      /* the plans' copy of the set: the same arrays in f32 */
+      const char *hq = !half ? (const char *)sq : set ? hextra + (size_t)(set - 1) * set_floats * es : hset;
+      const void *pq = hq, *pk_ = half ? (const void *)(hq + cnt * es) : (const void *)sk;
+      const void *pv = half ? (const void *)(hq + (cnt + kvcnt) * es) : (const void *)sv;
       double d0 = attn_sched_delay_ms(&sp), t0 = now_s();
       if (which <= nv) {
-        if ((e = attn_execute(which < nv ? plans[which] : dplan, sq, sk, sv, o)) != ATTN_OK) {
+        if ((e = attn_execute(which < nv ? plans[which] : dplan, pq, pk_, pv, xo)) != ATTN_OK) {
           fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
                   attn_last_error(rt));
           attn_sched_close(&sp);
@@ -482,7 +531,8 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   }
   attn_sched_close(&sp);
   const double load = attn_load_end(&lp);
-  const double flops = 4.0 * n * (double)n_kv * d * heads * (causal ? 0.5 : 1.0);
+  /* Q K^T is d deep, P V d_v wide: 2 n n_kv (d + d_v) per head (4 n n_kv d when d_v = d) */
+  const double flops = 2.0 * n * (double)n_kv * (d + dv) * heads * (causal ? 0.5 : 1.0);
   double blas_ms = blas ? st[nv + 1].median_ms : -1;
   rc = 0;
   for (int i = 0; i < nv; i++) {
@@ -491,7 +541,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
     /* decode streams K and V once per call (every query of a head reads all of its keys): bytes over time */
-    row->kv_gbs = 2.0 * heads * (double)n_kv * d * sizeof(float) / row->plan_ms * 1e-6;
+    row->kv_gbs = heads * (double)n_kv * (d + dv) * (double)es / row->plan_ms * 1e-6;
     if (!strcmp(row->peak_kind, "fma"))
       row->peak_frac = pk->fma_gflops > 0 ? row->plan_gflops / pk->fma_gflops : -1;
     else
@@ -509,7 +559,8 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
       row->sgemm_gflops = sgemm_rate(n < 256 ? 256 : n > 2048 ? 2048 : n);
 #endif
     }
-    if (!(row->rel_error <= BENCH_FAIL_ERROR) || !(row->ref_error <= BENCH_FAIL_ERROR)) {
+    const double tol = half ? attn_meas_exact_tolerance(dt) : BENCH_FAIL_ERROR;
+    if (!(row->rel_error <= tol) || !(row->ref_error <= tol)) {
       fprintf(stderr,
               "attntune bench: n=%d n_kv=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g): %s is "
               "wrong\n",
@@ -523,7 +574,7 @@ done:
   attn_plan_destroy(dplan);
   for (int i = 0; tm && i < nv + 2; i++) attn_timing_free(&tm[i]);
   free(tm), free(st), free(extra);
-  free(q), free(k), free(v), free(o), free(ob), free(s);
+  free(q), free(k), free(v), free(o), free(ob), free(s), free(hset), free(ho), free(hextra);
   return rc;
 }
 
@@ -723,7 +774,7 @@ static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int 
 }
 
 int attn_cmd_bench(int argc, char **argv) {
-  const char *n_s = NULL, *d_s = NULL, *db = NULL, *nkv_s = NULL, *split_s = NULL;
+  const char *n_s = NULL, *d_s = NULL, *db = NULL, *nkv_s = NULL, *split_s = NULL, *dv_s = NULL;
   int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0;
   const char *dtype_s = NULL;
   attn_target target = ATTN_TARGET_CPU;
@@ -741,7 +792,7 @@ int attn_cmd_bench(int argc, char **argv) {
       no_blas = 1;
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
                !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype") || !strcmp(a, "--n-kv") ||
-               !strcmp(a, "--split") || !strcmp(a, "--time-cap")) {
+               !strcmp(a, "--split") || !strcmp(a, "--time-cap") || !strcmp(a, "--dv")) {
       if (!val) return usage("%s needs a value", a);
       i++;
       if (!strcmp(a, "--target")) {
@@ -752,6 +803,8 @@ int attn_cmd_bench(int argc, char **argv) {
         n_s = val;
       } else if (!strcmp(a, "--d")) {
         d_s = val;
+      } else if (!strcmp(a, "--dv")) {
+        dv_s = val;
       } else if (!strcmp(a, "--n-kv")) {
         nkv_s = val;
       } else if (!strcmp(a, "--split")) {
@@ -789,7 +842,6 @@ int attn_cmd_bench(int argc, char **argv) {
   } else {
     dtypes = target == ATTN_TARGET_CUDA ? 1u << ATTN_F16 : 1u << ATTN_F32;
   }
-  if (target == ATTN_TARGET_CPU && dtypes != 1u << ATTN_F32) return usage("--dtype %s: cpu kernels are f32", dtype_s);
   if (!n_s) return usage("%s", "--n RANGE is required");
   if (!d_s) return usage("%s", "--d RANGE is required");
   int *ns = NULL, *ds = NULL, nn = 0, nd = 0;
@@ -799,15 +851,28 @@ int attn_cmd_bench(int argc, char **argv) {
     free(ns);
     return usage("--d: %s", err);
   }
-  if (target == ATTN_TARGET_CUDA && (nkv_s || split_s)) {
+  if (target == ATTN_TARGET_CUDA && (nkv_s || split_s || dv_s)) {
     free(ns);
     free(ds);
-    return usage("%s applies to --target cpu only", nkv_s ? "--n-kv" : "--split");
+    return usage("%s applies to --target cpu only", nkv_s ? "--n-kv" : split_s ? "--split" : "--dv");
   }
+  int *dvs = NULL, ndv = 0;
+  if (dv_s && attn_range_parse(dv_s, &dvs, &ndv, err, sizeof err) != ATTN_OK) {
+    free(ns);
+    free(ds);
+    return usage("--dv: %s", err);
+  }
+  for (int i = 0; i < nd && target == ATTN_TARGET_CPU; i++)
+    for (int j = 0; j < (dvs ? ndv : 1); j++)
+      if (attn_space_dims_ok(ATTN_TARGET_CPU, ds[i], dvs ? dvs[j] : 0, err, sizeof err) != 0) {
+        free(ns), free(ds), free(dvs);
+        return usage("%s", err);
+      }
   int *nkvs = NULL, nnkv = 0, *splits = NULL, nsplit = 0;
   if (nkv_s && attn_range_parse(nkv_s, &nkvs, &nnkv, err, sizeof err) != ATTN_OK) {
     free(ns);
     free(ds);
+    free(dvs);
     return usage("--n-kv: %s", err);
   }
   if (split_s) {
@@ -816,7 +881,7 @@ int attn_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < nsplit && !bad; i++)
       if (splits[i] > 64) snprintf(err, sizeof err, "%d is not in 1..64", splits[i]), bad = 1;
     if (bad) {
-      free(ns), free(ds), free(nkvs), free(splits);
+      free(ns), free(ds), free(nkvs), free(splits), free(dvs);
       return usage("--split: %s", err);
     }
   }
@@ -834,7 +899,7 @@ int attn_cmd_bench(int argc, char **argv) {
   int e = attn_open(db, target, &rt);
   if (e != ATTN_OK) {
     fprintf(stderr, "attntune bench: cannot open the runtime: %s: %s\n", attn_strerror(e), attn_last_error(rt));
-    free(ns), free(ds), free(nkvs), free(splits);
+    free(ns), free(ds), free(nkvs), free(splits), free(dvs);
     return 1;
   }
   if (attn_cache_dir_ready(rt) == ATTN_OK && rt->cache_note[0]) fprintf(stderr, "attntune bench: %s\n", rt->cache_note);
@@ -853,7 +918,7 @@ int attn_cmd_bench(int argc, char **argv) {
     if (blas_threads) snprintf(base, sizeof base, "OpenBLAS sgemm + softmax + sgemm (%d threads)", blas_threads);
     printf("device %s, %d threads (%s); baseline: %s; the untuned default beside the plan; medians of at least %d "
            "interleaved rounds on rotating inputs, more until each is known within %.0f%% (at most %.0f s); GFLOP/s "
-           "count 4*n*n_kv*d*heads%s\n",
+           "count 2*n*n_kv*(d+d_v)*heads%s\n",
            rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, g_cap_s,
            causal ? "/2 (causal)" : "");
     char fp[32], bw[32];
@@ -869,22 +934,24 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   json_t *arr = json_array();
   int rc = 0;
-  for (int i = 0; i < nn; i++)
-    for (int kv = 0; kv < (nkvs ? nnkv : 1); kv++)
-      for (int j = 0; j < nd; j++) {
-        bench_row rows[BENCH_MAX_SPLITS];
-        int nrows = 0;
-        if (bench_point(rt, &pk, ns[i], nkvs ? nkvs[kv] : ns[i], ds[j], heads, causal, reps, no_blas, splits, nsplit,
-                        rows, &nrows))
-          rc = 1;
-        for (int r = 0; r < nrows; r++) {
-          if (json)
-            json_array_append_new(arr, row_json(&rows[r]));
-          else
-            row_text(&rows[r]);
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; (dtypes >> t) & 1 && i < nn; i++)
+      for (int kv = 0; kv < (nkvs ? nnkv : 1); kv++)
+        for (int j = 0; j < nd * (dvs ? ndv : 1); j++) {
+          const int d = ds[dvs ? j / ndv : j], dv = dvs ? dvs[j % ndv] : d;
+          bench_row rows[BENCH_MAX_SPLITS];
+          int nrows = 0;
+          if (bench_point(rt, &pk, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps, no_blas,
+                          splits, nsplit, rows, &nrows))
+            rc = 1;
+          for (int r = 0; r < nrows; r++) {
+            if (json)
+              json_array_append_new(arr, row_json(&rows[r]));
+            else
+              row_text(&rows[r]);
+          }
+          fflush(stdout);
         }
-        fflush(stdout);
-      }
   if (json) {
     char *text = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     if (text) {
@@ -896,6 +963,6 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   json_decref(arr);
   attn_close(rt);
-  free(ns), free(ds), free(nkvs), free(splits);
+  free(ns), free(ds), free(nkvs), free(splits), free(dvs);
   return rc;
 }

@@ -11,12 +11,14 @@
 #include "cmds.h"
 #include "io_theory.h"
 #include "range.h"
+#include "space.h"
 
 static const char io_usage[] =
-    "usage: attntune io --algo flash|smallcache|lowrank --n N --d D --M M [--br B --bc B] [--tile T] [--causal]\n"
-    "                   [--feature taylor|random] [--degree G] [--rank R] [--seed S] [--n-kv N] [--json]\n"
-    "       attntune io --n N --d D --sweep M1..M2 [--plot out.svg] [--json]\n"
-    "  M: fast-memory size in entries; tiles not given are chosen to minimise transfers within M\n";
+    "usage: attntune io --algo flash|smallcache|lowrank --n N --d D [--dv DV] --M M [--br B --bc B] [--tile T]\n"
+    "                   [--causal] [--feature taylor|random] [--degree G] [--rank R] [--seed S] [--n-kv N] [--json]\n"
+    "       attntune io --n N --d D [--dv DV] --sweep M1..M2 [--plot out.svg] [--json]\n"
+    "  M: fast-memory size in entries; tiles not given are chosen to minimise transfers within M\n"
+    "  D, DV: head dimensions of Q, K and of V, O, each in 1..576 (DV default: D)\n";
 
 static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, "attntune io: ");
@@ -64,25 +66,28 @@ static int io_run_point(attn_runtime *rt, io_point *pt, int given_tiles, char *e
 }
 
 static void print_point(const io_point *pt, int json) {
-  const double d = pt->s.d, n = (double)pt->n;
+  const double d = pt->s.d, dv = attn_spec_dv(&pt->s), n = (double)pt->n;
   const unsigned long long total = pt->io.reads + pt->io.writes, ftotal = pt->f_reads + pt->f_writes;
-  const double lb = attn_io_lower_bound(n, d, pt->M);
+  const double lb = attn_io_lower_bound(n, d, dv, pt->M), fl = attn_io_floor(n, d, dv);
   const int t = pt->s.algo == ATTN_ALGO_SMALLCACHE ? (pt->s.tile > 0 ? pt->s.tile : pt->s.br) : 0;
   if (json) {
+    /* d_v after the fields of before, so that their order stays what it was */
     printf("{\"algo\": \"%s\", \"n\": %ld, \"d\": %d, \"M\": %.0f, \"br\": %d, \"bc\": %d, \"reads\": %llu, "
            "\"writes\": %llu, \"formula\": %llu, \"lower_bound\": %.0f, \"tile\": %d, \"total\": %llu, "
            "\"ratio\": %.4f, \"bound_theory\": %.0f, \"floor\": %.0f, \"fast_need\": %.0f, \"causal\": %d, "
-           "\"rel_error\": %.3e",
+           "\"rel_error\": %.3e, \"d_v\": %d",
            attn_algo_name(pt->s.algo), pt->n, pt->s.d, pt->M, pt->s.br, pt->s.bc, pt->io.reads, pt->io.writes,
-           ftotal, lb, t, total, (double)total / lb, attn_io_bound_theory(n, d, pt->M), 4.0 * n * d,
-           attn_io_fast_need(&pt->s), pt->s.causal, pt->rel_error);
+           ftotal, lb, t, total, (double)total / lb, attn_io_bound_theory(n, d, dv, pt->M), fl,
+           attn_io_fast_need(&pt->s), pt->s.causal, pt->rel_error, attn_spec_dv(&pt->s));
     if (pt->s.algo == ATTN_ALGO_LOWRANK)
       printf(", \"feature\": \"%s\", \"rank\": %ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
              attn_io_rank(&pt->s));
     printf("}\n");
     return;
   }
-  printf("%s n=%ld d=%d M=%.0f: br=%d bc=%d", attn_algo_name(pt->s.algo), pt->n, pt->s.d, pt->M, pt->s.br,
+  char dvs[24] = "";
+  if (dv != d) snprintf(dvs, sizeof dvs, " d_v=%d", attn_spec_dv(&pt->s));
+  printf("%s n=%ld d=%d%s M=%.0f: br=%d bc=%d", attn_algo_name(pt->s.algo), pt->n, pt->s.d, dvs, pt->M, pt->s.br,
          pt->s.bc);
   if (t) printf(" tile=%d", t);
   if (pt->s.algo == ATTN_ALGO_LOWRANK) printf(" %s r=%ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
@@ -91,8 +96,13 @@ static void print_point(const io_point *pt, int json) {
   printf("  counted:     reads %llu  writes %llu  total %llu\n", pt->io.reads, pt->io.writes, total);
   printf("  formula:     reads %llu  writes %llu  total %llu  (%s)\n", pt->f_reads, pt->f_writes, ftotal,
          ftotal == total && pt->f_reads == pt->io.reads ? "equal" : "MISMATCH");
-  printf("  lower bound: %.0f = max(min(n^2 d^2/M, n^2 d/sqrt(M)) = %.0f, 4 n d = %.0f); counted / bound = %.2f\n",
-         lb, attn_io_bound_theory(n, d, pt->M), 4.0 * n * d, (double)total / lb);
+  if (dv == d)
+    printf("  lower bound: %.0f = max(min(n^2 d^2/M, n^2 d/sqrt(M)) = %.0f, 4 n d = %.0f); counted / bound = %.2f\n",
+           lb, attn_io_bound_theory(n, d, dv, pt->M), fl, (double)total / lb);
+  else
+    printf("  lower bound: %.0f = max(min(n^2 m^2/M, n^2 m/sqrt(M)) = %.0f with m = min(d, d_v), 2 n (d + d_v) = "
+           "%.0f); counted / bound = %.2f\n",
+           lb, attn_io_bound_theory(n, d, dv, pt->M), fl, (double)total / lb);
   printf("  output rel error vs fp64: %.3e\n", pt->rel_error);
 }
 
@@ -145,16 +155,17 @@ static void sv_curve(FILE *f, const sv_axes *a, const double *xs, const double *
                    "cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", algo, xs[i], ys[i], sv_x(a, xs[i]), sv_y(a, ys[i]), color);
 }
 
-static int write_svg(const char *path, long n, int d, const double *ms, int nm, double meas[3][64],
+static int write_svg(const char *path, long n, int d, int dv, const double *ms, int nm, double meas[3][64],
                      const char *const names[3]) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   double th1[64], th2[64], fl[64];
   double ylo = 1e300, yhi = 0;
+  const double m = dv < d ? dv : d; /* the theory's dimension (io_theory.h) */
   for (int i = 0; i < nm; i++) {
-    th1[i] = (double)n * n * d * d / ms[i];
-    th2[i] = (double)n * n * d / sqrt(ms[i]);
-    fl[i] = 4.0 * n * d;
+    th1[i] = (double)n * n * m * m / ms[i];
+    th2[i] = (double)n * n * m / sqrt(ms[i]);
+    fl[i] = attn_io_floor((double)n, d, dv);
     for (int a = 0; a < 3; a++)
       if (meas[a][i] > 0) {
         if (meas[a][i] < ylo) ylo = meas[a][i];
@@ -172,15 +183,18 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
   }
   /* legend: a 28 px line, then the label 34 px from the line's start */
   const char *lab[6] = {names[0],          names[1],           names[2],
-                        "n&#178;d&#178;/M", "n&#178;d/&#8730;M", "4nd (read Q,K,V, write O)"};
+                        "n&#178;d&#178;/M", "n&#178;d/&#8730;M",
+                        dv == d ? "4nd (read Q,K,V, write O)" : "2n(d+d_v) (read Q,K,V, write O)"};
   int longest = 0;
   for (int i = 0; i < 6; i++)
     if (sv_chars(lab[i]) > longest) longest = sv_chars(lab[i]);
   const double legend_x = SV_W - SV_R + 14, width = fmax(SV_W, legend_x + 34 + SV_CHAR_W * longest + 10);
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
              "font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", width, SV_H);
-  fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">Counted transfers vs fast memory M (entries), n=%ld, d=%d"
-             " (attntune io --sweep)</text>\n", SV_L, n, d);
+  char dvs[24] = "";
+  if (dv != d) snprintf(dvs, sizeof dvs, ", d_v=%d", dv);
+  fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">Counted transfers vs fast memory M (entries), n=%ld, d=%d%s"
+             " (attntune io --sweep)</text>\n", SV_L, n, d, dvs);
   /* grid and decade labels */
   for (double e = ax.x0; e <= ax.x1 + 1e-9; e++) {
     double x = sv_x(&ax, pow(10, e));
@@ -201,7 +215,7 @@ static int write_svg(const char *path, long n, int d, const double *ms, int nm, 
   fprintf(f, "<text x=\"20\" y=\"%.0f\" transform=\"rotate(-90 20 %.0f)\" text-anchor=\"middle\">entries read + "
              "written</text>\n", (SV_T + SV_H - SV_B) / 2, (SV_T + SV_H - SV_B) / 2);
   /* M = d^2: the boundary between the regimes */
-  double md = (double)d * d;
+  double md = m * m;
   if (log10(md) >= ax.x0 && log10(md) <= ax.x1) {
     double x = sv_x(&ax, md);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"black\" stroke-dasharray=\"2,4\"/>\n"
@@ -238,6 +252,7 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
       meas[a][i] = -1;
       io_point pt = *proto;
       pt.s = attn_spec_default(algos[a], ATTN_TARGET_CPU, ATTN_F32, proto->s.d, proto->s.causal);
+      pt.s.dv = proto->s.dv;
       if (algos[a] == ATTN_ALGO_LOWRANK && proto->s.algo == ATTN_ALGO_LOWRANK) pt.s = proto->s; /* its feature map */
       pt.M = ms[i];
       char err[1024] = "";
@@ -258,11 +273,11 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
       } else {
         printf("%-10s M=%-9.0f br=%-5d bc=%-4d tile=%-4d counted=%-12.0f formula=%-12llu bound=%.0f\n",
                attn_algo_name(algos[a]), ms[i], pt.s.br, pt.s.bc, pt.s.tile, meas[a][i], pt.f_reads + pt.f_writes,
-               attn_io_lower_bound((double)pt.n, pt.s.d, ms[i]));
+               attn_io_lower_bound((double)pt.n, pt.s.d, attn_spec_dv(&pt.s), ms[i]));
       }
       fflush(stdout);
     }
-  if (plot && write_svg(plot, proto->n, proto->s.d, ms, nm, meas, names) != 0) {
+  if (plot && write_svg(plot, proto->n, proto->s.d, attn_spec_dv(&proto->s), ms, nm, meas, names) != 0) {
     fprintf(stderr, "attntune io: cannot write %s\n", plot);
     return 1;
   }
@@ -272,7 +287,7 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
 
 int attn_cmd_io(int argc, char **argv) {
   const char *algo_s = NULL, *feature_s = NULL, *sweep = NULL, *plot = NULL;
-  long n = -1, d = -1, br = 0, bc = 0, tile = 0, degree = -1, rank = -1, seed = -1, n_kv = 0;
+  long n = -1, d = -1, dv = 0, br = 0, bc = 0, tile = 0, degree = -1, rank = -1, seed = -1, n_kv = 0;
   double M = -1;
   int json = 0, causal = 0;
   for (int i = 1; i < argc; i++) {
@@ -290,6 +305,7 @@ int attn_cmd_io(int argc, char **argv) {
     else if (!strcmp(a, "--n")) bad = attn_parse_long(v, 1, 1L << 20, &n);
     else if (!strcmp(a, "--n-kv")) bad = attn_parse_long(v, 1, 1L << 20, &n_kv);
     else if (!strcmp(a, "--d")) bad = attn_parse_long(v, 1, 4096, &d);
+    else if (!strcmp(a, "--dv")) bad = attn_parse_long(v, 1, 4096, &dv);
     else if (!strcmp(a, "--M")) bad = parse_m(v, &M);
     else if (!strcmp(a, "--br")) bad = attn_parse_long(v, 1, 1024, &br);
     else if (!strcmp(a, "--bc")) bad = attn_parse_long(v, 1, 1024, &bc);
@@ -311,15 +327,15 @@ int attn_cmd_io(int argc, char **argv) {
   if (!algo_s && !sweep) return usage("%s", "--algo flash|smallcache|lowrank is required");
   if (algo < 0 || algo == ATTN_ALGO_AUTO)
     return usage("unknown algorithm '%s': algo must be flash, smallcache or lowrank", algo_s);
-  if (!attn_d_supported(ATTN_TARGET_CPU, (int)d)) {
-    char ds[32];
-    snprintf(ds, sizeof ds, "%ld", d);
-    return usage("d=%s is not supported on cpu: d must be a multiple of 8 in 8..256", ds);
+  {
+    char why[160];
+    if (attn_space_dims_ok(ATTN_TARGET_CPU, (int)d, (int)dv, why, sizeof why) != 0) return usage("%s", why);
   }
 
   io_point pt;
   memset(&pt, 0, sizeof pt);
   pt.s = attn_spec_default((attn_algo)algo, ATTN_TARGET_CPU, ATTN_F32, (int)d, causal);
+  pt.s.dv = dv > 0 && dv != d ? (int)dv : 0;
   pt.n = n;
   pt.n_kv = n_kv > 0 ? n_kv : n;
   pt.M = M;

@@ -6,8 +6,10 @@
  * stored already replaces the stored row only when it is better by the tuner's rule (attn_db_meas_better: ok over
  * failed, a kernel's own failure over an environmental one, finalist over screening, lower time, newer).
  * Schema-4 fields (threads, reps, iqr_ms, load, final, chosen, is_default) and schema 6's bound are optional on
- * import: older files lack them and read as not recorded. The steps between the document and the database are json_io.h's functions
- * (attn_export_doc, attn_import_check, attn_import_doc); the verbs add the arguments and the files. */
+ * import: older files lack them and read as not recorded. Schema 7's d_v (the head dimension of V and O) is optional
+ * too: a row without it takes its kernel's (the spec's dv, else d); one that contradicts the spec is refused. The
+ * steps between the document and the database are json_io.h's functions (attn_export_doc, attn_import_check,
+ * attn_import_doc); the verbs add the arguments and the files. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -139,6 +141,7 @@ static int export_meas(void *vctx, const attn_db_meas *m) {
   json_object_set_new(o, "n", json_integer(m->n));
   json_object_set_new(o, "n_kv", json_integer(m->n_kv));
   json_object_set_new(o, "d", json_integer(m->d));
+  json_object_set_new(o, "d_v", json_integer(m->d_v > 0 ? m->d_v : m->d));
   json_object_set_new(o, "dtype", json_string(attn_dtype_name(m->dtype)));
   json_object_set_new(o, "causal", json_integer(m->causal));
   json_object_set_new(o, "batch", json_integer(m->batch));
@@ -377,7 +380,7 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
   static const char *const keys[] = {"device", "spec", "source_hash", "run", "n", "n_kv", "d", "dtype", "causal",
                                      "batch", "heads", "heads_kv", "time_ms", "gflops", "reads", "writes", "error",
                                      "status", "log", "provenance", "created", "threads", "reps", "iqr_ms", "load",
-                                     "final", "chosen", "is_default", "bound", NULL};
+                                     "final", "chosen", "is_default", "bound", "d_v", NULL};
   memset(m, 0, sizeof *m);
   if (!json_is_object(o)) return bad(e, "", "must be an object");
   if (only_keys(e, o, keys)) return -1;
@@ -399,8 +402,16 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
       get_opt_int(e, o, "reps", 0, 1 << 30, 0, &m->reps) || get_opt_nonneg(e, o, "iqr_ms", &m->iqr_ms) ||
       get_opt_nonneg(e, o, "load", &m->load) || get_opt_int(e, o, "final", 0, 1, 0, &m->final) ||
       get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default) ||
-      get_str(e, o, "bound", 1, &m->bound))
+      get_str(e, o, "bound", 1, &m->bound) || get_opt_int(e, o, "d_v", 1, 1 << 20, 0, &m->d_v))
     return -1;
+  /* d_v is the kernel's: a row that says otherwise would be served to problems its kernel does not compute */
+  attn_spec ks;
+  char kerr[256];
+  if (m->d_v > 0 && attn_spec_parse(m->spec, &ks, kerr, sizeof kerr) == ATTN_OK && attn_spec_dv(&ks) != m->d_v) {
+    char why[96];
+    snprintf(why, sizeof why, "%d contradicts the spec's d_v %d", m->d_v, attn_spec_dv(&ks));
+    return bad(e, "d_v", why);
+  }
   /* the model's names only, so show prints nothing a file made up */
   if (m->bound && !attn_model_bound_known(m->bound))
     return bad(e, "bound", "must be null or one of tensor_cores, special_functions, fp32_alu, shared_memory, "

@@ -1,4 +1,4 @@
-/* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per problem (device, d, n, n_kv,
+/* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per problem (device, d, d_v, n, n_kv,
  * dtype, causal, batch*heads, heads_kv, threads), from cache_db's `best` view, as an aligned table or a JSON array,
  * with how each time was measured: repetitions, spread, the load meanwhile, a flag on noisy rows, and for rows of the
  * performance model what limits the time (`bound`). */
@@ -12,7 +12,7 @@
 
 typedef struct {
   char *device, *spec, *summary, *algo, *created;
-  int d, n, n_kv, batch, heads, heads_kv, causal;
+  int d, d_v, n, n_kv, batch, heads, heads_kv, causal;
   int gpu;                 /* a CUDA kernel's row: its rate is shown in TFLOP/s */
   attn_dtype dtype;
   double time_ms, gflops, error;
@@ -69,6 +69,7 @@ static int collect(void *ctx, const attn_db_meas *m) {
   l->count++; /* counted before the check so the strings are freed either way */
   if (!r->device || !r->spec || !r->summary || !r->algo || !r->created) return 1;
   r->d = m->d;
+  r->d_v = m->d_v > 0 ? m->d_v : m->d;
   r->gpu = parsed && s.target == ATTN_TARGET_CUDA;
   r->n = m->n;
   r->n_kv = m->n_kv;
@@ -121,6 +122,7 @@ static int print_json(const show_list *l) {
       arr = NULL;
       break;
     }
+    json_object_set_new(o, "d_v", json_integer(r->d_v));
     json_object_set_new(o, "error", r->has_error ? json_real(r->error) : json_null());
     json_object_set_new(o, "reads", r->reads >= 0 ? json_integer(r->reads) : json_null());
     json_object_set_new(o, "writes", r->writes >= 0 ? json_integer(r->writes) : json_null());
@@ -208,8 +210,9 @@ static void print_table(const show_list *l) {
     if (b > (size_t)wsum) wsum = b < 4096 ? (int)b : 4096;
   }
   /* the rate with its unit on each row: a GPU's hundreds of TFLOP/s read badly as GFLOP/s beside a CPU's tens */
-  printf("%-*s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %17s %9s  %-10s %s\n", wdev, "device", "d", "n", "n_kv", "b*h",
-         "thr", "dtype", "causal", wsum, "configuration", "time_ms", "rate", "error", "provenance", "measured");
+  printf("%-*s %4s %4s %7s %7s %5s %3s %-5s %6s  %-*s %11s %17s %9s  %-10s %s\n", wdev, "device", "d", "d_v", "n",
+         "n_kv", "b*h", "thr", "dtype", "causal", wsum, "configuration", "time_ms", "rate", "error", "provenance",
+         "measured");
   int flagged = 0;
   for (int i = 0; i < l->count; i++) {
     const show_row *r = &l->rows[i];
@@ -233,7 +236,7 @@ static void print_table(const show_list *l) {
     }
     /* the database's strings escaped (put_field), the numbers and the fixed words as they are */
     put_field(r->device, wdev);
-    printf(" %4d %7d %7d %5lld %3s %-5s %6d  ", r->d, r->n, r->n_kv, (long long)r->batch * r->heads, thr,
+    printf(" %4d %4d %7d %7d %5lld %3s %-5s %6d  ", r->d, r->d_v, r->n, r->n_kv, (long long)r->batch * r->heads, thr,
            attn_dtype_name(r->dtype), r->causal);
     put_field(r->summary, wsum);
     printf(" %11.4f %9.1f %-7s %9s  ", r->time_ms, r->gpu ? r->gflops / 1000 : r->gflops,
@@ -267,10 +270,11 @@ int attn_cmd_show(int argc, char **argv) {
       db_arg = argv[++i];
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: attntune show [--db PATH] [--json]\n"
-             "  the best stored configuration per problem (device, d, n, n_kv, dtype, causal, batch*heads, heads_kv,\n"
-             "  threads): exact algorithms before approximate ones, measured rows before model rows, the finalist\n"
-             "  round's choice, then the fastest (within 3%%: the fewest transfers). The last column says how the time\n"
-             "  was measured; NOISY marks rows whose repetitions spread over 10%% or that ran beside other load.\n"
+             "  the best stored configuration per problem (device, d, d_v, n, n_kv, dtype, causal, batch*heads,\n"
+             "  heads_kv, threads): exact algorithms before approximate ones, measured rows before model rows, the\n"
+             "  finalist round's choice, then the fastest (within 3%%: the fewest transfers). The last column says how\n"
+             "  the time was measured; NOISY marks rows whose repetitions spread over 10%% or that ran beside other\n"
+             "  load.\n"
              "  The rate is in GFLOP/s on CPU rows and TFLOP/s on GPU rows (--json: gflops on every row).\n"
              "  database: --db, else $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else\n"
              "  ~/.cache/attntune/attntune.db\n");

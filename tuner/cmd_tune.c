@@ -1,4 +1,4 @@
-/* cmd_tune.c: `attntune [tune]`: for every (dtype, causal, d, n) asked for, builds the search space, runs a
+/* cmd_tune.c: `attntune [tune]`: for every (dtype, causal, d, d_v, n) asked for, builds the search space, runs a
  * strategy over it and stores each evaluation as it is made: measured on this CPU (--gpu cpu) or, for a GPU that
  * is not present, ranked by the performance model (provenance "model"); the GPU present is measured. A rerun of the same command skips what is
  * stored, so SIGINT loses at most the measurement in flight. */
@@ -31,11 +31,13 @@
 #include "timing_env.h"
 
 static const char tune_usage[] =
-    "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
+    "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
     "                [--compiled] [--shard K/N]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
+    "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
+    "  with every d_v): each in 1..576 on the cpu, d a multiple of 16 in 16..256 and d_v = d on a GPU\n"
     "  --gpu (required) cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by\n"
     "  the performance model (attntune gpus lists the names; a variant's name, H100-SXM, is taken as its entry\n"
     "  with a note)\n"
@@ -44,7 +46,8 @@ static const char tune_usage[] =
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
     "  --strategy exhaustive|random|anneal|genetic|FILE.lua (default: exhaustive when the budget covers the space)\n"
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
-    "  --dtype f32 (cpu) | f16,bf16 (GPU default); --causal 0,1; --heads H (cpu 2, GPU 16); --batch B (1);\n"
+    "  --dtype LIST of f32, f16, bf16 (default: cpu f32, GPU f16,bf16); --causal 0,1; --heads H (cpu 2, GPU 16);\n"
+    "  --batch B (1);\n"
     "  --reps R: at least R timed repetitions per configuration (default 5; more until the median is known within\n"
     "  2% or --time-cap S seconds are spent, default 1); the best few and the untuned default are then re-timed\n"
     "  interleaved (up to 4 S), and a configuration replaces the default only when it wins beyond the noise\n"
@@ -113,6 +116,7 @@ static int algo_parse_exact(const char *s) {
 typedef struct tune_opts {
   const char *gpu_name, *strategy, *db_path;
   int *ds, nd, *ns, nn, *nkvs, nnkv;
+  int *dvs, ndv;           /* --dv: the d_v values; NULL: d_v = d (one value, 0) */
   int *kv;                 /* after parsing: the shapes, ns[i] query rows with kv[i] keys, i < nn */
   unsigned algos, dtypes;
   int causals[2], ncausal;
@@ -479,7 +483,9 @@ static void confirm_pass(tune_state *ts) {
     if (rc != ATTN_OK) continue;
     char kv[32] = "";
     if (c->p.n_kv != c->p.n) snprintf(kv, sizeof kv, " n_kv=%d", c->p.n_kv);
-    printf("  n=%d%s d=%d causal=%d:", c->p.n, kv, c->p.d, c->p.causal);
+    char dvs[24] = "";
+    if (c->p.d_v && c->p.d_v != c->p.d) snprintf(dvs, sizeof dvs, " d_v=%d", c->p.d_v);
+    printf("  n=%d%s d=%d%s causal=%d:", c->p.n, kv, c->p.d, dvs, c->p.causal);
     for (int i = 0; i < c->count; i++) {
       attn_eval *e = &c->eval[i];
       const int lower = strcmp(res[i].status, "ok") == 0 && res[i].time_ms > 0 && res[i].time_ms < e->time_ms;
@@ -501,7 +507,8 @@ static void confirm_pass(tune_state *ts) {
 
 int attn_cmd_tune(int argc, char **argv) {
   tune_opts o = {.gpu_name = NULL, .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S};
-  const char *d_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL, *causal_s = "0";
+  const char *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL,
+             *causal_s = "0";
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   int budget_given = 0;
   for (int i = i0; i < argc; i++) {
@@ -525,7 +532,7 @@ int attn_cmd_tune(int argc, char **argv) {
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--batch", "--reps", "--n-kv",
-                                             "--time-cap", "--shard"};
+                                             "--time-cap", "--shard", "--dv"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune tune --help)", a);
@@ -533,6 +540,7 @@ int attn_cmd_tune(int argc, char **argv) {
     const char *v = argv[++i];
     if (strcmp(a, "--gpu") == 0) o.gpu_name = v;
     else if (strcmp(a, "--d") == 0) d_s = v;
+    else if (strcmp(a, "--dv") == 0) dv_s = v;
     else if (strcmp(a, "--n") == 0) n_s = v;
     else if (strcmp(a, "--n-kv") == 0) nkv_s = v;
     else if (strcmp(a, "--algo") == 0) algo_s = v;
@@ -598,6 +606,13 @@ int attn_cmd_tune(int argc, char **argv) {
     free(o.ns);
     return usage("--n-kv: %s", err);
   }
+  if (dv_s && attn_range_parse(dv_s, &o.dvs, &o.ndv, err, sizeof err) != ATTN_OK) {
+    free(o.ds);
+    free(o.ns);
+    free(o.nkvs);
+    return usage("--dv: %s", err);
+  }
+  const int ndv = o.dvs ? o.ndv : 1; /* d_v values per d (without --dv: d_v = d) */
   {
     /* every n with every n_kv (n_kv defaults to n) */
     int count = o.nn * (o.nkvs ? o.nnkv : 1);
@@ -625,9 +640,8 @@ int attn_cmd_tune(int argc, char **argv) {
     goto out;                \
   } while (0)
   for (int i = 0; i < o.nd; i++)
-    if (!attn_d_supported(target, o.ds[i]))
-      FAIL_USAGE("d=%d is not supported on %s: d must be a multiple of %d in %d..256", o.ds[i],
-                 attn_target_name(target), target == ATTN_TARGET_CUDA ? 16 : 8, target == ATTN_TARGET_CUDA ? 16 : 8);
+    for (int j = 0; j < ndv; j++)
+      if (attn_space_dims_ok(target, o.ds[i], o.dvs ? o.dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
   if (parse_names(algo_s, algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if ((o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && o.tolerance <= 0)
@@ -638,8 +652,6 @@ int attn_cmd_tune(int argc, char **argv) {
   } else {
     o.dtypes = target == ATTN_TARGET_CPU ? 1u << ATTN_F32 : (1u << ATTN_F16) | (1u << ATTN_BF16);
   }
-  if (target == ATTN_TARGET_CPU && (o.dtypes & ~(1u << ATTN_F32)))
-    FAIL_USAGE("--dtype: cpu kernels are f32");
   {
     /* 0 is not a positive RANGE value: the causal list is parsed by hand */
     char buf[64];
@@ -773,11 +785,11 @@ int attn_cmd_tune(int argc, char **argv) {
       printf("--compiled: NVRTC is not available; the model estimates registers\n");
   }
 
-  /* Spaces per (dtype, causal, d, n): the CPU's split-K values depend on the problem's work items; the total for
-   * the progress line. */
+  /* Spaces per (dtype, causal, d, d_v, n): the CPU's split-K values depend on the problem's work items; the total
+   * for the progress line. */
   int nspaces = 0;
   for (int t = 0; t < 3; t++) nspaces += (o.dtypes >> t) & 1;
-  nspaces *= o.ncausal * o.nd * o.nn;
+  nspaces *= o.ncausal * o.nd * ndv * o.nn;
   attn_space *spaces = calloc((size_t)nspaces, sizeof *spaces);
   /* --shard K/N: the part each problem belongs to, in the loops' order (0 for all when unsharded); every part of
    * one command computes the same partition, and a problem not in this part is neither built nor tuned */
@@ -789,8 +801,9 @@ int attn_cmd_tune(int argc, char **argv) {
       if (!((o.dtypes >> t) & 1)) continue;
       for (int c = 0; c < o.ncausal; c++)
         for (int di = 0; di < o.nd; di++)
-          for (int ni = 0; ni < o.nn; ni++, si++)
-            cost[si] = attn_shard_cost(o.ns[ni], o.kv[ni], o.ds[di], o.causals[c]);
+          for (int vi = 0; vi < ndv; vi++)
+            for (int ni = 0; ni < o.nn; ni++, si++)
+              cost[si] = attn_shard_cost(o.ns[ni], o.kv[ni], o.ds[di], o.dvs ? o.dvs[vi] : 0, o.causals[c]);
     }
     oom = attn_shard_assign(cost, nspaces, o.shard_n, owner) != 0;
   }
@@ -807,14 +820,16 @@ int attn_cmd_tune(int argc, char **argv) {
   for (int t = 0; t < 3; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal; c++)
-      for (int di = 0; di < o.nd; di++) {
-        int first = 1; /* the first n of this (dtype, causal, d) tuned here speaks for the others when empty */
+      for (int dj = 0; dj < o.nd * ndv; dj++) {
+        const int di = dj / ndv, dv = o.dvs ? o.dvs[dj % ndv] : 0;
+        int first = 1; /* the first n of this (dtype, causal, d, d_v) tuned here speaks for the others when empty */
         for (int ni = 0; ni < o.nn; ni++, si++) {
           if (owner[si] != o.shard_k) continue;
           nmine++;
           attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o.ds[di], .causal = o.causals[c],
                                 .algos = o.algos, .tolerance = o.tolerance, .gpu = gpu, .n = o.ns[ni],
-                                .n_kv = o.kv[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0};
+                                .n_kv = o.kv[ni], .heads = (long)o.batch * o.heads, .threads = rt ? rt->threads : 0,
+                                .dv = dv};
           so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
           if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
           if (gpu && !ts.model) { /* the device present: its own limits and arch */
@@ -838,10 +853,12 @@ int attn_cmd_tune(int argc, char **argv) {
           }
           int cnt = spaces[si].count;
           if (cnt == 0 && first) { /* n only prunes split values: the first n's space speaks for the others */
+            char dvs[24] = "";
+            if (so.dv && so.dv != so.d) snprintf(dvs, sizeof dvs, " d_v=%d", so.dv);
             fprintf(stderr,
-                    "attntune tune: empty search space for %s d=%d %s causal=%d on %s: all %d configurations are "
+                    "attntune tune: empty search space for %s d=%d%s %s causal=%d on %s: all %d configurations are "
                     "ruled out (e.g. %s)\n",
-                    algo_list(o.algos, algos_buf, sizeof algos_buf), so.d, attn_dtype_name(so.dtype), so.causal,
+                    algo_list(o.algos, algos_buf, sizeof algos_buf), so.d, dvs, attn_dtype_name(so.dtype), so.causal,
                     device, spaces[si].considered,
                     spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
             empty++;
@@ -869,12 +886,14 @@ int attn_cmd_tune(int argc, char **argv) {
   for (int t = 0; t < 3 && !g_stop; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal && !g_stop; c++)
-      for (int di = 0; di < o.nd && !g_stop; di++, si += o.nn) {
+      for (int dj = 0; dj < o.nd * ndv && !g_stop; dj++, si += o.nn) {
+        const int di = dj / ndv, dv = o.dvs ? o.dvs[dj % ndv] : 0;
         for (int ni = 0; ni < o.nn && !g_stop; ni++) {
           attn_space *sp = &spaces[si + ni];
           if (!sp->count) continue;
           attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni], .d = o.ds[di],
-                            .dtype = (attn_dtype)t, .causal = o.causals[c], .tolerance = o.tolerance};
+                            .dtype = (attn_dtype)t, .causal = o.causals[c], .tolerance = o.tolerance,
+                            .d_v = dv == o.ds[di] ? 0 : dv};
           ts.prob = p;
           ts.fastest_ms = 0;
           ts.fastest_line[0] = '\0';
@@ -896,7 +915,8 @@ int attn_cmd_tune(int argc, char **argv) {
           /* Deterministic per problem: the same command replays the same choices (resume). */
           tu.seed = 0x243f6a8885a308d3ULL ^ ((unsigned long long)p.n * 1000003ULL) ^ ((unsigned long long)p.d << 40) ^
                     ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60) ^
-                    (p.n_kv != p.n ? (unsigned long long)p.n_kv * 0x9e3779b97f4a7c15ULL : 0);
+                    (p.n_kv != p.n ? (unsigned long long)p.n_kv * 0x9e3779b97f4a7c15ULL : 0) ^
+                    (p.d_v ? (unsigned long long)p.d_v * 0xbf58476d1ce4e5b9ULL : 0);
           int b = builtin ? builtin : (tu.budget >= sp->count ? 1 : 2);
           int src = ATTN_OK;
           if (b == 1) src = attn_strategy_exhaustive(&tu);
@@ -922,16 +942,17 @@ int attn_cmd_tune(int argc, char **argv) {
           }
           if (ts.db_error) break;
           if (g_stop == 1) break; /* an interrupted problem has no best yet */
-          char sum[256], kv[32] = "";
+          char sum[256], kv[32] = "", dvs[24] = "";
           if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
+          if (p.d_v && p.d_v != p.d) snprintf(dvs, sizeof dvs, " d_v=%d", p.d_v);
           if (have_best) {
             attn_spec_summary(&best, sum, sizeof sum);
-            printf("best n=%d%s d=%d %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", p.n, kv, p.d,
+            printf("best n=%d%s d=%d%s %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", p.n, kv, p.d, dvs,
                    attn_dtype_name(p.dtype), p.causal, sum, best_eval.time_ms, ts.provenance, tu.used,
                    why[0] ? "; " : "", why);
           } else {
-            printf("best n=%d%s d=%d %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, kv,
-                   p.d, attn_dtype_name(p.dtype), p.causal, tu.used);
+            printf("best n=%d%s d=%d%s %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, kv,
+                   p.d, dvs, attn_dtype_name(p.dtype), p.causal, tu.used);
           }
           fflush(stdout);
         }
@@ -962,6 +983,7 @@ out:
   attn_close(rt);
   attn_store_close(store);
   free(o.ds);
+  free(o.dvs);
   free(o.ns);
   free(o.nkvs);
   free(o.kv);

@@ -37,11 +37,11 @@ long attn_io_rank(const attn_spec *s) {
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes) {
   unsigned long long r = 0, w = 0;
-  const long d = s->d;
+  const long d = s->d, dv = attn_spec_dv(s); /* Q and K rows are d wide, V and O rows d_v */
   *reads = *writes = 0;
   if (bh < 0 || n < 0 || n_kv < 0) return ATTN_EINVAL; /* a negative count would convert to a huge one */
   if (s->algo == ATTN_ALGO_FLASH) {
-    /* per query block: Q_i, then K_j and V_j over the visible keys; O_i written once */
+    /* per query block: Q_i, then K_j (d) and V_j (d_v) over the visible keys; O_i (d_v) written once */
     for (long i0 = 0; i0 < n; i0 += s->br) {
       long rows = lmin(s->br, n - i0), c = visible(s->causal, i0, rows, n, n_kv);
       /* the CUDA kernel loads whole key blocks up to the one holding the last visible key (rows past n_kv are
@@ -49,26 +49,27 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
       if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(c, s->bc) * s->bc);
       if (s->split > 1) {
         /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes
-         * O, m, l (rows (d + 2)); the merge reads the S partials and writes O_i */
+         * O, m, l (rows (d_v + 2)); the merge reads the S partials and writes O_i */
         const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
-        r = sat_add(r, (unsigned long long)(parts * rows * d + 2 * c * d + S * rows * (d + 2)));
-        w = sat_add(w, (unsigned long long)(S * rows * (d + 2) + rows * d));
+        r = sat_add(r, (unsigned long long)(parts * rows * d + c * (d + dv) + S * rows * (dv + 2)));
+        w = sat_add(w, (unsigned long long)(S * rows * (dv + 2) + rows * dv));
         continue;
       }
-      r = sat_add(r, (unsigned long long)(rows * d + 2 * c * d));
-      w = sat_add(w, (unsigned long long)(rows * d));
+      r = sat_add(r, (unsigned long long)(rows * d + c * (d + dv)));
+      w = sat_add(w, (unsigned long long)(rows * dv));
     }
   } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
     const long t = s->tile > 0 ? s->tile : s->br;
     for (long i0 = 0; i0 < n; i0 += s->br) {
       long R = lmin(s->br, n - i0), C = visible(s->causal, i0, R, n, n_kv);
-      long nr = cdiv(R, t), nc = cdiv(C, t), nd = cdiv(d, t);
-      r = sat_add(r, (unsigned long long)(d * R * nc + d * C * nr + R * C * nd + d * C * nr));
-      w = sat_add(w, (unsigned long long)(R * C + R * d));
+      /* S = Q K^T over d, written; then O = P V over d_v: P read once per column tile of O */
+      long nr = cdiv(R, t), nc = cdiv(C, t), ndv = cdiv(dv, t);
+      r = sat_add(r, (unsigned long long)(d * R * nc + d * C * nr + R * C * ndv + dv * C * nr));
+      w = sat_add(w, (unsigned long long)(R * C + R * dv));
     }
   } else if (s->algo == ATTN_ALGO_LOWRANK) {
-    r = (unsigned long long)(2 * n_kv * d + n * d);
-    w = (unsigned long long)(n * d);
+    r = (unsigned long long)(n_kv * (d + dv) + n * d);
+    w = (unsigned long long)(n * dv);
   } else {
     return ATTN_EINVAL;
   }
@@ -78,41 +79,46 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
 }
 
 double attn_io_fast_need(const attn_spec *s) {
-  const double d = s->d;
-  if (s->algo == ATTN_ALGO_FLASH) return 2.0 * s->br * d + 2.0 * s->bc * d + (double)s->br * s->bc;
+  const double d = s->d, dv = attn_spec_dv(s);
+  /* Q_i (Br d), O_i (Br d_v), K_j (Bc d), V_j (Bc d_v), S_ij (Br Bc) */
+  if (s->algo == ATTN_ALGO_FLASH) return (double)(s->br + s->bc) * (d + dv) + (double)s->br * s->bc;
   if (s->algo == ATTN_ALGO_SMALLCACHE) {
     double t = s->tile > 0 ? s->tile : s->br;
     return 3.0 * t * t + 2.0 * s->br; /* Q|P tile, K|V tile, accumulator; m and l of the block's rows */
   }
   double r = (double)attn_io_rank(s);
-  return r * (d + 1) + (double)s->bc * r + r + d; /* state KV|z, a key block's features, phi(q), a numerator */
+  return r * (dv + 1) + (double)s->bc * r + r + dv; /* state KV|z, a key block's features, phi(q), a numerator */
 }
 
-double attn_io_bound_theory(double n, double d, double M) {
-  double a = n * n * d * d / M, b = n * n * d / sqrt(M);
+double attn_io_bound_theory(double n, double d, double dv, double M) {
+  /* with d != d_v, the bound of the smaller: padding it with zeros to the other solves the smaller problem */
+  const double m = dv > 0 && dv < d ? dv : d;
+  double a = n * n * m * m / M, b = n * n * m / sqrt(M);
   return a < b ? a : b;
 }
 
-double attn_io_lower_bound(double n, double d, double M) {
-  double t = attn_io_bound_theory(n, d, M), f = 4.0 * n * d;
+double attn_io_floor(double n, double d, double dv) { return 2.0 * n * (d + (dv > 0 ? dv : d)); }
+
+double attn_io_lower_bound(double n, double d, double dv, double M) {
+  double t = attn_io_bound_theory(n, d, dv, M), f = attn_io_floor(n, d, dv);
   return t > f ? t : f;
 }
 
 int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen) {
-  const long d = s->d;
+  const long d = s->d, w = d + attn_spec_dv(s); /* a row of Q and O, or of K and V */
   if (s->algo == ATTN_ALGO_FLASH) {
     /* transfers depend on Br only (K, V read once per query block): the largest Br with Bc = 1, then the
      * largest Bc (at most 128) that keeps it */
-    double need = 4.0 * d + 1;
+    double need = 2.0 * w + 1;
     if (M < need) {
-      snprintf(err, errlen, "M=%.0f is too small: flash needs at least %.0f (2 Br d + 2 Bc d + Br Bc, Br = Bc = 1)",
-               M, need);
+      snprintf(err, errlen,
+               "M=%.0f is too small: flash needs at least %.0f ((Br + Bc)(d + d_v) + Br Bc, Br = Bc = 1)", M, need);
       return ATTN_EINVAL;
     }
-    long br = (long)((M - 2.0 * d) / (2.0 * d + 1));
+    long br = (long)((M - (double)w) / ((double)w + 1));
     br = lmin(lmin(br, n > 0 ? n : 1), 1024);
     long bc = 1;
-    while (bc < 128 && bc < n && 2.0 * br * d + 2.0 * (bc + 1) * d + (double)br * (bc + 1) <= M) bc++;
+    while (bc < 128 && bc < n && (double)(br + bc + 1) * w + (double)br * (bc + 1) <= M) bc++;
     s->br = (int)br;
     s->bc = (int)bc;
     s->tile = 0;
@@ -141,7 +147,7 @@ int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen) {
     s->bc = 1;
     double need = attn_io_fast_need(s);
     if (M < need) {
-      snprintf(err, errlen, "M=%.0f is too small: lowrank needs at least %.0f (r (d+1) + 2 r + d with r=%ld)", M,
+      snprintf(err, errlen, "M=%.0f is too small: lowrank needs at least %.0f (r (d_v+1) + 2 r + d_v with r=%ld)", M,
                need, r);
       return ATTN_EINVAL;
     }
@@ -166,6 +172,7 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   p.n = (int)n;
   p.n_kv = (int)(n_kv > 0 ? n_kv : n);
   p.d = s->d;
+  p.d_v = attn_spec_dv(s);
   p.dtype = s->dtype;
   p.causal = s->causal;
   p.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0; /* lowrank's error is measured here, not required */
@@ -173,20 +180,25 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   int rc = attn_plan_create_spec(rt, &p, s, 1, "io", &plan);
   if (rc != ATTN_OK) return rc;
   const size_t nq = (size_t)n * (size_t)s->d, nk = (size_t)p.n_kv * (size_t)s->d;
-  float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
-  float *o = malloc(nq * sizeof *o);
-  double *ref = relerr ? malloc(nq * sizeof *ref) : NULL;
+  const size_t nv = (size_t)p.n_kv * (size_t)p.d_v, no = (size_t)n * (size_t)p.d_v;
+  float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nv * sizeof *v);
+  float *o = malloc(no * sizeof *o);
+  double *ref = relerr ? malloc(no * sizeof *ref) : NULL;
   if (!q || !k || !v || !o || (relerr && !ref)) {
     rc = attn_fail(rt, ATTN_ENOMEM, "out of memory for n=%ld d=%d", n, s->d);
   } else {
     attn_fill_random(q, nq, 11);
     attn_fill_random(k, nk, 12);
-    attn_fill_random(v, nk, 13);
-    attn_poison(o, nq);
+    attn_fill_random(v, nv, 13);
+    /* a half dtype: the reference sees the rounded inputs the kernel reads */
+    attn_round_dtype(p.dtype, q, nq);
+    attn_round_dtype(p.dtype, k, nk);
+    attn_round_dtype(p.dtype, v, nv);
+    attn_poison(o, no);
     rc = attn_plan_run_f32(plan, q, k, v, o, io, NULL);
     if (rc == ATTN_OK && relerr) {
       attn_reference(&plan->p, q, k, v, ref);
-      *relerr = attn_rel_error(ref, o, nq);
+      *relerr = attn_rel_error(ref, o, no);
     }
   }
   free(q);

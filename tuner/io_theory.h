@@ -16,17 +16,20 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
 /* Feature-map rank of a lowrank spec (Taylor: C(d+g, g); random: rank); -1 when too large. */
 long attn_io_rank(const attn_spec *s);
 
-/* Fast-memory entries a configuration needs: flash 2 Br d + 2 Bc d + Br Bc; smallcache 4 T^2 (three T x T tiles
- * plus the row statistics, T >= Br... see io.md); lowrank r (d+1) + Bc r + r + d. */
+/* Fast-memory entries a configuration needs: flash (Br + Bc)(d + d_v) + Br Bc; smallcache 3 T^2 + 2 Br (three T x T
+ * tiles plus the row statistics, see io.md); lowrank r (d_v+1) + Bc r + r + d_v. */
 double attn_io_fast_need(const attn_spec *s);
 
-/* Saha & Ye's lower bound for exact attention, min(n^2 d^2 / M, n^2 d / sqrt(M)), and the floor 4 n d. */
-double attn_io_bound_theory(double n, double d, double M);
-double attn_io_lower_bound(double n, double d, double M); /* max of the two above */
+/* Saha & Ye's lower bound for exact attention, min(n^2 m^2 / M, n^2 m / sqrt(M)) with m = min(d, d_v) (dv <= 0:
+ * d_v = d), and the floor 2 n (d + d_v): Q, K, V read and O written once (4 n d when d_v = d). */
+double attn_io_bound_theory(double n, double d, double dv, double M);
+double attn_io_floor(double n, double d, double dv);
+double attn_io_lower_bound(double n, double d, double dv, double M); /* max of the two above */
 
-/* Tiles minimising transfers within M for (algo, d, n): flash maximises Br (then Bc) under 2 Br d + 2 Bc d + Br Bc
- * <= M; smallcache T = Br = floor(sqrt(M/4)); lowrank the largest Bc whose state fits. Fields already set in *s
- * (feature, degree, rank, causal) are kept. ATTN_EINVAL with "M=... is too small: <algo> needs at least ..." */
+/* Tiles minimising transfers within M for (algo, d, d_v, n): flash maximises Br (then Bc) under
+ * (Br + Bc)(d + d_v) + Br Bc <= M; smallcache T = Br = floor(sqrt(M/4)); lowrank the largest Bc whose state fits.
+ * Fields already set in *s (feature, degree, rank, causal, dv) are kept. ATTN_EINVAL with "M=... is too small:
+ * <algo> needs at least ..." */
 int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen);
 
 /* Runs the counting build of spec s once on random inputs (batch = heads = 1, n_kv = n unless given): entries read

@@ -373,13 +373,15 @@ static int l_best(lua_State *L) {
 
 static int l_problem(lua_State *L) {
   const attn_space_opts *o = &host(L)->t->space->o;
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, attn_target_name(o->target));
   lua_setfield(L, -2, "target");
   lua_pushstring(L, attn_dtype_name(o->dtype));
   lua_setfield(L, -2, "dtype");
   lua_pushinteger(L, o->d);
   lua_setfield(L, -2, "d");
+  lua_pushinteger(L, o->dv > 0 ? o->dv : o->d);
+  lua_setfield(L, -2, "d_v");
   lua_pushboolean(L, o->causal);
   lua_setfield(L, -2, "causal");
   lua_pushnumber(L, o->tolerance);

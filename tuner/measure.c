@@ -41,8 +41,9 @@ int attn_meas_init(attn_meas_ctx *c, attn_runtime *rt, const attn_problem *p, in
   const attn_problem *q = &c->p;
   c->q_count = (size_t)q->batch * q->heads * q->n * q->d;
   c->kv_count = (size_t)q->batch * q->heads_kv * q->n_kv * q->d;
-  c->o_count = c->q_count;
-  c->set_count = c->q_count + 2 * c->kv_count;
+  c->v_count = (size_t)q->batch * q->heads_kv * q->n_kv * q->d_v;
+  c->o_count = (size_t)q->batch * q->heads * q->n * q->d_v;
+  c->set_count = c->q_count + c->kv_count + c->v_count;
   c->check_rows = q->n > CHECK_ALL_UP_TO ? CHECK_ROWS : q->n;
   return ATTN_OK;
 }
@@ -55,27 +56,62 @@ int attn_meas_cold_sets(double set_bytes) {
   return sets < 2 ? 2 : (int)sets;
 }
 
+/* x converted to a half dtype (f16 or bf16) into dst. */
+static void to_half(attn_dtype t, const float *x, size_t count, unsigned short *dst) {
+  for (size_t j = 0; j < count; j++) dst[j] = t == ATTN_F16 ? attn_f32_to_f16(x[j]) : attn_f32_to_bf16(x[j]);
+}
+
 static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (c->arena) return ATTN_OK;
   const attn_problem *q = &c->p;
-  const double set_bytes = 4.0 * (double)c->set_count;
-  /* on CUDA the timed sets live on the device */
-  const int sets = c->rt->target == ATTN_TARGET_CUDA ? 1 : attn_meas_cold_sets(set_bytes);
+  const int cuda = c->rt->target == ATTN_TARGET_CUDA, half = q->dtype != ATTN_F32;
+  const size_t es = attn_dtype_size(q->dtype);
+  const double set_bytes = (double)es * (double)c->set_count;
+  /* on CUDA the timed sets live on the device; a half dtype on the CPU times sets of its own dtype, so the fp32
+   * arena holds the checked set only */
+  const int sets = cuda ? 1 : attn_meas_cold_sets(set_bytes);
   c->sets = sets;
-  c->arena = malloc((size_t)c->sets * c->set_count * sizeof(float));
+  const int fsets = half ? 1 : sets;
+  c->arena = malloc((size_t)fsets * c->set_count * sizeof(float));
   c->out = malloc(c->o_count * sizeof(float));
-  if (!c->arena || !c->out) {
+  int ok = c->arena && c->out;
+  if (ok && half && !cuda) {
+    c->karena = malloc((size_t)sets * c->set_count * es);
+    c->kout = malloc(c->o_count * es);
+    ok = c->karena && c->kout;
+  }
+  float *tmp = ok && half && !cuda && sets > 1 ? malloc(c->set_count * sizeof(float)) : NULL;
+  if (!ok || (half && !cuda && sets > 1 && !tmp)) {
     free(c->arena);
     free(c->out);
+    free(c->karena);
+    free(c->kout);
+    free(tmp);
     c->arena = NULL;
     c->out = NULL;
+    c->karena = c->kout = NULL;
     snprintf(err, errlen, "out of memory for %d input sets of %.1f MiB", sets, set_bytes / 1048576.0);
     return ATTN_ENOMEM;
   }
   /* Fresh inputs: a seed per set, different per problem shape. */
-  unsigned long long seed = 0x9e3779b97f4a7c15ULL ^ ((unsigned long long)q->n << 32) ^ ((unsigned long long)q->d << 16);
-  for (int i = 0; i < c->sets; i++)
+  unsigned long long seed = 0x9e3779b97f4a7c15ULL ^ ((unsigned long long)q->n << 32) ^
+                            ((unsigned long long)q->d << 16) ^ (q->d_v != q->d ? (unsigned long long)q->d_v << 4 : 0);
+  for (int i = 0; i < fsets; i++)
     attn_fill_random(c->arena + (size_t)i * c->set_count, c->set_count, seed + (unsigned long long)i * 7919);
+  /* the reference is computed on the inputs a half-precision kernel really reads */
+  if (half) attn_round_dtype(q->dtype, c->arena, c->set_count);
+  if (half && !cuda) {
+    /* converted once per set: the timed runs never pay for a conversion */
+    to_half(q->dtype, c->arena, c->set_count, c->karena);
+    for (int i = 1; i < sets; i++) {
+      attn_fill_random(tmp, c->set_count, seed + (unsigned long long)i * 7919);
+      to_half(q->dtype, tmp, c->set_count, (unsigned short *)c->karena + (size_t)i * c->set_count);
+    }
+  } else if (!cuda) {
+    c->karena = c->arena;
+    c->kout = c->out;
+  }
+  free(tmp);
   c->next_set = 1;
   return ATTN_OK;
 }
@@ -87,6 +123,9 @@ void attn_meas_free(attn_meas_ctx *c) {
     attn_cuda_free(c->rt, c->dev_out);
   }
   c->dev_arena = c->dev_out = NULL;
+  if (c->karena != c->arena) free(c->karena);
+  if (c->kout != c->out) free(c->kout);
+  c->karena = c->kout = NULL;
   free(c->arena);
   free(c->out);
   free(c->ref);
@@ -97,26 +136,30 @@ void attn_meas_free(attn_meas_ctx *c) {
   c->check_out = NULL;
 }
 
-static attn_kargs kargs(const attn_meas_ctx *c, int set);
-
-/* Copies the last check_rows rows of every (batch, head) of x ([b][h][n][d]) into dst ([b][h][check_rows][d]). */
-static void gather_rows(const attn_meas_ctx *c, const float *x, float *dst) {
+/* Copies the last check_rows rows of every (batch, head) of x ([b][h][n][w]) into dst ([b][h][check_rows][w]). */
+static void gather_rows(const attn_meas_ctx *c, const float *x, size_t w, float *dst) {
   const attn_problem *p = &c->p;
-  const size_t rows = (size_t)c->check_rows, d = (size_t)p->d, n = (size_t)p->n;
+  const size_t rows = (size_t)c->check_rows, n = (size_t)p->n;
   for (size_t bh = 0; bh < (size_t)p->batch * p->heads; bh++)
-    memcpy(dst + bh * rows * d, x + (bh * n + (n - rows)) * d, rows * d * sizeof(float));
+    memcpy(dst + bh * rows * w, x + (bh * n + (n - rows)) * w, rows * w * sizeof(float));
 }
 
+/* Entries of the checked output rows (d_v wide). */
 static size_t check_count(const attn_meas_ctx *c) {
-  return (size_t)c->p.batch * c->p.heads * c->check_rows * c->p.d;
+  return (size_t)c->p.batch * c->p.heads * c->check_rows * c->p.d_v;
 }
+
+/* The checked set's fp32 inputs (rounded through a half dtype). */
+static const float *set0_q(const attn_meas_ctx *c) { return c->arena; }
+static const float *set0_k(const attn_meas_ctx *c) { return c->arena + c->q_count; }
+static const float *set0_v(const attn_meas_ctx *c) { return c->arena + c->q_count + c->kv_count; }
 
 /* The fp64 reference of the checked rows of set 0. */
 static int make_reference(attn_meas_ctx *c) {
-  const size_t cnt = check_count(c);
+  const size_t cnt = check_count(c), qcnt = (size_t)c->p.batch * c->p.heads * c->check_rows * c->p.d;
   c->ref = malloc(cnt * sizeof(double));
   c->check_out = malloc(cnt * sizeof(float));
-  float *q = c->check_rows < c->p.n ? malloc(cnt * sizeof(float)) : NULL;
+  float *q = c->check_rows < c->p.n ? malloc(qcnt * sizeof(float)) : NULL;
   if (!c->ref || !c->check_out || (c->check_rows < c->p.n && !q)) {
     free(q);
     free(c->ref);
@@ -125,20 +168,22 @@ static int make_reference(attn_meas_ctx *c) {
     c->check_out = NULL;
     return ATTN_ENOMEM;
   }
-  attn_kargs a = kargs(c, 0);
   attn_problem sub = c->p;
   sub.n = c->check_rows;
-  if (q) gather_rows(c, a.q, q);
-  attn_reference(&sub, q ? q : a.q, a.k, a.v, c->ref);
+  if (q) gather_rows(c, set0_q(c), (size_t)c->p.d, q);
+  attn_reference(&sub, q ? q : set0_q(c), set0_k(c), set0_v(c), c->ref);
   free(q);
   return ATTN_OK;
 }
 
+/* A CPU run's arguments on input set `set`, in the kernel's dtype. */
 static attn_kargs kargs(const attn_meas_ctx *c, int set) {
-  const float *b = c->arena + (size_t)set * c->set_count;
+  const size_t es = attn_dtype_size(c->p.dtype);
+  const char *b = (const char *)c->karena + (size_t)set * c->set_count * es;
   const attn_problem *p = &c->p;
-  attn_kargs a = {.q = b, .k = b + c->q_count, .v = b + c->q_count + c->kv_count, .o = c->out, .batch = p->batch,
-                  .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
+  attn_kargs a = {.q = b, .k = b + c->q_count * es, .v = b + (c->q_count + c->kv_count) * es, .o = c->kout,
+                  .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv,
+                  .scale = p->scale};
   return a;
 }
 
@@ -301,15 +346,14 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
     return;
   }
   /* Checked run, also the warm-up (compiled code paged in, scratch allocated). */
-  attn_kargs a = kargs(c, 0);
   attn_poison(c->out, c->o_count);
-  rc = attn_plan_run_f32(plan, a.q, a.k, a.v, c->out, NULL, NULL);
+  rc = attn_plan_run_f32(plan, set0_q(c), set0_k(c), set0_v(c), c->out, NULL, NULL);
   if (rc != ATTN_OK) {
     set_status(r, "error", attn_last_error(rt));
     attn_plan_destroy(plan);
     return;
   }
-  gather_rows(c, c->out, c->check_out);
+  gather_rows(c, c->out, (size_t)c->p.d_v, c->check_out);
   r->error = attn_rel_error(c->ref, c->check_out, check_count(c));
   const int exact = s->algo != ATTN_ALGO_LOWRANK;
   const int wrong = !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0));
@@ -330,8 +374,7 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   attn_plan *counting = NULL;
   if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
     attn_io io = {0, 0};
-    a = kargs(c, 0);
-    if (attn_plan_run_f32(counting, a.q, a.k, a.v, c->out, &io, NULL) == ATTN_OK) {
+    if (attn_plan_run_f32(counting, set0_q(c), set0_k(c), set0_v(c), c->out, &io, NULL) == ATTN_OK) {
       r->reads = io.reads;
       r->writes = io.writes;
       r->have_io = 1;

@@ -21,10 +21,15 @@ typedef struct attn_meas_ctx {
   double load;                 /* other processes' CPU use (cores) over the latest window of >= 0.25 s; -1 unknown */
   double load_t0;              /* that window's start */
   attn_load_probe load_probe;
-  size_t q_count, kv_count, o_count, set_count; /* floats per tensor, per input set (q, k, v) */
-  float *arena;                /* sets of inputs, set 0 is the checked one */
+  size_t q_count, kv_count, o_count, set_count; /* elements per tensor (kv_count: K), per input set (q, k, v) */
+  size_t v_count;              /* elements of V: n_kv x d_v per head (d_v may differ from d) */
+  float *arena;                /* fp32 input sets, set 0 is the checked one (a half dtype: set 0 only, rounded
+                                * through the dtype, so that the reference sees the inputs the kernel sees) */
   int sets, next_set;
-  float *out;
+  float *out;                  /* fp32 output of the checked run */
+  /* The timed CPU runs' inputs and output in the kernel's dtype: arena and out themselves for f32; for f16/bf16
+   * every set converted once (set 0 from the rounded fp32 set) */
+  void *karena, *kout;
   double *ref;                 /* fp64 reference for set 0 (the checked rows), made on first use */
   int check_rows;              /* the last check_rows query rows of each head are checked (all when n is small) */
   float *check_out;            /* those rows of the output, gathered */

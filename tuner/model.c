@@ -127,13 +127,15 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   attn_problem p = *prob;
   if (p.n_kv == 0) p.n_kv = p.n;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
-  if (p.batch < 1 || p.heads < 1 || p.n < 1 || p.n_kv < 1 || p.d != s->d || s->br < 1 || s->bc < 1 ||
-      p.heads_kv < 1 || p.heads % p.heads_kv) {
-    snprintf(err, errlen, "problem batch=%d heads=%d n=%d n_kv=%d d=%d does not fit spec d=%d", p.batch, p.heads,
-             p.n, p.n_kv, p.d, s->d);
+  if (p.d_v == 0) p.d_v = p.d;
+  if (p.batch < 1 || p.heads < 1 || p.n < 1 || p.n_kv < 1 || p.d != s->d || p.d_v != attn_spec_dv(s) || s->br < 1 ||
+      s->bc < 1 || p.heads_kv < 1 || p.heads % p.heads_kv) {
+    snprintf(err, errlen, "problem batch=%d heads=%d n=%d n_kv=%d d=%d d_v=%d does not fit spec d=%d d_v=%d",
+             p.batch, p.heads, p.n, p.n_kv, p.d, p.d_v, s->d, attn_spec_dv(s));
     return ATTN_EINVAL;
   }
-  const double bh = (double)p.batch * p.heads, n = p.n, n_kv = p.n_kv, d = p.d;
+  /* Q K^T is d deep, P V d_v wide; Q, K rows are d and V, O rows d_v entries */
+  const double bh = (double)p.batch * p.heads, n = p.n, n_kv = p.n_kv, d = p.d, dv = p.d_v;
   const double esize = (double)attn_dtype_size(s->dtype);
   /* One head's transfers, scaled by batch*heads in double: the closed form is linear in bh, and one head's count
    * stays below 2^64 up to n = 2^31 for the usual tiles, while the total passes 2^64 from n = 2^29 at 32 heads. The
@@ -147,7 +149,7 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   if (__builtin_mul_overflow(rd1, ubh, &out->reads)) out->reads = ULLONG_MAX;
   if (__builtin_mul_overflow(wr1, ubh, &out->writes)) out->writes = ULLONG_MAX;
   const double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
-  out->flops = 4.0 * d * pairs(p.causal, n, n_kv) * bh;
+  out->flops = 2.0 * (d + dv) * pairs(p.causal, n, n_kv) * bh;
 
   /* Occupancy: the compiled kernel's registers and static shared memory when known. */
   const int threads = 32 * (s->warps > 0 ? s->warps : 4);
@@ -188,11 +190,11 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   /* Memory: every entry of the closed form through L2; DRAM sees each input once, O once, and the re-reads of K, V
    * that the K/V of the heads in flight push out of L2. */
   const double group = (double)p.heads / p.heads_kv;
-  const double compulsory = (bh * 2.0 * n * d + (bh / group) * 2.0 * n_kv * d) * esize;
+  const double compulsory = (bh * n * (d + dv) + (bh / group) * n_kv * (d + dv)) * esize;
   const double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
   const double in_flight = fmin(blocks, (double)slots);
   const double heads_in_flight = fmin(bh, ceil(in_flight / nqb) + 1);
-  out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * 2.0 * n_kv * d * esize;
+  out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * n_kv * (d + dv) * esize;
   const double l2 = L2_USABLE * g->l2_mb * 1048576.0;
   const double hit = out->l2_resident_bytes <= l2 ? 1.0 : l2 / out->l2_resident_bytes;
   const double bw = g->bandwidth_tbs * 1e12;
@@ -238,7 +240,7 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
     double flops = out->flops * 1.1;
     if (s->algo == ATTN_ALGO_LOWRANK) {
       const double r = (double)attn_io_rank(s);
-      flops = bh * (2.0 * n_kv * r * (d + 1) + 2.0 * n * r * (d + 1) + (n + n_kv) * r * d * 2.0);
+      flops = bh * (2.0 * n_kv * r * (dv + 1) + 2.0 * n * r * (dv + 1) + (n + n_kv) * r * d * 2.0);
     }
     const double rate = (s->dtype == ATTN_F32 ? g->fp32_flops_clk_sm : g->mma_flops_clk_sm) * clk * g->sms;
     const double eff = 0.35 * (s->stages > 1 ? 1.0 : 0.8) * (0.6 + 0.4 * clamp01(bps * threads / 32.0 / 8.0));

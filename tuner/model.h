@@ -12,7 +12,7 @@
 
 typedef struct attn_model_result {
   double time_ms;
-  double flops;                       /* useful FLOPs (4 n n_kv d per head, causal: visible pairs only) */
+  double flops;                       /* useful FLOPs (2 n n_kv (d + d_v) per head, causal: visible pairs only) */
   unsigned long long reads, writes;   /* entries, from the kernel's closed form */
   double t_compute_ms, t_memory_ms, t_overhead_ms;
   int blocks, blocks_per_sm, waves;

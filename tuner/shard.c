@@ -36,9 +36,10 @@ int attn_shard_parse(const char *s, int *k, int *n, char *err, size_t errlen) {
   return 0;
 }
 
-double attn_shard_cost(int n, int n_kv, int d, int causal) {
-  /* 2^26: the work of an n = n_kv = 1024, d = 64 problem, about what compiling and checking its candidates costs */
-  return (double)n * n_kv * d * (causal ? 0.5 : 1.0) + 67108864.0;
+double attn_shard_cost(int n, int n_kv, int d, int dv, int causal) {
+  /* 2^26: the work of an n = n_kv = 1024, d = 64 problem, about what compiling and checking its candidates costs;
+   * Q K^T is d deep and P V d_v wide (dv 0: d) */
+  return (double)n * n_kv * (d + (dv > 0 ? dv : d)) * 0.5 * (causal ? 0.5 : 1.0) + 67108864.0;
 }
 
 int attn_shard_assign(const double *cost, int count, int n, int *owner) {

@@ -19,6 +19,6 @@ int attn_shard_assign(const double *cost, int count, int n, int *owner);
 
 /* The cost estimate attn_shard_assign balances: the problem's attention work plus a fixed share for compiling and
  * checking its configurations. */
-double attn_shard_cost(int n, int n_kv, int d, int causal);
+double attn_shard_cost(int n, int n_kv, int d, int dv, int causal); /* dv 0: d_v = d */
 
 #endif

@@ -1,4 +1,4 @@
-/* space.c: the search space per (target, dtype, d, causal, algorithms) and its constraints. Every point is checked
+/* space.c: the search space per (target, dtype, d, d_v, causal, algorithms) and its constraints. Every point is checked
  * against the device's fast memory, its registers (the compiled kernel's own where the caller can read them, else an
  * estimate) and the templates' divisibility rules. */
 #include "space.h"
@@ -144,10 +144,12 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     snprintf(why, len, "%s", err);
     return -1;
   }
-  if (c->target != o->target || c->d != o->d || c->causal != o->causal || c->dtype != o->dtype) {
-    snprintf(why, len, "configuration is for %s %s d=%d causal=%d, the space for %s %s d=%d causal=%d",
-             attn_target_name(c->target), attn_dtype_name(c->dtype), c->d, c->causal, attn_target_name(o->target),
-             attn_dtype_name(o->dtype), o->d, o->causal);
+  const int odv = o->dv > 0 ? o->dv : o->d;
+  if (c->target != o->target || c->d != o->d || attn_spec_dv(c) != odv || c->causal != o->causal ||
+      c->dtype != o->dtype) {
+    snprintf(why, len, "configuration is for %s %s d=%d d_v=%d causal=%d, the space for %s %s d=%d d_v=%d causal=%d",
+             attn_target_name(c->target), attn_dtype_name(c->dtype), c->d, attn_spec_dv(c), c->causal,
+             attn_target_name(o->target), attn_dtype_name(o->dtype), o->d, odv, o->causal);
     return -1;
   }
   if (!(o->algos & ATTN_ALGO_BIT(c->algo))) {
@@ -188,13 +190,14 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
      * broadcast, with nr = 4 (32 vector registers, AVX-512) or 2 (16 registers), in the vector width -march gives */
     int regs = 0, vw = 1;
     if (c->algo == ATTN_ALGO_FLASH && c->unroll > 0) attn_cpu_vectors(c->d, &regs, &vw);
-    int nr = regs >= 32 ? 4 : 2, nrv = (c->br + vw - 1) / vw, ndv = c->d / vw;
+    /* P V's accumulators span d_v, in whole vectors (a tail of d_v is padded to one) */
+    int nr = regs >= 32 ? 4 : 2, nrv = (c->br + vw - 1) / vw, ndv = (attn_spec_dv(c) + vw - 1) / vw;
     int st = c->unroll * (nrv < nr ? nrv : nr) + (nrv < nr ? nrv : nr) + 1;
     int pv = c->unroll * (ndv < nr ? ndv : nr) + (ndv < nr ? ndv : nr) + 1;
     int need = st > pv ? st : pv;
     if (regs && need > regs) {
-      snprintf(why, len, "unroll=%d with Br=%d d=%d needs %d vector registers, this CPU has %d", c->unroll, c->br,
-               c->d, need, regs);
+      snprintf(why, len, "unroll=%d with Br=%d d_v=%d needs %d vector registers, this CPU has %d", c->unroll, c->br,
+               attn_spec_dv(c), need, regs);
       return -1;
     }
   } else {
@@ -279,18 +282,35 @@ static int consider(attn_space *sp, vec *v, const attn_spec *c) {
 
 #define LEN(a) (int)(sizeof(a) / sizeof((a)[0]))
 
+int attn_space_dims_ok(attn_target t, int d, int dv, char *why, size_t len) {
+  const int v = dv > 0 ? dv : d;
+  if (!attn_d_supported(t, d) || !attn_d_supported(t, v) || dv < 0) {
+    const int bad_d = !attn_d_supported(t, d);
+    snprintf(why, len, "%s=%d is not supported on %s: head dimensions must be in 1..%d", bad_d ? "d" : "d_v",
+             bad_d ? d : dv, attn_target_name(t), ATTN_MAX_D);
+    return -1;
+  }
+  if (t == ATTN_TARGET_CUDA && (d % 16 || d > 256 || v != d)) {
+    snprintf(why, len, "d=%d d_v=%d is not supported on cuda: d must be a multiple of 16 in 16..256, d_v = d", d, v);
+    return -1;
+  }
+  return 0;
+}
+
+/* A spec of the space's (d, d_v): dv stays 0 when d_v = d, so that the kernel's key is the one it always had. */
+static attn_spec base_spec(const attn_space_opts *o, attn_algo algo) {
+  attn_spec s = attn_spec_default(algo, o->target, o->dtype, o->d, o->causal);
+  s.dv = o->dv > 0 && o->dv != o->d ? o->dv : 0;
+  if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(s.arch, sizeof s.arch, "%s", o->arch);
+  return s;
+}
+
 int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t errlen) {
   memset(sp, 0, sizeof *sp);
   sp->o = *o;
-  if (!attn_d_supported(o->target, o->d)) {
-    snprintf(err, errlen, "d=%d is not supported on %s: d must be a multiple of %d in %d..256", o->d,
-             attn_target_name(o->target), o->target == ATTN_TARGET_CUDA ? 16 : 8,
-             o->target == ATTN_TARGET_CUDA ? 16 : 8);
-    return ATTN_EUNSUPPORTED;
-  }
+  if (attn_space_dims_ok(o->target, o->d, o->dv, err, errlen) != 0) return ATTN_EUNSUPPORTED;
   vec v = {0};
-  attn_spec base = attn_spec_default(ATTN_ALGO_FLASH, o->target, o->dtype, o->d, o->causal);
-  if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(base.arch, sizeof base.arch, "%s", o->arch);
+  attn_spec base = base_spec(o, ATTN_ALGO_FLASH);
   int rc = 0;
   if (o->target == ATTN_TARGET_CPU) {
     static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 5},
@@ -308,7 +328,7 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
       for (int a = 0; a < LEN(sbrs); a++)
         for (int t = 0; t < LEN(tiles) && !rc; t++) {
-          attn_spec c = attn_spec_default(ATTN_ALGO_SMALLCACHE, o->target, o->dtype, o->d, o->causal);
+          attn_spec c = base_spec(o, ATTN_ALGO_SMALLCACHE);
           c.br = sbrs[a], c.bc = sbrs[a], c.tile = tiles[t];
           rc = consider(sp, &v, &c);
         }
@@ -336,8 +356,7 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK) && o->tolerance > 0) {
     /* Random features of several ranks, and even-degree Taylor features (rank C(d+g, g), so only small d). */
     static const int ranks[] = {64, 128, 256, 512}, lbcs[] = {32, 64, 128}, degrees[] = {2, 4};
-    attn_spec lb = attn_spec_default(ATTN_ALGO_LOWRANK, o->target, o->dtype, o->d, o->causal);
-    if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(lb.arch, sizeof lb.arch, "%s", o->arch);
+    attn_spec lb = base_spec(o, ATTN_ALGO_LOWRANK);
     for (int b = 0; b < LEN(lbcs); b++) {
       for (int r = 0; r < LEN(ranks) && !rc; r++) {
         attn_spec c = lb;

@@ -1,4 +1,4 @@
-/* space.h: the tuner's search space for one (target, dtype, d, causal) and a set of algorithms: the grid of
+/* space.h: the tuner's search space for one (target, dtype, d, d_v, causal) and a set of algorithms: the grid of
  * tunables (Br, Bc, unroll and flash's split-K on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's
  * feature map, degree and rank) minus what the constraints rule out (fast-memory footprint against the device's fast
  * memory, registers and spills of the compiled kernel or their estimate, divisibility, the spec's own validity). */
@@ -37,6 +37,7 @@ typedef struct attn_space_opts {
    * it, admission rules out what really spills or does not fit; without it, attn_cuda_regs_estimate decides. */
   int (*resources)(void *ctx, const attn_spec *c, attn_kernel_res *out);
   void *resources_ctx;
+  int dv;                  /* head dimension of V and O; 0: same as d */
 } attn_space_opts;
 
 typedef struct attn_space {
@@ -46,6 +47,10 @@ typedef struct attn_space {
   int considered;          /* grid points before the constraints */
   char pruned_example[256];/* why the first pruned point was pruned ("" when none was) */
 } attn_space;
+
+/* 0 when (d, d_v) are head dimensions the target's templates take (CPU: each in 1..ATTN_MAX_D; CUDA: d a multiple of
+ * 16 in 16..256 and d_v = d); -1 with a one-line reason otherwise. dv 0 means d_v = d. */
+int attn_space_dims_ok(attn_target t, int d, int dv, char *why, size_t len);
 
 /* Builds the space; ATTN_OK even when it is empty (count 0, with pruned_example saying why). */
 int  attn_space_build(const attn_space_opts *o, attn_space *out, char *err, size_t errlen);
@@ -62,7 +67,7 @@ int attn_space_find(const attn_space *s, const attn_spec *c);
  * up or down among those in the space. Writes up to max indices; returns how many. */
 int attn_space_neighbours(const attn_space *s, int idx, int *out, int max);
 
-/* Fast-memory bytes a configuration needs (flash 2 Br d + 2 Bc d + Br Bc floats on the CPU; on CUDA the dynamic
+/* Fast-memory bytes a configuration needs (flash (Br + Bc)(d + d_v) + Br Bc floats on the CPU; on CUDA the dynamic
  * shared memory of templates/kernel_abi_cuda.h); shared by the constraints and the performance model. */
 double attn_space_fast_bytes(const attn_spec *c);
 

@@ -198,6 +198,7 @@ static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, c
   m->n = p->n;
   m->n_kv = p->n_kv ? p->n_kv : p->n;
   m->d = p->d;
+  m->d_v = p->d_v > 0 ? p->d_v : p->d;
   m->dtype = p->dtype;
   m->causal = p->causal;
   m->provenance = provenance;
