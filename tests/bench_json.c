@@ -1,5 +1,6 @@
 /* bench_json.c: `attntune bench` end to end: its JSON parses, carries every contract field, the plan's output agrees
- * with the OpenBLAS baseline (or the fp64 reference rows), and bad usage exits 2. argv[1]: the attntune binary;
+ * with the OpenBLAS baseline (or the fp64 reference rows), d_v != d and half precision on the CPU, and bad usage
+ * exits 2. argv[1]: the attntune binary;
  * argv[2]: a database path (need not exist). */
 #include "check.h"
 #include "run_cmd.h"
@@ -96,11 +97,40 @@ int main(int argc, char **argv) {
   json_decref(arr);
   free(out);
 
+  /* d_v != d and the half dtypes on the CPU: "d_v" and "dtype" in every row; a half plan agrees with the fp32
+   * baseline and the fp64 reference (both on the rounded inputs) within 1e-2 */
+  snprintf(cmd, sizeof cmd,
+           "'%s' bench --n 70 --d 24 --dv 40 --dtype f32,f16,bf16 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
+           argv[2]);
+  st = run_cmd(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == 3, "--dv --dtype: not a JSON array of 3 rows: %s", jerr.text);
+  static const char *const dts[] = {"f32", "f16", "bf16"};
+  for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && i < 3; i++) {
+    json_t *o = json_array_get(arr, i);
+    const char *dt = json_string_value(json_object_get(o, "dtype")), *plan = json_string_value(json_object_get(o, "plan"));
+    CHECK(json_integer_value(json_object_get(o, "d")) == 24 && json_integer_value(json_object_get(o, "d_v")) == 40,
+          "--dv row %zu: d, d_v", i);
+    CHECK(dt && strcmp(dt, dts[i]) == 0, "--dv row %zu: dtype %s, want %s", i, dt ? dt : "(null)", dts[i]);
+    CHECK(plan && strstr(plan, "d_v=40") && strstr(plan, dts[i]), "--dv row %zu: plan '%s'", i, plan ? plan : "");
+    const double tol = i == 0 ? 1e-5 : 1e-2;
+    json_t *ref = json_object_get(o, "ref_error"), *rel = json_object_get(o, "rel_error");
+    CHECK(json_is_number(ref) && json_number_value(ref) <= tol, "--dv row %zu: ref_error %g", i,
+          json_number_value(ref));
+    CHECK(json_is_number(rel) && json_number_value(rel) <= tol, "--dv row %zu: rel_error %g", i,
+          json_number_value(rel));
+    CHECK(json_number_value(json_object_get(o, "plan_ms")) > 0, "--dv row %zu: plan_ms", i);
+  }
+  json_decref(arr);
+  free(out);
+
   static const char *bad[] = {"--n 64..x --d 64", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
                               "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64",
                               "--n 1 --d 64 --split 0", "--n 1 --d 64 --split 65", "--n 1 --d 64 --n-kv x",
                               "--n 1 --d 64 --split 2 --target cuda", "--n 64 --d 64 --time-cap -1",
-                              "--n 64 --d 64 --time-cap x"};
+                              "--n 64 --d 64 --time-cap x", "--n 64 --d 577", "--n 64 --d 64 --dv 577",
+                              "--n 64 --d 64 --dv 0", "--n 64 --d 64 --dtype f8", "--n 64 --d 64 --dv 32 --target cuda"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     snprintf(cmd, sizeof cmd, "'%s' bench %s --db '%s' 2>/dev/null", argv[1], bad[i], argv[2]);
     st = run_cmd(cmd, NULL);

@@ -22,12 +22,15 @@ if(TARGET attntune)
       "io --algo flash --n 64 --d 64 --M 100"
       "io --algo smallcache --n 64 --d 64 --M 4"
       "io --algo lowrank --n 64 --d 64 --M 1000"
-      "io --algo flash --n 64 --d 12 --M 4096"
+      "io --algo flash --n 64 --d 577 --M 4096"
       "io --algo flash --d 64 --M 4096"
       "io --algo flash --n 64 --d 64"
       "io --algo flash --n 64 --d 64 --M -5"
       "io --algo lowrank --feature taylor --degree 3 --n 64 --d 8 --M 100000"
-      "io --algo flash --n 64 --d 64 --M 4096 --bogus 1")
+      "io --algo flash --n 64 --d 64 --M 4096 --bogus 1"
+      "io --algo flash --n 64 --d 0 --M 4096"
+      "io --algo flash --n 64 --d 64 --dv 577 --M 4096"
+      "io --algo flash --n 64 --d 64 --dv 0 --M 4096")
   set(i 0)
   foreach(args ${ATTN_IO_BAD})
     math(EXPR i "${i} + 1")
@@ -41,6 +44,10 @@ if(TARGET attntune)
   add_test(NAME io_cli_json COMMAND ${T} io --algo smallcache --n 100 --d 64 --M 1024 --json)
   set_tests_properties(io_cli_json PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
     PASS_REGULAR_EXPRESSION "\"algo\": \"smallcache\", \"n\": 100, \"d\": 64, \"M\": 1024, \"br\": 16, \"bc\": 16, \"reads\": [0-9]+, \"writes\": [0-9]+, \"formula\": [0-9]+, \"lower_bound\": [0-9]+")
+  # d_v != d: the closed form with d for Q K^T and d_v for P V and O, equal to the count, and "d_v" in the JSON
+  add_test(NAME io_cli_json_dv COMMAND ${T} io --algo flash --n 100 --d 32 --dv 48 --M 8192 --json)
+  set_tests_properties(io_cli_json_dv PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+    PASS_REGULAR_EXPRESSION "\"algo\": \"flash\", \"n\": 100, \"d\": 32, .*\"reads\": 11200, \"writes\": 4800, \"formula\": 16000, .*\"d_v\": 48}")
   add_test(NAME io_cli_text COMMAND ${T} io --algo flash --n 200 --d 32 --M 4096)
   set_tests_properties(io_cli_text PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
                        PASS_REGULAR_EXPRESSION "\\(equal\\)" FAIL_REGULAR_EXPRESSION "MISMATCH")

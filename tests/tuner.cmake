@@ -1,5 +1,5 @@
 # tuner: RANGE parsing, GPU table, search space, performance model (unit), and `attntune tune` end to end:
-# measured CPU rows used by the runtime, model rows for an absent GPU, bad input, Lua strategies (errors, runaway,
+# measured CPU rows used by the runtime (d_v != d and half precision too), model rows for an absent GPU, bad input, Lua strategies (errors, runaway,
 # nonsense, anneal, genetic), SIGINT and resume, parallel compiles. Kernels compile into a cache under the build tree.
 set(ATTN_TUNER_CACHE ${CMAKE_BINARY_DIR}/test-cache-tuner)
 file(MAKE_DIRECTORY ${ATTN_TUNER_CACHE})
@@ -18,7 +18,7 @@ set_tests_properties(tuner_plan_describe PROPERTIES LABELS tuner TIMEOUT 120
 if(TARGET attntune)
   foreach(c cpu model model_bound model_compiled unknown_gpu empty_space bad_args lua_error lua_runaway lua_nonsense anneal genetic sigint jobs verbs concurrent
           compile_error large_n decode env_retry remeasure lua_gc lua_xpcall lua_pattern lua_sigint
-          shard no_gpu gpu_alias help xdg io_svg doc_refs)
+          shard no_gpu gpu_alias help xdg io_svg doc_refs dv cpu_half)
     add_test(NAME tuner_cli_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tuner_cli.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/tuner-${c} $<TARGET_FILE:tuner_plan>)

@@ -30,6 +30,47 @@ cpu)  # measured rows, show prints them, the runtime uses them
   "$PLAN" "$W/x.db" 64 128 2 >"$out" 2>&1 || fail "plan is not tuned"
   grep -q "(tuned)" "$out" || fail "describe lacks (tuned)"
   ;;
+dv)  # d_v != d: rows keyed by d_v and served to d_v problems only; show, export and import carry d_v
+  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --time-cap 0.1 --db "$W/v.db" >"$out" 2>&1 || fail "tune exit $?"
+  grep -q "best n=128 d=64 d_v=128 f32 causal=0: flash d=64 d_v=128 " "$out" || fail "no best line with d_v"
+  n=$(rows "$W/v.db")
+  [ "$n" -ge 2 ] || fail "only $n rows"
+  [ "$(sqlite3 "$W/v.db" "SELECT COUNT(*) FROM measurements WHERE d_v = 128 AND status = 'ok'")" -eq "$n" ] ||
+    fail "rows without d_v 128, or not ok"
+  [ "$(sqlite3 "$W/v.db" "SELECT COUNT(*) FROM kernels WHERE spec NOT LIKE '% dv=128%'")" -eq 0 ] || fail "kernel keys"
+  "$PLAN" "$W/v.db" 64/128 128 2 >"$out" 2>&1 || fail "the d_v = 128 plan is not the tuned one (exit $?)"
+  "$PLAN" "$W/v.db" 64 128 2 >"$out" 2>&1
+  [ $? -eq 3 ] || fail "a d_v = d problem was served a d_v = 128 row, or failed"
+  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --time-cap 0.1 --db "$W/v.db" >"$out" 2>&1 || fail "rerun exit $?"
+  grep -q "(0 stored now" "$out" || fail "a rerun measured again"
+  "$T" show --db "$W/v.db" >"$out" 2>&1 || fail "show exit $?"
+  grep -q "d_v=128" "$out" || fail "show lacks d_v"
+  "$T" show --json --db "$W/v.db" >"$out" 2>&1 || fail "show --json exit $?"
+  grep -q '"d_v": 128' "$out" || fail "show --json lacks d_v"
+  "$T" export "$W/v.json" --db "$W/v.db" >"$out" 2>&1 || fail "export exit $?"
+  grep -q '"d_v": 128' "$W/v.json" || fail "export lacks d_v"
+  "$T" import "$W/v.json" --db "$W/w.db" >"$out" 2>&1 || fail "import exit $?"
+  [ "$(sqlite3 "$W/w.db" "SELECT COUNT(*) FROM measurements WHERE d_v = 128")" -eq "$n" ] || fail "import lost d_v"
+  # a row whose d_v contradicts its kernel's is refused, and nothing is imported
+  sed 's/"d_v": 128/"d_v": 96/' "$W/v.json" >"$W/bad.json"
+  "$T" import "$W/bad.json" --db "$W/x.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q '"d_v" 96 contradicts' "$out" || fail "a contradicting d_v was imported"
+  # the I/O closed form with d for Q K^T and d_v for P V, equal to the count
+  "$T" io --algo flash --n 100 --d 64 --dv 128 --M 20000 >"$out" 2>&1 || fail "io exit $?"
+  grep -q "d=64 d_v=128" "$out" && grep -q "(equal)" "$out" || fail "io with d_v"
+  ;;
+cpu_half)  # f16 and bf16 on the CPU, with odd head dimensions: rows ok (within 1e-2), and the runtime uses them
+  "$T" --gpu cpu --d 7 --dv 12 --dtype f16,bf16 --n 64 --budget 2 --time-cap 0.1 --db "$W/h.db" >"$out" 2>&1 ||
+    fail "tune exit $?"
+  for t in f16 bf16; do
+    grep -q "best n=64 d=7 d_v=12 $t causal=0: flash d=7 d_v=12 .* cpu $t" "$out" || fail "no best line for $t"
+  done
+  [ "$(sqlite3 "$W/h.db" "SELECT COUNT(*) FROM measurements WHERE status <> 'ok'")" -eq 0 ] || fail "rows not ok"
+  [ "$(sqlite3 "$W/h.db" "SELECT COUNT(DISTINCT dtype) FROM measurements")" -eq 2 ] || fail "not both dtypes"
+  for t in f16 bf16; do
+    "$PLAN" "$W/h.db" 7/12:$t 64 2 >"$out" 2>&1 || fail "the $t plan is not the tuned one (exit $?)"
+  done
+  ;;
 model)  # a GPU that is not here: model rows, said so
   "$T" --gpu A100 --d 64..256 --db "$W/y.db" >"$out" 2>&1 || fail "tune exit $?"
   grep -q "A100 is not present" "$out" || fail "no 'not present' line"
@@ -85,10 +126,11 @@ empty_space)
   grep -q "budget 0: nothing would be evaluated" "$out" || fail "budget 0 message"
   ;;
 bad_args)  # each exits 2 with one line
-  for args in "--d 64.." "--d a..b" "--d 256..64" "--d 64..256:0" "--d 12" "--d 64 --n 0" "--d 64 --algo nosuch" \
-              "--d 64 --algo lowrank" "--d 64 --dtype f16" "--d 64 --causal 2" "--d 64 --bogus" "--n 64" \
-              "--d 64 --strategy nosuch" "--d 64 --strategy $W/missing.lua" "--d 64 --tolerance -1" "--d 64 --jobs 0" \
-              "--d 64 --time-cap 0" "--d 64 --time-cap x" "--d 64 --n-kv 0"; do
+  for args in "--d 64.." "--d a..b" "--d 256..64" "--d 64..256:0" "--d 577" "--d 0" "--d 64 --n 0" \
+              "--d 64 --algo nosuch" "--d 64 --algo lowrank" "--d 64 --dtype f8" "--d 64 --causal 2" "--d 64 --bogus" \
+              "--n 64" "--d 64 --strategy nosuch" "--d 64 --strategy $W/missing.lua" "--d 64 --tolerance -1" \
+              "--d 64 --jobs 0" "--d 64 --time-cap 0" "--d 64 --time-cap x" "--d 64 --n-kv 0" "--d 64 --dv 577" \
+              "--d 64 --dv 0" "--d 64 --dv 64.." "--gpu A100 --d 64 --dv 128" "--gpu A100 --d 24"; do
     "$T" --gpu cpu $args --db "$W/b.db" >"$out" 2>&1
     rc=$?
     [ $rc -eq 2 ] || fail "'$args': exit $rc, want 2"

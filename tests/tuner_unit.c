@@ -194,6 +194,41 @@ static void test_space(void) {
   o.tolerance = 0.1;
   CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK && sp.count > 0, "lowrank with tolerance");
   attn_space_free(&sp);
+  /* d_v != d and odd head dimensions, half dtypes on the CPU: every point carries the space's d_v (dv 0 when it is
+   * d: the key of before), and fast memory counts d_v for V and O */
+  {
+    static const int dims[][2] = {{64, 128}, {7, 13}, {576, 512}, {1, 1}, {33, 33}};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+      for (int t = ATTN_F32; t <= ATTN_BF16; t++) {
+        attn_space_opts v = {.target = ATTN_TARGET_CPU, .dtype = (attn_dtype)t, .d = dims[k][0], .dv = dims[k][1],
+                             .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH) | ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE),
+                             .fast_mem_bytes = 2 << 20};
+        attn_space vs;
+        CHECK(attn_space_build(&v, &vs, err, sizeof err) == ATTN_OK && vs.count > 0, "d=%d d_v=%d %s: %d points (%s)",
+              dims[k][0], dims[k][1], attn_dtype_name((attn_dtype)t), vs.count, vs.pruned_example);
+        for (int i = 0; i < vs.count; i++) {
+          CHECK(attn_spec_dv(&vs.cfg[i]) == dims[k][1] && vs.cfg[i].dtype == (attn_dtype)t, "point %d: d_v %d", i,
+                attn_spec_dv(&vs.cfg[i]));
+          CHECK((dims[k][0] == dims[k][1]) == (vs.cfg[i].dv == 0), "point %d: dv %d for d=%d d_v=%d", i,
+                vs.cfg[i].dv, dims[k][0], dims[k][1]);
+        }
+        attn_space_free(&vs);
+      }
+    attn_spec a = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0), b = a;
+    b.dv = 128;
+    CHECK(attn_space_fast_bytes(&b) - attn_space_fast_bytes(&a) == 4.0 * 64 * (a.br + a.bc),
+          "fast memory: V and O rows of d_v");
+    attn_space_opts v = o;
+    v.dv = 128;
+    char why[256];
+    CHECK(attn_space_admit(&v, &a, why, sizeof why) != 0 && strstr(why, "d_v=64"), "a d_v = d point in a d_v = 128 "
+          "space: %s", why);
+    CHECK(attn_space_dims_ok(ATTN_TARGET_CPU, 577, 0, why, sizeof why) != 0 && strstr(why, "d=577"), "d 577: %s", why);
+    CHECK(attn_space_dims_ok(ATTN_TARGET_CPU, 64, 600, why, sizeof why) != 0 && strstr(why, "d_v=600"), "d_v: %s", why);
+    CHECK(attn_space_dims_ok(ATTN_TARGET_CUDA, 64, 128, why, sizeof why) != 0 && strstr(why, "d_v = d"), "cuda: %s",
+          why);
+    CHECK(attn_space_dims_ok(ATTN_TARGET_CPU, 1, 576, why, sizeof why) == 0, "d 1 d_v 576: %s", why);
+  }
   /* CUDA: f32 flash at d=256 does not fit an L4's 99 KiB per block; f16 does */
   const attn_gpu *l4 = attn_gpu_find("L4", err, sizeof err);
   attn_space_opts g = {.target = ATTN_TARGET_CUDA, .dtype = ATTN_F32, .d = 256,

@@ -4,11 +4,13 @@ from the database (`attntune tune`), else a default one, checked against fp64 wh
     import numpy as np, attntune
     o = attntune.attention(q, k, v, causal=True)
 
-The layouts are attn.h's: q and the result [batch][heads][n][d], k and v [batch][heads_kv][n_kv][d], C-contiguous
-(other strides are copied). 2-D (n, d) and 3-D (heads, n, d) arrays are taken as batch 1 and heads 1. heads_kv must
+The layouts are attn.h's: q [batch][heads][n][d], k [batch][heads_kv][n_kv][d], v [batch][heads_kv][n_kv][d_v] and
+the result [batch][heads][n][d_v], C-contiguous (other strides are copied); d_v, v's last dimension, may differ from d
+(each in 1..576 on the CPU). 2-D (n, d) and 3-D (heads, n, d) arrays are taken as batch 1 and heads 1. heads_kv must
 divide heads (grouped-query attention); n_kv may differ from n (causal is then bottom-right aligned: query i sees the
-keys j <= i + n_kv - n). NumPy arrays and PyTorch CPU tensors run on the CPU (float32); PyTorch CUDA tensors run on
-the GPU by device pointer (float16, bfloat16, float32) when libattn's CUDA target opens. Everything libattn refuses
+keys j <= i + n_kv - n). NumPy arrays (float32, float16) and PyTorch CPU tensors (float32, float16, bfloat16) run on
+the CPU; PyTorch CUDA tensors run on the GPU by device pointer (float16, bfloat16, float32) when libattn's CUDA target
+opens. The result has the inputs' dtype. Everything libattn refuses
 raises attntune.Error, whose .code is the C API's code (EINVAL, EUNSUPPORTED, ...) and whose message is
 attn_last_error's; shapes that do not fit together raise it too, with EINVAL. Inputs of another type or dtype raise
 TypeError. There is no autograd: torch tensors are read detached.
@@ -50,11 +52,11 @@ class Error(Exception):
 
 
 class _Problem(ctypes.Structure):
-    # attn.h: attn_problem
+    # attn.h: attn_problem, field for field (d_v, appended last there, is last here)
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("n", ctypes.c_int), ("d", ctypes.c_int),
                 ("n_kv", ctypes.c_int), ("heads_kv", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("tolerance", ctypes.c_double),
-                ("algo", ctypes.c_int)]
+                ("algo", ctypes.c_int), ("d_v", ctypes.c_int)]
 
 
 def library_path():
@@ -175,11 +177,14 @@ def _problem(q, k, v, causal, scale, algo, tolerance):
                     % (len(q.shape), len(k.shape), len(v.shape)))
     b, h, n, d = _dims("q", q.shape)
     bk, hk, nk, dk = _dims("k", k.shape)
-    if tuple(k.shape) != tuple(v.shape):
-        raise Error(EINVAL, "k has shape %s and v %s: they must be the same" % (tuple(k.shape), tuple(v.shape)))
+    dv = _dims("v", v.shape)[3]
+    if tuple(k.shape[:-1]) != tuple(v.shape[:-1]):
+        raise Error(EINVAL, "k has shape %s and v %s: they must be the same but for the last dimension (d_v)"
+                    % (tuple(k.shape), tuple(v.shape)))
     if bk != b or dk != d:
         raise Error(EINVAL, "q has shape %s and k %s: batch and d must be the same (layout: q [batch][heads][n][d], "
-                    "k and v [batch][heads_kv][n_kv][d])" % (tuple(q.shape), tuple(k.shape)))
+                    "k [batch][heads_kv][n_kv][d], v [batch][heads_kv][n_kv][d_v])" % (tuple(q.shape),
+                                                                                      tuple(k.shape)))
     if algo not in _ALGOS:
         raise Error(EINVAL, "algo=%r: expected one of %s" % (algo, ", ".join(_ALGOS)))
     if scale is not None:
@@ -188,7 +193,12 @@ def _problem(q, k, v, causal, scale, algo, tolerance):
             raise Error(EINVAL, "scale=%r: must be finite and non-zero (None: 1/sqrt(d))" % scale)
     # an empty axis is passed on as 0 rows: libattn's own check refuses it with its message
     return _Problem(batch=b, heads=h, n=n, d=d, n_kv=nk, heads_kv=hk, causal=1 if causal else 0,
-                    scale=scale or 0.0, tolerance=float(tolerance), algo=_ALGOS[algo])
+                    scale=scale or 0.0, tolerance=float(tolerance), algo=_ALGOS[algo], d_v=dv)
+
+
+def _out_shape(q, v):
+    """The result's shape: q's with v's last dimension (d_v)."""
+    return tuple(q.shape[:-1]) + (v.shape[-1],)
 
 
 _NP_DTYPES = {np.dtype(np.float32): _F32, np.dtype(np.float16): _F16}
@@ -200,12 +210,12 @@ def _numpy_args(q, k, v):
             raise TypeError("%s is a %s: expected numpy arrays or torch tensors, all three of one kind"
                             % (name, type(x).__name__))
         if x.dtype not in _NP_DTYPES:
-            raise TypeError("%s has dtype %s: libattn takes float32 on the CPU (float16/bfloat16 on CUDA); "
-                            "convert with %s.astype(numpy.float32)" % (name, x.dtype, name))
+            raise TypeError("%s has dtype %s: libattn takes float32 or float16 arrays; convert with "
+                            "%s.astype(numpy.float32)" % (name, x.dtype, name))
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError("q, k and v have dtypes %s, %s and %s: they must be the same" % (q.dtype, k.dtype, v.dtype))
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    return q, k, v, np.empty_like(q), _TARGET_CPU, _NP_DTYPES[q.dtype]
+    return q, k, v, np.empty(_out_shape(q, v), dtype=q.dtype), _TARGET_CPU, _NP_DTYPES[q.dtype]
 
 
 def _torch_args(q, k, v):
@@ -216,8 +226,7 @@ def _torch_args(q, k, v):
             raise TypeError("%s is a %s: expected numpy arrays or torch tensors, all three of one kind"
                             % (name, type(x).__name__))
         if x.dtype not in dtypes:
-            raise TypeError("%s has dtype %s: libattn takes float32 on the CPU, float16, bfloat16 or float32 on CUDA"
-                            % (name, x.dtype))
+            raise TypeError("%s has dtype %s: libattn takes float32, float16 or bfloat16" % (name, x.dtype))
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError("q, k and v have dtypes %s, %s and %s: they must be the same" % (q.dtype, k.dtype, v.dtype))
     if not q.device == k.device == v.device:
@@ -238,7 +247,7 @@ def _torch_args(q, k, v):
         # libattn wants 16-byte aligned device pointers; a view into a larger tensor may not be
         q, k, v = (x if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, v))
         torch.cuda.current_stream(q.device).synchronize()  # libattn's kernels run on the default stream
-    return q, k, v, torch.empty_like(q), target, dtypes[q.dtype]
+    return q, k, v, torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device), target, dtypes[q.dtype]
 
 
 def _prepare(q, k, v, causal, scale, algo, tolerance):
@@ -261,7 +270,7 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     causal: key j is visible to query i iff j <= i + n_kv - n. scale: None for 1/sqrt(d). db: the tuning database
     (None: attn_open's default, $ATTN_DB or the cache directory's; without a database the default kernels serve). algo:
     "auto", "flash", "smallcache" or "lowrank" (approximate: it needs tolerance > 0). Returns a new array or tensor
-    shaped like q."""
+    shaped like q with v's last dimension (d_v), of the inputs' dtype."""
     arrays, target, p = _prepare(q, k, v, causal, scale, algo, tolerance)
     with _lock:
         rt = _runtime(db, target)
