@@ -374,7 +374,11 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, cha
  * cores: 11.4 ms unsplit, 7.1 ms with 2 parts, 6.5 ms with 4 (docs/results/cpu.md). */
 static int default_split(const attn_runtime *rt, const attn_problem *p, const attn_spec *s) {
   if (s->target != ATTN_TARGET_CPU || s->algo != ATTN_ALGO_FLASH || rt->threads < 2) return 0;
-  const long blocks = (long)p->batch * p->heads * (((long)p->n + s->br - 1) / s->br);
+  /* flash.c packs the query heads of a KV head into one block when n < Br (its fl_packed): count its blocks */
+  const long group = p->heads / p->heads_kv;
+  const long blocks = p->n < s->br && group > 1
+                          ? (long)p->batch * p->heads_kv * (((long)p->n * group + s->br - 1) / s->br)
+                          : (long)p->batch * p->heads * (((long)p->n + s->br - 1) / s->br);
   const long kblocks = ((long)p->n_kv + s->bc - 1) / s->bc;
   if (blocks >= rt->threads) return 0;
   int split = 1;

@@ -132,6 +132,11 @@ typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alia
 #define FL_PV_RO ((FL_NREG - 4) / FL_PV_ND)
 #endif
 
+/* Items of at most FL_DOT rows (decode: one query, or the few query heads of a KV head) take the dot-product kernels
+ * below: a query per vector lane would leave most lanes idle, so the scores vectorise along d instead and O += P V
+ * keeps up to 8 independent accumulator chains. */
+#define FL_DOT 4
+
 #define FL_INLINE static inline __attribute__((always_inline))
 
 FL_INLINE fl_vf fl_ld(const float *p) { return *(const fl_vfu *)p; }
@@ -210,6 +215,7 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 #define FL_O_SZ FL_RUP(FL_BR * FL_DVP, 16)  /* O[BR][DVP]: unnormalised output accumulator */
 #define FL_V_SZ FL_RUP(FL_BRP, 16)          /* m, l, alpha: one float per query row */
 #define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
+#define FL_QD_SZ FL_RUP(FL_DOT * FL_D, 16)  /* Qd[DOT][D]: scaled Q rows, row-major (items of at most FL_DOT rows) */
 #define FL_VC_SZ (FL_STAGE_V ? FL_RUP(FL_BC * FL_DVP, 16) : 0) /* Vc[BC][DVP]: a converted or padded V block */
 
 /* St[c][rv..] for c < rc key rows, nr vectors of query rows: St = K Qt over the whole of D. The tile's column-wise
@@ -280,6 +286,81 @@ FL_INLINE void fl_pv_tile(const float *restrict vb, const float *restrict st, co
     for (int b = 0; b < nd; b++) fl_st(o + a * FL_DVP + b * FL_VW, acc[a][b]);
 }
 
+/* Horizontal sum of a vector. */
+FL_INLINE float fl_hsum(fl_vf x) {
+#if FL_VW == 16
+  return _mm512_reduce_add_ps((__m512)x);
+#elif FL_VW == 8 && defined(__AVX__)
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128((__m256)x), _mm256_extractf128_ps((__m256)x, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+#else
+  float r = 0.0f;
+  for (int i = 0; i < FL_VW; i++) r += x[i];
+  return r;
+#endif
+}
+
+/* Scores of R rows (R <= FL_DOT; qd holds them row-major, scaled) against cols key rows as dot products along d, a key
+ * row at a time so that K streams in address order (the hardware prefetcher's case); each row's sum is split over pc
+ * partial accumulators (R * pc independent chains hide the FMA latency); a d that is not whole vectors ends in a
+ * scalar tail. Writes St[c][0..VW) (lanes past R: 0); mx[0]: each lane's max. */
+FL_INLINE void fl_scores_dot(const float *restrict kb, const float *restrict qd, float *restrict st,
+                             fl_vf *restrict mx, int cols, int R, int pc) {
+  enum { NV = FL_D / FL_VW, TAIL = FL_D % FL_VW };
+  fl_vf m = fl_splat(-__builtin_inff());
+  for (int c = 0; c < cols; c++) {
+    const float *kr = kb + (long)c * FL_D;
+    fl_vf acc[FL_DOT][8];
+    for (int r = 0; r < R; r++)
+      for (int u = 0; u < pc; u++) acc[r][u] = (fl_vf){0};
+    int k = 0;
+    for (; k + pc <= NV; k += pc)
+      for (int u = 0; u < pc; u++) {
+        const fl_vf kv = fl_ld(kr + (k + u) * FL_VW);
+        for (int r = 0; r < R; r++) acc[r][u] = FL_FMA(kv, fl_ld(qd + r * FL_D + (k + u) * FL_VW), acc[r][u]);
+      }
+    for (; k < NV; k++) {
+      const fl_vf kv = fl_ld(kr + k * FL_VW);
+      for (int r = 0; r < R; r++) acc[r][0] = FL_FMA(kv, fl_ld(qd + r * FL_D + k * FL_VW), acc[r][0]);
+    }
+    fl_vf sv = (fl_vf){0};
+    for (int r = 0; r < R; r++) {
+      for (int u = 1; u < pc; u++) acc[r][0] += acc[r][u];
+      float x = fl_hsum(acc[r][0]);
+      for (int k = NV * FL_VW; k < NV * FL_VW + TAIL; k++) x += kr[k] * qd[r * FL_D + k];
+      sv[r] = x;
+    }
+    fl_st(st + c * FL_BRP, sv);
+    m = FL_MAX(m, sv);
+  }
+  mx[0] = m;
+}
+
+/* O[0..R) += P V over the key rows [c0, c1) for R <= FL_DOT rows, kg keys at a time: for each vector of d_v the kg V
+ * rows' entries (kg neighbouring rows: V streams in address order) go into R accumulators loaded from and stored
+ * back to O (in L1: R * DVP floats), so that any d_v needs only R * kg + R + 1 registers. */
+FL_INLINE void fl_pv_dot_keys(const float *restrict vb, const float *restrict st, float *restrict o, int c0, int c1,
+                              int R, int kg) {
+  int c = c0;
+  for (; c + kg <= c1; c += kg) {
+    fl_vf p[8][FL_DOT];
+    for (int i = 0; i < kg; i++)
+      for (int r = 0; r < R; r++) p[i][r] = fl_splat(st[(c + i) * FL_BRP + r]);
+    const float *vr = vb + (long)c * FL_DVP;
+    for (int b = 0; b < FL_DVP; b += FL_VW) {
+      fl_vf acc[FL_DOT];
+      for (int r = 0; r < R; r++) acc[r] = fl_ld(o + r * FL_DVP + b);
+      for (int i = 0; i < kg; i++) {
+        const fl_vf v = fl_ld(vr + i * FL_DVP + b);
+        for (int r = 0; r < R; r++) acc[r] = FL_FMA(p[i][r], v, acc[r]);
+      }
+      for (int r = 0; r < R; r++) fl_st(o + r * FL_DVP + b, acc[r]);
+    }
+  }
+  if (kg > 1 && c < c1) fl_pv_dot_keys(vb, st, o, c, c1, R, 1);
+}
+
 /* Causal visibility in a work item. Rows are numbered x = 0 .. rows-1 within the item and keys c = 0 .. cols-1 within
  * a key block; the item's rows map to queries as i = (X0 + x) / gp, gp consecutive rows per query (gp = 1 unpacked;
  * gp = G, the heads sharing a KV head, when decode packs them: fl_item). Key c is hidden from row x iff
@@ -338,6 +419,23 @@ FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const f
   }
 }
 
+/* O = alpha * O + P V for an item of R <= FL_DOT rows: the keys all rows see, then the causal triangle's rest as
+ * fl_pv_rows does. */
+FL_INLINE void fl_pv_dot(const float *restrict vb, const float *restrict st, const float *restrict alpha,
+                         float *restrict o, int cols, int R, int masked, long gp, long base) {
+  for (int r = 0; r < R; r++) {
+    const fl_vf al = fl_splat(alpha[r]);
+    for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + r * FL_DVP + b, fl_ld(o + r * FL_DVP + b) * al);
+  }
+  int cfull = cols;
+  if (masked) {
+    const long last = fl_last_key(0, gp, base);
+    cfull = last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
+  }
+  fl_pv_dot_keys(vb, st, o, 0, cfull, R, R == 1 ? 2 : R == 2 ? 2 : 2);
+  if (masked && cfull < cols) fl_pv_diag(vb, st, o, cfull, cols, 0, R, gp, base);
+}
+
 /* Online softmax over one key block, given mx (each query row's max over the block from fl_scores): masks where the
  * block crosses the causal diagonal (then mx is recomputed over the visible keys), updates the running max m and
  * sum l, turns St into probabilities P = 2^(s - m) and leaves alpha = 2^(m_old - m_new) for rescaling O.
@@ -384,11 +482,12 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
 }
 
 /* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
- * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V). */
+ * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V). dot (an item
+ * of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead of the lane kernels on qt. */
 FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, float *restrict kc,
-                         float *restrict vc, const float *restrict qt, float *restrict st, float *restrict o,
-                         float *restrict m, float *restrict l, float *restrict alpha, long X0, long gp, long j_begin,
-                         long j_end, long off, int rows, int nrv, attn_io *io) {
+                         float *restrict vc, const float *restrict qt, const float *restrict qd, float *restrict st,
+                         float *restrict o, float *restrict m, float *restrict l, float *restrict alpha, long X0,
+                         long gp, long j_begin, long j_end, long off, int rows, int nrv, int dot, attn_io *io) {
   for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
     const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
     ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
@@ -408,13 +507,19 @@ FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, f
     const float *vb = (const float *)v + j0 * FL_DV;
 #endif
     fl_vf mx[FL_NRV];
-    fl_scores(kb, qt, st, mx, cols, nrv);
+    if (dot)
+      fl_scores_dot(kb, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
+    else
+      fl_scores(kb, qt, st, mx, cols, nrv);
     /* visibility threshold of key c: gp * c + base (fl_last_key); the block crosses the diagonal when its last key
      * is hidden from the item's first row */
     const long base = gp * (j0 - off) - X0;
     const int masked = ATTN_CAUSAL && gp * (cols - 1) + base > 0;
     fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, gp, base);
-    fl_pv(vb, st, alpha, o, cols, rows, masked, gp, base);
+    if (dot)
+      fl_pv_dot(vb, st, alpha, o, cols, rows, masked, gp, base);
+    else
+      fl_pv(vb, st, alpha, o, cols, rows, masked, gp, base);
   }
 }
 
@@ -489,7 +594,7 @@ long attn_kernel_items(const attn_kargs *a) {
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
   (void)a;
-  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ) * sizeof(float);
+  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ + FL_QD_SZ) * sizeof(float);
 }
 
 #if ATTN_SPLIT > 1
@@ -525,6 +630,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + FL_KC_SZ;
+  float *qd = vc + FL_VC_SZ;
 
   /* Keys visible to at least one row of this item: j < j_end (its last row's query sees the most). */
   long j_end = n_kv;
@@ -558,6 +664,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   for (int r = 0; r < rows; r++) {
     const attn_el *qr = q + fl_row(a, &t, r) * FL_D;
     for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
+    if (r < FL_DOT)
+      for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
   }
   for (int kk = 0; kk < FL_D; kk++)
     for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
@@ -575,12 +683,16 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
    * with a compile-time count, so that their register tiles have constant shapes. */
   const int nrv = (rows + FL_VW - 1) / FL_VW;
-  if (rows == FL_BR)
-    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, FL_NRV, io);
-  else if (nrv == 1)
-    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, 1, io);
-  else
-    fl_blocks(k, v, kc, vc, qt, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, rows, nrv, io);
+#define FL_RUN(ROWS, NRV, DOT) \
+  fl_blocks(k, v, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, ROWS, NRV, DOT, io)
+  if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
+  else if (rows == 1) FL_RUN(1, 1, 1);
+  else if (rows == 2 && FL_VW >= 2) FL_RUN(2, 1, 1);
+  else if (rows == 3 && FL_VW >= 3) FL_RUN(3, 1, 1);
+  else if (rows == 4 && FL_VW >= 4) FL_RUN(4, 1, 1);
+  else if (nrv == 1) FL_RUN(rows, 1, 0);
+  else FL_RUN(rows, nrv, 0);
+#undef FL_RUN
 
 #if ATTN_SPLIT > 1
   /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
