@@ -1,23 +1,28 @@
 /* smallcache.c: exact attention for a small fast memory (Saha & Ye's algorithm, O(n^2 d / sqrt(M)) for M < d^2),
- * fp32, specialised on ATTN_D, ATTN_BR (query rows per work item), ATTN_TILE (side T of the square tiles), ATTN_CAUSAL.
+ * specialised on ATTN_D (Q, K width), ATTN_DV (V, O width), ATTN_DTYPE (f32, f16 or bf16 in slow memory; the fast
+ * memory tiles, S and all arithmetic are fp32), ATTN_BR (query rows per work item), ATTN_TILE (side T of the square
+ * tiles), ATTN_CAUSAL.
  *
  * Work item = (batch*heads index, block of BR query rows). Fast memory holds a few T x T tiles (Q, K or V, the
  * accumulator) and the row statistics m, l of the block; slow memory is Q, K, V, O and the item's scratch S
  * (BR x n_kv floats, never n x n at once).
  *   1. S = scale * Q_i K^T by the tiled product: for each T x T tile of S, accumulate over d in chunks of T (a T x T
- *      tile of Q and one of K read per chunk), fold the tile into the running row max m and sum l (online softmax),
- *      write the tile to S.
+ *      tile of Q and one of K read per chunk, converted to fp32), fold the tile into the running row max m and sum l
+ *      (online softmax), write the tile to S.
  *   2. O_i = P V by the tiled product: for each T x T tile of O_i, accumulate over the keys in chunks of T (a tile of S
- *      read and turned into P = exp(S - m) / l on the fly, a tile of V read), write the tile.
- * I/O per item, with R query rows, C visible keys (causal: C = min(n_kv, max(0, i0 + R + n_kv - n))),
- * ceil-counts nr = ceil(R/T), nc = ceil(C/T), nd = ceil(d/T), and partial tiles counted by their real sizes:
- *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*nd + d*C*nr   (S and V tiles)
- *   writes = R*C (S)  +  R*d (O)
- * With R = T = B dividing n and d: 4 n^2 d / B + n^2 + n d in total, Saha & Ye's count with B = sqrt(M/4).
+ *      read and turned into P = exp(S - m) / l on the fly, a tile of V read), round the tile to the dtype, write it.
+ * I/O per item in entries, with R query rows, C visible keys (causal: C = min(n_kv, max(0, i0 + R + n_kv - n))),
+ * ceil-counts nr = ceil(R/T), nc = ceil(C/T), nd = ceil(d/T), ndv = ceil(d_v/T), partial tiles counted by their
+ * real sizes:
+ *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*ndv + d_v*C*nr   (S and V tiles)
+ *   writes = R*C (S)  +  R*d_v (O)
+ * With R = T = B dividing n, d and d_v: 2 n^2 (d + d_v) / B + n^2 + n d_v in total; for d_v = d, 4 n^2 d / B + n^2
+ * + n d, Saha & Ye's count with B = sqrt(M/4).
  * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros.
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
  * visible scores are all -inf (0/0), makes the row NaN; a NaN in V reaches exactly the rows that see its key (a
- * visible key of weight 0 still multiplies its V row, a hidden one is skipped). */
+ * visible key of weight 0 still multiplies its V row, a hidden one is skipped). The half conversions keep NaN and
+ * infinities. */
 #ifndef ATTN_D
 #define ATTN_D 64
 #endif
@@ -26,6 +31,9 @@
 #endif
 #ifndef ATTN_BC
 #define ATTN_BC 32
+#endif
+#ifndef ATTN_DV
+#define ATTN_DV ATTN_D
 #endif
 #ifndef ATTN_CAUSAL
 #define ATTN_CAUSAL 0
@@ -41,6 +49,7 @@
 #include <string.h>
 
 #define SC_D ATTN_D
+#define SC_DV ATTN_DV
 #define SC_BR ATTN_BR
 /* tile 0: derived, the block height (the square tiling of the analysis) */
 #define SC_T (ATTN_TILE > 0 ? ATTN_TILE : ATTN_BR)
@@ -64,10 +73,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long hk = h / (a->heads / heads_kv);
   const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
   const long R = SC_MIN(n - i0, (long)SC_BR);
-  const float *q = (const float *)a->q + (bh * n + i0) * SC_D;
-  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * SC_D;
-  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * SC_D;
-  float *out = (float *)a->o + (bh * n + i0) * SC_D;
+  const attn_el *q = (const attn_el *)a->q + (bh * n + i0) * SC_D;
+  const attn_el *k = (const attn_el *)a->k + (b * heads_kv + hk) * n_kv * SC_D;
+  const attn_el *v = (const attn_el *)a->v + (b * heads_kv + hk) * n_kv * SC_DV;
+  attn_el *out = (attn_el *)a->o + (bh * n + i0) * SC_DV;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)SC_D);
 
   long C = n_kv; /* keys visible to at least one row of the block */
@@ -93,11 +102,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       for (long x = 0; x < tr * tc; x++) acc[x] = 0.0f;
       for (long k0 = 0; k0 < SC_D; k0 += SC_T) {
         const long tk = SC_MIN((long)SC_T, SC_D - k0);
-        for (long r = 0; r < tr; r++)
-          for (long kk = 0; kk < tk; kk++) ta[r * SC_T + kk] = q[(r0 + r) * SC_D + k0 + kk];
+        for (long r = 0; r < tr; r++) attn_load_row(ta + r * SC_T, q + (r0 + r) * SC_D + k0, tk);
         ATTN_IO_READ(io, tr * tk);
-        for (long c = 0; c < tc; c++)
-          for (long kk = 0; kk < tk; kk++) tb[c * SC_T + kk] = k[(c0 + c) * SC_D + k0 + kk];
+        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, k + (c0 + c) * SC_D + k0, tk);
         ATTN_IO_READ(io, tc * tk);
         for (long r = 0; r < tr; r++)
           for (long c = 0; c < tc; c++) {
@@ -134,8 +141,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* 2. O = P V, P = exp(S - m) / l applied to each S tile as it is read. */
   for (long r0 = 0; r0 < R; r0 += SC_T) {
     const long tr = SC_MIN((long)SC_T, R - r0);
-    for (long d0 = 0; d0 < SC_D; d0 += SC_T) {
-      const long td = SC_MIN((long)SC_T, SC_D - d0);
+    for (long d0 = 0; d0 < SC_DV; d0 += SC_T) {
+      const long td = SC_MIN((long)SC_T, SC_DV - d0);
       for (long x = 0; x < tr * td; x++) acc[x] = 0.0f;
       for (long c0 = 0; c0 < C; c0 += SC_T) {
         const long tc = SC_MIN((long)SC_T, C - c0);
@@ -144,8 +151,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
           for (long c = 0; c < tc; c++) ta[r * SC_T + c] = expf(S[(r0 + r) * ldS + c0 + c] - mr);
         }
         ATTN_IO_READ(io, tr * tc);
-        for (long c = 0; c < tc; c++)
-          for (long dd = 0; dd < td; dd++) tb[c * SC_T + dd] = v[(c0 + c) * SC_D + d0 + dd];
+        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, v + (c0 + c) * SC_DV + d0, td);
         ATTN_IO_READ(io, tc * td);
         for (long r = 0; r < tr; r++) {
           /* only the keys row r sees: a hidden key's P = 0 times a NaN (or infinite) V would be NaN */
@@ -160,8 +166,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
           }
         }
       }
-      for (long r = 0; r < tr; r++)
-        for (long dd = 0; dd < td; dd++) out[(r0 + r) * SC_D + d0 + dd] = acc[r * td + dd] * l[r0 + r];
+      for (long r = 0; r < tr; r++) {
+        float *ar = acc + r * td;
+        for (long dd = 0; dd < td; dd++) ar[dd] *= l[r0 + r];
+        attn_store_row(out + (r0 + r) * SC_DV + d0, ar, td);
+      }
       ATTN_IO_WRITE(io, tr * td);
     }
   }
