@@ -1,17 +1,19 @@
-/* lowrank.c: approximate attention through a feature map phi of rank r, exp(scale <q,k>) ~ <phi(q), phi(k)>, fp32.
- * Specialised on ATTN_D, ATTN_BR (query rows per step), ATTN_BC (key rows per step), ATTN_CAUSAL, ATTN_FEATURE
- * (0: Taylor features of degree ATTN_DEGREE, Alman & Song's polynomial method; 1: ATTN_RANK positive random
- * features, Performer-style, drawn from ATTN_SEED).
+/* lowrank.c: approximate attention through a feature map phi of rank r, exp(scale <q,k>) ~ <phi(q), phi(k)>.
+ * Specialised on ATTN_D (Q, K width), ATTN_DV (V, O width), ATTN_DTYPE (f32, f16 or bf16 in slow memory; rows are
+ * converted to fp32 as they are read, and all arithmetic and the state are fp32), ATTN_BR (query rows per step),
+ * ATTN_BC (key rows per step), ATTN_CAUSAL, ATTN_FEATURE (0: Taylor features of degree ATTN_DEGREE, Alman & Song's
+ * polynomial method; 1: ATTN_RANK positive random features, Performer-style, drawn from ATTN_SEED).
  *   Taylor: x = sqrt(scale) q; phi_alpha(x) = x^alpha / sqrt(alpha!) for every multi-index |alpha| <= g, so that
  *     <phi(x), phi(y)> = sum_{k<=g} <x,y>^k / k!; r = C(d+g, g). g even keeps that polynomial of exp positive.
  *   Random: phi_t(x) = exp(w_t.x - |x|^2/2 - c) with w_t ~ N(0, I_d); E <phi(x), phi(y)> = exp(<x,y>) e^{-2c}/m.
  *     The constant c (a per-row max for queries, a running max over keys for keys) cancels in the ratio below.
- * Work item = one (batch*heads index). Keys go by blocks of BC rows into KV = phi(K)^T V (r x d) and z = phi(K)^T 1;
+ * Work item = one (batch*heads index). Keys go by blocks of BC rows into KV = phi(K)^T V (r x d_v), z = phi(K)^T 1;
  * then O = phi(Q) KV / phi(Q) z by blocks of BR query rows. Causal (bottom-right aligned): the query rows are walked
  * in order and each row sees the prefix state of the keys it may see; a key block is folded into the state when
  * the first query row that sees all of it comes, and a row's visible keys past the state are added exactly.
- * I/O per item: K and V read once (2 n_kv d), Q read once and O written once (2 n d): 2 (n + n_kv) d entries.
- * Fast memory must hold the r x (d+1) state; the random directions are generated in fast memory (not transfers).
+ * I/O per item in entries: K and V read once (n_kv (d + d_v)), Q read once (n d), O written once (n d_v).
+ * Fast memory must hold the r x (d_v + 1) state and, for half dtypes, the fp32 copies of a key block (BC (d + d_v))
+ * and a query row; the random directions are generated in fast memory (not transfers).
  *
  * Non-finite inputs, where the features mean nothing, follow the fp64 reference (runtime/reference.c) exactly: a
  * score with a non-finite q or k entry is +inf, -inf or NaN, never finite. So a query row with one makes its output
@@ -28,6 +30,9 @@
 #endif
 #ifndef ATTN_BC
 #define ATTN_BC 64
+#endif
+#ifndef ATTN_DV
+#define ATTN_DV ATTN_D
 #endif
 #ifndef ATTN_CAUSAL
 #define ATTN_CAUSAL 0
@@ -53,6 +58,7 @@
 #include <string.h>
 
 #define LR_D ATTN_D
+#define LR_DV ATTN_DV
 #define LR_BC ATTN_BC
 #define LR_BR ATTN_BR
 
@@ -74,6 +80,7 @@ static long lr_rank(void) {
 #define LR_UP(x) (((x) + 15) / 16 * 16)
 typedef struct {
   float *kv, *z, *fk, *fq, *w, *num, *coef;
+  float *kst, *vst, *qst; /* half dtypes: the key block's K and V rows and a query row in fp32 */
   int *par, *var;
   int *kbad; /* per key row of the current block: 1 when it holds a non-finite entry */
   long *bad; /* the non-finite key rows read so far, in order (at most n_kv) */
@@ -88,11 +95,16 @@ static size_t lr_layout(void *base, lr_scratch *s, long n_kv) {
     if (s) s->field = (void *)(p + off);       \
     off += LR_UP((size_t)(cnt));               \
   } while (0)
-  LR_TAKE(kv, r * LR_D);
+  LR_TAKE(kv, r * LR_DV);
   LR_TAKE(z, r);
   LR_TAKE(fk, (size_t)LR_BC * r);
   LR_TAKE(fq, r);
-  LR_TAKE(num, LR_D);
+  LR_TAKE(num, LR_DV);
+#if ATTN_HALF
+  LR_TAKE(kst, (size_t)LR_BC * LR_D);
+  LR_TAKE(vst, (size_t)LR_BC * LR_DV);
+  LR_TAKE(qst, LR_D);
+#endif
 #if ATTN_FEATURE == 0
   LR_TAKE(coef, r);
   LR_TAKE(par, r);
@@ -109,6 +121,13 @@ static size_t lr_layout(void *base, lr_scratch *s, long n_kv) {
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads; }
 size_t attn_kernel_scratch(const attn_kargs *a) { return lr_layout(NULL, NULL, a->n_kv) * sizeof(float); }
+
+/* A row length the compiler cannot see: GCC 12 warns (-Waggressive-loop-optimizations) on the half conversions'
+ * scalar tail, which never runs, when the count is a constant. */
+static inline long lr_count(long x) {
+  __asm__("" : "+r"(x));
+  return x;
+}
 
 /* 1 when every entry of the row is finite: x - x is 0 for a finite x, NaN for inf and NaN (no branch per entry). */
 static int lr_finite(const float *row) {
@@ -188,13 +207,14 @@ static float lr_expo(const float *row, float sq, const lr_scratch *s, long r, fl
 }
 #endif
 
-/* O row = phi(q) KV / phi(q) z, plus the exact contribution of keys kb[0..extra) (features in fk) not yet in the
- * state, for a row that sees keys: the first nbad of the non-finite ones (s->bad, scored exactly; k, v, scale: where
- * they are) and good finite ones. */
+/* O row = phi(q) KV / phi(q) z, plus the exact contribution of keys kb[0..extra) (features in fk, fp32 V rows in vb)
+ * not yet in the state, for a row that sees keys: the first nbad of the non-finite ones (s->bad, scored exactly from
+ * k, v in slow memory; scale: where they are) and good finite ones. qrow is fp32; orow gets d_v elements. */
 static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, const float *vb, long extra,
-                     long nbad, long good, const float *k, const float *v, float scale, float *orow) {
+                     long nbad, long good, const attn_el *k, const attn_el *v, float scale, attn_el *orow) {
   if (!lr_finite(qrow)) { /* every score +inf, -inf or NaN: the reference's row is NaN */
-    for (int i = 0; i < LR_D; i++) orow[i] = NAN;
+    const attn_el nan = attn_f32_el(NAN);
+    for (int i = 0; i < LR_DV; i++) orow[i] = nan;
     return;
   }
 #if ATTN_FEATURE == 0
@@ -204,11 +224,11 @@ static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, c
   for (long t = 0; t < r; t++) s->fq[t] = expf(s->fq[t] - mx); /* per-row constant: cancels in the ratio */
 #endif
   float den = 0.0f;
-  for (int i = 0; i < LR_D; i++) s->num[i] = 0.0f;
+  for (int i = 0; i < LR_DV; i++) s->num[i] = 0.0f;
   for (long t = 0; t < r; t++) {
     const float f = s->fq[t];
-    const float *kvt = s->kv + t * LR_D;
-    for (int i = 0; i < LR_D; i++) s->num[i] += f * kvt[i];
+    const float *kvt = s->kv + t * LR_DV;
+    for (int i = 0; i < LR_DV; i++) s->num[i] += f * kvt[i];
     den += f * s->z[t];
   }
   for (long j = 0; j < extra; j++) {
@@ -216,19 +236,20 @@ static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, c
     float dot = 0.0f;
     const float *fk = s->fk + j * r;
     for (long t = 0; t < r; t++) dot += s->fq[t] * fk[t];
-    for (int i = 0; i < LR_D; i++) s->num[i] += dot * vb[j * LR_D + i];
+    for (int i = 0; i < LR_DV; i++) s->num[i] += dot * vb[j * LR_DV + i];
     den += dot;
   }
   /* good = 0: every visible key scored -inf below (or +inf/NaN, NaN anyway): 0/0 */
   float inv = good == 0 ? NAN : isnan(den) ? den : den > 0.0f ? 1.0f / den : 0.0f;
   for (long x = 0; x < nbad; x++) {
-    const float *kr = k + s->bad[x] * LR_D, *vr = v + s->bad[x] * LR_D;
+    const attn_el *kr = k + s->bad[x] * LR_D, *vr = v + s->bad[x] * LR_DV;
     float dot = 0.0f;
-    for (int i = 0; i < LR_D; i++) dot += qrow[i] * kr[i];
+    for (int i = 0; i < LR_D; i++) dot += qrow[i] * attn_el_f32(kr[i]);
     if (!(dot * scale == -INFINITY)) inv = NAN; /* +inf (inf - inf in the softmax) or NaN */
-    for (int i = 0; i < LR_D; i++) s->num[i] += 0.0f * vr[i]; /* weight 0, but NaN and inf in V show */
+    for (int i = 0; i < LR_DV; i++) s->num[i] += 0.0f * attn_el_f32(vr[i]); /* weight 0, but NaN and inf in V show */
   }
-  for (int i = 0; i < LR_D; i++) orow[i] = s->num[i] * inv;
+  for (int i = 0; i < LR_DV; i++) s->num[i] *= inv;
+  attn_store_row(orow, s->num, lr_count(LR_DV));
 }
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
@@ -237,10 +258,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
   const long hk = h / (a->heads / heads_kv);
   const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
-  const float *q = (const float *)a->q + bh * n * LR_D;
-  const float *k = (const float *)a->k + (b * heads_kv + hk) * n_kv * LR_D;
-  const float *v = (const float *)a->v + (b * heads_kv + hk) * n_kv * LR_D;
-  float *out = (float *)a->o + bh * n * LR_D;
+  const attn_el *q = (const attn_el *)a->q + bh * n * LR_D;
+  const attn_el *k = (const attn_el *)a->k + (b * heads_kv + hk) * n_kv * LR_D;
+  const attn_el *v = (const attn_el *)a->v + (b * heads_kv + hk) * n_kv * LR_DV;
+  attn_el *out = (attn_el *)a->o + bh * n * LR_DV;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)LR_D);
   const float sq = sqrtf(scale);
   const long r = lr_rank();
@@ -253,48 +274,67 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   lr_gauss(s.w, r * LR_D);
   float c = -INFINITY; /* the keys' running constant */
 #endif
-  memset(s.kv, 0, sizeof(float) * (size_t)(r * LR_D));
+  memset(s.kv, 0, sizeof(float) * (size_t)(r * LR_DV));
   memset(s.z, 0, sizeof(float) * (size_t)r);
 
   /* Current key block: keys [kb0, kb0 + kcols) read, features in fk, not yet in the state. */
   long kb0 = 0, kcols = 0;
 
-/* Features of a key block, read into fast memory (K and V counted once each). */
+/* Reads a key block (K and V counted once each); LR_KROW(j), LR_VROW(j): key j's rows in fp32, j in the block (f32:
+ * slow memory itself, nothing to convert; half: the copies in fast memory). */
+#if ATTN_HALF
+#define LR_READ_BLOCK()                                                                         \
+  do {                                                                                          \
+    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
+    ATTN_IO_READ(io, kcols * LR_D);                                                             \
+    ATTN_IO_READ(io, kcols * LR_DV);                                                            \
+    attn_load_row(s.kst, k + kb0 * LR_D, kcols * LR_D);                                         \
+    attn_load_row(s.vst, v + kb0 * LR_DV, kcols * LR_DV);                                       \
+  } while (0)
+#define LR_KROW(j) (s.kst + ((j) - kb0) * LR_D)
+#define LR_VROW(j) (s.vst + ((j) - kb0) * LR_DV)
+#else
+#define LR_READ_BLOCK()                                                                         \
+  do {                                                                                          \
+    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
+    ATTN_IO_READ(io, kcols * LR_D);                                                             \
+    ATTN_IO_READ(io, kcols * LR_DV);                                                            \
+  } while (0)
+#define LR_KROW(j) (k + (j) * LR_D)
+#define LR_VROW(j) (v + (j) * LR_DV)
+#endif
+/* Features of a key block. */
 #if ATTN_FEATURE == 0
 #define LR_LOAD_BLOCK()                                                               \
   do {                                                                                \
-    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                  \
-    ATTN_IO_READ(io, kcols * LR_D);                                                   \
-    ATTN_IO_READ(io, kcols * LR_D);                                                   \
+    LR_READ_BLOCK();                                                                  \
     for (long j = 0; j < kcols; j++) {                                                \
-      s.kbad[j] = !lr_finite(k + (kb0 + j) * LR_D);                                   \
+      s.kbad[j] = !lr_finite(LR_KROW(kb0 + j));                                          \
       if (s.kbad[j]) {                                                                \
         s.bad[nbad++] = kb0 + j;                                                      \
         memset(s.fk + j * r, 0, sizeof(float) * (size_t)r);                           \
       } else {                                                                        \
-        lr_phi(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r);                        \
+        lr_phi(LR_KROW(kb0 + j), sq, &s, r, s.fk + j * r);                               \
       }                                                                               \
     }                                                                                 \
   } while (0)
 #else
 #define LR_LOAD_BLOCK()                                                                         \
   do {                                                                                          \
-    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
-    ATTN_IO_READ(io, kcols * LR_D);                                                             \
-    ATTN_IO_READ(io, kcols * LR_D);                                                             \
+    LR_READ_BLOCK();                                                                            \
     float bm = -INFINITY;                                                                       \
     for (long j = 0; j < kcols; j++) {                                                          \
-      s.kbad[j] = !lr_finite(k + (kb0 + j) * LR_D);                                             \
+      s.kbad[j] = !lr_finite(LR_KROW(kb0 + j));                                                    \
       if (s.kbad[j]) {                                                                          \
         s.bad[nbad++] = kb0 + j;                                                                \
         continue;                                                                               \
       }                                                                                         \
-      float e = lr_expo(k + (kb0 + j) * LR_D, sq, &s, r, s.fk + j * r);                         \
+      float e = lr_expo(LR_KROW(kb0 + j), sq, &s, r, s.fk + j * r);                                \
       if (e > bm) bm = e;                                                                       \
     }                                                                                           \
     if (bm > c) { /* rescale the state to the new constant */                                   \
       const float f = c == -INFINITY ? 0.0f : expf(c - bm);                                     \
-      for (long t = 0; t < r * LR_D; t++) s.kv[t] *= f;                                         \
+      for (long t = 0; t < r * LR_DV; t++) s.kv[t] *= f;                                        \
       for (long t = 0; t < r; t++) s.z[t] *= f;                                                 \
       c = bm;                                                                                   \
     }                                                                                           \
@@ -308,10 +348,10 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   do {                                                                   \
     for (long j = 0; j < kcols; j++) {                                   \
       if (s.kbad[j]) continue; /* scored exactly by each row */          \
-      const float *fk = s.fk + j * r, *vr = v + (kb0 + j) * LR_D;        \
+      const float *fk = s.fk + j * r, *vr = LR_VROW(kb0 + j);              \
       for (long t = 0; t < r; t++) {                                     \
-        float *kvt = s.kv + t * LR_D;                                    \
-        for (int i = 0; i < LR_D; i++) kvt[i] += fk[t] * vr[i];          \
+        float *kvt = s.kv + t * LR_DV;                                   \
+        for (int i = 0; i < LR_DV; i++) kvt[i] += fk[t] * vr[i];         \
         s.z[t] += fk[t];                                                 \
       }                                                                  \
     }                                                                    \
@@ -333,7 +373,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       if (ATTN_CAUSAL) {
         vis = i + off + 1 < n_kv ? i + off + 1 : n_kv; /* keys 0..vis-1 visible */
         if (vis <= 0) {
-          for (int x = 0; x < LR_D; x++) out[i * LR_D + x] = 0.0f;
+          for (int x = 0; x < LR_DV; x++) out[i * LR_DV + x] = attn_f32_el(0.0f);
           continue;
         }
         /* advance: fold whole blocks the row sees entirely, load the block holding its last visible key */
@@ -350,11 +390,20 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       }
       long nb = nbad; /* the non-finite keys the row sees: the first nb read (in key order) */
       while (nb > 0 && s.bad[nb - 1] >= vis) nb--;
-      lr_query(q + i * LR_D, sq, &s, r, v + kb0 * LR_D, extra, nb, vis - nb, k, v, scale, out + i * LR_D);
+#if ATTN_HALF
+      attn_load_row(s.qst, q + i * LR_D, lr_count(LR_D));
+      const float *qf = s.qst;
+#else
+      const float *qf = q + i * LR_D;
+#endif
+      lr_query(qf, sq, &s, r, LR_VROW(kb0), extra, nb, vis - nb, k, v, scale, out + i * LR_DV);
     }
-    ATTN_IO_WRITE(io, rows * LR_D);
+    ATTN_IO_WRITE(io, rows * LR_DV);
   }
   /* Causal with keys no query row sees cannot happen (the last row sees all n_kv), so K and V are each read once. */
+#undef LR_READ_BLOCK
+#undef LR_KROW
+#undef LR_VROW
 #undef LR_LOAD_BLOCK
 #undef LR_FOLD_BLOCK
 }
