@@ -3,7 +3,8 @@
 
 For every (n, n_kv, d) point: `attntune bench --target cpu --json` times the plan (tuned or default) and measures
 the machine's FMA peak and read bandwidth; then torch.nn.functional.scaled_dot_product_attention runs the same shape
-(batch 1, fp32, the same heads, causal aligned to the last key as attntune does) on the same number of threads,
+(batch 1, the same dtype, heads and KV heads, causal aligned to the last key as attntune does; grouped-query heads
+through SDPA's enable_gqa) on the same number of threads,
 its median over repetitions on input sets rotated through more than the last-level cache, checked against
 attntune's output semantics by an fp64 softmax reference on a few rows. Prints both medians, torch ms / attntune ms,
 and each side's fraction of the ceiling bench measured (prefill n >= 64: GFLOP/s / FMA peak; decode n < 64: K+V
@@ -11,6 +12,8 @@ bytes per second / read bandwidth). Not part of the test suite.
 
   python3 scripts/torch_compare_cpu.py --attntune build/tuner/attntune --n 4096 --d 128 --heads 8
   python3 scripts/torch_compare_cpu.py --attntune build/tuner/attntune --n 1 --n-kv 8192 --d 128 --heads 32
+  python3 scripts/torch_compare_cpu.py --attntune build/tuner/attntune --n 1 --n-kv 8192 --d 128 --heads 32 --heads-kv 8
+  python3 scripts/torch_compare_cpu.py --attntune build/tuner/attntune --n 4096 --d 128 --heads 8 --dtype bf16
 """
 import argparse
 import json
@@ -40,7 +43,9 @@ def llc_bytes():
 
 def bench(a, n, n_kv, d, threads):
     cmd = [a.attntune, "bench", "--target", "cpu", "--n", str(n), "--n-kv", str(n_kv), "--d", str(d), "--heads",
-           str(a.heads), "--reps", str(a.reps), "--json", "--no-blas"]
+           str(a.heads), "--reps", str(a.reps), "--json", "--no-blas", "--dtype", a.dtype]
+    if a.heads_kv:
+        cmd += ["--heads-kv", str(a.heads_kv)]
     if a.causal:
         cmd.append("--causal")
     if a.db:
@@ -53,11 +58,15 @@ def bench(a, n, n_kv, d, threads):
 
 
 def torch_point(torch, F, a, n, n_kv, d):
-    h = a.heads
-    set_bytes = 4 * h * d * (n + 2 * n_kv)
+    h, hk = a.heads, a.heads_kv or a.heads
+    es = 4 if a.dtype == "f32" else 2
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    set_bytes = es * d * (h * n + 2 * hk * n_kv)
     sets = max(2, min(int(math.ceil(3 * llc_bytes() / set_bytes)) + 1, max(2, (1 << 30) // set_bytes)))
     g = torch.Generator().manual_seed(1)
-    inputs = [tuple(torch.rand((1, h, m, d), generator=g) * 2 - 1 for m in (n, n_kv, n_kv)) for _ in range(sets)]
+    inputs = [tuple((torch.rand((1, hh, m, d), generator=g) * 2 - 1).to(dt) for hh, m in ((h, n), (hk, n_kv), (hk, n_kv)))
+              for _ in range(sets)]
+    gqa = {"enable_gqa": True} if hk != h else {}
     mask = None
     if a.causal and n != n_kv:
         # attntune's causal mask: query i sees keys 0 .. i + n_kv - n (aligned to the last key); torch's is_causal
@@ -67,18 +76,20 @@ def torch_point(torch, F, a, n, n_kv, d):
     def run(s):
         q, k, v = inputs[s % sets]
         if a.causal and mask is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **gqa)
 
     # fp64 check on a few rows: the comparison is of equal work
     q, k, v = inputs[0]
     o = run(0)
     rows = sorted({0, n // 2, n - 1})
-    s = (q[0, :, rows].double() @ k[0].double().transpose(-1, -2)) / math.sqrt(d)
+    kx = k[0].double().repeat_interleave(h // hk, dim=0)
+    vx = v[0].double().repeat_interleave(h // hk, dim=0)
+    s = (q[0, :, rows].double() @ kx.transpose(-1, -2)) / math.sqrt(d)
     if a.causal:
         for r, i in enumerate(rows):
             s[:, r, i + (n_kv - n) + 1:] = -math.inf
-    ref = torch.softmax(s, dim=-1) @ v[0].double()
+    ref = torch.softmax(s, dim=-1) @ vx
     err = (torch.linalg.vector_norm(o[0, :, rows].double() - ref) / torch.linalg.vector_norm(ref)).item()
     for w in range(2):
         run(w)  # warm-up: threads started, code paged in
@@ -113,6 +124,8 @@ def main():
     ap.add_argument("--n-kv", default=None, help="keys per head (default n)")
     ap.add_argument("--d", default="128")
     ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--heads-kv", type=int, default=None, help="KV heads (grouped-query attention; default heads)")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"], help="inputs and output on both sides")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="threads for both sides (default: all cores)")
     ap.add_argument("--reps", type=int, default=5, help="at least this many timed runs per side")
@@ -138,14 +151,15 @@ def main():
                 b = bench(a, n, n_kv, d, threads)
                 t_ms, err, reps = torch_point(torch, F, a, n, n_kv, d)
                 flops = 4.0 * n * n_kv * d * a.heads * (0.5 if a.causal else 1.0)
-                kv_bytes = 2.0 * a.heads * n_kv * d * 4
+                kv_bytes = 2.0 * (a.heads_kv or a.heads) * n_kv * d * (4 if a.dtype == "f32" else 2)
                 if n < DECODE_BELOW:
                     ceil = b.get("read_bw_gbs")
                     t_frac = kv_bytes / t_ms * 1e-6 / ceil if ceil else None
                 else:
                     ceil = b.get("fma_peak_gflops")
                     t_frac = flops / t_ms * 1e-6 / ceil if ceil else None
-                row = {"n": n, "n_kv": n_kv, "d": d, "heads": a.heads, "causal": a.causal, "threads": threads,
+                row = {"n": n, "n_kv": n_kv, "d": d, "heads": a.heads, "heads_kv": a.heads_kv or a.heads,
+                       "dtype": a.dtype, "causal": a.causal, "threads": threads,
                        "attntune_ms": b["plan_ms"], "torch_ms": t_ms, "torch_over_attntune": t_ms / b["plan_ms"],
                        "attntune_fraction_of_peak": b.get("fraction_of_peak"), "torch_fraction_of_peak": t_frac,
                        "fma_peak_gflops": b.get("fma_peak_gflops"), "read_bw_gbs": b.get("read_bw_gbs"),

@@ -47,11 +47,13 @@ typedef struct attn_io { unsigned long long reads, writes; } attn_io;
  *          merge item 0 .. merge_items-1: combines partials into o; runs after every attn_kernel_run item of the
  *          call has finished, in any order on any thread. */
 /* Half-precision conversions, round to nearest even with infinities, NaNs and subnormals kept: the kernels' and the
- * runtime's (runtime/half.c) one definition. */
-static inline uint32_t attn_bits_f32(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float attn_f32_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+ * runtime's (runtime/half.c) one definition. Unused attribute: pasted into each kernel's source, where a kernel that
+ * needs none of them would otherwise warn. */
+#define ATTN_ABI_FN static inline __attribute__((unused))
+ATTN_ABI_FN uint32_t attn_bits_f32(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+ATTN_ABI_FN float attn_f32_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-static inline uint16_t attn_f32_f16(float x) {
+ATTN_ABI_FN uint16_t attn_f32_f16(float x) {
   const uint32_t u = attn_bits_f32(x), sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;
   if (mag >= 0x7f800000u) /* Inf stays Inf; NaN stays a quiet NaN */
     return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x0200u | ((mag >> 13) & 0x3ffu) : 0));
@@ -73,7 +75,7 @@ static inline uint16_t attn_f32_f16(float x) {
   return (uint16_t)(sign | h);
 }
 
-static inline float attn_f16_f32(uint16_t hv) {
+ATTN_ABI_FN float attn_f16_f32(uint16_t hv) {
   const uint32_t sign = (uint32_t)(hv & 0x8000u) << 16, e = (hv >> 10) & 0x1fu, m = hv & 0x3ffu;
   if (e == 0x1f) return attn_f32_bits(sign | 0x7f800000u | (m << 13));
   if (e == 0) {
@@ -84,13 +86,13 @@ static inline float attn_f16_f32(uint16_t hv) {
   return attn_f32_bits(sign | ((e + 112) << 23) | (m << 13));
 }
 
-static inline uint16_t attn_f32_bf16(float x) {
+ATTN_ABI_FN uint16_t attn_f32_bf16(float x) {
   const uint32_t u = attn_bits_f32(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* nearest even; overflow gives Inf, as it should */
 }
 
-static inline float attn_bf16_f32(uint16_t h) { return attn_f32_bits((uint32_t)h << 16); }
+ATTN_ABI_FN float attn_bf16_f32(uint16_t h) { return attn_f32_bits((uint32_t)h << 16); }
 
 #ifdef ATTN_D
 /* Inside a generated kernel: its element type (ATTN_DTYPE 0 f32, 1 f16, 2 bf16) and row conversions to and from the
@@ -99,20 +101,20 @@ static inline float attn_bf16_f32(uint16_t h) { return attn_f32_bits((uint32_t)h
 #if !defined(ATTN_DTYPE) || ATTN_DTYPE == 0
 typedef float attn_el;
 #define ATTN_HALF 0
-static inline float attn_el_f32(attn_el x) { return x; }
-static inline attn_el attn_f32_el(float x) { return x; }
+ATTN_ABI_FN float attn_el_f32(attn_el x) { return x; }
+ATTN_ABI_FN attn_el attn_f32_el(float x) { return x; }
 #else
 typedef uint16_t attn_el;
 #define ATTN_HALF 1
 #if defined(__F16C__) || defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
-static inline float attn_el_f32(attn_el x) { return ATTN_DTYPE == 1 ? attn_f16_f32(x) : attn_bf16_f32(x); }
-static inline attn_el attn_f32_el(float x) { return ATTN_DTYPE == 1 ? attn_f32_f16(x) : attn_f32_bf16(x); }
+ATTN_ABI_FN float attn_el_f32(attn_el x) { return ATTN_DTYPE == 1 ? attn_f16_f32(x) : attn_bf16_f32(x); }
+ATTN_ABI_FN attn_el attn_f32_el(float x) { return ATTN_DTYPE == 1 ? attn_f32_f16(x) : attn_f32_bf16(x); }
 #endif
 
 /* dst[0..count) = src[0..count) in fp32. */
-static inline void attn_load_row(float *restrict dst, const attn_el *restrict src, long count) {
+ATTN_ABI_FN void attn_load_row(float *restrict dst, const attn_el *restrict src, long count) {
   long i = 0;
 #if ATTN_HALF && ATTN_DTYPE == 1 && defined(__F16C__)
   for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
@@ -125,11 +127,11 @@ static inline void attn_load_row(float *restrict dst, const attn_el *restrict sr
   memcpy(dst, src, sizeof(float) * (size_t)count);
   i = count;
 #endif
-  for (; i < count; i++) dst[i] = attn_el_f32(src[i]);
+  for (long t = count - i; t > 0; t--, i++) dst[i] = attn_el_f32(src[i]); /* a counted tail: GCC warns on the plain one */
 }
 
 /* dst[0..count) = src[0..count) rounded to the element type (nearest even). */
-static inline void attn_store_row(attn_el *restrict dst, const float *restrict src, long count) {
+ATTN_ABI_FN void attn_store_row(attn_el *restrict dst, const float *restrict src, long count) {
   long i = 0;
 #if ATTN_HALF && ATTN_DTYPE == 1 && defined(__F16C__)
   for (; i + 8 <= count; i += 8)
@@ -148,7 +150,7 @@ static inline void attn_store_row(attn_el *restrict dst, const float *restrict s
   memcpy(dst, src, sizeof(float) * (size_t)count);
   i = count;
 #endif
-  for (; i < count; i++) dst[i] = attn_f32_el(src[i]);
+  for (long t = count - i; t > 0; t--, i++) dst[i] = attn_f32_el(src[i]);
 }
 #endif
 
