@@ -134,20 +134,21 @@ import_bad)  # bad files: a clear reason, exit 1, and nothing imported
   "$T" export "$W/x.json" --db "$W/none.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q "no such database" "$out" && [ ! -e "$W/none.db" ] && [ ! -e "$W/x.json" ] || fail "export of no db"
   ;;
-show)  # the best row per (device, d, n, dtype, causal): exact before lowrank, ok only; table and JSON
+show)  # the best row per (device, d, d_v, n, dtype, causal): exact before lowrank, ok only; table and JSON
   fixture "$W/in.json"
   "$T" import "$W/in.json" --db "$W/a.db" >"$out" 2>&1 || fail "import exit $?"
   "$T" show --db "$W/a.db" >"$out" 2>&1 || fail "show exit $?"
   [ "$(grep -c '^cpu:Test CPU @ 2GHz' "$out")" -eq 2 ] || fail "cpu rows"
-  grep -q "^cpu:Test CPU @ 2GHz  *64  *1024  *1024  *8  *- f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2 GFLOP/s  *2.50e-07  measured" "$out" \
+  grep -q "^cpu:Test CPU @ 2GHz  *64  *64  *1024  *1024  *8  *- f32  *0  flash d=64 Br=32 Bc=64 cpu f32 .* 1.2500  *3.2 GFLOP/s  *2.50e-07  measured" "$out" \
     || fail "best at 1024 is the faster exact row"
   # a GPU row's rate in TFLOP/s (1000.5 GFLOP/s)
-  grep -q "^H100  *128  *2048  *2048  *8  *- f16 .* 0.0625  *1.0 TFLOP/s  *-  model" "$out" || fail "model row"
+  grep -q "^H100  *128  *128  *2048  *2048  *8  *- f16 .* 0.0625  *1.0 TFLOP/s  *-  model" "$out" || fail "model row"
   grep -q "lowrank" "$out" && fail "an approximate row shown over exact ones"
   [ "$(wc -l <"$out")" -eq 4 ] || fail "header + 3 rows"
   "$T" show --db "$W/a.db" --json >"$out" 2>&1 || fail "show --json exit $?"
   [ "$(grep -c '"device":' "$out")" -eq 3 ] && grep -q '"summary": "flash d=64 Br=32 Bc=64 cpu f32"' "$out" &&
-    grep -q '"error": null' "$out" && grep -q '"provenance": "model"' "$out" || fail "json fields"
+    grep -q '"error": null' "$out" && grep -q '"provenance": "model"' "$out" && grep -q '"d_v": 64' "$out" ||
+    fail "json fields"
   ATTN_DB="$W/a.db" "$T" show >"$out" 2>&1 && grep -q H100 "$out" || fail "\$ATTN_DB"
   "$T" show --db "$W/none.db" >"$out" 2>&1
   [ $? -eq 1 ] && grep -q "no such database: $W/none.db" "$out" && [ ! -e "$W/none.db" ] || fail "missing db"
@@ -394,7 +395,7 @@ readonly_user)  # a database this user cannot write (another user's 0644 file in
   fi
   E="env ATTN_CACHE_DIR=$W/cache-other"
   other $E "$T" show --db "$W/ro/a.db" >"$out" 2>&1 || fail "show exit $?"
-  grep -q "^A100  *64  *1024 " "$out" || fail "show rows"
+  grep -q "^A100  *64  *64  *1024 " "$out" || fail "show rows"
   other $E "$T" export - --db "$W/ro/a.db" >"$W/cache-other/e.json" 2>"$out" || fail "export exit $?"
   grep -q '"attntune_export": 1' "$W/cache-other/e.json" || fail "export content"
   # the runtime: the tuned row is found and used

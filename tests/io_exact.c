@@ -1,5 +1,5 @@
 /* io_exact: the counting build of each algorithm moves exactly what its closed form says (partial blocks, causal,
- * n_kv != n, grouped-query heads, split-K flash), never less than reading Q, K, V and writing O once, and its output is still
+ * n_kv != n, grouped-query heads, split-K flash, d_v != d), never less than reading Q, K, V and writing O once, and its output is still
  * right: flash and smallcache within 1e-5 of fp64; lowrank's error is reported and shrinks as g or r grows. */
 #include "io_util.h"
 
@@ -15,7 +15,8 @@ static void exact_case(attn_runtime *rt, attn_spec s, int batch, int heads, int 
   attn_io_formula(&s, (long)batch * heads, n, n_kv, &fr, &fw);
   const double bh = (double)batch * heads;
   /* Q read and O written once per head; K and V at least once per query head (the last row sees every key) */
-  double floor = bh * (2.0 * n * s.d + 2.0 * n_kv * s.d);
+  const double dv = attn_spec_dv(&s);
+  double floor = bh * (n * (s.d + dv) + n_kv * (s.d + dv));
   printf("%-44s b=%d h=%d/%d n=%-4d n_kv=%-4d reads %9llu (formula %9llu) writes %8llu (formula %8llu) err %.2e\n",
          txt, batch, heads, heads_kv, n, n_kv, io.reads, fr, io.writes, fw, err);
   CHECK(io.reads == fr && io.writes == fw, "%s n=%d n_kv=%d: counted %llu/%llu, formula %llu/%llu", txt, n, n_kv,
@@ -96,6 +97,27 @@ int main(int argc, char **argv) {
     attn_io_formula(&s, 1, 256, 256, &fr, &fw);
     CHECK(fr + fw == 4ULL * 256 * 256 * 64 / 16 + 256 * 256 + 256 * 64, "smallcache closed form %llu vs Saha & Ye",
           fr + fw);
+  }
+  if (!strcmp(what, "dv") || !strcmp(what, "all")) {
+    /* d_v != d (wider and narrower than d, odd): K and Q rows of d, V and O rows (and split-K partials) of d_v */
+    static const int dims[][2] = {{32, 48}, {48, 16}, {7, 13}};
+    for (int c = 0; c < 2; c++)
+      for (int i = 0; i < 3; i++) {
+        attn_spec f = io_spec(ATTN_ALGO_FLASH, dims[i][0], 16, 24, 0, causal[c]);
+        f.dv = dims[i][1];
+        exact_case(rt, f, 1, 2, 1, 77, 77);
+        exact_case(rt, f, 1, 1, 1, 50, 91);
+        f.split = 3;
+        exact_case(rt, f, 1, 1, 1, 1, 300);
+        attn_spec sc = io_spec(ATTN_ALGO_SMALLCACHE, dims[i][0], 16, 16, 8, causal[c]);
+        sc.dv = dims[i][1];
+        exact_case(rt, sc, 1, 2, 2, 45, 70);
+        attn_spec lr = io_spec(ATTN_ALGO_LOWRANK, dims[i][0], 16, 8, 0, causal[c]);
+        lr.dv = dims[i][1];
+        lr.feature = ATTN_FEAT_RANDOM;
+        lr.rank = 64;
+        exact_case(rt, lr, 1, 2, 1, 40, 60);
+      }
   }
   if (!strcmp(what, "lowrank") || !strcmp(what, "all")) {
     for (int c = 0; c < 2; c++) {

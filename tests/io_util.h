@@ -23,6 +23,7 @@ static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, in
   p0.n = n;
   p0.n_kv = n_kv;
   p0.d = s->d;
+  p0.d_v = attn_spec_dv(s);
   p0.causal = s->causal;
   p0.dtype = ATTN_F32;
   p0.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0;
@@ -34,22 +35,23 @@ static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, in
   }
   const attn_problem *p = &plan->p;
   size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
-  double *ref = malloc(nq * 8);
+  size_t nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v, no = (size_t)p->batch * p->heads * p->n * p->d_v;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nv * 4), *o = malloc(no * 4);
+  double *ref = malloc(no * 8);
   static unsigned long long bump;
   unsigned long long seed = test_seed() * 7919 + ++bump * 3;
   rc = ATTN_ENOMEM;
   if (q && k && v && o && ref) {
     attn_fill_random(q, nq, seed);
     attn_fill_random(k, nk, seed + 1);
-    attn_fill_random(v, nk, seed + 2);
-    attn_poison(o, nq);
+    attn_fill_random(v, nv, seed + 2);
+    attn_poison(o, no);
     attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
                     .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
     rc = attn_cpu_run(rt, plan->cpu, &a, io);
     if (rc == ATTN_OK) {
       attn_reference(p, q, k, v, ref);
-      *err = attn_rel_error(ref, o, nq);
+      *err = attn_rel_error(ref, o, no);
     } else {
       fprintf(stderr, "run: %s\n", attn_last_error(rt));
     }

@@ -25,4 +25,6 @@ if(TARGET attntune)
     set_tests_properties(tuner_cli_${c} PROPERTIES LABELS tuner TIMEOUT 120
       ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/tuner-no-database.db;ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
   endforeach()
+  # they compile a kernel per configuration, dtype and counting build: on two loaded cores that is minutes
+  set_tests_properties(tuner_cli_dv tuner_cli_cpu_half PROPERTIES TIMEOUT 300)
 endif()

@@ -31,7 +31,8 @@ cpu)  # measured rows, show prints them, the runtime uses them
   grep -q "(tuned)" "$out" || fail "describe lacks (tuned)"
   ;;
 dv)  # d_v != d: rows keyed by d_v and served to d_v problems only; show, export and import carry d_v
-  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --time-cap 0.1 --db "$W/v.db" >"$out" 2>&1 || fail "tune exit $?"
+  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --reps 1 --time-cap 0.05 --db "$W/v.db" >"$out" 2>&1 ||
+    fail "tune exit $?"
   grep -q "best n=128 d=64 d_v=128 f32 causal=0: flash d=64 d_v=128 " "$out" || fail "no best line with d_v"
   n=$(rows "$W/v.db")
   [ "$n" -ge 2 ] || fail "only $n rows"
@@ -41,7 +42,8 @@ dv)  # d_v != d: rows keyed by d_v and served to d_v problems only; show, export
   "$PLAN" "$W/v.db" 64/128 128 2 >"$out" 2>&1 || fail "the d_v = 128 plan is not the tuned one (exit $?)"
   "$PLAN" "$W/v.db" 64 128 2 >"$out" 2>&1
   [ $? -eq 3 ] || fail "a d_v = d problem was served a d_v = 128 row, or failed"
-  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --time-cap 0.1 --db "$W/v.db" >"$out" 2>&1 || fail "rerun exit $?"
+  "$T" --gpu cpu --d 64 --dv 128 --n 128 --budget 2 --reps 1 --time-cap 0.05 --db "$W/v.db" >"$out" 2>&1 ||
+    fail "rerun exit $?"
   grep -q "(0 stored now" "$out" || fail "a rerun measured again"
   "$T" show --db "$W/v.db" >"$out" 2>&1 || fail "show exit $?"
   grep -q "d_v=128" "$out" || fail "show lacks d_v"
@@ -60,7 +62,7 @@ dv)  # d_v != d: rows keyed by d_v and served to d_v problems only; show, export
   grep -q "d=64 d_v=128" "$out" && grep -q "(equal)" "$out" || fail "io with d_v"
   ;;
 cpu_half)  # f16 and bf16 on the CPU, with odd head dimensions: rows ok (within 1e-2), and the runtime uses them
-  "$T" --gpu cpu --d 7 --dv 12 --dtype f16,bf16 --n 64 --budget 2 --time-cap 0.1 --db "$W/h.db" >"$out" 2>&1 ||
+  "$T" --gpu cpu --d 7 --dv 12 --dtype f16,bf16 --n 64 --budget 1 --reps 1 --time-cap 0.05 --db "$W/h.db" >"$out" 2>&1 ||
     fail "tune exit $?"
   for t in f16 bf16; do
     grep -q "best n=64 d=7 d_v=12 $t causal=0: flash d=7 d_v=12 .* cpu $t" "$out" || fail "no best line for $t"
