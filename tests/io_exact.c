@@ -12,11 +12,10 @@ static void exact_case(attn_runtime *rt, attn_spec s, int batch, int heads, int 
   CHECK(rc == ATTN_OK, "%s: run failed", txt);
   if (rc != ATTN_OK) return;
   unsigned long long fr = 0, fw = 0;
-  attn_io_formula(&s, (long)batch * heads, n, n_kv, &fr, &fw);
-  const double bh = (double)batch * heads;
-  /* Q read and O written once per head; K and V at least once per query head (the last row sees every key) */
+  attn_io_formula_gqa(&s, batch, heads, heads_kv, n, n_kv, &fr, &fw);
+  /* Q read and O written once per query head; K and V at least once per KV head (the last row sees every key) */
   const double dv = attn_spec_dv(&s);
-  double floor = bh * (n * (s.d + dv) + n_kv * (s.d + dv));
+  double floor = (double)batch * ((double)heads * n * (s.d + dv) + (double)heads_kv * n_kv * (s.d + dv));
   printf("%-44s b=%d h=%d/%d n=%-4d n_kv=%-4d reads %9llu (formula %9llu) writes %8llu (formula %8llu) err %.2e\n",
          txt, batch, heads, heads_kv, n, n_kv, io.reads, fr, io.writes, fw, err);
   CHECK(io.reads == fr && io.writes == fw, "%s n=%d n_kv=%d: counted %llu/%llu, formula %llu/%llu", txt, n, n_kv,

@@ -22,11 +22,52 @@ static unsigned long long sat_mul(unsigned long long a, unsigned long long b) {
   return __builtin_mul_overflow(a, b, &p) ? ULLONG_MAX : p;
 }
 
+static void flash_block(const attn_spec *s, long rows, long c, unsigned long long *r, unsigned long long *w);
+
 /* Keys seen by at least one of the query rows [i0, i0 + rows): all, or bottom-right causal. */
 static long visible(int causal, long i0, long rows, long n, long n_kv) {
   if (!causal) return n_kv;
   long last = i0 + rows + (n_kv - n);
   return last < 0 ? 0 : lmin(last, n_kv);
+}
+
+/* One flash block of rows query rows that reads the first c keys. */
+static void flash_block(const attn_spec *s, long rows, long c, unsigned long long *r, unsigned long long *w) {
+  const long d = s->d, dv = attn_spec_dv(s);
+  if (s->split > 1) {
+    /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes O, m, l
+     * (rows (d_v + 2)); the merge reads the S partials and writes O_i */
+    const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
+    *r = sat_add(*r, (unsigned long long)(parts * rows * d + c * (d + dv) + S * rows * (dv + 2)));
+    *w = sat_add(*w, (unsigned long long)(S * rows * (dv + 2) + rows * dv));
+    return;
+  }
+  *r = sat_add(*r, (unsigned long long)(rows * d + c * (d + dv)));
+  *w = sat_add(*w, (unsigned long long)(rows * dv));
+}
+
+int attn_io_formula_gqa(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                        unsigned long long *reads, unsigned long long *writes) {
+  *reads = *writes = 0;
+  if (batch < 0 || heads < 0 || heads_kv <= 0 || heads % heads_kv || n < 0 || n_kv < 0) return ATTN_EINVAL;
+  const long G = heads / heads_kv;
+  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU || n >= s->br || G < 2)
+    return attn_io_formula(s, batch * heads, n, n_kv, reads, writes);
+  /* packed: the G*n rows X = i*G + g of a KV head in blocks of Br; a block's last row asks query (X0+rows-1)/G */
+  unsigned long long r = 0, w = 0;
+  const long total = n * G;
+  for (long X0 = 0; X0 < total; X0 += s->br) {
+    const long rows = lmin(s->br, total - X0);
+    long c = n_kv;
+    if (s->causal) {
+      const long last = (X0 + rows - 1) / G + (n_kv - n) + 1;
+      c = last < 0 ? 0 : lmin(last, n_kv);
+    }
+    flash_block(s, rows, c, &r, &w);
+  }
+  *reads = sat_mul(r, (unsigned long long)(batch * heads_kv));
+  *writes = sat_mul(w, (unsigned long long)(batch * heads_kv));
+  return ATTN_OK;
 }
 
 long attn_io_rank(const attn_spec *s) {
@@ -47,16 +88,7 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
       /* the CUDA kernel loads whole key blocks up to the one holding the last visible key (rows past n_kv are
        * zero-filled, not read); the CPU kernel stops at that key */
       if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(c, s->bc) * s->bc);
-      if (s->split > 1) {
-        /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes
-         * O, m, l (rows (d_v + 2)); the merge reads the S partials and writes O_i */
-        const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
-        r = sat_add(r, (unsigned long long)(parts * rows * d + c * (d + dv) + S * rows * (dv + 2)));
-        w = sat_add(w, (unsigned long long)(S * rows * (dv + 2) + rows * dv));
-        continue;
-      }
-      r = sat_add(r, (unsigned long long)(rows * d + c * (d + dv)));
-      w = sat_add(w, (unsigned long long)(rows * dv));
+      flash_block(s, rows, c, &r, &w);
     }
   } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
     const long t = s->tile > 0 ? s->tile : s->br;

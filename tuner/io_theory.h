@@ -13,6 +13,12 @@
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes);
 
+/* The same for batch x heads query heads on heads_kv KV heads: CPU flash packs the heads/heads_kv query heads of a KV
+ * head into one block when n < Br (templates/flash.c, decode), so that K and V are read once per KV head; every
+ * other case is attn_io_formula on batch * heads heads. */
+int attn_io_formula_gqa(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                        unsigned long long *reads, unsigned long long *writes);
+
 /* Feature-map rank of a lowrank spec (Taylor: C(d+g, g); random: rank); -1 when too large. */
 long attn_io_rank(const attn_spec *s);
 
