@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -125,7 +126,29 @@ int main(int argc, char **argv) {
   json_decref(arr);
   free(out);
 
-  static const char *bad[] = {"--n 64..x --d 64", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
+  /* grouped-query decode: "heads_kv" in the row, the packed plan agrees with fp64, and kv_gbs counts K and V once
+   * per KV head (bytes over the plan's time) */
+  snprintf(cmd, sizeof cmd,
+           "'%s' bench --n 1 --n-kv 300 --d 24 --heads 8 --heads-kv 2 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
+           argv[2]);
+  st = run_cmd(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == 1, "--heads-kv: not a JSON array of 1 row: %s", jerr.text);
+  if (json_is_array(arr) && json_array_size(arr) == 1) {
+    json_t *o = json_array_get(arr, 0);
+    const double ms = json_number_value(json_object_get(o, "plan_ms")), gbs = json_number_value(json_object_get(o, "kv_gbs"));
+    CHECK(json_integer_value(json_object_get(o, "heads_kv")) == 2, "--heads-kv: heads_kv");
+    CHECK(json_number_value(json_object_get(o, "ref_error")) <= 1e-5, "--heads-kv: ref_error %g",
+          json_number_value(json_object_get(o, "ref_error")));
+    CHECK(ms > 0 && fabs(gbs * ms * 1e6 - 2.0 * 300 * 48 * 4) <= 1e-6 * 2.0 * 300 * 48 * 4,
+          "--heads-kv: kv_gbs %g at %g ms is not 2 KV heads' K and V", gbs, ms);
+  }
+  json_decref(arr);
+  free(out);
+
+  static const char *bad[] = {"--n 64..x --d 64", "--n 1 --d 64 --heads 6 --heads-kv 4",
+                              "--n 1 --d 64 --heads 2 --heads-kv 2 --target cuda", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
                               "--n 64 --d 64 --target tpu", "--n 64 --d 64 --frobnicate", "--n 256..64 --d 64",
                               "--n 1 --d 64 --split 0", "--n 1 --d 64 --split 65", "--n 1 --d 64 --n-kv x",
                               "--n 1 --d 64 --split 2 --target cuda", "--n 64 --d 64 --time-cap -1",

@@ -31,12 +31,14 @@
 #define BENCH_CAP_S 20.0      /* default --time-cap: timed running per point beyond --reps rounds while a median is
                                * not yet known */
 static double g_cap_s = BENCH_CAP_S;
+/* --heads-kv: KV heads of the CPU points (0: as many as query heads) */
+static int g_heads_kv;
 #define BENCH_PEAK_CAP_S 2.0  /* at most this much timed running per ceiling (FMA variant, bandwidth) */
 
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
     "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST] [--time-cap S]\n"
-    "                      [--dv RANGE]\n"
+    "                      [--dv RANGE] [--heads-kv HK]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
     "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2%, or\n"
     "  --time-cap S seconds of timed running per point are spent (default 20); the timing harness of `attntune\n"
@@ -47,6 +49,8 @@ static const char bench_usage[] =
     "       prefill (n >= 64) plan GFLOP/s / FMA peak, decode (n < 64) K+V bytes per second / read bandwidth;\n"
     "       PyTorch's CPU attention is compared by scripts/torch_compare_cpu.py\n"
     "       --n-kv: keys per head (default n; every n with every n_kv)\n"
+    "       --heads-kv: KV heads shared by the query heads (grouped-query attention; default --heads); decode's\n"
+    "                bytes count K and V once per KV head\n"
     "       --dv: head dimension of V and O (default: d; every d with every d_v), d and d_v in 1..576\n"
     "       --dtype f32 (default), f16, bf16 or a list: a half dtype's plan runs on inputs converted once, the\n"
     "                baseline in fp32 on the same rounded inputs; outputs agree within 1e-2 (f32: 1e-4)\n"
@@ -227,6 +231,7 @@ static double sgemm_rate(int m) {
 typedef struct bench_row {
   int n, n_kv, d, heads, causal, split;
   int d_v;                 /* head dimension of V and O */
+  int heads_kv;            /* KV heads (grouped-query attention: fewer than heads) */
   attn_dtype dtype;        /* the plan's; the baseline computes in fp32 on the same rounded inputs */
   char plan[512], def[512];
   double plan_ms, plan_gflops, blas_ms, blas_gflops, ratio, sgemm_gflops, plan_peak_mib, blas_peak_mib;
@@ -247,6 +252,7 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "n", json_integer(r->n));
   json_object_set_new(o, "d", json_integer(r->d));
   json_object_set_new(o, "heads", json_integer(r->heads));
+  json_object_set_new(o, "heads_kv", json_integer(r->heads_kv));
   json_object_set_new(o, "causal", json_boolean(r->causal));
   json_object_set_new(o, "plan", json_string(r->plan));
   json_object_set_new(o, "plan_ms", num_or_null(r->plan_ms));
@@ -337,11 +343,12 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   const int maxv = nsplit > 0 ? nsplit : 1;
   *nrows = 0;
   attn_problem p = {0};
-  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n_kv, p.heads_kv = heads, p.dtype = dt, p.d_v = dv;
+  const int hkv = g_heads_kv > 0 ? g_heads_kv : heads;
+  p.batch = 1, p.heads = heads, p.n = n, p.d = d, p.n_kv = n_kv, p.heads_kv = hkv, p.dtype = dt, p.d_v = dv;
   p.causal = causal, p.algo = ATTN_ALGO_AUTO;
   const int half = dt != ATTN_F32;
   const size_t es = attn_dtype_size(dt);
-  const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)heads * n_kv * d, vcnt = (size_t)heads * n_kv * dv;
+  const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)hkv * n_kv * d, vcnt = (size_t)hkv * n_kv * dv;
   const size_t ocnt = (size_t)heads * n * dv;
   float *q = malloc(cnt * sizeof *q), *k = malloc(kvcnt * sizeof *k), *v = malloc(vcnt * sizeof *v);
   float *o = malloc(ocnt * sizeof *o), *ob = NULL, *s = NULL;
@@ -361,6 +368,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     bench_row *row = &rows[i];
     memset(row, 0, sizeof *row);
     row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal, row->d_v = dv, row->dtype = dt;
+    row->heads_kv = hkv;
     row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
     row->fma_peak_gflops = pk->fma_gflops, row->read_bw_gbs = pk->read_gbs, row->fma_isa = pk->fma_isa;
     row->peak_kind = n < ATTN_DB_DECODE_BELOW ? "read_bw" : "fma"; /* the database's decode/prefill line */
@@ -541,7 +549,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
     /* decode streams K and V once per call (every query of a head reads all of its keys): bytes over time */
-    row->kv_gbs = heads * (double)n_kv * (d + dv) * (double)es / row->plan_ms * 1e-6;
+    row->kv_gbs = (g_heads_kv > 0 ? g_heads_kv : heads) * (double)n_kv * (d + dv) * (double)es / row->plan_ms * 1e-6;
     if (!strcmp(row->peak_kind, "fma"))
       row->peak_frac = pk->fma_gflops > 0 ? row->plan_gflops / pk->fma_gflops : -1;
     else
@@ -792,7 +800,7 @@ int attn_cmd_bench(int argc, char **argv) {
       no_blas = 1;
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
                !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype") || !strcmp(a, "--n-kv") ||
-               !strcmp(a, "--split") || !strcmp(a, "--time-cap") || !strcmp(a, "--dv")) {
+               !strcmp(a, "--split") || !strcmp(a, "--time-cap") || !strcmp(a, "--dv") || !strcmp(a, "--heads-kv")) {
       if (!val) return usage("%s needs a value", a);
       i++;
       if (!strcmp(a, "--target")) {
@@ -821,6 +829,9 @@ int attn_cmd_bench(int argc, char **argv) {
         dtype_s = val;
       } else if (!strcmp(a, "--heads")) {
         if (attn_parse_int(val, 1, 4096, &heads)) return usage("--heads %s: expected an integer in 1..4096", val);
+      } else if (!strcmp(a, "--heads-kv")) {
+        if (attn_parse_int(val, 1, 4096, &g_heads_kv))
+          return usage("--heads-kv %s: expected an integer in 1..4096", val);
       } else if (attn_parse_int(val, 1, 1000, &reps)) {
         return usage("--reps %s: expected an integer in 1..1000", val);
       }
@@ -851,10 +862,18 @@ int attn_cmd_bench(int argc, char **argv) {
     free(ns);
     return usage("--d: %s", err);
   }
-  if (target == ATTN_TARGET_CUDA && (nkv_s || split_s || dv_s)) {
+  if (target == ATTN_TARGET_CUDA && (nkv_s || split_s || dv_s || g_heads_kv)) {
     free(ns);
     free(ds);
-    return usage("%s applies to --target cpu only", nkv_s ? "--n-kv" : split_s ? "--split" : "--dv");
+    return usage("%s applies to --target cpu only",
+                 nkv_s ? "--n-kv" : split_s ? "--split" : dv_s ? "--dv" : "--heads-kv");
+  }
+  if (g_heads_kv > heads || (g_heads_kv && heads % g_heads_kv)) {
+    char hk[16];
+    snprintf(hk, sizeof hk, "%d", g_heads_kv);
+    free(ns);
+    free(ds);
+    return usage("--heads-kv %s: must divide --heads", hk);
   }
   int *dvs = NULL, ndv = 0;
   if (dv_s && attn_range_parse(dv_s, &dvs, &ndv, err, sizeof err) != ATTN_OK) {
