@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "spec.h"
+#include "kernel_abi_cuda.h"
 
 #ifndef ATTN_VERSION
 #define ATTN_VERSION "0"
@@ -56,7 +57,10 @@ long attn_taylor_rank(int d, int g, long limit) {
 
 /* Defaults: block sizes that keep the flash working set (2·Br·d + 2·Bc·d + Br·Bc floats) within a core's L2 on
  * the CPU, and within one thread block's shared memory on a GPU (the tuner searches around them). */
-attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal) {
+static int fit_tiles(attn_spec *s, char *err, size_t len);
+
+/* The defaults before attn_spec_fit's shrinking for large d and d_v. */
+static attn_spec base_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal) {
   attn_spec s;
   memset(&s, 0, sizeof s);
   s.algo = algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : algo;
@@ -70,7 +74,8 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
     s.bc = d <= 128 ? 128 : 64;
     if (s.algo == ATTN_ALGO_SMALLCACHE) { s.br = 64; s.bc = 64; s.tile = 32; }
   } else {
-    /* Each default fits an A100's 163 KiB of shared memory per block, so it launches on every sm_80+ GPU. */
+    /* Each default fits an A100's 163 KiB of shared memory per block, so it launches on every sm_80+ GPU
+     * (attn_spec_fit shrinks the tiles where d or d_v is large). */
     snprintf(s.arch, sizeof s.arch, "sm_80");
     s.warps = 4;
     s.stages = 2;
@@ -107,6 +112,103 @@ attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype
     s.seed = 1;
   }
   return s;
+}
+
+attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal) {
+  attn_spec s = base_default(algo, target, dtype, d, causal);
+  if (s.target == ATTN_TARGET_CUDA) (void)fit_tiles(&s, NULL, 0);
+  return s;
+}
+
+/* Query rows per warp a flash kernel needs at least, in steps of which Br/warps comes: the tensor cores' 16-row tiles
+ * (d_v split over VS warps), f32's 32/CL rows per warp step (CL = 8 lanes a row when d and d_v pad to multiples of
+ * 32 floats, else 4). */
+static int flash_rows_step(const attn_spec *s) {
+  if (s->dtype != ATTN_F32) return 16;
+  const long nc = ATTN_FLASH_DP(s->d) / 4, ncv = ATTN_FLASH_DVP(4, attn_spec_dv(s)) / 4;
+  return nc % 8 == 0 && ncv % 8 == 0 ? 4 : 8;
+}
+
+/* fp32 accumulators per thread of a flash kernel, of O alone (o_only) or of O and S: the tensor-core layout holds
+ * 16-row tiles of O (d_v/VS columns per warp) and S in mma fragments; the f32 layout float4 chunks of O and a row's
+ * keys per lane (CL lanes a row). */
+static long flash_accumulators_of(const attn_spec *s, int o_only) {
+  const long es = (long)attn_dtype_size(s->dtype), dv = attn_spec_dv(s);
+  const long dvp = ATTN_FLASH_DVP(es, dv), vs = ATTN_FLASH_VS(es, dv);
+  if (s->warps < 1) return 0;
+  if (es == 2) return (long)s->br * vs / s->warps / 16 * (dvp / vs / 2 + (o_only ? 0 : s->bc / 2));
+  const long cl = flash_rows_step(s) == 4 ? 8 : 4;
+  return (long)s->br / s->warps / (32 / cl) * (dvp / 4 / cl * 4 + (o_only ? 0 : s->bc / cl));
+}
+static long flash_accumulators(const attn_spec *s) { return flash_accumulators_of(s, 0); }
+
+long long attn_spec_cuda_smem(const attn_spec *s) {
+  const int dv = attn_spec_dv(s);
+  switch (s->algo) {
+  case ATTN_ALGO_FLASH:
+    return ATTN_FLASH_SMEM_DV((long long)attn_dtype_size(s->dtype), s->d, dv, s->br, s->bc, s->stages);
+  case ATTN_ALGO_SMALLCACHE: return ATTN_SMALLCACHE_SMEM(s->d, s->br, s->tile);
+  case ATTN_ALGO_LOWRANK: {
+    const long r = s->feature == ATTN_FEAT_TAYLOR ? attn_taylor_rank(s->d, s->degree, 1L << 16) : s->rank;
+    return r < 1 ? -1 : ATTN_LOWRANK_SMEM_DV(s->d, dv, r, s->bc);
+  }
+  default: return -1;
+  }
+}
+
+/* The defaults keep each block within an A100's opt-in shared memory, and the flash accumulators within what a
+ * thread holds without spilling much (the defaults up to d = 256 use 160 and fewer). */
+#define FIT_SMEM (163LL * 1024)
+#define FIT_ACC 160
+
+int attn_spec_fit(attn_spec *s, char *err, size_t len) {
+  if (!s || s->target != ATTN_TARGET_CUDA) return ATTN_OK;
+  /* from the default tiles of (algo, dtype, d): those of d_v = d may have been shrunk more than d_v needs */
+  const attn_spec b = base_default(s->algo, s->target, s->dtype, s->d, s->causal);
+  s->br = b.br;
+  s->bc = b.bc;
+  s->warps = b.warps;
+  s->stages = b.stages;
+  if (s->algo == ATTN_ALGO_LOWRANK && s->feature == ATTN_FEAT_RANDOM) s->rank = b.rank;
+  return fit_tiles(s, err, len);
+}
+
+static int fit_tiles(attn_spec *s, char *err, size_t len) {
+  if (s->algo == ATTN_ALGO_FLASH) {
+    const int es = (int)attn_dtype_size(s->dtype), vs = ATTN_FLASH_VS(es, attn_spec_dv(s));
+    const int rw = flash_rows_step(s), bc0 = s->bc; /* rows per warp, at least; the Bc asked for */
+    /* on the tensor cores the d_v split needs whole groups of warps */
+    while (s->warps % vs) s->warps *= 2;
+    while (s->br % (rw * s->warps / vs)) s->br *= 2;
+    /* accumulators: fewer rows per warp; shared memory: fewer K/V buffers, then fewer keys a block, then fewer
+     * rows, then fewer warps with them (Br = rows per warp x warps) */
+    while (flash_accumulators(s) > FIT_ACC && s->br > rw * s->warps / vs) s->br /= 2;
+    /* f32: O alone past 128 words a thread spills (d = 576 at 8 rows a warp); 4 rows a warp halve it */
+    while (es == 4 && flash_accumulators_of(s, 1) > 128 && s->br > rw * s->warps) s->br /= 2;
+    while (attn_spec_cuda_smem(s) > FIT_SMEM) {
+      if (s->stages > 1) s->stages--;
+      else if (s->bc > 16) s->bc -= 16;
+      else if (s->br > rw * s->warps / vs) s->br /= 2;
+      else if (s->warps > vs) s->warps /= 2, s->br /= 2;
+      else break;
+    }
+    while (flash_accumulators(s) > FIT_ACC && s->bc > 16) s->bc -= 16;
+    /* fewer rows or warps may leave room for the keys given up before them */
+    for (attn_spec t = *s; t.bc + 16 <= bc0;) {
+      t.bc += 16;
+      if (attn_spec_cuda_smem(&t) > FIT_SMEM || flash_accumulators(&t) > FIT_ACC) break;
+      *s = t;
+    }
+  } else if (s->algo == ATTN_ALGO_LOWRANK && s->feature == ATTN_FEAT_RANDOM) {
+    while (attn_spec_cuda_smem(s) > FIT_SMEM && s->rank > 16) s->rank -= 16;
+  }
+  long long sm = attn_spec_cuda_smem(s);
+  if (sm > FIT_SMEM)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "%s d=%d d_v=%d needs %lld bytes of shared memory per block at its smallest tiles, more than "
+                     "the %lld an A100 allows",
+                     attn_algo_name(s->algo), s->d, attn_spec_dv(s), sm, FIT_SMEM);
+  return ATTN_OK;
 }
 
 int attn_errf(char *err, size_t len, int code, const char *fmt, ...) {
@@ -161,14 +263,33 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
     if (s->br % 16 || s->bc % 16)
       return attn_errf(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
-    if (s->algo == ATTN_ALGO_FLASH && s->br % ((s->dtype == ATTN_F32 ? 8 : 16) * s->warps) != 0)
-      return attn_errf(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br,
-                  s->dtype == ATTN_F32 ? 8 : 16, s->warps);
-    /* the CUDA templates tile d in 16-column mma fragments and take d_v = d */
-    if (s->d % 16 || s->d > 256 || attn_spec_dv(s) != s->d)
+    if (s->algo == ATTN_ALGO_FLASH) {
+      const int es = (int)attn_dtype_size(s->dtype), vs = ATTN_FLASH_VS(es, attn_spec_dv(s));
+      const int rw = flash_rows_step(s);
+      if (s->warps % vs)
+        return attn_errf(err, len, ATTN_EINVAL,
+                         "warps=%d must be a multiple of %d: d_v=%d is split over %d warps sharing the query rows",
+                         s->warps, vs, attn_spec_dv(s), vs);
+      if (s->br % (rw * s->warps / vs) != 0)
+        return attn_errf(err, len, ATTN_EINVAL, "Br=%d must be a multiple of %d rows per warp x %d warps", s->br, rw,
+                         s->warps / vs);
+      const long acc = flash_accumulators(s);
+      if (acc > 255)
+        return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                         "flash Br=%d Bc=%d warps=%d d_v=%d needs %ld fp32 accumulators per thread, more than the 255 "
+                         "registers a thread has: use fewer rows per warp or a smaller Bc",
+                         s->br, s->bc, s->warps, attn_spec_dv(s), acc);
+    }
+    /* the largest opt-in shared memory of any GPU (H100: 227 KiB); attn_spec_fit keeps defaults within an A100's */
+    const long long sm = attn_spec_cuda_smem(s);
+    if (sm > 227LL * 1024)
       return attn_errf(err, len, ATTN_EUNSUPPORTED,
-                       "d=%d d_v=%d is not supported on cuda: d must be a multiple of 16 in 16..256, d_v = d", s->d,
-                       attn_spec_dv(s));
+                       "%s d=%d d_v=%d Br=%d Bc=%d needs %lld bytes of shared memory per block, more than the %lld "
+                       "(227 KiB) of any GPU: use smaller tiles%s",
+                       attn_algo_name(s->algo), s->d, attn_spec_dv(s), s->br, s->bc, sm, 227LL * 1024,
+                       s->algo == ATTN_ALGO_LOWRANK  ? " or a smaller rank"
+                       : s->algo == ATTN_ALGO_FLASH ? " or fewer stages"
+                                                    : "");
     if (arch_number(s->arch) < 0)
       return attn_errf(err, len, ATTN_EINVAL, "arch '%s' is not of the form sm_80, sm_90 or sm_90a", s->arch);
   } else {

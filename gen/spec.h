@@ -54,6 +54,17 @@ static inline int attn_spec_dv(const attn_spec *s) { return s->dv > 0 ? s->dv : 
 /* A sensible default configuration for (algo, target, dtype, d, causal), with dv = 0 (d_v = d): set dv after. */
 attn_spec attn_spec_default(attn_algo algo, attn_target target, attn_dtype dtype, int d, int causal);
 
+/* A default CUDA spec sized for its d_v: attn_spec_default's tiles for (algo, dtype, d, causal) (Br, Bc, warps,
+ * stages; lowrank random features: rank), shrunk (flash: stages, then Bc, then Br, then warps; lowrank: rank) until
+ * the block's shared memory fits an A100's 163 KiB and flash's accumulators fit the registers without spilling.
+ * Call it after setting dv on a default spec (attn_spec_default sizes for d_v = d itself); arch, seed and the
+ * feature map are kept. CPU specs are left alone. ATTN_OK, or ATTN_EUNSUPPORTED with the limit in err (err may be
+ * NULL) when even the smallest tiles do not fit. */
+int attn_spec_fit(attn_spec *s, char *err, size_t errlen);
+
+/* Dynamic shared memory in bytes per block of a CUDA spec, with its d_v (templates/kernel_abi_cuda.h); -1: unknown. */
+long long attn_spec_cuda_smem(const attn_spec *s);
+
 /* ATTN_OK, or ATTN_EINVAL / ATTN_EUNSUPPORTED with a one-line reason in err. */
 int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
 

@@ -330,7 +330,7 @@ int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda
   attn_spec_summary(&k->spec, label, sizeof label);
   if (count_io) strncat(label, " (counting)", sizeof label - strlen(label) - 1);
   int rc = make_current(rt, c);
-  k->smem = attn_cuda_smem(&k->spec);
+  k->smem = attn_spec_cuda_smem(&k->spec); /* with the spec's d_v */
   if (rc == ATTN_OK && k->smem > c->smem_optin)
     rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s allows %d", label,
                    k->smem, c->name, c->smem_optin);
@@ -486,7 +486,7 @@ int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_proble
     rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
     goto done;
   }
-  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)g.smem, &a, "attn_kernel");
+  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, "attn_kernel");
   if (rc != ATTN_OK) goto done;
   if (ms && (r = c->cuEventRecord(ev[1], NULL)) != 0) {
     rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));

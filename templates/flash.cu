@@ -36,35 +36,56 @@
  * for that after writing its rows and computes the outputs so spoiled again (fa_fix); finite inputs pay one sum
  * and one vote per warp.
  *
+ * Any d and d_v in 1..576 (V and O rows have d_v = ATTN_DV entries): shared-memory rows are padded to multiples
+ * of 16 columns (ATTN_FLASH_DP, ATTN_FLASH_DVP), the padded columns zero-filled once and never loaded from or
+ * stored to global memory. Rows of a whole number of 16-byte chunks (d, d_v multiples of 16 / esize) move by
+ * cp.async of 16 bytes; other rows by element (plain loads and shared stores, coalesced over the block's
+ * contiguous rows). Multiples of 16 compile to exactly the unpadded kernel. On the tensor cores a d_v past 256 is
+ * split over ATTN_FLASH_VS warps that share query rows: each computes S and the softmax of the rows and owns d_v/VS
+ * columns of O (fp32 accumulators of 16 x 256 per tile at most).
+ *
  * I/O accounting (ATTN_COUNT_IO), entries per thread block, rows = min(Br, n - i0):
  *   reads  = rows*d (Q_i, once)
- *          + sum over j0 = 0, Bc, 2Bc, ... while j0 < L of 2*d*min(Bc, n_kv - j0) (K_j and V_j: whole blocks, also
- *            where the causal bound L ends inside one), with L = n_kv when not causal;
- *            in closed form 2*d*min(ceil(L/Bc)*Bc, n_kv)
- *   writes = rows*d (O_i). */
+ *          + sum over j0 = 0, Bc, 2Bc, ... while j0 < L of (d + d_v)*min(Bc, n_kv - j0) (K_j and V_j: whole blocks,
+ *            also where the causal bound L ends inside one), with L = n_kv when not causal;
+ *            in closed form (d + d_v)*min(ceil(L/Bc)*Bc, n_kv)
+ *   writes = rows*d_v (O_i). */
 
 #define FA_D ATTN_D
+#define FA_DV ATTN_DV
 #define FA_BR ATTN_BR
 #define FA_BC ATTN_BC
 #define FA_W ATTN_WARPS
 #define FA_S ATTN_STAGES
 #define FA_T (32 * FA_W)
-#define FA_RW (FA_BR / FA_W)              /* query rows per warp */
 #define FA_ES (ATTN_DTYPE == 0 ? 4 : 2)   /* bytes per input element */
 #define FA_VE (16 / FA_ES)                /* elements per 16-byte chunk */
-#define FA_NC (FA_D / FA_VE)              /* chunks per row of Q, K, V, O */
+#define FA_VS ATTN_FLASH_VS(FA_ES, FA_DV)   /* warps sharing query rows, each with d_v/VS columns of O */
+#define FA_DP ATTN_FLASH_DP(FA_D)         /* d padded in shared memory */
+#define FA_DVP ATTN_FLASH_DVP(FA_ES, FA_DV) /* d_v padded in shared memory */
+#define FA_DVW (FA_DVP / FA_VS)                    /* columns of O per warp */
+#define FA_RW (FA_BR * FA_VS / FA_W)      /* query rows per warp */
+#define FA_NC (FA_DP / FA_VE)             /* chunks per shared row of Q, K */
+#define FA_NCV (FA_DVP / FA_VE)           /* chunks per shared row of V, O */
+#define FA_NCQ (ATTN_DTYPE != 0 && FA_NCV > FA_NC ? FA_NCV : FA_NC) /* tensor cores: the Q buffer also stages O */
+#define FA_AD (FA_D % FA_VE == 0)         /* Q, K rows are whole 16-byte chunks */
+#define FA_ADV (FA_DV % FA_VE == 0)       /* V, O rows are whole 16-byte chunks */
+#define FA_PAD (FA_DP != FA_D || FA_DVP != FA_DV)
 
-static_assert(FA_D % 16 == 0 && FA_BC % 16 == 0 && FA_S >= 1, "d and Bc must be multiples of 16");
-static_assert(ATTN_DTYPE == 0 ? FA_BR % (8 * FA_W) == 0 : FA_BR % (16 * FA_W) == 0,
-              "Br must give each warp whole 16-row tiles (8 rows for f32)");
+static_assert(FA_BC % 16 == 0 && FA_S >= 1, "Bc must be a multiple of 16");
+static_assert(FA_W % FA_VS == 0 && FA_DVW % 16 == 0, "d_v's split must give each warp whole 16-column tiles");
+static_assert(ATTN_DTYPE == 0 ? FA_BR % (4 * FA_W) == 0 : FA_BR % (16 * FA_W / FA_VS) == 0,
+              "Br must give each warp whole 16-row tiles (f32: whole steps of 32/CL rows)");
 
-#define FA_QBYTES (FA_BR * FA_D * FA_ES)
-#define FA_KVBYTES (FA_BC * FA_D * FA_ES)
-#define FA_OFF_K(s) (FA_QBYTES + 2 * (s) * FA_KVBYTES)
-#define FA_OFF_V(s) (FA_OFF_K(s) + FA_KVBYTES)
+#define FA_QBYTES (FA_BR * FA_NCQ * 16)
+#define FA_KBYTES (FA_BC * FA_DP * FA_ES)
+#define FA_VBYTES (FA_BC * FA_DVP * FA_ES)
+#define FA_OFF_K(s) (FA_QBYTES + (s) * (FA_KBYTES + FA_VBYTES))
+#define FA_OFF_V(s) (FA_OFF_K(s) + FA_KBYTES)
 #define FA_OFF_P FA_OFF_K(FA_S)
 #define FA_SMEM_BYTES (FA_OFF_P + (ATTN_DTYPE == 0 ? FA_BR * FA_BC * 4 : 0))
-static_assert(FA_SMEM_BYTES == ATTN_FLASH_SMEM(FA_ES, FA_D, FA_BR, FA_BC, FA_S), "layout differs from ATTN_FLASH_SMEM");
+static_assert(FA_SMEM_BYTES == ATTN_FLASH_SMEM_DV(FA_ES, FA_D, FA_DV, FA_BR, FA_BC, FA_S),
+              "layout differs from ATTN_FLASH_SMEM_DV");
 
 #if ATTN_DTYPE == 0
 typedef float fa_elem;
@@ -78,6 +99,16 @@ __device__ __forceinline__ unsigned fa_saddr(const void *p) { return (unsigned)_
 /* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills without reading src */
 __device__ __forceinline__ void fa_cp16(unsigned dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+/* one element to / from shared memory by its shared-window address (rows that are not whole 16-byte chunks) */
+__device__ __forceinline__ void fa_st_elem(unsigned dst, float x) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(dst), "f"(x) : "memory");
+}
+__device__ __forceinline__ void fa_st_elem(unsigned dst, unsigned short x) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(x) : "memory");
+}
+__device__ __forceinline__ void fa_ld_elem(unsigned src, unsigned short &x) {
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(x) : "r"(src) : "memory");
 }
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* wait until at most N of this thread's committed groups are pending */
@@ -149,46 +180,126 @@ template <int NC> struct fa_sw {
   static __device__ __forceinline__ unsigned phase(unsigned r) { return (r >> SH) & (G - 1); }
   static __device__ __forceinline__ unsigned off(unsigned r, unsigned c) { return (r * NC + (c ^ phase(r))) * 16; }
 };
-typedef fa_sw<FA_NC> fa_swt; /* Q, K, V, O tiles */
+typedef fa_sw<FA_NC> fa_swt;  /* Q, K tiles */
+typedef fa_sw<FA_NCV> fa_swv; /* V tiles, and O staged in the Q buffer */
 
-/* Rows [0, cols) of a Bc x d block at src (row stride d) into the tile at dst, by all threads; rows [cols, Bc) are
- * zero-filled (src-size 0, with an in-bounds address: the block's first row). Consecutive threads take consecutive
- * chunks: coalesced reads, conflict-free stores. A full block (all but the last) needs no predicates, and when
- * the threads cover whole rows 8 at a time every copy is the thread's first one plus constant offsets. */
-__device__ __forceinline__ void fa_load_block(unsigned dst, const fa_elem *src, int cols, unsigned tid) {
-  constexpr unsigned N = FA_BC * FA_NC, IT = (N + FA_T - 1) / FA_T;
-  constexpr bool REG = FA_T % FA_NC == 0 && (FA_T / FA_NC) % 8 == 0 && N % FA_T == 0;
-  const unsigned r0 = tid / FA_NC, c0 = tid % FA_NC;
-  const unsigned d0 = dst + fa_swt::off(r0, c0);
-  const fa_elem *s0 = src + r0 * FA_D + c0 * FA_VE;
-  if (REG && cols == FA_BC) {
+/* Element c of row r of a tile of NC-chunk rows: its shared byte offset. */
+template <int NC> __device__ __forceinline__ unsigned fa_elem_off(unsigned r, unsigned c) {
+  return fa_sw<NC>::off(r, c / FA_VE) + (c % FA_VE) * FA_ES;
+}
+
+/* Rows [0, cols) of a Bc x W block at src (row stride W: d for K, d_v for V) into the tile at dst (NC chunks a row),
+ * by all threads; rows [cols, Bc) are zero-filled (src-size 0, with an in-bounds address: the block's first row).
+ * Consecutive threads take consecutive chunks: coalesced reads, conflict-free stores. A full block (all but the
+ * last) needs no predicates, and when the threads cover whole rows 8 at a time every copy is the thread's first one
+ * plus constant offsets. Padded rows (W < 16 NC / esize) copy their whole chunks flat over the block's contiguous
+ * rows (padding stays zero from fa_zero_pads); rows that are not whole chunks go by element. */
+template <int NC, int W> __device__ __forceinline__ void fa_load_block(unsigned dst, const fa_elem *src, int cols,
+                                                                       unsigned tid) {
+  typedef fa_sw<NC> sw;
+  if constexpr (W == NC * FA_VE) {
+    constexpr unsigned N = FA_BC * NC, IT = (N + FA_T - 1) / FA_T;
+    constexpr bool REG = FA_T % NC == 0 && (FA_T / NC) % 8 == 0 && N % FA_T == 0;
+    const unsigned r0 = tid / NC, c0 = tid % NC;
+    const unsigned d0 = dst + sw::off(r0, c0);
+    const fa_elem *s0 = src + r0 * W + c0 * FA_VE;
+    if (REG && cols == FA_BC) {
 #pragma unroll
-    for (unsigned it = 0; it < IT; it++) fa_cp16(d0 + it * FA_T * 16, s0 + it * (FA_T / FA_NC) * FA_D, 16);
-  } else {
+      for (unsigned it = 0; it < IT; it++) fa_cp16(d0 + it * FA_T * 16, s0 + it * (FA_T / NC) * W, 16);
+    } else {
 #pragma unroll 1
-    for (unsigned it = 0; it < IT; it++) {
-      const unsigned idx = tid + it * FA_T;
-      if (N % FA_T == 0 || idx < N) {
-        const unsigned r = idx / FA_NC, c = idx % FA_NC;
-        const bool ok = (int)r < cols;
-        fa_cp16(dst + fa_swt::off(r, c), src + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+      for (unsigned it = 0; it < IT; it++) {
+        const unsigned idx = tid + it * FA_T;
+        if (N % FA_T == 0 || idx < N) {
+          const unsigned r = idx / NC, c = idx % NC;
+          const bool ok = (int)r < cols;
+          fa_cp16(dst + sw::off(r, c), src + (ok ? r * W + c * FA_VE : 0u), ok ? 16 : 0);
+        }
       }
+    }
+  } else if constexpr (W % FA_VE == 0) {
+    constexpr unsigned NR = W / FA_VE, N = FA_BC * NR; /* real chunks a row, in the block */
+#pragma unroll 1
+    for (unsigned idx = tid; idx < N; idx += FA_T) {
+      const unsigned r = idx / NR, c = idx % NR;
+      const bool ok = (int)r < cols;
+      fa_cp16(dst + sw::off(r, c), src + (ok ? idx * FA_VE : 0u), ok ? 16 : 0);
+    }
+  } else {
+    const unsigned n = (unsigned)cols * W;
+#pragma unroll 1
+    for (unsigned idx = tid; idx < FA_BC * W; idx += FA_T) {
+      const unsigned r = idx / W, c = idx % W;
+      fa_st_elem(dst + fa_elem_off<NC>(r, c), idx < n ? src[idx] : (fa_elem)0);
     }
   }
 }
 
-/* The warp's own Br/W rows of Q_i (rows past `rows` zero-filled): only this warp reads them, and only this warp
- * stages its O there at the end. */
-__device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int rows, unsigned wr0, unsigned lane) {
-  constexpr unsigned IT = FA_RW * FA_NC / 32;
-  static_assert(FA_RW * FA_NC % 32 == 0, "a warp's Q rows are whole rounds of 32 chunks");
-#pragma unroll
-  for (unsigned it = 0; it < IT; it++) {
-    const unsigned idx = lane + it * 32;
-    const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
-    const bool ok = (int)r < rows;
-    fa_cp16(sq + fa_swt::off(r, c), q + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+/* The padded columns of the Q buffer and of every K and V buffer, zeroed once (never loaded again); the caller
+ * synchronizes the block after it. */
+__device__ __forceinline__ void fa_zero_pads(unsigned sbase, unsigned tid) {
+  (void)sbase, (void)tid;
+#if FA_DP != FA_D
+  {
+    constexpr unsigned PW = FA_DP - FA_D;
+#pragma unroll 1
+    for (unsigned idx = tid; idx < FA_BR * PW; idx += FA_T)
+      fa_st_elem(sbase + fa_elem_off<FA_NC>(idx / PW, FA_D + idx % PW), (fa_elem)0);
+#pragma unroll 1
+    for (unsigned idx = tid; idx < FA_S * FA_BC * PW; idx += FA_T) {
+      const unsigned st = idx / (FA_BC * PW), e = idx % (FA_BC * PW);
+      fa_st_elem(sbase + FA_OFF_K(st) + fa_elem_off<FA_NC>(e / PW, FA_D + e % PW), (fa_elem)0);
+    }
   }
+#endif
+#if FA_DVP != FA_DV
+  {
+    constexpr unsigned PW = FA_DVP - FA_DV;
+#pragma unroll 1
+    for (unsigned idx = tid; idx < FA_S * FA_BC * PW; idx += FA_T) {
+      const unsigned st = idx / (FA_BC * PW), e = idx % (FA_BC * PW);
+      fa_st_elem(sbase + FA_OFF_V(st) + fa_elem_off<FA_NCV>(e / PW, FA_DV + e % PW), (fa_elem)0);
+    }
+  }
+#endif
+}
+
+/* The Br/W rows of Q_i of the warp's row group (rows past `rows` zero-filled), loaded by the VS warps of the group
+ * (ql: the thread's index among them): only they read them, and only they stage their O there at the end. */
+__device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int rows, unsigned wr0, unsigned ql) {
+  constexpr unsigned QT = 32 * FA_VS;
+#if FA_D == FA_NC * FA_VE
+  {
+    constexpr unsigned N = FA_RW * FA_NC, IT = (N + QT - 1) / QT;
+#pragma unroll
+    for (unsigned it = 0; it < IT; it++) {
+      const unsigned idx = ql + it * QT;
+      if (N % QT == 0 || idx < N) {
+        const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
+        const bool ok = (int)r < rows;
+        fa_cp16(sq + fa_swt::off(r, c), q + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+      }
+    }
+  }
+#elif FA_AD
+  {
+    constexpr unsigned NR = FA_D / FA_VE, N = FA_RW * NR;
+#pragma unroll 1
+    for (unsigned idx = ql; idx < N; idx += QT) {
+      const unsigned r = wr0 + idx / NR, c = idx % NR;
+      const bool ok = (int)r < rows;
+      fa_cp16(sq + fa_swt::off(r, c), q + (ok ? r * FA_D + c * FA_VE : 0u), ok ? 16 : 0);
+    }
+  }
+#else
+  {
+    const fa_elem *qw = q + wr0 * FA_D;
+    const int n = ((int)rows - (int)wr0) * FA_D; /* elements of the group's rows that exist */
+#pragma unroll 1
+    for (unsigned idx = ql; idx < FA_RW * FA_D; idx += QT)
+      fa_st_elem(sq + fa_elem_off<FA_NC>(wr0 + idx / FA_D, idx % FA_D), (int)idx < n ? qw[idx] : (fa_elem)0);
+  }
+#endif
 }
 
 /* Keys [0, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
@@ -204,14 +315,15 @@ __device__ __forceinline__ bool fa_nonfinite(float x) { return (__float_as_uint(
 /* ======================= f16 / bf16: tensor cores ======================= */
 #define FA_MT (FA_RW / 16) /* 16-row mma tiles per warp */
 #define FA_NT (FA_BC / 8)  /* 8-key n-tiles of S */
-#define FA_DT (FA_D / 8)   /* 8-wide n-tiles of O */
-#define FA_KT (FA_D / 16)  /* 16-deep k-steps of S = Q K^T */
+#define FA_DT (FA_DVW / 8) /* 8-wide n-tiles of the warp's columns of O */
+#define FA_KT (FA_DP / 16) /* 16-deep k-steps of S = Q K^T */
 /* Q's fragments stay in registers when O, S and Q fit comfortably (fp32 words per thread); else they are read from
  * shared memory at every k-step. */
 #ifndef FA_QREGS
-#define FA_QREGS (FA_MT * (FA_D / 2 + FA_BC / 2 + FA_D / 4) <= 160)
+#define FA_QREGS (FA_MT * (FA_DVW / 2 + FA_BC / 2 + FA_DP / 4) <= 160)
 #endif
 #define FA_G (fa_swt::G)
+#define FA_GV (fa_swv::G)
 /* k-steps of S = Q K^T unrolled together when Q is read from shared memory (ATTN_UNROLL, 0: 2): a short rolled
  * loop keeps the scheduler from hoisting every step's fragments at once when O and S fill the registers */
 #define FA_QK_UNROLL (ATTN_UNROLL > 0 ? ATTN_UNROLL : 2)
@@ -223,7 +335,7 @@ struct fa_state {
   unsigned qf[FA_MT][FA_KT][4];
 #endif
   /* per-lane byte offsets of the ldmatrix rows and of the XOR-ed chunk pairs (see fa_sw) */
-  unsigned rq, rk; /* row part plus the chunk part of step 0: Q and V lane pattern, K lane pattern */
+  unsigned rq, rk, rv; /* row part plus the chunk part of step 0: Q, K and V lane patterns */
 };
 struct fa_scores {
   float s[FA_MT][FA_NT][4];
@@ -239,12 +351,18 @@ __device__ __forceinline__ void fa_lane_setup(fa_state &st, int lane) {
   const unsigned ph = fa_swt::phase(lane & 7);
   st.rq = ((lane & 7) + 8 * ((lane >> 3) & 1)) * FA_NC * 16 + (((lane >> 4) ^ ph) * 16);
   st.rk = ((lane & 7) + 8 * (lane >> 4)) * FA_NC * 16 + ((((lane >> 3) & 1) ^ ph) * 16);
+  /* V (and Q when its rows have as many chunks) */
+  st.rv = FA_NCV == FA_NC ? st.rq
+                          : ((lane & 7) + 8 * ((lane >> 3) & 1)) * FA_NCV * 16 +
+                                (((lane >> 4) ^ fa_swv::phase(lane & 7)) * 16);
 }
 /* Byte offset for lane base `base` (rq or rk) of row slab `slab` (16 rows), chunk pair u (chunks 2u, 2u+1). The
  * lane's chunk is (2u + x) ^ phase = 2u ^ (x ^ phase) since 2u is even: step 0's offset with u*32's bits flipped.
  * Slabs and whole groups of G chunks are multiples of 16*G bytes, so the XOR can follow the addition. */
 #define FA_OFS(base, slab, u) \
   ((((base) + (slab) * 16 * FA_NC * 16 + ((u) / (FA_G / 2)) * FA_G * 16) ^ (((u) % (FA_G / 2)) * 32)))
+#define FA_OFSV(base, slab, u) \
+  ((((base) + (slab) * 16 * FA_NCV * 16 + ((u) / (FA_GV / 2)) * FA_GV * 16) ^ (((u) % (FA_GV / 2)) * 32)))
 
 __device__ __forceinline__ void fa_init(fa_state &st) {
 #pragma unroll
@@ -313,9 +431,9 @@ __device__ __forceinline__ void fa_qk(fa_scores &sc, const fa_state &st, unsigne
 }
 
 /* Scale (base 2), mask, online softmax, O = alpha O + P V_j. masked: some key of the block is hidden from some row
- * of the warp (cols, lb as in fa_limit). */
+ * of the warp (cols, lb as in fa_limit). u0: the warp's first pair of V chunks (its column group). */
 __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsigned sv, float sl2, bool masked,
-                                              int cols, int lb, int lane) {
+                                              int cols, int lb, int lane, int u0) {
   const int g = lane >> 2, t = lane & 3;
   /* P, rounded as soon as it is computed: register pa[mt][k2][h + 2*(nt & 1)] holds row h of n-tile nt = 2*k2 or
    * 2*k2+1, which is the A fragment of keys 16*k2 .. 16*k2+15 */
@@ -361,9 +479,9 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
 #pragma unroll
   for (int k2 = 0; k2 < FA_BC / 16; k2++)
 #pragma unroll
-    for (int d2 = 0; d2 < FA_D / 16; d2++) {
+    for (int d2 = 0; d2 < FA_DVW / 16; d2++) {
       unsigned b0, b1, b2, b3; /* d = 16*d2 + 0..7: (b0, b1); d = 16*d2 + 8..15: (b2, b3) */
-      fa_ldsm4t(sv + FA_OFS(st.rq, k2, d2), b0, b1, b2, b3);
+      fa_ldsm4t(sv + FA_OFSV(st.rv, k2, u0 + d2), b0, b1, b2, b3);
 #pragma unroll
       for (int mt = 0; mt < FA_MT; mt++) {
         fa_mma(st.o[mt][2 * d2], pa[mt][k2], b0, b1);
@@ -372,14 +490,16 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
     }
 }
 
-/* O / l, rounded, staged in the warp's rows of the Q buffer, then stored as 16-byte chunks of whole rows. Returns
- * whether an accumulator of the lane is NaN or infinite (see fa_fix). */
+/* O / l, rounded, staged in the warp's rows and columns of the Q buffer (V's layout), then stored as 16-byte chunks
+ * of whole rows (by element where rows are not whole chunks). cg: the warp's column group. Returns whether an
+ * accumulator of the lane is NaN or infinite (see fa_fix). */
 __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int e0,
-                                            int lane) {
+                                            int lane, int cg) {
   const int g = lane >> 2, t = lane & 3;
   bool bad = false;
   fa_wait<0>();
-  __syncwarp();
+  if (FA_VS > 1 || FA_NCV > FA_NC) __syncthreads(); /* the other warps of the row group are done reading Q */
+  else __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
@@ -395,30 +515,49 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       for (int dt = 0; dt < FA_DT; dt++) {
         const float o0 = st.o[mt][dt][2 * h], o1 = st.o[mt][dt][2 * h + 1];
         chk += o0 + o1;
-        *(unsigned *)(smem + fa_swt::off(r, dt) + 4 * t) = fa_pack(o0 * inv, o1 * inv);
+        *(unsigned *)(smem + fa_swv::off(r, cg * FA_DT + dt) + 4 * t) = fa_pack(o0 * inv, o1 * inv);
       }
       bad |= fa_nonfinite(chk);
     }
   __syncwarp();
+#if FA_ADV
+  {
+    constexpr int NR = FA_DV / FA_VE; /* real chunks a row */
 #pragma unroll
-  for (unsigned it = 0; it < FA_RW * FA_NC / 32; it++) {
-    const unsigned idx = lane + 32 * it;
-    const unsigned r = wr0 + idx / FA_NC, c = idx % FA_NC;
-    if ((int)r < rows) *(uint4 *)(o + (long long)r * FA_D + c * FA_VE) = *(const uint4 *)(smem + fa_swt::off(r, c));
+    for (unsigned it = 0; it < (FA_RW * FA_DT + 31) / 32; it++) {
+      const unsigned idx = lane + 32 * it;
+      const unsigned r = wr0 + idx / FA_DT, c = cg * FA_DT + idx % FA_DT;
+      if ((FA_RW * FA_DT % 32 == 0 || idx < FA_RW * FA_DT) && (int)r < rows && (NR == FA_NCV || (int)c < NR))
+        *(uint4 *)(o + (long long)r * FA_DV + c * FA_VE) = *(const uint4 *)(smem + fa_swv::off(r, c));
+    }
   }
+#else
+  {
+    const unsigned sb = (unsigned)__cvta_generic_to_shared(smem);
+#pragma unroll 1
+    for (unsigned idx = lane; idx < FA_RW * FA_DVW; idx += 32) {
+      const unsigned r = wr0 + idx / FA_DVW, c = cg * FA_DVW + idx % FA_DVW;
+      if ((int)r < rows && (int)c < FA_DV) {
+        fa_elem x;
+        fa_ld_elem(sb + fa_elem_off<FA_NCV>(r, c), x);
+        o[(long long)r * FA_DV + c] = x;
+      }
+    }
+  }
+#endif
   return bad;
 }
 
 #else
 /* ======================= f32: CUDA cores ======================= */
-#define FA_CL (FA_NC % 8 == 0 ? 8 : 4) /* lanes sharing a row: they split its keys and its chunks of d */
+#define FA_CL (FA_NC % 8 == 0 && FA_NCV % 8 == 0 ? 8 : 4) /* lanes sharing a row: its keys and chunks of d_v */
 #define FA_RL (32 / FA_CL)             /* rows a warp covers per step */
 #define FA_TM (FA_RW / FA_RL)          /* rows per thread */
 #define FA_TS (FA_BC / FA_CL)          /* key columns per thread */
-#define FA_TO (FA_NC / FA_CL)          /* 4-float chunks of d per thread */
+#define FA_TO (FA_NCV / FA_CL)         /* 4-float chunks of d_v per thread */
 #define FA_PNC (FA_BC / 4)             /* chunks per row of P */
 typedef fa_sw<FA_PNC> fa_swp;
-static_assert(FA_RW % FA_RL == 0 && FA_BC % FA_CL == 0 && FA_NC % FA_CL == 0, "f32 thread layout");
+static_assert(FA_RW % FA_RL == 0 && FA_BC % FA_CL == 0 && FA_NCV % FA_CL == 0, "f32 thread layout");
 
 struct fa_state {
   float4 o[FA_TM][FA_TO]; /* row ry + RL*i, d chunk cx + CL*j */
@@ -522,7 +661,7 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
     for (int e = 0; e < 4; e++) {
 #pragma unroll
       for (int j = 0; j < FA_TO; j++) {
-        const float4 v = fa_ld4(sv + fa_swt::off(4 * kc + e, st.cx + FA_CL * j));
+        const float4 v = fa_ld4(sv + fa_swv::off(4 * kc + e, st.cx + FA_CL * j));
 #pragma unroll
         for (int i = 0; i < FA_TM; i++) {
           const float pe = e == 0 ? p[i].x : e == 1 ? p[i].y : e == 2 ? p[i].z : p[i].w;
@@ -553,8 +692,16 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
       for (int j = 0; j < FA_TO; j++) {
         const float4 v = st.o[i][j];
         chk += (v.x + v.y) + (v.z + v.w);
-        *(float4 *)(o + (long long)r * FA_D + (st.cx + FA_CL * j) * 4) =
-            make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+        const int ch = st.cx + FA_CL * j;
+        if (FA_ADV) {
+          if (FA_DVP == FA_DV || ch < FA_DV / 4)
+            *(float4 *)(o + (long long)r * FA_DV + ch * 4) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+        } else {
+          const float x[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            if (ch * 4 + e < FA_DV) o[(long long)r * FA_DV + ch * 4 + e] = x[e];
+        }
       }
       bad |= fa_nonfinite(chk);
     }
@@ -611,17 +758,19 @@ __device__ __forceinline__ float fa_dot(const fa_elem *q, const fa_elem *k, int 
  * derived again from the arguments, as attn_kernel derives it, so that nothing stays live across the key loop. */
 __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa_elem *v, fa_elem *o, int n,
                                     int n_kv, long long heads, long long heads_kv, float scale) {
-  constexpr int CPL = (FA_D + 31) / 32; /* columns per lane */
-  const int lane = threadIdx.x & 31, wr0 = (threadIdx.x >> 5) * FA_RW;
+  constexpr int CPL = (FA_DVW + 31) / 32; /* columns of the warp's group per lane */
+  const int lane = threadIdx.x & 31, wr0 = (threadIdx.x >> 5) / FA_VS * FA_RW;
+  /* the warp's columns of O: [c0, cend) */
+  const int c0 = (threadIdx.x >> 5) % FA_VS * FA_DVW, cend = c0 + FA_DVW < FA_DV ? c0 + FA_DVW : FA_DV;
   const int nqb = (n - 1) / FA_BR + 1;
   const long long bh = blockIdx.x / nqb;
   const int i0 = (nqb - 1 - (int)(blockIdx.x % nqb)) * FA_BR, rows = n - i0 < FA_BR ? n - i0 : FA_BR;
   if (heads_kv <= 0) heads_kv = heads;
   const long long kvh = bh / heads * heads_kv + (bh % heads) / (heads / heads_kv);
   q += (bh * n + i0) * FA_D;
-  o += (bh * n + i0) * FA_D;
+  o += (bh * n + i0) * FA_DV;
   k += kvh * n_kv * FA_D;
-  v += kvh * n_kv * FA_D;
+  v += kvh * n_kv * FA_DV;
   const float sl2 = scale * 1.4426950408889634f;
   const long long e0 = (long long)i0 + n_kv - n, last = e0 + rows; /* row r sees keys below e0 + r + 1 */
   const long long up = (last + FA_BC - 1) / FA_BC * FA_BC;          /* the keys loaded: whole blocks below last */
@@ -633,9 +782,9 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   bool col[CPL], some = false;
 #pragma unroll
   for (int u = 0; u < CPL; u++) {
-    const int c = lane + 32 * u;
+    const int c = c0 + lane + 32 * u;
     col[u] = false;
-    for (int j = vmin; c < FA_D && j < lload && !col[u]; j++) col[u] = fa_bad_elem(v[(long long)j * FA_D + c]);
+    for (int j = vmin; c < cend && j < lload && !col[u]; j++) col[u] = fa_bad_elem(v[(long long)j * FA_DV + c]);
     some |= col[u];
   }
   if (!__any_sync(0xffffffffu, some)) return;
@@ -645,16 +794,16 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
     const long long e = e0 + r + 1;
     const int vis = e < 0 ? 0 : e < lload ? (int)e : lload; /* keys [0, vis) visible */
     if (vis == lload) continue;                             /* no hidden key loaded */
-    fa_elem *orow = o + (long long)r * FA_D;
+    fa_elem *orow = o + (long long)r * FA_DV;
     bool fix[CPL], any = false;
 #pragma unroll
     for (int u = 0; u < CPL; u++) {
-      const int c = lane + 32 * u;
+      const int c = c0 + lane + 32 * u;
       fix[u] = false;
       if (col[u] && fa_bad_elem(orow[c])) {
         if (vis == 0) orow[c] = fa_out(0.0f); /* a row that sees no key */
         else
-          for (int j = vis; j < lload && !fix[u]; j++) fix[u] = fa_bad_elem(v[(long long)j * FA_D + c]);
+          for (int j = vis; j < lload && !fix[u]; j++) fix[u] = fa_bad_elem(v[(long long)j * FA_DV + c]);
       }
       any |= fix[u];
     }
@@ -671,11 +820,11 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
       l += p;
 #pragma unroll
       for (int u = 0; u < CPL; u++)
-        if (lane + 32 * u < FA_D) acc[u] = fmaf(p, fa_in(v[(long long)j * FA_D + lane + 32 * u]), acc[u]);
+        if (c0 + lane + 32 * u < cend) acc[u] = fmaf(p, fa_in(v[(long long)j * FA_DV + c0 + lane + 32 * u]), acc[u]);
     }
 #pragma unroll
     for (int u = 0; u < CPL; u++)
-      if (fix[u]) o[(long long)r * FA_D + lane + 32 * u] = fa_out(acc[u] / l);
+      if (fix[u]) o[(long long)r * FA_DV + c0 + lane + 32 * u] = fa_out(acc[u] / l);
   }
 }
 #endif
@@ -696,9 +845,11 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     const long long b = bh / heads, hk = (bh % heads) / (heads / heads_kv);
     const fa_elem *q = (const fa_elem *)a.q + (bh * n + i0) * FA_D;
     const fa_elem *k = (const fa_elem *)a.k + (b * heads_kv + hk) * n_kv * FA_D;
-    const fa_elem *v = (const fa_elem *)a.v + (b * heads_kv + hk) * n_kv * FA_D;
+    const fa_elem *v = (const fa_elem *)a.v + (b * heads_kv + hk) * n_kv * FA_DV;
     const float sl2 = a.scale * 1.4426950408889634f; /* scores in base 2 */
-    const int wr0 = warp * FA_RW;                     /* the warp's first row in the block */
+    /* the warp's row group and column group of O (VS warps share rows) */
+    const int cg = FA_VS == 1 ? 0 : warp % FA_VS, rg = FA_VS == 1 ? warp : warp / FA_VS;
+    const int wr0 = rg * FA_RW; /* the warp's first row in the block */
 
     /* keys visible to some row of the block: [0, L); causal: L = min(n_kv, max(0, i0 + rows + n_kv - n)) */
     int L = n_kv;
@@ -721,19 +872,24 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     fa_lane_setup(st, lane);
     fa_init(st);
 
-    fa_load_q(sbase, q, rows, wr0, lane);
+    if (FA_PAD) {
+      fa_zero_pads(sbase, tid);
+      __syncthreads(); /* before any warp reads its tiles */
+    }
+    fa_load_q(sbase, q, rows, wr0, cg * 32 + lane);
     ATTN_CIO_READ((long long)rows * FA_D);
     fa_commit();
 
 #if FA_S == 1
     if (nb > 0) {
       const int cols = fa_cols(0, n_kv);
-      fa_load_block(sbase + FA_OFF_K(0), k, cols, tid);
+      fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(0), k, cols, tid);
       ATTN_CIO_READ((long long)cols * FA_D);
     }
     fa_commit();
     fa_wait<1>(); /* Q */
-    __syncwarp();
+    if (FA_VS > 1) __syncthreads(); /* Q rows loaded by the warps of the row group */
+    else __syncwarp();
     fa_q_regs(st, sbase, wr0);
     for (int jb = 0; jb < nb; jb++) {
       const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
@@ -741,8 +897,8 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       const int lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW); /* see fa_limit */
       fa_wait<0>();    /* K_j */
       __syncthreads(); /* K_j visible to all; every warp is done with V_{j-1} */
-      fa_load_block(sbase + FA_OFF_V(0), v + (long long)j0 * FA_D, cols, tid);
-      ATTN_CIO_READ((long long)cols * FA_D);
+      fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(0), v + (long long)j0 * FA_DV, cols, tid);
+      ATTN_CIO_READ((long long)cols * FA_DV);
       fa_commit();
       fa_scores sc;
 #if ATTN_DTYPE == 0
@@ -754,14 +910,14 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       __syncthreads(); /* V_j visible to all; every warp is done with K_j */
       if (jb + 1 < nb) {
         const int j1 = j0 + FA_BC, c1 = fa_cols(j1, n_kv);
-        fa_load_block(sbase + FA_OFF_K(0), k + (long long)j1 * FA_D, c1, tid);
+        fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(0), k + (long long)j1 * FA_D, c1, tid);
         ATTN_CIO_READ((long long)c1 * FA_D);
         fa_commit();
       }
 #if ATTN_DTYPE == 0
       fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(0), sl2, masked, cols, lb, wr0);
 #else
-      fa_softmax_pv(st, sc, sbase + FA_OFF_V(0), sl2, masked, cols, lb, lane);
+      fa_softmax_pv(st, sc, sbase + FA_OFF_V(0), sl2, masked, cols, lb, lane, cg * (FA_DT / 2));
 #endif
     }
 #else
@@ -770,14 +926,15 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     for (int s = 0; s < FA_S - 1; s++) {
       if (s < nb) {
         const int j0 = s * FA_BC, cols = fa_cols(j0, n_kv);
-        fa_load_block(sbase + FA_OFF_K(s), k + (long long)j0 * FA_D, cols, tid);
-        fa_load_block(sbase + FA_OFF_V(s), v + (long long)j0 * FA_D, cols, tid);
-        ATTN_CIO_READ(2LL * cols * FA_D);
+        fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(s), k + (long long)j0 * FA_D, cols, tid);
+        fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(s), v + (long long)j0 * FA_DV, cols, tid);
+        ATTN_CIO_READ((long long)cols * (FA_D + FA_DV));
       }
       fa_commit();
     }
     fa_wait<FA_S - 1>(); /* Q */
-    __syncwarp();
+    if (FA_VS > 1) __syncthreads(); /* Q rows loaded by the warps of the row group */
+    else __syncwarp();
     fa_q_regs(st, sbase, wr0);
     int stage = 0;
     for (int jb = 0; jb < nb; jb++) {
@@ -791,9 +948,9 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
         if (jn < nb) {
           const int sn = stage == 0 ? FA_S - 1 : stage - 1;
           const int j1 = jn * FA_BC, c1 = fa_cols(j1, n_kv);
-          fa_load_block(sbase + FA_OFF_K(sn), k + (long long)j1 * FA_D, c1, tid);
-          fa_load_block(sbase + FA_OFF_V(sn), v + (long long)j1 * FA_D, c1, tid);
-          ATTN_CIO_READ(2LL * c1 * FA_D);
+          fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(sn), k + (long long)j1 * FA_D, c1, tid);
+          fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(sn), v + (long long)j1 * FA_DV, c1, tid);
+          ATTN_CIO_READ((long long)c1 * (FA_D + FA_DV));
         }
         fa_commit();
       }
@@ -804,22 +961,22 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
         fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(stage), sl2, masked, cols, lb, wr0);
 #else
         fa_qk(sc, st, sbase, sbase + FA_OFF_K(stage), wr0);
-        fa_softmax_pv(st, sc, sbase + FA_OFF_V(stage), sl2, masked, cols, lb, lane);
+        fa_softmax_pv(st, sc, sbase + FA_OFF_V(stage), sl2, masked, cols, lb, lane, cg * (FA_DT / 2));
 #endif
       }
       stage = stage == FA_S - 1 ? 0 : stage + 1;
     }
 #endif
 
-    fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_D;
+    fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_DV;
     const int e0 = i0 + n_kv - n; /* tile row r sees keys iff r + e0 >= 0 */
 #if ATTN_DTYPE == 0
     fa_wait<0>();
     const bool bad = fa_epilogue(st, o, rows, wr0, e0);
 #else
-    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, e0, lane);
+    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, e0, lane, cg);
 #endif
-    ATTN_CIO_WRITE((long long)rows * FA_D);
+    ATTN_CIO_WRITE((long long)rows * FA_DV);
 #if ATTN_CAUSAL
     if (__any_sync(0xffffffffu, bad))
       fa_fix((const fa_elem *)a.q, (const fa_elem *)a.k, (const fa_elem *)a.v, (fa_elem *)a.o, (int)a.n, (int)a.n_kv,

@@ -15,8 +15,8 @@
 #define ATTN_CUDA_ABI_VERSION 1
 
 typedef struct attn_cuda_kargs {
-  const void *q, *k, *v;   /* device pointers, [batch][heads|heads_kv][n|n_kv][d], elements of the spec's dtype */
-  void *o;                 /* [batch][heads][n][d], same dtype */
+  const void *q, *k, *v;   /* device pointers, [batch][heads|heads_kv][n|n_kv][d] (v: [d_v]), the spec's dtype */
+  void *o;                 /* [batch][heads][n][d_v], same dtype (d_v: the kernel's ATTN_DV) */
   void *scratch;           /* slow-memory scratch of the geometry's scratch bytes; NULL when 0 */
   void *consts;            /* per-plan constants of the geometry's consts bytes, written by attn_init; NULL when 0 */
   unsigned long long *io;  /* counting build: {reads, writes} in entries, summed over blocks; NULL otherwise */
@@ -25,22 +25,48 @@ typedef struct attn_cuda_kargs {
   int grid_items;          /* work items (query blocks x heads, or heads); the grid may be smaller and loop */
 } attn_cuda_kargs;
 
-/* Dynamic shared memory in bytes; esize = bytes per input element (4: f32, 2: f16/bf16).
- * flash: Q_i (Br x d) and `stages` buffers of K_j, V_j (Bc x d each) in the input type; the f32 kernel also keeps
- *   P (Br x Bc floats) there (its threads own O by rows, so P goes through shared memory).
+/* Head dimensions that are not multiples of the templates' granularity are padded at compile time: the padded
+ * columns live only in shared memory (zero-filled, never read from or written to global memory).
+ *   flash: d and d_v to multiples of 16 (the mma K granularity and whole 16-byte chunks); on the tensor cores a
+ *     d_v past 256 is split over ATTN_FLASH_VS warps that share the query rows (each owns d_v/VS columns of O),
+ *     d_v then padded to a multiple of 16*VS.
+ *   lowrank: d to a multiple of 8 (the random features' 8-column steps), d_v to a multiple of 4 (float4 tiles). */
+/* plain int arithmetic: the templates use these in #if */
+#define ATTN_CUDA_RUP(x, m) ((((x) + (m) - 1) / (m)) * (m))
+#define ATTN_FLASH_VS(esize, dv) \
+  ((esize) == 4 || ATTN_CUDA_RUP(dv, 16) <= 256 ? 1 : ATTN_CUDA_RUP(dv, 16) <= 512 ? 2 : 4)
+#define ATTN_FLASH_DP(d) ATTN_CUDA_RUP(d, 16)
+#define ATTN_FLASH_DVP(esize, dv) ATTN_CUDA_RUP(dv, 16 * ATTN_FLASH_VS(esize, dv))
+#define ATTN_LOWRANK_DP(d) ATTN_CUDA_RUP(d, 8)
+#define ATTN_LOWRANK_DVP(dv) ATTN_CUDA_RUP(dv, 4)
+
+/* Dynamic shared memory in bytes; esize = bytes per input element (4: f32, 2: f16/bf16); dp, dvp: padded d, d_v.
+ * flash: Q_i (Br x dp; the tensor-core kernels stage O there too: Br x max(dp, dvp)) and `stages` buffers of K_j
+ *   (Bc x dp) and V_j (Bc x dvp) in the input type; the f32 kernel also keeps P (Br x Bc floats) there (its threads
+ *   own O by rows, so P goes through shared memory).
  * smallcache: three T x T fp32 tiles (Q|P, K|V, accumulator) and m, l for Br rows, T = tile (0: Br).
- * lowrank: all fp32, r4 = r rounded up to 4, rs = r4 + 4 or r4 + 8 (rs/4 odd): the state KV | z (r4 x (d+1)), the
- *   features of a key block and of a query group (2 x Bc x rs), their K, Q or V rows (Bc x d), S (Bc x Bc), 3 x Bc. */
-#define ATTN_FLASH_SMEM(esize, d, br, bc, stages) \
-  ((esize) == 4 ? 4LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d) + (long long)(br) * (bc)) \
-                : 2LL * ((long long)(br) * (d) + 2LL * (stages) * (bc) * (d)))
+ * lowrank: all fp32, r4 = r rounded up to 4, rs = r4 + 4 or r4 + 8 (rs/4 odd): the state KV | z (r4 x (dvp+1)),
+ *   the features of a key block and of a query group (2 x Bc x rs), their K, Q or V rows (Bc x max(dp, dvp)),
+ *   S (Bc x Bc), 3 x Bc.
+ * The _DV forms take d_v; the others are the d_v = d case. */
+#define ATTN_CUDA_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define ATTN_FLASH_SMEM_DV(esize, d, dv, br, bc, stages)                                                         \
+  ((esize) == 4                                                                                                  \
+       ? 4LL * ((long long)(br) * ATTN_FLASH_DP(d) +                                                             \
+                (long long)(stages) * (bc) * (ATTN_FLASH_DP(d) + ATTN_FLASH_DVP(4, dv)) + (long long)(br) * (bc)) \
+       : 2LL * ((long long)(br) * ATTN_CUDA_MAX2(ATTN_FLASH_DP(d), ATTN_FLASH_DVP(2, dv)) +                      \
+                (long long)(stages) * (bc) * (ATTN_FLASH_DP(d) + ATTN_FLASH_DVP(2, dv))))
+#define ATTN_FLASH_SMEM(esize, d, br, bc, stages) ATTN_FLASH_SMEM_DV(esize, d, d, br, bc, stages)
 #define ATTN_SC_TILE(br, tile) ((tile) > 0 ? (tile) : (br))
 #define ATTN_SMALLCACHE_SMEM(d, br, tile) \
   (4LL * (3LL * ATTN_SC_TILE(br, tile) * ATTN_SC_TILE(br, tile) + 2LL * (br)))
-#define ATTN_LOWRANK_SMEM(d, r, bc)                                                                              \
-  (4LL * ((((long long)(r) + 3) / 4 * 4) * ((d) + 1) +                                                           \
-          2LL * (bc) * ((((long long)(r) + 3) / 4 * 4) + 4 + ((((long long)(r) + 3) / 4 * 4) & 4)) +             \
-          (long long)(bc) * (d) + (long long)(bc) * (bc) + 3LL * (bc)))
+#define ATTN_LOWRANK_R4(r) (((long long)(r) + 3) / 4 * 4)
+#define ATTN_LOWRANK_SMEM_DV(d, dv, r, bc)                                                                        \
+  (4LL * (ATTN_LOWRANK_R4(r) * (ATTN_LOWRANK_DVP(dv) + 1) +                                                       \
+          2LL * (bc) * (ATTN_LOWRANK_R4(r) + 4 + (ATTN_LOWRANK_R4(r) & 4)) +                                      \
+          (long long)(bc) * ATTN_CUDA_MAX2(ATTN_LOWRANK_DP(d), ATTN_LOWRANK_DVP(dv)) + (long long)(bc) * (bc) +     \
+          3LL * (bc)))
+#define ATTN_LOWRANK_SMEM(d, r, bc) ATTN_LOWRANK_SMEM_DV(d, d, r, bc)
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 /* Counting build. Every thread of a block keeps the block's count (the same uniform value in each thread: call

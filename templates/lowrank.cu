@@ -34,9 +34,13 @@
  * the row NaN, -inf gives weight 0, seeing only such keys gives 0/0); a NaN or inf in V reaches, through the state
  * and S, exactly the rows that see its key (a key that a row does not see is skipped in S V, not weighted by 0).
  *
+ * Any d and d_v (ATTN_DV: V, O and the state's columns) in 1..576: X rows are padded to ATTN_LOWRANK_DP(d) or
+ * ATTN_LOWRANK_DVP(d_v) columns of zeros (the random features' directions past d are never read: a padded column
+ * contributes 0); rows that are not whole 16-byte chunks, or padded, move by element.
+ *
  * I/O accounting (ATTN_COUNT_IO, per block, every thread counting the block's transfers): each key block's K and V
- * rows are read once (kc*d each), each query row once (rows*d, also the rows that see no key) and each output row
- * written once (rows*d): reads = 2*n_kv*d + n*d, writes = n*d per (batch, head), as lowrank.c. */
+ * rows are read once (kc*d and kc*d_v), each query row once (rows*d, also the rows that see no key) and each output
+ * row written once (rows*d_v): reads = n_kv*(d + d_v) + n*d, writes = n*d_v per (batch, head), as lowrank.c. */
 #ifndef ATTN_WARPS
 #define ATTN_WARPS 4
 #endif
@@ -57,11 +61,15 @@
 #endif
 
 #define LR_D ATTN_D
+#define LR_DV ATTN_DV
+#define LR_DP ATTN_LOWRANK_DP(LR_D)    /* X rows of K and Q */
+#define LR_DVP ATTN_LOWRANK_DVP(LR_DV) /* X rows of V, the state's rows */
+#define LR_XW (LR_DP > LR_DVP ? LR_DP : LR_DVP)
 #define LR_BC ATTN_BC
 #define LR_W ATTN_WARPS
 #define LR_NT (ATTN_WARPS * 32)
 
-static_assert(LR_D % 16 == 0 && LR_BC % 16 == 0, "d and Bc are multiples of 16");
+static_assert(LR_BC % 16 == 0, "Bc is a multiple of 16");
 
 /* C(d+m, m): monomials of degree <= m in d variables, built as lowrank.c does (exact at each step). */
 constexpr long long lr_monomials(int m) {
@@ -76,19 +84,21 @@ constexpr int LR_R = ATTN_RANK;
 #endif
 constexpr int LR_R4 = (LR_R + 3) / 4 * 4;
 constexpr int LR_RS = LR_R4 + 4 + (LR_R4 & 4);
-constexpr int LR_NIT = LR_D / 4; /* float4 columns of a d-row */
+constexpr int LR_NIT = LR_DP / 4;   /* float4 columns of an X row of K or Q */
+constexpr int LR_NITV = LR_DVP / 4; /* float4 columns of an X row of V and of a state row */
 
 /* Shared-memory layout, in floats (every part a multiple of 4, so float4 access stays aligned). */
-constexpr int LR_OFF_Z = LR_R4 * LR_D;
+constexpr int LR_OFF_Z = LR_R4 * LR_DVP;
 constexpr int LR_OFF_FK = LR_OFF_Z + LR_R4;
 constexpr int LR_OFF_FQ = LR_OFF_FK + LR_BC * LR_RS;
 constexpr int LR_OFF_X = LR_OFF_FQ + LR_BC * LR_RS;
-constexpr int LR_OFF_S = LR_OFF_X + LR_BC * LR_D;
+constexpr int LR_OFF_S = LR_OFF_X + LR_BC * LR_XW;
 constexpr int LR_OFF_NRM = LR_OFF_S + LR_BC * LR_BC;
 constexpr int LR_OFF_RMAX = LR_OFF_NRM + LR_BC;
 constexpr int LR_OFF_INV = LR_OFF_RMAX + LR_BC;
 constexpr int LR_FLOATS = LR_OFF_INV + LR_BC;
-static_assert(4LL * LR_FLOATS == ATTN_LOWRANK_SMEM(LR_D, LR_R, LR_BC), "layout and ATTN_LOWRANK_SMEM disagree");
+static_assert(4LL * LR_FLOATS == ATTN_LOWRANK_SMEM_DV(LR_D, LR_DV, LR_R, LR_BC),
+              "layout and ATTN_LOWRANK_SMEM_DV disagree");
 
 /* Inputs: f32 as float, f16/bf16 as raw 16-bit words; global rows move in 16-byte chunks of LR_VEC elements. */
 #if ATTN_DTYPE == 0
@@ -140,77 +150,117 @@ static __device__ __forceinline__ void lr_unpack(uint4 u, float *f) {
 #endif
 }
 
-/* Four consecutive outputs (16-byte aligned for f32, 8-byte for f16/bf16), rounded to the input type. */
-static __device__ __forceinline__ void lr_store4(lr_elem *p, float a, float b, float c, float d) {
+/* Four consecutive outputs (16-byte aligned for f32, 8-byte for f16/bf16, when d_v is a multiple of 4), rounded to
+ * the input type; the first `valid` of them by element when d_v is not a multiple of 4. */
+static __device__ __forceinline__ void lr_store4(lr_elem *p, float a, float b, float c, float d, int valid) {
+  if constexpr (LR_DV % 4 == 0) {
+    (void)valid;
 #if ATTN_DTYPE == 0
-  *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
+    *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
 #else
-  uint2 u;
-  u.x = lr_pack(a, b);
-  u.y = lr_pack(c, d);
-  *reinterpret_cast<uint2 *>(p) = u;
+    uint2 u;
+    u.x = lr_pack(a, b);
+    u.y = lr_pack(c, d);
+    *reinterpret_cast<uint2 *>(p) = u;
+#endif
+  } else {
+    const float x[4] = {a, b, c, d};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      if (e < valid) {
+#if ATTN_DTYPE == 0
+        p[e] = x[e];
+#else
+        p[e] = (lr_elem)(lr_pack(x[e], 0.0f) & 0xffffu);
+#endif
+      }
+  }
+}
+
+/* One input element as fp32. */
+static __device__ __forceinline__ float lr_in(lr_elem x) {
+#if ATTN_DTYPE == 0
+  return x;
+#else
+  return lr_half(x);
 #endif
 }
 
-/* X[j][:] = mul * src[j][:] for j < rows, zero for rows..BC-1 (rows past the block are never read). */
-constexpr int LR_CPR = LR_D / LR_VEC;
-constexpr int LR_CHUNKS = LR_BC * LR_CPR;
-constexpr int LR_CPT = (LR_CHUNKS + LR_NT - 1) / LR_NT;
-constexpr int LR_CU = LR_CPT < 8 ? LR_CPT : 8; /* chunks in flight per thread */
+/* Rows of W elements (K, Q: d; V: d_v) staged in X rows of WP floats. FAST: rows of whole 16-byte chunks, unpadded. */
+template <int W, int WP> struct lr_g {
+  static constexpr bool FAST = W == WP && W % LR_VEC == 0;
+  static constexpr int CPR = W / LR_VEC, CHUNKS = LR_BC * CPR, CPT = (CHUNKS + LR_NT - 1) / LR_NT;
+  static constexpr int CU = CPT < 8 ? CPT : 8; /* chunks in flight per thread */
+  static constexpr bool PREF = FAST && CPT <= 8; /* at most 32 registers in flight */
+};
+
+/* X[j][:] = mul * src[j][:] for j < rows, zero for rows..BC-1 (rows past the block are never read) and in the
+ * padded columns W..WP-1. */
+template <int W, int WP>
 static __device__ __forceinline__ void lr_stage(const lr_elem *__restrict__ src, int rows, float mul, float *X) {
+  typedef lr_g<W, WP> G;
   const int tid = threadIdx.x;
-  for (int c0 = 0; c0 < LR_CPT; c0 += LR_CU) {
-    uint4 buf[LR_CU];
+  if constexpr (G::FAST) {
+    for (int c0 = 0; c0 < G::CPT; c0 += G::CU) {
+      uint4 buf[G::CU];
 #pragma unroll
-    for (int u = 0; u < LR_CU; u++) {
-      const int c = (c0 + u) * LR_NT + tid;
-      buf[u] = make_uint4(0u, 0u, 0u, 0u);
-      if (c0 + u < LR_CPT && c < LR_CHUNKS && c / LR_CPR < rows)
-        buf[u] = __ldg(reinterpret_cast<const uint4 *>(src + (long long)c * LR_VEC));
-    }
-#pragma unroll
-    for (int u = 0; u < LR_CU; u++) {
-      const int c = (c0 + u) * LR_NT + tid;
-      if (c0 + u < LR_CPT && c < LR_CHUNKS) {
-        float f[LR_VEC];
-        lr_unpack(buf[u], f);
-        float4 *dst = reinterpret_cast<float4 *>(X + c * LR_VEC);
-#pragma unroll
-        for (int k = 0; k < LR_VEC / 4; k++)
-          dst[k] = make_float4(f[4 * k] * mul, f[4 * k + 1] * mul, f[4 * k + 2] * mul, f[4 * k + 3] * mul);
+      for (int u = 0; u < G::CU; u++) {
+        const int c = (c0 + u) * LR_NT + tid;
+        buf[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (c0 + u < G::CPT && c < G::CHUNKS && c / G::CPR < rows)
+          buf[u] = __ldg(reinterpret_cast<const uint4 *>(src + (long long)c * LR_VEC));
       }
+#pragma unroll
+      for (int u = 0; u < G::CU; u++) {
+        const int c = (c0 + u) * LR_NT + tid;
+        if (c0 + u < G::CPT && c < G::CHUNKS) {
+          float f[LR_VEC];
+          lr_unpack(buf[u], f);
+          float4 *dst = reinterpret_cast<float4 *>(X + c * LR_VEC);
+#pragma unroll
+          for (int k = 0; k < LR_VEC / 4; k++)
+            dst[k] = make_float4(f[4 * k] * mul, f[4 * k + 1] * mul, f[4 * k + 2] * mul, f[4 * k + 3] * mul);
+        }
+      }
+    }
+  } else {
+    for (int p = tid; p < LR_BC * WP; p += LR_NT) {
+      const int r = p / WP, c = p % WP;
+      X[p] = r < rows && c < W ? lr_in(src[(long long)r * W + c]) * mul : 0.0f;
     }
   }
 }
 
 /* The same copy split in two, so that the global loads fly while the block computes: lr_issue starts the loads
- * into registers, lr_put stores them into X. When the rows take more than 8 16-byte chunks per thread, lr_issue
- * only records them and lr_put copies them then. */
-constexpr bool LR_PREF = LR_CPT <= 8; /* at most 32 registers in flight */
-struct lr_rows {
+ * into registers, lr_put stores them into X. When the rows take more than 8 16-byte chunks per thread (or are not
+ * whole chunks), lr_issue only records them and lr_put copies them then. */
+template <int W, int WP> struct lr_rows {
   const lr_elem *src;
   int rows;
-  uint4 buf[LR_PREF ? LR_CPT : 1];
+  uint4 buf[lr_g<W, WP>::PREF ? lr_g<W, WP>::CPT : 1];
 };
-static __device__ __forceinline__ void lr_issue(lr_rows &r, const lr_elem *__restrict__ src, int rows) {
+template <int W, int WP>
+static __device__ __forceinline__ void lr_issue(lr_rows<W, WP> &r, const lr_elem *__restrict__ src, int rows) {
+  typedef lr_g<W, WP> G;
   r.src = src;
   r.rows = rows;
-  if constexpr (LR_PREF) {
+  if constexpr (G::PREF) {
 #pragma unroll
-    for (int u = 0; u < LR_CPT; u++) {
+    for (int u = 0; u < G::CPT; u++) {
       const int c = u * LR_NT + threadIdx.x;
       r.buf[u] = make_uint4(0u, 0u, 0u, 0u);
-      if (c < LR_CHUNKS && c / LR_CPR < rows)
+      if (c < G::CHUNKS && c / G::CPR < rows)
         r.buf[u] = __ldg(reinterpret_cast<const uint4 *>(src + (long long)c * LR_VEC));
     }
   }
 }
-static __device__ __forceinline__ void lr_put(const lr_rows &r, float mul, float *X) {
-  if constexpr (LR_PREF) {
+template <int W, int WP> static __device__ __forceinline__ void lr_put(const lr_rows<W, WP> &r, float mul, float *X) {
+  typedef lr_g<W, WP> G;
+  if constexpr (G::PREF) {
 #pragma unroll
-    for (int u = 0; u < LR_CPT; u++) {
+    for (int u = 0; u < G::CPT; u++) {
       const int c = u * LR_NT + threadIdx.x;
-      if (c < LR_CHUNKS) {
+      if (c < G::CHUNKS) {
         float f[LR_VEC];
         lr_unpack(r.buf[u], f);
         float4 *dst = reinterpret_cast<float4 *>(X + c * LR_VEC);
@@ -220,14 +270,18 @@ static __device__ __forceinline__ void lr_put(const lr_rows &r, float mul, float
       }
     }
   } else {
-    lr_stage(r.src, r.rows, mul, X);
+    lr_stage<W, WP>(r.src, r.rows, mul, X);
   }
 }
 
-/* Zeros for output rows that see no key. */
+/* Zeros for output rows that see no key (rows of d_v elements, contiguous). */
 static __device__ __forceinline__ void lr_store_zero(lr_elem *out, int rows) {
-  for (int c = threadIdx.x; c < rows * LR_CPR; c += LR_NT)
-    *reinterpret_cast<uint4 *>(out + (long long)c * LR_VEC) = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (LR_DV % LR_VEC == 0) {
+    for (int c = threadIdx.x; c < rows * (LR_DV / LR_VEC); c += LR_NT)
+      *reinterpret_cast<uint4 *>(out + (long long)c * LR_VEC) = make_uint4(0u, 0u, 0u, 0u);
+  } else {
+    for (int c = threadIdx.x; c < rows * LR_DV; c += LR_NT) out[c] = (lr_elem)0;
+  }
 }
 
 static __device__ __forceinline__ float lr_warp_sum(float v) {
@@ -251,6 +305,8 @@ static __device__ __forceinline__ bool lr_nonfinite(float x) {
  * t = tid + NT*m; rows go by 16 with the directions' next 8 columns loaded while the current 8 are used. */
 constexpr int LR_MT = (LR_R + LR_NT - 1) / LR_NT;
 constexpr int LR_MTC = LR_MT < 4 ? LR_MT : 4; /* features per thread per sweep (registers: 16 x LR_MTC) */
+/* the row of the directions (d x r) for column i of X: a padded column (i >= d) is zero in X, any row does */
+static __device__ __forceinline__ int lr_wrow(int i) { return LR_DP == LR_D || i < LR_D ? i : LR_D - 1; }
 static __device__ __forceinline__ void lr_rf_dots(const float *__restrict__ wT, const float *X, float *F, int vr) {
   const int tid = threadIdx.x;
   const float4 *X4 = reinterpret_cast<const float4 *>(X);
@@ -273,14 +329,14 @@ static __device__ __forceinline__ void lr_rf_dots(const float *__restrict__ wT, 
 #pragma unroll
       for (int m = 0; m < LR_MTC; m++)
 #pragma unroll
-        for (int ii = 0; ii < 8; ii++) wc[m][ii] = __ldg(wT + ii * LR_R + tq[m]);
+        for (int ii = 0; ii < 8; ii++) wc[m][ii] = __ldg(wT + lr_wrow(ii) * LR_R + tq[m]);
 #pragma unroll 2
-      for (int i0 = 0; i0 < LR_D; i0 += 8) {
-        const int in = i0 + 8 < LR_D ? i0 + 8 : i0; /* the last step reloads its own columns (harmless) */
+      for (int i0 = 0; i0 < LR_DP; i0 += 8) {
+        const int in = i0 + 8 < LR_DP ? i0 + 8 : i0; /* the last step reloads its own columns (harmless) */
 #pragma unroll
         for (int m = 0; m < LR_MTC; m++)
 #pragma unroll
-          for (int ii = 0; ii < 8; ii++) wn[m][ii] = __ldg(wT + (in + ii) * LR_R + tq[m]);
+          for (int ii = 0; ii < 8; ii++) wn[m][ii] = __ldg(wT + lr_wrow(in + ii) * LR_R + tq[m]);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
 #pragma unroll
@@ -321,7 +377,7 @@ static __device__ __forceinline__ bool lr_rowstats(const float *X, const float *
     bool bad = false;
     for (int t = lane; t < LR_R; t += 32) mx = fmaxf(mx, F[j * LR_RS + t]);
     for (int i = lane; i < LR_D; i += 32) {
-      const float x = X[j * LR_D + i];
+      const float x = X[j * LR_DP + i];
       nr = fmaf(x, x, nr);
       bad |= lr_nonfinite(x);
     }
@@ -346,10 +402,10 @@ static __device__ __forceinline__ bool lr_rowcheck(float *X, float *FLAG, int vr
   bool any = false;
   for (int j = warp; j < vr; j += LR_W) {
     bool bad = false;
-    for (int i = lane; i < LR_D; i += 32) bad |= lr_nonfinite(X[j * LR_D + i]);
+    for (int i = lane; i < LR_D; i += 32) bad |= lr_nonfinite(X[j * LR_DP + i]);
     bad = __any_sync(0xffffffffu, bad);
     if (bad)
-      for (int i = lane; i < LR_D; i += 32) X[j * LR_D + i] = 0.0f;
+      for (int i = lane; i < LR_D; i += 32) X[j * LR_DP + i] = 0.0f;
     if (lane == 0) FLAG[j] = bad ? LR_NAN : 0.0f;
     any |= bad;
   }
@@ -371,7 +427,7 @@ static __device__ __forceinline__ void lr_taylor(const int *__restrict__ par, co
       const float cf = __ldg(coef + t);
       for (int j = 0; j < vr; j++) {
         const float pv = k == 1 ? (j < valid ? 1.0f : 0.0f) : F[j * LR_RS + p];
-        F[j * LR_RS + t] = pv * X[j * LR_D + v] * cf;
+        F[j * LR_RS + t] = pv * X[j * LR_DP + v] * cf;
       }
     }
     if (k == 1)
@@ -384,28 +440,28 @@ static __device__ __forceinline__ void lr_taylor(const int *__restrict__ par, co
 /* Fold a key block into the state: KV += FK^T X, z += FK^T 1 over its kc rows (FK and X are zero past kc up to
  * the next multiple of 16). Register tiles of TT features x 4 columns; j in order as in lowrank.c. */
 constexpr int lr_fold_tt() {
-  return (LR_R4 + 15) / 16 * LR_NIT >= LR_NT ? 16 : (LR_R4 + 7) / 8 * LR_NIT >= LR_NT ? 8 : 4;
+  return (LR_R4 + 15) / 16 * LR_NITV >= LR_NT ? 16 : (LR_R4 + 7) / 8 * LR_NITV >= LR_NT ? 8 : 4;
 }
 constexpr int LR_TT = lr_fold_tt();
-constexpr int LR_FTILES = (LR_R4 + LR_TT - 1) / LR_TT * LR_NIT;
+constexpr int LR_FTILES = (LR_R4 + LR_TT - 1) / LR_TT * LR_NITV;
 static __device__ __forceinline__ void lr_fold(float *KV, float *Z, const float *FK, const float *X, int kc) {
   const int tid = threadIdx.x;
   float4 *KV4 = reinterpret_cast<float4 *>(KV);
   const float4 *X4 = reinterpret_cast<const float4 *>(X);
   for (int tile = tid; tile < LR_FTILES; tile += LR_NT) {
-    const int it = tile % LR_NIT, t0 = tile / LR_NIT * LR_TT;
+    const int it = tile % LR_NITV, t0 = tile / LR_NITV * LR_TT;
     float acc[LR_TT][4];
 #pragma unroll
     for (int a = 0; a < LR_TT; a++) {
       float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (t0 + a < LR_R4) v = KV4[(t0 + a) * LR_NIT + it];
+      if (t0 + a < LR_R4) v = KV4[(t0 + a) * LR_NITV + it];
       acc[a][0] = v.x, acc[a][1] = v.y, acc[a][2] = v.z, acc[a][3] = v.w;
     }
     for (int j0 = 0; j0 < kc; j0 += 16) {
 #pragma unroll 4
       for (int jj = 0; jj < 16; jj++) {
         const int j = j0 + jj;
-        const float4 x = X4[j * LR_NIT + it];
+        const float4 x = X4[j * LR_NITV + it];
         const float4 *f4 = reinterpret_cast<const float4 *>(FK + j * LR_RS + t0);
 #pragma unroll
         for (int a4 = 0; a4 < LR_TT / 4; a4++) {
@@ -423,7 +479,7 @@ static __device__ __forceinline__ void lr_fold(float *KV, float *Z, const float 
     }
 #pragma unroll
     for (int a = 0; a < LR_TT; a++)
-      if (t0 + a < LR_R4) KV4[(t0 + a) * LR_NIT + it] = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+      if (t0 + a < LR_R4) KV4[(t0 + a) * LR_NITV + it] = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
   }
   for (int t = tid; t < LR_R4; t += LR_NT) {
     float z = Z[t];
@@ -454,7 +510,7 @@ static __device__ __forceinline__ void lr_inv(const float *FQ, const float *Z, c
  * when the tiles are fewer than the threads, KS lanes of a warp split the r features (and the exact keys) of a
  * tile and add up by shuffles (the split index is the high lane bits, so each tile's loads stay contiguous). */
 constexpr int LR_GT = 8;
-constexpr int LR_PTILES = LR_BC / LR_GT * LR_NIT;
+constexpr int LR_PTILES = LR_BC / LR_GT * LR_NITV;
 constexpr int lr_ks() {
   int k = 1;
   while (k < 32 && LR_PTILES * k * 2 <= LR_NT) k *= 2;
@@ -471,7 +527,7 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
   /* tb is the same for the whole warp, so every lane reaches the shuffles */
   for (int tb = warp * LR_TPW; tb < LR_PTILES; tb += LR_W * LR_TPW) {
     const int tile = tb + tl < LR_PTILES ? tb + tl : LR_PTILES - 1;
-    const int it = tile % LR_NIT, g0 = tile / LR_NIT * LR_GT;
+    const int it = tile % LR_NITV, g0 = tile / LR_NITV * LR_GT;
     float acc[LR_GT][4];
 #pragma unroll
     for (int a = 0; a < LR_GT; a++) acc[a][0] = acc[a][1] = acc[a][2] = acc[a][3] = 0.0f;
@@ -481,7 +537,7 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
 #pragma unroll
       for (int a = 0; a < LR_GT; a++) fq[a] = *reinterpret_cast<const float4 *>(FQ + (g0 + a) * LR_RS + 4 * t4);
 #pragma unroll
-      for (int b = 0; b < 4; b++) kv[b] = KV4[(4 * t4 + b) * LR_NIT + it];
+      for (int b = 0; b < 4; b++) kv[b] = KV4[(4 * t4 + b) * LR_NITV + it];
 #pragma unroll
       for (int a = 0; a < LR_GT; a++) {
         const float f[4] = {fq[a].x, fq[a].y, fq[a].z, fq[a].w};
@@ -500,7 +556,7 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
     const int jall = min(kc, e0 + g0), jend = min(kc, e0 + g0 + LR_GT - 1);
     int j = ks;
     for (; j < jall; j += LR_KS) {
-      const float4 x = X4[j * LR_NIT + it];
+      const float4 x = X4[j * LR_NITV + it];
 #pragma unroll
       for (int a = 0; a < LR_GT; a++) {
         const float s = S[(g0 + a) * LR_BC + j];
@@ -511,7 +567,7 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
       }
     }
     for (; j < jend; j += LR_KS) {
-      const float4 x = X4[j * LR_NIT + it];
+      const float4 x = X4[j * LR_NITV + it];
 #pragma unroll
       for (int a = 0; a < LR_GT; a++)
         if (j < e0 + g0 + a) {
@@ -536,8 +592,8 @@ static __device__ __forceinline__ void lr_product(const float *KV, const float *
       for (int a = 0; a < LR_GT; a++)
         if (g0 + a < G) {
           const float inv = INV[g0 + a];
-          lr_store4(out + (long long)(g0 + a) * LR_D + 4 * it, acc[a][0] * inv, acc[a][1] * inv, acc[a][2] * inv,
-                    acc[a][3] * inv);
+          lr_store4(out + (long long)(g0 + a) * LR_DV + 4 * it, acc[a][0] * inv, acc[a][1] * inv, acc[a][2] * inv,
+                    acc[a][3] * inv, LR_DV - 4 * it);
         }
     }
   }
@@ -562,15 +618,6 @@ static __device__ __forceinline__ void lr_extras(const float *FQ, const float *F
     }
     S[p] = s;
   }
-}
-
-/* One input element as fp32. */
-static __device__ __forceinline__ float lr_in(lr_elem x) {
-#if ATTN_DTYPE == 0
-  return x;
-#else
-  return lr_half(x);
-#endif
 }
 
 /* The rare path for key rows with a NaN or inf entry ("bad" keys, lowrank.c's kbad), once a head's rows are
@@ -605,11 +652,11 @@ static __device__ __forceinline__ void lr_badkeys(const lr_elem *q, const lr_ele
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) nbad += __shfl_xor_sync(0xffffffffu, nbad, o);
     if (__any_sync(0xffffffffu, nan) || nbad == vis)
-      for (int c = lane; c < LR_D; c += 32) {
+      for (int c = lane; c < LR_DV; c += 32) {
 #if ATTN_DTYPE == 0
-        out[(long long)g * LR_D + c] = LR_NAN;
+        out[(long long)g * LR_DV + c] = LR_NAN;
 #else
-        out[(long long)g * LR_D + c] = (lr_elem)(lr_pack(LR_NAN, 0.0f) & 0xffffu);
+        out[(long long)g * LR_DV + c] = (lr_elem)(lr_pack(LR_NAN, 0.0f) & 0xffffu);
 #endif
       }
   }
@@ -640,8 +687,8 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
     const long long b = bh / a.heads, h = bh % a.heads, hk = h / (a.heads / heads_kv);
     const lr_elem *const q = reinterpret_cast<const lr_elem *>(a.q) + bh * n * LR_D;
     const lr_elem *const k = reinterpret_cast<const lr_elem *>(a.k) + (b * heads_kv + hk) * n_kv * LR_D;
-    const lr_elem *const v = reinterpret_cast<const lr_elem *>(a.v) + (b * heads_kv + hk) * n_kv * LR_D;
-    lr_elem *const o = reinterpret_cast<lr_elem *>(a.o) + bh * n * LR_D;
+    const lr_elem *const v = reinterpret_cast<const lr_elem *>(a.v) + (b * heads_kv + hk) * n_kv * LR_DV;
+    lr_elem *const o = reinterpret_cast<lr_elem *>(a.o) + bh * n * LR_DV;
 
     __syncthreads(); /* the previous item is done with shared memory */
     /* empty state; the features' padding columns r..rs stay zero from here on */
@@ -702,14 +749,15 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
     const long long zrows = off >= 0 ? 0 : (-off < n ? -off : n);
     for (long long i0 = 0; i0 < zrows; i0 += LR_BC) {
       const int rows = (int)(zrows - i0 < LR_BC ? zrows - i0 : LR_BC);
-      lr_stage(q + i0 * LR_D, rows, sq, X);
+      lr_stage<LR_D, LR_DP>(q + i0 * LR_D, rows, sq, X);
       ATTN_CIO_READ((long long)rows * LR_D);
-      lr_store_zero(o + i0 * LR_D, rows);
-      ATTN_CIO_WRITE((long long)rows * LR_D);
+      lr_store_zero(o + i0 * LR_DV, rows);
+      ATTN_CIO_WRITE((long long)rows * LR_DV);
     }
 #endif
     /* K_b is loaded during the fold of block b-1, V_b during phi(K_b); the next query group during the product */
-    lr_rows kr, vr;
+    lr_rows<LR_D, LR_DP> kr;
+    lr_rows<LR_DV, LR_DVP> vr;
     int bad_lo = 0, bad_hi = 0; /* the keys [bad_lo, bad_hi) hold every bad key read (see lr_badkeys) */
     int kbad = 0;
     lr_issue(kr, k, (int)(n_kv < LR_BC ? n_kv : LR_BC));
@@ -718,8 +766,8 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       ATTN_CIO_READ((long long)kc * LR_D);
       lr_put(kr, sq, X);
       __syncthreads();
-      lr_issue(vr, v + kb0 * LR_D, kc);
-      ATTN_CIO_READ((long long)kc * LR_D);
+      lr_issue(vr, v + kb0 * LR_DV, kc);
+      ATTN_CIO_READ((long long)kc * LR_DV);
       LR_FEATURES(FK, kc, true);
       if (kbad) {
         if (bad_hi == 0) bad_lo = (int)kb0; /* n_kv < 2^31 (gen/launch.c) */
@@ -731,7 +779,7 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       const long long g1 = kb0 + kc - off < n ? kb0 + kc - off : n;
       const int G = g1 > g0 ? (int)(g1 - g0) : 0;
       if (G > 0) {
-        lr_stage(q + g0 * LR_D, G, sq, X);
+        lr_stage<LR_D, LR_DP>(q + g0 * LR_D, G, sq, X);
         ATTN_CIO_READ((long long)G * LR_D);
         __syncthreads();
         LR_FEATURES(FQ, G, false);
@@ -744,8 +792,8 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       if (G > 0) {
         lr_inv(FQ, Z, S, RMAX, INV, G, kc);
         __syncthreads();
-        lr_product(KV, FQ, S, X, INV, o + g0 * LR_D, G, kc, (int)(g0 + off + 1 - kb0));
-        ATTN_CIO_WRITE((long long)G * LR_D);
+        lr_product(KV, FQ, S, X, INV, o + g0 * LR_DV, G, kc, (int)(g0 + off + 1 - kb0));
+        ATTN_CIO_WRITE((long long)G * LR_DV);
         __syncthreads(); /* the state is read before this block is folded in */
       }
 #endif
@@ -755,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       __syncthreads();
     }
 #if !ATTN_CAUSAL
-    lr_rows qr;
+    lr_rows<LR_D, LR_DP> qr;
     lr_issue(qr, q, (int)(n < LR_BC ? n : LR_BC));
     for (long long i0 = 0; i0 < n; i0 += LR_BC) {
       const int G = (int)(n - i0 < LR_BC ? n - i0 : LR_BC);
@@ -768,8 +816,8 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       if (i0 + LR_BC < n) lr_issue(qr, q + (i0 + LR_BC) * LR_D, (int)(n - i0 - LR_BC < LR_BC ? n - i0 - LR_BC : LR_BC));
       /* the next group's lr_put writes X only, which this product does not read; FQ and INV are rewritten
        * behind barriers */
-      lr_product(KV, FQ, S, X, INV, o + i0 * LR_D, G, 0, 0);
-      ATTN_CIO_WRITE((long long)G * LR_D);
+      lr_product(KV, FQ, S, X, INV, o + i0 * LR_DV, G, 0, 0);
+      ATTN_CIO_WRITE((long long)G * LR_DV);
     }
 #endif
     if (bad_hi > 0) {
@@ -795,7 +843,7 @@ extern "C" __global__ void attn_init(attn_cuda_kargs a) {
   float *const wT = reinterpret_cast<float *>(a.consts);
   const unsigned long long st0 = (unsigned long long)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1ull;
   const unsigned long long golden = 0x9E3779B97F4A7C15ull;
-  const long long pairs = (long long)LR_R * LR_D / 2;
+  const long long cnt = (long long)LR_R * LR_D, pairs = (cnt + 1) / 2;
   for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs;
        p += (long long)gridDim.x * blockDim.x) {
     const unsigned long long z1 = lr_mix(st0 + (2ull * (unsigned long long)p + 1ull) * golden);
@@ -803,10 +851,9 @@ extern "C" __global__ void attn_init(attn_cuda_kargs a) {
     const double u1 = ((double)(z1 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
     const double u2 = (double)(z2 >> 11) * (1.0 / 9007199254740992.0);
     const double rad = sqrt(-2.0 * log(u1));
-    const long long e = 2 * p; /* d is even: both entries are in row t */
-    const int t = (int)(e / LR_D), i = (int)(e % LR_D);
-    wT[(long long)i * LR_R + t] = (float)(rad * cos(6.283185307179586 * u2));
-    wT[(long long)(i + 1) * LR_R + t] = (float)(rad * sin(6.283185307179586 * u2));
+    const long long e = 2 * p; /* entries e and e + 1 of w, row-major r x d (an odd d splits pairs over rows) */
+    wT[(e % LR_D) * LR_R + e / LR_D] = (float)(rad * cos(6.283185307179586 * u2));
+    if (e + 1 < cnt) wT[((e + 1) % LR_D) * LR_R + (e + 1) / LR_D] = (float)(rad * sin(6.283185307179586 * u2));
   }
 }
 #else

@@ -13,11 +13,13 @@
  *      sum l (online softmax), write the tile to S.
  *   2. O_i = P V by the tiled product: for each T x T tile of O_i, accumulate over the keys in chunks of T (a tile of
  *      S read and turned into P = exp(S - m) on the fly, a tile of V read), scale by 1/l and write the tile.
+ * Any d and d_v (ATTN_DV: V and O rows) in 1..576: partial tiles of d and d_v are zero-padded in shared memory;
+ * rows that are not whole vectors (d or d_v not a multiple of 4) are read and written by element.
  * I/O per item, counted by the block as the CPU template counts it, with R query rows, C visible keys (causal:
- * C = min(n_kv, max(0, i0 + R + n_kv - n))), nr = ceil(R/T), nc = ceil(C/T), nd = ceil(d/T), partial tiles by their
- * real sizes:
- *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*nd + d*C*nr   (S and V tiles)
- *   writes = R*C (S)  +  R*d (O)
+ * C = min(n_kv, max(0, i0 + R + n_kv - n))), nr = ceil(R/T), nc = ceil(C/T), ndv = ceil(d_v/T), partial tiles by
+ * their real sizes:
+ *   reads  = d*R*nc + d*C*nr   (Q and K tiles)   +   R*C*ndv + d_v*C*nr   (S and V tiles)
+ *   writes = R*C (S)  +  R*d_v (O)
  * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros.
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) and smallcache.c give: a NaN or +inf score,
  * or a row whose visible scores are all -inf (l = 0, divided by all the same), makes the row NaN; a NaN or inf in V
@@ -40,7 +42,7 @@ namespace {
 /* compile-time constants as enumerators: namespace-scope variables would become __device__ globals under
  * --device-as-default-execution-space */
 enum : int {
-  kD = ATTN_D, kBR = ATTN_BR, kT = SC_T, kNT = 32 * ATTN_WARPS,
+  kD = ATTN_D, kDV = ATTN_DV, kBR = ATTN_BR, kT = SC_T, kNT = 32 * ATTN_WARPS,
   /* vector width along the contracted index (d in phase 1, keys in phase 2) and vectors per tile row */
   kVW = kT % 4 == 0 ? 4 : 1,
   kCPR = kT / kVW,
@@ -59,6 +61,9 @@ enum : int {
   /* unrolling of the phase 1 product (phase 2: half): less when the micro-tile is large, to stay within 128
    * registers without spills */
   kUnroll = kMR * kMC >= 32 ? 2 : 4,
+  /* tile loads in flight: rows that are not whole vectors load by element, with a predicate each, and take fewer */
+  kLoadUnrollD = kD % kVW == 0 ? 4 : 1,
+  kLoadUnrollDV = kDV % kVW == 0 ? 4 : 1,
   /* blocks per SM for __launch_bounds__: up to 16 warps (at most 128 registers a thread), fewer where shared memory
    * allows fewer blocks anyway (an A100 has 164 KiB a SM). Stating it also keeps ptxas from trading spills for
    * occupancy, which it does on its own when given the block size alone */
@@ -152,6 +157,29 @@ __device__ __forceinline__ void sc_load_in(const void *p, long long idx, float (
 #endif
 }
 
+/* kVW elements of a row of LD elements at element index idx (a multiple of kVW past the row's start), the first
+ * `valid` of them (the rest zeros): whole vectors when rows are whole vectors, else by element. */
+template <int LD>
+__device__ __forceinline__ void sc_load_row(const void *p, long long idx, int valid, float (&x)[kVW]) {
+  if constexpr (LD % kVW == 0) { /* then tiles of d (T a multiple of kVW) are whole vectors */
+    (void)valid;
+    sc_load_in(p, idx, x);
+  } else {
+#pragma unroll
+    for (int q = 0; q < kVW; q++) {
+      float e[1] = {0.0f};
+      if (q < valid) {
+#if ATTN_DTYPE == 0
+        e[0] = __ldg((const float *)p + idx + q);
+#else
+        e[0] = sc_lo(__ldg((const unsigned short *)p + idx + q));
+#endif
+      }
+      x[q] = e[0];
+    }
+  }
+}
+
 __device__ __forceinline__ float sc_lds1(unsigned addr) {
   float x[1];
   sc_lds<1>(addr, x);
@@ -176,6 +204,25 @@ __device__ __forceinline__ void sc_store_out(void *p, long long idx, const float
 #endif
 }
 
+/* The first `valid` of kVV outputs at element index idx of O (rows of d_v elements): whole vectors when rows are whole
+ * vectors, else by element. */
+__device__ __forceinline__ void sc_store_row(void *p, long long idx, int valid, const float (&x)[kVV]) {
+  if constexpr (kDV % kVV == 0) { /* then tiles of d_v (T a multiple of kVV) are whole vectors */
+    (void)valid;
+    sc_store_out(p, idx, x);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVV; e++)
+      if (e < valid) {
+#if ATTN_DTYPE == 0
+        ((float *)p)[idx + e] = x[e];
+#else
+        ((unsigned short *)p)[idx + e] = (unsigned short)(sc_pack2(x[e], 0.0f) & 0xffffu);
+#endif
+      }
+  }
+}
+
 __device__ __forceinline__ bool sc_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
 /* the input element at idx of p as fp32 */
 __device__ __forceinline__ float sc_in1(const void *p, long long idx) {
@@ -186,13 +233,19 @@ __device__ __forceinline__ float sc_in1(const void *p, long long idx) {
 #endif
 }
 
+/* Inlined where rows are whole vectors; with rows by element its registers would make the product spill. */
+#if ATTN_D % 4 == 0 && ATTN_DV % 4 == 0
+#define SC_FIX_INLINE __device__ __forceinline__
+#else
+#define SC_FIX_INLINE __device__ __noinline__
+#endif
 /* The rare path of causal items, for a thread that wrote a NaN or inf into its part of an O tile. P V weights a key
  * hidden from a row by P = 0 when its tile holds keys the row sees, and 0 * NaN (or inf) in the key's V entry is
  * NaN where the reference adds nothing. Each such element of a row whose 1/l is finite is computed again over the
  * keys the row sees, from its scores in S and V in global memory (not counted: the I/O model is for finite inputs);
  * NaN and inf that the row does see come out again. The tile's rows start at o, s (row stride n_kv), m, il; its
- * columns at o and v (row stride d); row r sees the keys below vis0 + r. */
-__device__ __forceinline__ void sc_fix(void *out, long long o, const void *vin, long long v, const float *s,
+ * columns at o and v (row stride d_v); row r sees the keys below vis0 + r. */
+SC_FIX_INLINE void sc_fix(void *out, long long o, const void *vin, long long v, const float *s,
                                        long long n_kv, unsigned m, unsigned il, int tr, int td, int ry, int cx,
                                        long long vis0) {
 #pragma unroll 1
@@ -205,7 +258,7 @@ __device__ __forceinline__ void sc_fix(void *out, long long o, const void *vin, 
     for (int j = 0; j < kMC; j++) {
       const int dd = kVV * (cx + j / kVV * kCT) + j % kVV; /* phase 2's column of acc[i][j] */
       if (dd >= td) continue;
-      const long long at = o + (long long)r * kD + dd;
+      const long long at = o + (long long)r * kDV + dd;
 #if ATTN_DTYPE == 0
       if (!sc_nonfinite(((const float *)out)[at])) continue;
 #else
@@ -213,7 +266,7 @@ __device__ __forceinline__ void sc_fix(void *out, long long o, const void *vin, 
 #endif
       float acc = 0.0f;
       for (long long c = 0; c < vis0 + r; c++)
-        acc = fmaf(__expf(s[r * n_kv + c] - ms), sc_in1(vin, v + c * kD + dd), acc);
+        acc = fmaf(__expf(s[r * n_kv + c] - ms), sc_in1(vin, v + c * kDV + dd), acc);
 #if ATTN_DTYPE == 0
       ((float *)out)[at] = acc * li;
 #else
@@ -260,8 +313,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
       const long long last = i0 + R + off;
       C = last < 0 ? 0 : (int)(last < n_kv ? last : n_kv);
     }
-    const long long qo = ((long long)bh * n + i0) * kD;             /* Q and O rows of the item */
-    const long long kvo = ((long long)b * heads_kv + hk) * n_kv * kD; /* K and V of its kv head */
+    const long long qo = ((long long)bh * n + i0) * kD;              /* Q rows of the item */
+    const long long oo = kDV == kD ? qo : ((long long)bh * n + i0) * kDV; /* its O rows */
+    const long long kvo = ((long long)b * heads_kv + hk) * n_kv * kD; /* K of its kv head */
+    const long long vo = kDV == kD ? kvo : ((long long)b * heads_kv + hk) * n_kv * kDV; /* V of its kv head */
 
     /* 1. S = scale * Q K^T, tile by tile, with the online row statistics m, l in shared memory (in registers they
      *    would stay live across the whole product, and ptxas spills them). Lane 0 of a row group writes a row's m
@@ -283,9 +338,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
           for (int j = 0; j < kMC; j++) acc[i][j] = 0.0f;
 #pragma unroll 1
         for (int k0 = 0; k0 < kD; k0 += kT) {
-          const int tk = kD - k0 < kT ? kD - k0 : kT; /* a multiple of kVW: d is a multiple of 16 */
+          const int tk = kD - k0 < kT ? kD - k0 : kT; /* the last vector past tk holds zeros */
           __syncthreads(); /* the previous chunk's tiles are consumed */
-#pragma unroll 4 /* a few loads in flight per thread; full unrolling costs registers */
+#pragma unroll(kLoadUnrollD) /* a few loads in flight per thread; full unrolling costs registers */
           for (int p = 0; p < (kT * kCPR + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, r = e / kCPR, v = e % kCPR;
             /* rows past a partial tile are zeros: the product reads whole tiles, and must not read memory no
@@ -293,14 +348,14 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
             if (r < kT && v * kVW < tk) {
               float x[kVW];
               if (r < tr) {
-                sc_load_in(a.q, qo + (long long)(r0 + r) * kD + k0 + v * kVW, x);
+                sc_load_row<kD>(a.q, qo + (long long)(r0 + r) * kD + k0 + v * kVW, tk - v * kVW, x);
               } else {
 #pragma unroll
                 for (int q = 0; q < kVW; q++) x[q] = 0.0f;
               }
               sc_sts<kVW>(ta + 4u * (r * kT + v * kVW), x);
               if (r < tc) {
-                sc_load_in(a.k, kvo + (long long)(c0 + r) * kD + k0 + v * kVW, x);
+                sc_load_row<kD>(a.k, kvo + (long long)(c0 + r) * kD + k0 + v * kVW, tk - v * kVW, x);
               } else {
 #pragma unroll
                 for (int q = 0; q < kVW; q++) x[q] = 0.0f;
@@ -312,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
           ATTN_CIO_READ(tc * tk);
           __syncthreads();
           const unsigned pa = ta + 4u * ry * kT, pb = tb + 4u * cx * kT;
-          const int nv = tk / kVW;
+          const int nv = kD % kVW == 0 ? tk / kVW : (tk + kVW - 1) / kVW;
 #pragma unroll(kUnroll)
           for (int v = 0; v < nv; v++) {
             float av[kMR][kVW];
@@ -388,8 +443,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
     for (int r0 = 0; r0 < R; r0 += kT) {
       const int tr = R - r0 < kT ? R - r0 : kT;
 #pragma unroll 1
-      for (int d0 = 0; d0 < kD; d0 += kT) {
-        const int td = kD - d0 < kT ? kD - d0 : kT;
+      for (int d0 = 0; d0 < kDV; d0 += kT) {
+        const int td = kDV - d0 < kT ? kDV - d0 : kT;
         float acc[kMR][kMC];
 #pragma unroll
         for (int i = 0; i < kMR; i++)
@@ -399,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
           const int tc = C - c0 < kT ? C - c0 : kT;
           const int tcp = (tc + kVW - 1) / kVW * kVW; /* the contraction runs in vectors: zeros past tc */
           __syncthreads();
-#pragma unroll 4
+#pragma unroll(kLoadUnrollDV)
           for (int p = 0; p < (kT * kT + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, r = e / kT, c = e % kT;
             if (r < kT && c < tcp) { /* rows past a partial tile: zeros, as in phase 1 */
@@ -411,13 +466,13 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
               sc_sts1(ta + 4u * (r * kT + c), pv);
             }
           }
-#pragma unroll 4
+#pragma unroll(kLoadUnrollDV)
           for (int p = 0; p < (kT * kCPR + kNT - 1) / kNT; p++) {
             const int e = tid + p * kNT, c = e / kCPR, v = e % kCPR;
             if (c < tcp) { /* columns past a partial tile (d < T): zeros, as the rows past one */
               float x[kVW];
               if (c < tc && v * kVW < td) {
-                sc_load_in(a.v, kvo + (long long)(c0 + c) * kD + d0 + v * kVW, x);
+                sc_load_row<kDV>(a.v, vo + (long long)(c0 + c) * kDV + d0 + v * kVW, td - v * kVW, x);
               } else {
 #pragma unroll
                 for (int q = 0; q < kVW; q++) x[q] = 0.0f;
@@ -467,13 +522,13 @@ extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_k
                   x[e] = acc[i][g * kVV + e] * li;
                   bad |= sc_nonfinite(x[e]);
                 }
-                sc_store_out(a.o, qo + (long long)(r0 + r) * kD + d0 + dd, x);
+                sc_store_row(a.o, oo + (long long)(r0 + r) * kDV + d0 + dd, td - dd, x);
               }
             }
           }
         }
         if (ATTN_CAUSAL && bad)
-          sc_fix(a.o, qo + r0 * kD + d0, a.v, kvo + d0, S + (long long)r0 * n_kv, n_kv, sm_m + 4u * r0, sm_l + 4u * r0,
+          sc_fix(a.o, oo + r0 * kDV + d0, a.v, vo + d0, S + (long long)r0 * n_kv, n_kv, sm_m + 4u * r0, sm_l + 4u * r0,
                  tr, td, ry, cx, i0 + r0 + off + 1);
         ATTN_CIO_WRITE(tr * td);
       }
