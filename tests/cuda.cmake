@@ -1,7 +1,8 @@
 # CUDA backend. Without a GPU: attn_open(ATTN_TARGET_CUDA) fails cleanly with ATTN_ENODEV (and with its other codes
 # on fake drivers), and NVRTC compiles the templates to cubin for sm_80 and sm_90 with no spills (defaults of every
-# algorithm, d and dtype, causal alternating, lowrank's on a spread of d; a spread sample of the tuner's space; every
-# d of lowrank, both causal values and the whole space under the nightly label). Exit 77 (skipped) without NVRTC.
+# algorithm, d and dtype, causal alternating, lowrank's on a spread of d; defaults of odd d and d_v != d; a spread
+# sample of the tuner's space; every d of lowrank, d and d_v across 1..576, both causal values and the whole space
+# under the nightly label). Exit 77 (skipped) without NVRTC.
 set(ATTN_CUDA_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache-cuda)
 file(MAKE_DIRECTORY ${ATTN_CUDA_TEST_CACHE})
 set(ATTN_CUDA_ENV "ATTN_CACHE_DIR=${ATTN_CUDA_TEST_CACHE}" "ATTN_DB=${ATTN_CUDA_TEST_CACHE}/no-database.db")
@@ -31,6 +32,23 @@ foreach(arch sm_80 sm_90)
   foreach(algo flash smallcache lowrank)
     add_test(NAME cuda_compile_defaults_all_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo} all)
     set_tests_properties(cuda_compile_defaults_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endforeach()
+  # any d and d_v (padded tails, the tensor cores' d_v split): the defaults attn_spec_fit sizes compile without
+  # spills; CI one odd d and MLA's 576/512 of flash on sm_80, nightly a spread for every algorithm and arch
+  if(arch STREQUAL "sm_80")
+    add_test(NAME cuda_compile_dims_flash_${arch} COMMAND cuda_compile dims ${arch} flash 59,576/512)
+    set_tests_properties(cuda_compile_dims_flash_${arch} PROPERTIES LABELS cuda TIMEOUT 600 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endif()
+  foreach(algo flash smallcache lowrank)
+    if(algo STREQUAL "lowrank")
+      set(dims "1,3,59,111,320,576,576/512,192/128,64/128")
+    else()
+      set(dims "1,3,59,111,320,512,576,576/512,192/128,64/128,37/300")
+    endif()
+    add_test(NAME cuda_compile_dims_all_${algo}_${arch} COMMAND cuda_compile dims ${arch} ${algo} ${dims})
+    set_tests_properties(cuda_compile_dims_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
   endforeach()
   # the PTX the interpreter tests run (tests/emu.cmake) is the PTX of the cubin compile, byte for byte
@@ -78,7 +96,7 @@ add_executable(cuda_correct ${CMAKE_CURRENT_LIST_DIR}/cuda_correct.c ${PROJECT_S
 target_include_directories(cuda_correct PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
 target_link_libraries(cuda_correct PRIVATE attn_core m)
 set(ATTN_GPU_TESTS "io" "api")
-foreach(group flash smallcache lowrank shapes)
+foreach(group flash smallcache lowrank shapes dims)
   foreach(dtype f16 bf16 f32)
     list(APPEND ATTN_GPU_TESTS "${group} ${dtype}")
   endforeach()

@@ -9,6 +9,10 @@
  *   cuda_compile space ARCH STRIDE      every STRIDE-th configuration of the tuner's CUDA space (flash, smallcache,
  *                                       lowrank) for a spread of d, dtypes and causal, with the same checks as the
  *                                       defaults; STRIDE 1 is the whole space
+ *   cuda_compile dims ARCH ALGO D[/DV],...
+ *                                       the default configuration (attn_spec_default, its d_v, attn_spec_fit) of
+ *                                       each (d, d_v) listed (DV absent: d_v = d) in every dtype, with the same
+ *                                       checks; causal alternating
  *   cuda_compile ptx ARCH               the PTX the interpreter tests run is the PTX of the cubin compile, byte for
  *                                       byte, for the default of each algorithm at one d
  *   cuda_compile spec "SPEC" [count]    one spec (canonical text), its resource report and, on failure, the log
@@ -53,7 +57,7 @@ static int check(const attn_spec *s, int count_io, int verbose) {
       printf("FAIL %s: no ptxas report for attn_kernel in the log\n%s\n", label, log ? log : "");
       bad = 1;
     } else {
-      long long smem = attn_cuda_smem(s) + r.smem_static;
+      long long smem = attn_spec_cuda_smem(s) + r.smem_static; /* with the spec's d_v */
       if (!count_io && (r.spill_stores || r.spill_loads || r.stack)) {
         printf("FAIL %s%s: spills (%ld bytes stores, %ld loads, %ld stack)\n", label, count_io ? " (counting)" : "",
                r.spill_stores, r.spill_loads, r.stack);
@@ -129,6 +133,40 @@ static int defaults(const char *arch, const char *only, int all) {
           /* the counting build must compile as well */
           if (d % 64 == 0 && (causal == 1 || !all)) check(&s, 1, 0);
         }
+  }
+  return 0;
+}
+
+/* dims mode: the defaults of any d and d_v in 1..576 (padded tails, d_v != d), as the runtime sizes them. */
+static int dims(const char *arch, const char *algo, const char *list) {
+  const int a = attn_algo_parse(algo);
+  if (a <= 0) {
+    fprintf(stderr, "cuda_compile: unknown algorithm %s\n", algo);
+    return 2;
+  }
+  int k = 0;
+  for (const char *p = list; *p; k++) {
+    char *end;
+    const long d = strtol(p, &end, 10);
+    long dv = d;
+    if (*end == '/') dv = strtol(end + 1, &end, 10);
+    if (d < 1 || d > ATTN_MAX_D || dv < 1 || dv > ATTN_MAX_D || (*end && *end != ',')) {
+      fprintf(stderr, "cuda_compile: bad dims '%s' (expected D[/DV],... in 1..%d)\n", list, ATTN_MAX_D);
+      return 2;
+    }
+    for (int t = ATTN_F32; t <= ATTN_BF16; t++) {
+      attn_spec s = attn_spec_default((attn_algo)a, ATTN_TARGET_CUDA, (attn_dtype)t, (int)d, (k + t) % 2);
+      s.dv = dv != d ? (int)dv : 0;
+      char err[256];
+      if (attn_spec_fit(&s, err, sizeof err) != ATTN_OK) {
+        printf("FAIL d=%ld d_v=%ld: %s\n", d, dv, err);
+        failures++;
+        continue;
+      }
+      snprintf(s.arch, sizeof s.arch, "%s", arch);
+      check(&s, 0, 1);
+    }
+    p = *end ? end + 1 : end;
   }
   return 0;
 }
@@ -213,8 +251,8 @@ static int same_ptx(const char *arch) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO [all | DTYPE:D,D,...]...] | space ARCH STRIDE | ptx ARCH | "
-                    "spec \"SPEC\" [count] [log]\n");
+    fprintf(stderr, "usage: cuda_compile defaults ARCH [ALGO [all | DTYPE:D,D,...]...] | dims ARCH ALGO D[/DV],... | "
+                    "space ARCH STRIDE | ptx ARCH | spec \"SPEC\" [count] [log]\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* one line per kernel as it compiles: progress, and a log if CTest times out */
@@ -229,6 +267,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     defaults(argv[2], argc > 3 ? argv[3] : NULL, all);
+  } else if (strcmp(argv[1], "dims") == 0) {
+    if (argc != 5) {
+      fprintf(stderr, "cuda_compile: dims ARCH ALGO D[/DV],...\n");
+      return 2;
+    }
+    if (dims(argv[2], argv[3], argv[4])) return 2;
   } else if (strcmp(argv[1], "space") == 0) {
     char *end = NULL;
     long stride = argc > 3 ? strtol(argv[3], &end, 10) : 1;

@@ -4,9 +4,12 @@
  *   cuda_correct lowrank DTYPE            the same sizes; the output against the CPU lowrank kernel with the same
  *                                         features (same approximation), and its error against fp64 reported
  *   cuda_correct shapes DTYPE             n_kv != n both ways, grouped-query heads, batch > 1, non-default scale
+ *   cuda_correct dims DTYPE               every algorithm's default (attn_spec_fit) for d = 1, 3, 59, 111, 320, 512,
+ *                                         576 and d/d_v = 576/512, 192/128, 64/128, 37/300: odd n, n != n_kv,
+ *                                         grouped-query heads, causal and not
  *   cuda_correct io                       counting builds equal tuner/io_theory.c's closed forms for CUDA specs
  *   cuda_correct api                      NULL pointers, cached cubin on a second load, tuned-row lookup
- *   ... d=64,128                          only those d (the groups that take a DTYPE, and io)
+ *   ... d=64,128                          only those d (the groups that take a DTYPE, and io; 1..576)
  * Exact algorithms: relative error <= 1e-2 in f16/bf16 and 1e-4 in f32. Exit 77 (skipped) only when attn_open says
  * there is no CUDA device (ATTN_ENODEV); any other failure to open one, a failed allocation, and a run that checked
  * no case at all (a d= selection that matches nothing) fail. */
@@ -22,9 +25,9 @@
 static int cases;
 
 /* The d a run covers: all, or those of a d=LIST argument. */
-static int want_d[257], want_some_d;
+static int want_d[ATTN_MAX_D + 1], want_some_d;
 
-static int wanted(int d) { return !want_some_d || (d >= 1 && d <= 256 && want_d[d]); }
+static int wanted(int d) { return !want_some_d || (d >= 1 && d <= ATTN_MAX_D && want_d[d]); }
 
 static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
 
@@ -36,7 +39,7 @@ static void round_to(attn_dtype t, float *x, size_t count) {
 
 typedef struct {
   attn_problem p;
-  size_t nq, nkv;
+  size_t nq, nkv, nv, no; /* entries of Q, K, V (rows of d_v) and O (rows of d_v) */
   float *q, *k, *v, *o;
   double *ref;
 } bufs;
@@ -51,23 +54,25 @@ static int setup(const attn_problem *p0, unsigned long long seed, bufs *b, char 
   const attn_problem *p = &b->p;
   b->nq = (size_t)p->batch * p->heads * p->n * p->d;
   b->nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  b->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
+  b->no = (size_t)p->batch * p->heads * p->n * p->d_v;
   b->q = malloc(b->nq * sizeof(float));
-  b->o = malloc(b->nq * sizeof(float));
+  b->o = malloc(b->no * sizeof(float));
   b->k = malloc(b->nkv * sizeof(float));
-  b->v = malloc(b->nkv * sizeof(float));
-  b->ref = malloc(b->nq * sizeof(double));
+  b->v = malloc(b->nv * sizeof(float));
+  b->ref = malloc(b->no * sizeof(double));
   if (!b->q || !b->o || !b->k || !b->v || !b->ref) {
-    snprintf(why, wl, "out of host memory for %zu + %zu entries", b->nq, b->nkv);
+    snprintf(why, wl, "out of host memory for %zu + %zu + %zu entries", b->nq, b->nkv, b->nv);
     return -1;
   }
   seed = seed * 1000003ULL + test_seed() * 3;
   attn_fill_random(b->q, b->nq, seed * 3 + 1);
   attn_fill_random(b->k, b->nkv, seed * 3 + 2);
-  attn_fill_random(b->v, b->nkv, seed * 3 + 3);
+  attn_fill_random(b->v, b->nv, seed * 3 + 3);
   round_to(p->dtype, b->q, b->nq);
   round_to(p->dtype, b->k, b->nkv);
-  round_to(p->dtype, b->v, b->nkv);
-  attn_poison(b->o, b->nq);
+  round_to(p->dtype, b->v, b->nv);
+  attn_poison(b->o, b->no);
   attn_reference(p, b->q, b->k, b->v, b->ref);
   return 0;
 }
@@ -82,15 +87,19 @@ static void release(bufs *b) {
 
 static const char *shape(const attn_problem *p) {
   static char buf[256];
-  snprintf(buf, sizeof buf, "%s batch=%d heads=%d heads_kv=%d n=%d n_kv=%d d=%d causal=%d scale=%g",
-           attn_dtype_name(p->dtype), p->batch, p->heads, p->heads_kv, p->n, p->n_kv, p->d, p->causal,
-           (double)p->scale);
+  snprintf(buf, sizeof buf, "%s batch=%d heads=%d heads_kv=%d n=%d n_kv=%d d=%d d_v=%d causal=%d scale=%g",
+           attn_dtype_name(p->dtype), p->batch, p->heads, p->heads_kv, p->n, p->n_kv, p->d,
+           p->d_v > 0 ? p->d_v : p->d, p->causal, (double)p->scale);
   return buf;
 }
 
-/* The device's default spec of an algorithm for a problem. */
+/* The device's default spec of an algorithm for a problem (sized for its d_v as the runtime sizes it). */
 static attn_spec default_spec(attn_runtime *rt, attn_algo a, const attn_problem *p) {
   attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
+  s.dv = p->d_v > 0 && p->d_v != p->d ? p->d_v : 0;
+  char err[256] = "";
+  const int frc = attn_spec_fit(&s, err, sizeof err);
+  CHECK(frc == ATTN_OK, "attn_spec_fit d=%d d_v=%d: %s", p->d, p->d_v, err);
   attn_cuda_info_t info;
   int rc = attn_cuda_info(rt, &info);
   CHECK(rc == ATTN_OK, "attn_cuda_info: %s", attn_strerror(rc));
@@ -127,7 +136,7 @@ static double run(attn_runtime *rt, attn_runtime *cpu, const attn_problem *p0, c
     rc = attn_plan_run_f32(plan, b.q, b.k, b.v, b.o, NULL, NULL);
     CHECK(rc == ATTN_OK, "%s [%s]: run: %s: %s", shape(&b.p), attn_plan_describe(plan), attn_strerror(rc),
           attn_last_error(rt));
-    if (rc == ATTN_OK) err = attn_rel_error(b.ref, b.o, b.nq);
+    if (rc == ATTN_OK) err = attn_rel_error(b.ref, b.o, b.no);
   }
   if (rc == ATTN_OK && s->algo == ATTN_ALGO_LOWRANK) {
     /* the approximation itself is the CPU kernel's: the two must agree to the dtype's rounding */
@@ -135,15 +144,15 @@ static double run(attn_runtime *rt, attn_runtime *cpu, const attn_problem *p0, c
     attn_problem pc = b.p;
     pc.dtype = ATTN_F32;
     attn_plan *cp = NULL;
-    float *co = malloc(b.nq * sizeof(float));
-    double *co64 = malloc(b.nq * sizeof(double));
-    CHECK(co && co64, "%s: out of host memory for the CPU twin's output (%zu entries)", shape(&b.p), b.nq);
+    float *co = malloc(b.no * sizeof(float));
+    double *co64 = malloc(b.no * sizeof(double));
+    CHECK(co && co64, "%s: out of host memory for the CPU twin's output (%zu entries)", shape(&b.p), b.no);
     int crc = co && co64 ? attn_plan_create_spec(cpu, &pc, &c, 0, "twin", &cp) : ATTN_ENOMEM;
     if (crc == ATTN_OK) crc = attn_plan_run_f32(cp, b.q, b.k, b.v, co, NULL, NULL);
     CHECK(crc == ATTN_OK || !co || !co64, "%s: the CPU twin failed: %s", shape(&b.p), attn_last_error(cpu));
     if (crc == ATTN_OK) {
-      for (size_t i = 0; i < b.nq; i++) co64[i] = co[i];
-      double diff = attn_rel_error(co64, b.o, b.nq);
+      for (size_t i = 0; i < b.no; i++) co64[i] = co[i];
+      double diff = attn_rel_error(co64, b.o, b.no);
       double lim = s->dtype == ATTN_F32 ? 1e-3 : 2e-2;
       CHECK(diff <= lim, "%s [%s]: differs from the CPU lowrank kernel by %.3g > %g", shape(&b.p),
             attn_plan_describe(plan), diff, lim);
@@ -214,6 +223,23 @@ static void shapes(attn_runtime *rt, attn_runtime *cpu, attn_dtype t) {
         }
 }
 
+/* Any head dimension, d_v != d: the default of each algorithm for d and d/d_v pairs across 1..576. */
+static void dims(attn_runtime *rt, attn_runtime *cpu, attn_dtype t) {
+  static const int dd[][2] = {{1, 1},     {3, 3},       {59, 59},     {111, 111}, {320, 320}, {512, 512},
+                              {576, 576}, {576, 512},   {192, 128},   {64, 128},  {37, 300}};
+  static const int nn[][3] = {{37, 29, 1}, {19, 83, 2}, {129, 257, 1}}; /* n, n_kv, heads_kv (heads = 2) */
+  unsigned long long seed = 5000;
+  for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++)
+    for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++)
+      for (size_t j = 0; j < sizeof nn / sizeof nn[0] && wanted(dd[i][0]); j++) {
+        attn_problem p = {.batch = 2, .heads = 2, .heads_kv = nn[j][2], .n = nn[j][0], .n_kv = nn[j][1],
+                          .d = dd[i][0], .d_v = dd[i][1], .dtype = t, .causal = (int)((i + j) & 1),
+                          .tolerance = a == ATTN_ALGO_LOWRANK ? 0.5 : 0};
+        attn_spec s = default_spec(rt, (attn_algo)a, &p);
+        run(rt, cpu, &p, &s, seed++);
+      }
+}
+
 static void io_counts(attn_runtime *rt) {
   static const attn_algo algos[] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
   static const int ns[][2] = {{1, 1}, {100, 100}, {257, 129}, {129, 300}, {1000, 1000}};
@@ -273,11 +299,11 @@ static void api(attn_runtime *rt) {
   }
   attn_cuda_free(rt, buf);
   attn_plan_destroy(plan);
-  /* f32 plans exist on CUDA; an unsupported d is refused with a reason */
-  attn_problem bad = {.batch = 1, .heads = 1, .n = 8, .d = 24, .dtype = ATTN_F16};
+  /* f32 plans exist on CUDA; a head dimension past ATTN_MAX_D is refused with a reason */
+  attn_problem bad = {.batch = 1, .heads = 1, .n = 8, .d = ATTN_MAX_D + 1, .dtype = ATTN_F16};
   plan = NULL;
   rc = attn_plan_create(rt, &bad, &plan);
-  CHECK(rc == ATTN_EUNSUPPORTED && !plan, "d=24 on cuda: expected ATTN_EUNSUPPORTED, got %d", rc);
+  CHECK(rc == ATTN_EUNSUPPORTED && !plan, "d=%d on cuda: expected ATTN_EUNSUPPORTED, got %d", ATTN_MAX_D + 1, rc);
   cases++;
 }
 
@@ -287,7 +313,7 @@ static int pick_d(const char *arg) {
   for (const char *p = arg + 2;;) {
     char *end;
     long d = strtol(p, &end, 10);
-    if (end == p || d < 1 || d > 256 || (*end && *end != ',')) return -1;
+    if (end == p || d < 1 || d > ATTN_MAX_D || (*end && *end != ',')) return -1;
     want_d[d] = want_some_d = 1;
     if (!*end) return 0;
     p = end + 1;
@@ -295,7 +321,8 @@ static int pick_d(const char *arg) {
 }
 
 int main(int argc, char **argv) {
-  static const char usage[] = "usage: cuda_correct flash|smallcache|lowrank|shapes DTYPE [d=D,...] | io [d=D,...] | api\n";
+  static const char usage[] =
+      "usage: cuda_correct flash|smallcache|lowrank|shapes|dims DTYPE [d=D,...] | io [d=D,...] | api\n";
   if (argc < 2) {
     fputs(usage, stderr);
     return 2;
@@ -303,7 +330,7 @@ int main(int argc, char **argv) {
   /* the arguments first: a usage error needs no device */
   const char *group = argv[1];
   const int has_dtype = !strcmp(group, "flash") || !strcmp(group, "smallcache") || !strcmp(group, "lowrank") ||
-                        !strcmp(group, "shapes");
+                        !strcmp(group, "shapes") || !strcmp(group, "dims");
   if (!has_dtype && strcmp(group, "io") != 0 && strcmp(group, "api") != 0) {
     fprintf(stderr, "unknown group %s\n%s", group, usage);
     return 2;
@@ -345,6 +372,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(group, "smallcache")) sizes(rt, cpu, ATTN_ALGO_SMALLCACHE, (attn_dtype)dt);
   else if (!strcmp(group, "lowrank")) sizes(rt, cpu, ATTN_ALGO_LOWRANK, (attn_dtype)dt);
   else if (!strcmp(group, "shapes")) shapes(rt, cpu, (attn_dtype)dt);
+  else if (!strcmp(group, "dims")) dims(rt, cpu, (attn_dtype)dt);
   else if (!strcmp(group, "io")) io_counts(rt);
   else api(rt);
   attn_close(cpu);

@@ -1,11 +1,12 @@
 /* cuda_emu: the CUDA kernels as NVRTC compiles them, run on the PTX interpreter of tests/ptx, no GPU needed.
  *   cuda_emu [OPTIONS] ALGO DTYPE [FIELD=VALUE ...]
- *       one spec: attn_spec_default(ALGO, cuda, DTYPE, d, causal) with the fields given (d, br, bc, causal, warps,
- *       stages, tile, feature=taylor|random, degree, rank, seed, arch)
+ *       one spec: attn_spec_default(ALGO, cuda, DTYPE, d, causal), its dv, attn_spec_fit, then the fields given (d,
+ *       dv (d_v; 0: d), br, bc, causal, warps, stages, tile, feature=taylor|random, degree, rank, seed, arch)
  *   cuda_emu [OPTIONS] space ALGO DTYPE d=D causal=C [stride=K] [offset=O] [arch=sm_80|sm_90]
  *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU
- *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C] [every=K]
- *       the default spec of d = 16, 16 + 16K, ..., and 256 (K = 1: every d; causal on alternate d unless C is given)
+ *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C] [every=K] [d=D,D,...] [dv=N]
+ *       the default spec of d = 16, 16 + 16K, ..., and 256 (K = 1: every d), or of each d listed, with d_v = N (0 or
+ *       absent: d_v = d); causal on alternate d unless C is given
  *   cuda_emu [OPTIONS] nan ALGO DTYPE [d=D,D,...] [causal=C] [FIELD=VALUE ...]
  *       non-finite inputs, as tests/cpu_nan.c: the default spec (with the fields given) for each d (default 16,64)
  *       and causal 0 and 1 (or C), on shapes with batch = 8, batch element b carrying injection b (none, NaN in a
@@ -230,19 +231,29 @@ static size_t from_raw(attn_dtype t, const unsigned char *raw, size_t count, flo
   return unwritten;
 }
 
+/* Entries of Q, K, V and O of a normalised problem (V and O rows have d_v entries). */
+typedef struct {
+  size_t q, k, v, o;
+} counts;
+static counts counts_of(const attn_problem *p) {
+  const size_t bh = (size_t)p->batch * p->heads, bhk = (size_t)p->batch * p->heads_kv;
+  const counts c = {bh * p->n * p->d, bhk * p->n_kv * p->d, bhk * p->n_kv * p->d_v, bh * p->n * p->d_v};
+  return c;
+}
+
 /* Fresh random inputs of a shape from its seed, and the same values rounded to the problem's dtype (what the
  * kernel reads and the reference is computed from). */
 static void fill_inputs(const attn_problem *p, unsigned long long seed, float *q, float *k, float *v) {
-  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  attn_fill_random(q, nq, seed * 3 + 1);
-  attn_fill_random(k, nkv, seed * 3 + 2);
-  attn_fill_random(v, nkv, seed * 3 + 3);
+  const counts c = counts_of(p);
+  attn_fill_random(q, c.q, seed * 3 + 1);
+  attn_fill_random(k, c.k, seed * 3 + 2);
+  attn_fill_random(v, c.v, seed * 3 + 3);
 }
 static void round_inputs(const attn_problem *p, float *q, float *k, float *v) {
-  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  round_to(p->dtype, q, nq);
-  round_to(p->dtype, k, nkv);
-  round_to(p->dtype, v, nkv);
+  const counts c = counts_of(p);
+  round_to(p->dtype, q, c.q);
+  round_to(p->dtype, k, c.k);
+  round_to(p->dtype, v, c.v);
 }
 
 static double tolerance(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : 1e-2; }
@@ -269,7 +280,7 @@ static int cpu_twin(const attn_spec *s, const attn_problem *p, const float *q, c
 static int shape_problem(const attn_spec *s, const char *label, const shape *sh, attn_problem *p, attn_cuda_geom *g) {
   char err[512];
   attn_problem p0 = {.batch = sh->batch, .heads = sh->heads, .heads_kv = sh->heads_kv, .n = sh->n,
-                     .n_kv = sh->n_kv, .d = s->d, .dtype = s->dtype, .causal = s->causal,
+                     .n_kv = sh->n_kv, .d = s->d, .d_v = attn_spec_dv(s), .dtype = s->dtype, .causal = s->causal,
                      /* lowrank's feature maps take sqrt(scale): both of its kernels need scale > 0 */
                      .scale = s->algo == ATTN_ALGO_LOWRANK ? fabsf(sh->scale) : sh->scale,
                      .tolerance = s->algo == ATTN_ALGO_LOWRANK ? 0.5 : 0.0};
@@ -284,6 +295,8 @@ static int shape_problem(const attn_spec *s, const char *label, const shape *sh,
     FAIL("%s | n=%d n_kv=%d: geometry: %s", label, p->n, p->n_kv, err);
     return -1;
   }
+  /* the shared memory of the spec's d_v (the geometry's is that of d_v = d) */
+  g->smem = attn_spec_cuda_smem(s);
   if (g->smem > 227 * 1024) {
     FAIL("%s | n=%d n_kv=%d: %lld bytes of shared memory a block, more than any GPU has", label, p->n, p->n_kv,
          g->smem);
@@ -305,9 +318,12 @@ typedef struct {
 static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, const attn_cuda_geom *g,
                      unsigned order, const float *q, const float *k, const float *v, float *o, emu_result *r,
                      const char *what) {
-  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, nkv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  const counts c = counts_of(p);
   const size_t es = attn_dtype_size(p->dtype);
-  unsigned char *raw = malloc((nq > nkv ? nq : nkv) * es);
+  size_t most = c.q > c.k ? c.q : c.k;
+  if (c.v > most) most = c.v;
+  if (c.o > most) most = c.o;
+  unsigned char *raw = malloc(most * es);
   char err[1024];
   long unwritten = -1;
   ptx_machine *x = ptx_machine_new(m, err, sizeof err);
@@ -316,8 +332,8 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
     goto out;
   }
   ptx_machine_set_approx(x, approx_worst);
-  const uint64_t dq = ptx_alloc(x, nq * es, "q"), dk = ptx_alloc(x, nkv * es, "k"), dv = ptx_alloc(x, nkv * es, "v");
-  const uint64_t dout = ptx_alloc(x, nq * es, "o");
+  const uint64_t dq = ptx_alloc(x, c.q * es, "q"), dk = ptx_alloc(x, c.k * es, "k"), dv = ptx_alloc(x, c.v * es, "v");
+  const uint64_t dout = ptx_alloc(x, c.o * es, "o");
   const uint64_t dscr = g->scratch > 0 ? ptx_alloc(x, (uint64_t)g->scratch, "scratch") : 0;
   const uint64_t dcon = g->consts > 0 ? ptx_alloc(x, (uint64_t)g->consts, "consts") : 0;
   const uint64_t dio = counting ? ptx_alloc(x, 16, "io") : 0;
@@ -325,14 +341,14 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
     FAIL("%s: out of memory", what);
     goto out;
   }
-  to_raw(p->dtype, q, nq, raw);
-  int ok = ptx_copy_in(x, dq, raw, nq * es) == 0;
-  to_raw(p->dtype, k, nkv, raw);
-  ok &= ptx_copy_in(x, dk, raw, nkv * es) == 0;
-  to_raw(p->dtype, v, nkv, raw);
-  ok &= ptx_copy_in(x, dv, raw, nkv * es) == 0;
-  memset(raw, 0xff, nq * es); /* the poison */
-  ok &= ptx_copy_in(x, dout, raw, nq * es) == 0;
+  to_raw(p->dtype, q, c.q, raw);
+  int ok = ptx_copy_in(x, dq, raw, c.q * es) == 0;
+  to_raw(p->dtype, k, c.k, raw);
+  ok &= ptx_copy_in(x, dk, raw, c.k * es) == 0;
+  to_raw(p->dtype, v, c.v, raw);
+  ok &= ptx_copy_in(x, dv, raw, c.v * es) == 0;
+  memset(raw, 0xff, c.o * es); /* the poison */
+  ok &= ptx_copy_in(x, dout, raw, c.o * es) == 0;
   const unsigned long long zero[2] = {0, 0};
   if (counting) ok &= ptx_copy_in(x, dio, zero, sizeof zero) == 0;
   if (!ok) {
@@ -363,7 +379,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   }
   size_t undef = 0;
   unsigned long long io[2] = {0, 0};
-  if (ptx_copy_out(x, dout, raw, nq * es, &undef) || (counting && ptx_copy_out(x, dio, io, sizeof io, NULL))) {
+  if (ptx_copy_out(x, dout, raw, c.o * es, &undef) || (counting && ptx_copy_out(x, dio, io, sizeof io, NULL))) {
     FAIL("%s: cannot copy the outputs out", what);
     goto out;
   }
@@ -376,7 +392,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   ptx_buffer_stats_of(x, dout, &r->o);
   if (dscr) ptx_buffer_stats_of(x, dscr, &r->scratch);
   ptx_stats_get(x, &r->st);
-  unwritten = (long)from_raw(p->dtype, raw, nq, o);
+  unwritten = (long)from_raw(p->dtype, raw, c.o, o);
 out:
   ptx_machine_free(x);
   free(raw);
@@ -386,19 +402,59 @@ out:
 /* The real kernel's global traffic, in 32-byte sectors per warp instruction, as entries of the input type, against
  * tuner/io_theory.c's closed form (reads of Q, K, V; writes of O); io_line says it for the ok line. */
 static char io_line[256];
+
+/* The closed form of a CUDA spec's transfers in entries, in terms of d and d_v (the CUDA kernels' I/O comments):
+ * tuner/io_theory.c's where d_v = d, and the two must agree there. 0, or -1 with a failure reported. */
+static int formula(const attn_spec *s, const attn_problem *p, unsigned long long *fr, unsigned long long *fw,
+                   const char *what) {
+  const long long d = s->d, dv = attn_spec_dv(s), n = p->n, nkv = p->n_kv, bh = (long long)p->batch * p->heads;
+  long long r = 0, w = 0;
+  for (long long i0 = 0; i0 < n && s->algo != ATTN_ALGO_LOWRANK; i0 += s->br) {
+    const long long R = n - i0 < s->br ? n - i0 : s->br;
+    long long C = nkv; /* keys visible to some row of the block */
+    if (s->causal) C = i0 + R + nkv - n < 0 ? 0 : i0 + R + nkv - n < nkv ? i0 + R + nkv - n : nkv;
+    if (s->algo == ATTN_ALGO_FLASH) {
+      if (C > 0) C = (C + s->bc - 1) / s->bc * s->bc < nkv ? (C + s->bc - 1) / s->bc * s->bc : nkv;
+      r += R * d + C * (d + dv);
+      w += R * dv;
+    } else {
+      const long long t = s->tile > 0 ? s->tile : s->br;
+      const long long nr = (R + t - 1) / t, nc = (C + t - 1) / t, ndv = (dv + t - 1) / t;
+      r += d * R * nc + d * C * nr + R * C * ndv + dv * C * nr;
+      w += R * C + R * dv;
+    }
+  }
+  if (s->algo == ATTN_ALGO_LOWRANK) {
+    r = nkv * (d + dv) + n * d;
+    w = n * dv;
+  }
+  *fr = (unsigned long long)(r * bh);
+  *fw = (unsigned long long)(w * bh);
+  if (dv == d) {
+    unsigned long long tr = 0, tw = 0;
+    attn_io_formula(s, (long)bh, p->n, p->n_kv, &tr, &tw);
+    if (tr != *fr || tw != *fw) {
+      FAIL("%s: closed form %llu/%llu, tuner/io_theory.c's %llu/%llu", what, *fr, *fw, tr, tw);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static int io_check(const attn_spec *s, const attn_problem *p, const emu_result *r, const char *what) {
   const unsigned long long es = attn_dtype_size(p->dtype);
   unsigned long long fr = 0, fw = 0;
-  attn_io_formula(s, (long)p->batch * p->heads, p->n, p->n_kv, &fr, &fw);
+  if (formula(s, p, &fr, &fw, what)) return -1;
   /* slow scratch (smallcache's S) is fp32 and counted by the formula; lowrank's constants are not */
   const unsigned long long sr = (r->q.read_sectors + r->k.read_sectors + r->v.read_sectors) * 32 / es +
                                 r->scratch.read_sectors * 32 / 4;
   const unsigned long long sw = r->o.write_sectors * 32 / es + r->scratch.write_sectors * 32 / 4;
   /* The tensor-core flash kernels move Q, K, V with 16-byte copies of whole rows and stage O for 16-byte stores:
-   * their sectors are the formula exactly. The others read or store some arrays a word per lane (O in fp32, S in
-   * smallcache's scratch), in partial sectors: their sectors must not be fewer than the entries the formula counts,
+   * their sectors are the formula exactly where rows are whole 32-byte sectors (d, d_v multiples of 16). The others
+   * read or store some arrays a word per lane (O in fp32, S in smallcache's scratch, rows of other d by element or
+   * in part of a sector), in partial sectors: their sectors must not be fewer than the entries the formula counts,
    * and the excess is reported. */
-  const int exact = s->algo == ATTN_ALGO_FLASH && p->dtype != ATTN_F32;
+  const int exact = s->algo == ATTN_ALGO_FLASH && p->dtype != ATTN_F32 && s->d % 16 == 0 && p->d_v % 16 == 0;
   int bad = 0;
   if (exact ? sr != fr || sw != fw : sr < fr || sw < fw) {
     FAIL("%s: global traffic %llu/%llu entries (32-byte sectors: q %llu, k %llu, v %llu read, o %llu written), "
@@ -430,9 +486,10 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, uns
   snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s order", label, p.batch,
            p.heads, p.heads_kv, p.n, p.n_kv, (double)p.scale, order_name(order));
   const long long bh = (long long)p.batch * p.heads;
-  const size_t nq = (size_t)bh * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
-  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
-  double *ref = malloc(nq * sizeof(double));
+  const counts cn = counts_of(&p);
+  const size_t no = cn.o, dv = (size_t)p.d_v;
+  float *q = malloc(cn.q * 4), *k = malloc(cn.k * 4), *v = malloc(cn.v * 4), *o = malloc(no * 4);
+  double *ref = malloc(no * sizeof(double));
   int bad = 0;
   if (!q || !k || !v || !o || !ref) {
     FAIL("%s: out of memory", what);
@@ -449,43 +506,43 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, uns
     goto out;
   }
   if (unwritten) {
-    FAIL("%s: %ld of %zu outputs never written", what, unwritten, nq);
+    FAIL("%s: %ld of %zu outputs never written", what, unwritten, no);
     bad = 1;
   }
   /* rows that see no key (causal, i < n - n_kv) are zeros */
   long zero_bad = 0;
   for (size_t r0 = 0; p.causal && r0 < (size_t)bh * p.n; r0++)
     if ((long)(r0 % (size_t)p.n) + p.n_kv - p.n < 0)
-      for (int j = 0; j < p.d; j++) zero_bad += o[r0 * p.d + j] != 0.0f;
+      for (size_t j = 0; j < dv; j++) zero_bad += o[r0 * dv + j] != 0.0f;
   if (zero_bad) {
     FAIL("%s: %ld outputs of rows that see no key are not 0", what, zero_bad);
     bad = 1;
   }
-  const double fro = attn_rel_error(ref, o, nq);
+  const double fro = attn_rel_error(ref, o, no);
   /* the worst row, relative to its own norm (rows that see no key are checked above) */
   double row = 0.0;
   for (size_t r0 = 0; r0 < (size_t)bh * p.n; r0++) {
     double num = 0.0, den = 0.0;
-    for (int j = 0; j < p.d; j++) {
-      const double dv = (double)o[r0 * p.d + j] - ref[r0 * p.d + j];
-      num += dv * dv;
-      den += ref[r0 * p.d + j] * ref[r0 * p.d + j];
+    for (size_t j = 0; j < dv; j++) {
+      const double e = (double)o[r0 * dv + j] - ref[r0 * dv + j];
+      num += e * e;
+      den += ref[r0 * dv + j] * ref[r0 * dv + j];
     }
     const double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
     if (!(e <= row)) row = isnan(e) ? INFINITY : e;
   }
   char errs[160];
   if (s->algo == ATTN_ALGO_LOWRANK) {
-    float *co = malloc(nq * 4);
-    double *co64 = malloc(nq * sizeof(double));
+    float *co = malloc(no * 4);
+    double *co64 = malloc(no * sizeof(double));
     if (!co || !co64 || cpu_twin(s, &p, q, k, v, co) != 0) {
       FAIL("%s: the CPU lowrank kernel failed: %s", what, attn_last_error(cpu_rt));
       bad = 1;
     } else {
-      for (size_t i = 0; i < nq; i++) co64[i] = co[i];
-      const double diff = attn_rel_error(co64, o, nq), lim = p.dtype == ATTN_F32 ? 1e-3 : 2e-2;
+      for (size_t i = 0; i < no; i++) co64[i] = co[i];
+      const double diff = attn_rel_error(co64, o, no), lim = p.dtype == ATTN_F32 ? 1e-3 : 2e-2;
       if (!(diff <= lim)) {
-        FAIL("%s: differs from the CPU lowrank kernel by %.3g > %g", what, diff, lim);
+        FAIL("%s: differs from the CPU lowrank kernel by %.3g > %g (vs fp64 %.3g)", what, diff, lim, fro);
         bad = 1;
       }
       snprintf(errs, sizeof errs, "vs cpu lowrank %.2e, vs fp64 %.2e", diff, fro);
@@ -523,8 +580,8 @@ static int run_io_shape(const attn_spec *s, const char *label, const shape *sh, 
   if (shape_problem(s, label, sh, &p, &g) != 0) return -1;
   snprintf(what, sizeof what, "%s | batch=%d heads=%d/%d n=%d n_kv=%d", label, p.batch, p.heads, p.heads_kv, p.n,
            p.n_kv);
-  const size_t nq = (size_t)p.batch * p.heads * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
-  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4);
+  const counts cn = counts_of(&p);
+  float *q = malloc(cn.q * 4), *k = malloc(cn.k * 4), *v = malloc(cn.v * 4), *o = malloc(cn.o * 4);
   int bad = 0;
   if (!q || !k || !v || !o) {
     FAIL("%s: out of memory", what);
@@ -540,7 +597,10 @@ static int run_io_shape(const attn_spec *s, const char *label, const shape *sh, 
     goto out;
   }
   unsigned long long fr = 0, fw = 0;
-  attn_io_formula(s, (long)p.batch * p.heads, p.n, p.n_kv, &fr, &fw);
+  if (formula(s, &p, &fr, &fw, what)) {
+    bad = 1;
+    goto out;
+  }
   const unsigned long long es = attn_dtype_size(p.dtype);
   const unsigned long long sr = (rk.q.read_sectors + rk.k.read_sectors + rk.v.read_sectors) * 32 / es +
                                 rk.scratch.read_sectors * 32 / 4;
@@ -586,11 +646,12 @@ static long nan_rnd(long below) {
 /* Injection inj into batch element b of q, k, v; says where into what. A poisoned key is one that some rows see and
  * others do not when the shape allows it (causal: key j is visible to rows i >= j - (n_kv - n)). */
 static void nan_inject(const attn_problem *p, int b, int inj, float *q, float *k, float *v, char *what, size_t len) {
-  const long d = p->d, hq = nan_rnd(p->heads), hk = nan_rnd(p->heads_kv), i = nan_rnd(p->n), col = nan_rnd(d);
+  const long d = p->d, dv = p->d_v, hq = nan_rnd(p->heads), hk = nan_rnd(p->heads_kv), i = nan_rnd(p->n);
+  const long col = nan_rnd(d), vcol = col < dv ? col : col % dv;
   const long jlo = p->n_kv - p->n + 1 > 0 ? p->n_kv - p->n + 1 : 0;
   long j = jlo < p->n_kv ? jlo + nan_rnd(p->n_kv - jlo) : nan_rnd(p->n_kv);
   float *qb = q + (long)b * p->heads * p->n * d, *kb = k + (long)b * p->heads_kv * p->n_kv * d;
-  float *vb = v + (long)b * p->heads_kv * p->n_kv * d;
+  float *vb = v + (long)b * p->heads_kv * p->n_kv * dv;
   float *qrow = qb + (hq * p->n + i) * d;
   if (inj == INJ_NONE) {
     snprintf(what, len, "batch %d: %s", b, inj_names[inj]);
@@ -606,9 +667,10 @@ static void nan_inject(const attn_problem *p, int b, int inj, float *q, float *k
       for (long x = 0; x < p->heads * p->n * d; x++) qb[x] = fabsf(qb[x]) + 1e-3f;
       if (nan_rnd(2)) j = 0; /* key 0 half the time: causal with n = n_kv, row 0 sees only it */
     }
-    float *e = (inj == INJ_V_NAN ? vb : kb) + (hk * p->n_kv + j) * d + col;
+    float *e = inj == INJ_V_NAN ? vb + (hk * p->n_kv + j) * dv + vcol : kb + (hk * p->n_kv + j) * d + col;
     *e = inj == INJ_K_NAN || inj == INJ_V_NAN ? NAN : -INFINITY;
-    snprintf(what, len, "batch %d: %s at kv head %ld key %ld col %ld", b, inj_names[inj], hk, j, col);
+    snprintf(what, len, "batch %d: %s at kv head %ld key %ld col %ld", b, inj_names[inj], hk, j,
+             inj == INJ_V_NAN ? vcol : col);
   }
 }
 
@@ -618,11 +680,11 @@ static void nan_inject(const attn_problem *p, int b, int inj, float *q, float *k
  * reported under ctx). */
 static long nan_compare(const attn_problem *p, int b, const double *ref, const double *want, const float *o,
                         double abs_tol, double rel_tol, const char *ctx, double *err) {
-  const size_t per = (size_t)p->heads * p->n * p->d, x0 = (size_t)b * per;
+  const size_t dv = (size_t)p->d_v, per = (size_t)p->heads * p->n * dv, x0 = (size_t)b * per;
   long bad = 0;
   double num = 0, den = 0, mx = 0;
   for (size_t x = x0; x < x0 + per; x++) {
-    const long row = (long)((x / (size_t)p->d) % (size_t)p->n);
+    const long row = (long)((x / dv) % (size_t)p->n);
     const int unseen = p->causal && row + p->n_kv - p->n < 0;
     const int rn = isnan(ref[x]), on = isnan(o[x]);
     int wrong = rn != on || (!rn && !isfinite(o[x])) || (unseen && o[x] != 0.0f);
@@ -636,7 +698,7 @@ static long nan_compare(const attn_problem *p, int b, const double *ref, const d
     if (wrong) {
       if (bad < 4)
         printf("     %s: head %ld row %ld col %ld: out %.9g, reference %.9g", ctx,
-               (long)((x - x0) / ((size_t)p->n * p->d)), row, (long)(x % (size_t)p->d), (double)o[x], ref[x]);
+               (long)((x - x0) / ((size_t)p->n * dv)), row, (long)(x % dv), (double)o[x], ref[x]);
       if (bad < 4) printf(want != ref ? ", cpu lowrank %.9g\n" : "\n", want[x]);
       bad++;
     }
@@ -665,9 +727,10 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, unsigned
   if (shape_problem(s, label, &sh, &p, &g) != 0) return -1;
   snprintf(what, sizeof what, "%s | nan: batch=%d heads=%d/%d n=%d n_kv=%d | %s order", label, p.batch, p.heads,
            p.heads_kv, p.n, p.n_kv, order_name(order));
-  const size_t nq = (size_t)p.batch * p.heads * p.n * p.d, nkv = (size_t)p.batch * p.heads_kv * p.n_kv * p.d;
-  float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o = malloc(nq * 4), *co = NULL;
-  double *ref = malloc(nq * sizeof(double)), *want = NULL;
+  const counts cn = counts_of(&p);
+  const size_t no = cn.o;
+  float *q = malloc(cn.q * 4), *k = malloc(cn.k * 4), *v = malloc(cn.v * 4), *o = malloc(no * 4), *co = NULL;
+  double *ref = malloc(no * sizeof(double)), *want = NULL;
   char where[INJ_COUNT][160];
   int bad = 0;
   if (!q || !k || !v || !o || !ref) {
@@ -682,14 +745,14 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, unsigned
   attn_reference(&p, q, k, v, ref);
   want = ref;
   if (s->algo == ATTN_ALGO_LOWRANK) {
-    co = malloc(nq * 4);
-    want = malloc(nq * sizeof(double));
+    co = malloc(no * 4);
+    want = malloc(no * sizeof(double));
     if (!co || !want || cpu_twin(s, &p, q, k, v, co) != 0) {
       FAIL("%s: the CPU lowrank kernel failed: %s", what, attn_last_error(cpu_rt));
       bad = 1;
       goto out;
     }
-    for (size_t x = 0; x < nq; x++) want[x] = co[x];
+    for (size_t x = 0; x < no; x++) want[x] = co[x];
   }
   emu_result r;
   const long unwritten = emu_exec(mod, 0, &p, &g, order, q, k, v, o, &r, what);
@@ -698,7 +761,7 @@ static int run_nan_shape(const attn_spec *s, const char *label, int si, unsigned
     goto out;
   }
   if (unwritten) {
-    FAIL("%s: %ld of %zu outputs never written", what, unwritten, nq);
+    FAIL("%s: %ld of %zu outputs never written", what, unwritten, no);
     bad = 1;
   }
   /* flash, smallcache: against fp64 per element (the output's rounding, and P's on the tensor cores); lowrank: the
@@ -737,6 +800,7 @@ out:
 static void describe(const attn_spec *s, char *out, size_t len) {
   int n = snprintf(out, len, "%s %s d=%d br=%d bc=%d warps=%d", attn_algo_name(s->algo), attn_dtype_name(s->dtype),
                    s->d, s->br, s->bc, s->warps);
+  if (attn_spec_dv(s) != s->d) n += snprintf(out + n, len - n, " dv=%d", attn_spec_dv(s));
   if (s->algo == ATTN_ALGO_FLASH) n += snprintf(out + n, len - n, " stages=%d", s->stages);
   if (s->algo == ATTN_ALGO_SMALLCACHE) n += snprintf(out + n, len - n, " tile=%d", s->tile);
   if (s->algo == ATTN_ALGO_LOWRANK) {
@@ -788,6 +852,7 @@ static int parse_field(attn_spec *s, const char *kv) {
     return 0;                                         \
   }
   FIELD("d", s->d)
+  FIELD("dv", s->dv)
   FIELD("br", s->br)
   FIELD("bc", s->bc)
   FIELD("causal", s->causal)
@@ -814,19 +879,30 @@ static int parse_field(attn_spec *s, const char *kv) {
   return -1;
 }
 
-/* d= and causal= first (the default spec depends on them), then the rest over the default */
+/* The default spec of (d, d_v) as the runtime makes it: attn_spec_default, then dv and attn_spec_fit. */
+static attn_spec default_spec(attn_algo a, attn_dtype t, int d, int dv, int causal) {
+  attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, t, d, causal);
+  s.dv = dv > 0 && dv != d ? dv : 0;
+  char err[256];
+  if (attn_spec_fit(&s, err, sizeof err) != ATTN_OK) printf("     %s\n", err); /* attn_spec_check says it again */
+  return s;
+}
+
+/* d=, dv= and causal= first (the default spec depends on them), then the rest over the default */
 static int spec_from_args(attn_algo a, attn_dtype t, int argc, char **argv, attn_spec *s) {
   attn_spec pre;
   memset(&pre, 0, sizeof pre);
   pre.d = 64;
   for (int i = 0; i < argc; i++)
-    if (!strncmp(argv[i], "d=", 2) || !strncmp(argv[i], "causal=", 7)) parse_field(&pre, argv[i]);
-  *s = attn_spec_default(a, ATTN_TARGET_CUDA, t, pre.d, pre.causal);
+    if (!strncmp(argv[i], "d=", 2) || !strncmp(argv[i], "dv=", 3) || !strncmp(argv[i], "causal=", 7))
+      parse_field(&pre, argv[i]);
+  *s = default_spec(a, t, pre.d, pre.dv, pre.causal);
   for (int i = 0; i < argc; i++)
     if (parse_field(s, argv[i]) != 0) {
       fprintf(stderr, "cuda_emu: bad field %s\n", argv[i]);
       return -1;
     }
+  if (s->dv == s->d) s->dv = 0; /* one spelling per kernel, as attn_spec_parse */
   return 0;
 }
 
@@ -870,18 +946,32 @@ static int space(attn_algo a, attn_dtype t, int argc, char **argv) {
   return 0;
 }
 
-/* attn_spec_default for every d = 16, 32, ..., 256; causal on alternate d (which ones depends on the dtype) unless
+/* The default spec (attn_spec_default, dv, attn_spec_fit) for every d = 16, 32, ..., 256, or for each d of the
+ * list d=D,D,...; d_v = d, or dv=N for every d; causal on alternate d (which ones depends on the dtype) unless
  * causal= says */
 static int defaults(attn_algo a, attn_dtype t, int argc, char **argv) {
-  int causal = -1, step = 1;
+  int causal = -1, step = 1, dv = 0;
+  char dlist[256] = "";
   for (int i = 0; i < argc; i++) {
     if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
     else if (!strncmp(argv[i], "every=", 6) && (step = atoi(argv[i] + 6)) >= 1) continue;
+    else if (!strncmp(argv[i], "dv=", 3) && (dv = atoi(argv[i] + 3)) >= 0) continue;
+    else if (!strncmp(argv[i], "d=", 2)) snprintf(dlist, sizeof dlist, "%s", argv[i] + 2);
     else return 2;
+  }
+  if (dlist[0]) {
+    int k = 0;
+    for (char *tok = strtok(dlist, ","); tok; tok = strtok(NULL, ","), k++) {
+      const int d = atoi(tok);
+      if (d < 1) return 2;
+      attn_spec s = default_spec(a, t, d, dv, causal < 0 ? (k + (int)t) % 2 : causal);
+      run_spec(&s);
+    }
+    return 0;
   }
   /* every=K: d = 16, 16 + 16K, ... and always 256 (the largest) */
   for (int d = 16; d <= 256; d = d + 16 * step > 256 && d < 256 ? 256 : d + 16 * step) {
-    attn_spec s = attn_spec_default(a, ATTN_TARGET_CUDA, t, d, causal < 0 ? (d / 16 + (int)t) % 2 : causal);
+    attn_spec s = default_spec(a, t, d, dv, causal < 0 ? (d / 16 + (int)t) % 2 : causal);
     run_spec(&s);
   }
   return 0;
@@ -938,7 +1028,8 @@ int main(int argc, char **argv) {
   if (argc - i < 2) {
     fprintf(stderr, "usage: cuda_emu [--quick] [--all-orders] [--approx-worst] ALGO DTYPE [FIELD=VALUE ...]\n"
                     "       cuda_emu [--quick] [--all-orders] space ALGO DTYPE d=D causal=C [stride=K] [offset=O]\n"
-                    "       cuda_emu [--quick] [--all-orders] defaults ALGO DTYPE [causal=C] [every=K]\n"
+                    "       cuda_emu [--quick] [--all-orders] defaults ALGO DTYPE [causal=C] [every=K] [d=D,...]\n"
+                    "                [dv=N]\n"
                     "       cuda_emu [--all-orders] nan ALGO DTYPE [d=D,...] [causal=C] [FIELD=VALUE ...]\n"
                     "       cuda_emu [--quick] io ALGO DTYPE [FIELD=VALUE ...]\n");
     return 2;

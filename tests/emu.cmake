@@ -47,6 +47,24 @@ set(ATTN_EMU_TESTS
     "io_flash_bf16|--quick io flash bf16 d=64 causal=1"
     "io_smallcache_f32|--quick io smallcache f32 d=64"
     "io_lowrank_f16|--quick io lowrank f16 d=16")
+# every head dimension (padded tails, rows by element) and d_v != d (DeepSeek MLA's 576/512, 192/128, 64/128): the
+# defaults attn_spec_fit sizes for them, on the --quick shapes (n = 1, odd n, n != n_kv both ways, grouped-query
+# heads), causal alternating; lowrank's large d (slow to interpret) nightly
+list(APPEND ATTN_EMU_TESTS
+     "dims_flash_f16|--quick defaults flash f16 d=1,59,320,576"
+     "dims_flash_bf16|--quick defaults flash bf16 d=3,111,512"
+     "dims_flash_f32|--quick defaults flash f32 d=3,111"
+     "dv_flash_f16_576_512_causal|--quick flash f16 d=576 dv=512 causal=1"
+     "dv_flash_bf16_192_128|--quick flash bf16 d=192 dv=128"
+     "dv_flash_f32_64_128_causal_4rows|--quick flash f32 d=64 dv=128 causal=1 br=16"
+     "dims_smallcache_f16|--quick defaults smallcache f16 d=1,111,576"
+     "dims_smallcache_bf16|--quick defaults smallcache bf16 d=3,59,320"
+     "dv_smallcache_bf16_576_512_causal|--quick smallcache bf16 d=576 dv=512 causal=1"
+     "dv_smallcache_f32_192_128|--quick smallcache f32 d=192 dv=128"
+     "dv_smallcache_f16_64_128_causal|--quick smallcache f16 d=64 dv=128 causal=1"
+     "dims_lowrank_f32|--quick defaults lowrank f32 d=3,111"
+     "dv_lowrank_bf16_64_128_causal|--quick lowrank bf16 d=64 dv=128 causal=1"
+     "io_flash_f16_d59_dv37|--quick io flash f16 d=59 dv=37 causal=1")
 foreach(dtype f16 bf16)
   list(APPEND ATTN_EMU_TESTS "nan_flash_${dtype}|nan flash ${dtype} d=16,64")
 endforeach()
@@ -64,6 +82,20 @@ set(ATTN_EMU_NIGHTLY
     "nightly_nan_lowrank_taylor_f32|nan lowrank f32 d=16 feature=taylor"
     "nightly_nan_smallcache_bf16_d64|nan smallcache bf16 d=64"
     "nightly_nan_flash_f32_d64|nan flash f32 d=64")
+# every head dimension class (1..15, odd, multiples of 8 but not 16, past 256, the largest) and d_v != d both ways
+set(ATTN_EMU_DIMS "1,2,3,5,7,8,9,15,17,24,33,40,59,72,100,111,136,200,257,264,320,385,448,512,520,575,576")
+foreach(algo flash smallcache lowrank)
+  foreach(dtype f16 bf16 f32)
+    list(APPEND ATTN_EMU_NIGHTLY
+         "nightly_${algo}_${dtype}_dims|defaults ${algo} ${dtype} d=${ATTN_EMU_DIMS}"
+         "nightly_${algo}_${dtype}_dv_mla|defaults ${algo} ${dtype} d=576 dv=512"
+         "nightly_${algo}_${dtype}_dv_192_128|defaults ${algo} ${dtype} d=192 dv=128"
+         "nightly_${algo}_${dtype}_dv_64_128|defaults ${algo} ${dtype} d=64 dv=128"
+         "nightly_${algo}_${dtype}_dv_odd|defaults ${algo} ${dtype} d=37,300,5 dv=77"
+         "nightly_nan_${algo}_${dtype}_dims|nan ${algo} ${dtype} d=3,59,576 dv=512"
+         "nightly_io_${algo}_${dtype}_dims|--quick io ${algo} ${dtype} d=59 dv=200")
+  endforeach()
+endforeach()
 foreach(algo flash smallcache lowrank)
   foreach(dtype f16 bf16 f32)
     list(APPEND ATTN_EMU_NIGHTLY

@@ -1,5 +1,7 @@
-/* gen_spec: every default spec validates, its canonical text parses back to the same spec (split-K specs too, with
- * old keys unchanged), bad specs are rejected with a reason, and instantiation carries the spec's constants and the template text. */
+/* gen_spec: every default spec validates, its canonical text parses back to the same spec (split-K specs and d_v != d
+ * too, with old keys unchanged), on CUDA for every d and a spread of d_v once attn_spec_fit has sized it (within an
+ * A100's shared memory), bad specs are rejected with a reason naming the limit, and instantiation carries the spec's
+ * constants and the template text. */
 #include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,20 +33,89 @@ int main(void) {
   for (int t = ATTN_TARGET_CPU; t <= ATTN_TARGET_CUDA; t++)
     for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++)
       for (int dt = ATTN_F32; dt <= ATTN_BF16; dt++)
-        for (int d = 8; d <= 256; d += 8)
+        for (int d = 1; d <= ATTN_MAX_D; d++)
           for (int c = 0; c <= 1; c++) {
-            if (!attn_d_supported((attn_target)t, d)) continue;
+            CHECK(attn_d_supported((attn_target)t, d), "d=%d not supported on %s", d, attn_target_name(t));
             attn_spec s = attn_spec_default((attn_algo)a, (attn_target)t, (attn_dtype)dt, d, c);
             char err[256] = "";
             CHECK(attn_spec_check(&s, err, sizeof err) == ATTN_OK, "default %s/%s/%s d=%d: %s", attn_algo_name(s.algo),
                   attn_target_name(s.target), attn_dtype_name(s.dtype), d, err);
-            round_trip(&s);
+            if (t == ATTN_TARGET_CUDA)
+              CHECK(attn_spec_cuda_smem(&s) <= 163 * 1024, "default %s/%s d=%d: %lld bytes of shared memory",
+                    attn_algo_name(s.algo), attn_dtype_name(s.dtype), d, attn_spec_cuda_smem(&s));
+            if (d % 8 == 0 || d < 4) round_trip(&s);
             checked++;
           }
-  CHECK(checked > 100, "only %d default specs checked", checked);
+  CHECK(checked > 10000, "only %d default specs checked", checked);
+  CHECK(!attn_d_supported(ATTN_TARGET_CPU, 0) && !attn_d_supported(ATTN_TARGET_CUDA, ATTN_MAX_D + 1), "d range");
 
-  expect_bad("flash cpu f32 d=12 br=64 bc=64 causal=0", ATTN_EUNSUPPORTED, "d=12 is not supported on cpu");
-  expect_bad("flash cpu f16 d=64 br=64 bc=64", ATTN_EUNSUPPORTED, "f16 is not supported on cpu");
+  /* d_v: the default spec with dv set, then attn_spec_fit (as the runtime does); CUDA defaults stay within an A100's
+   * shared memory for every (d, d_v); " dv=N" is in the text only when d_v != d */
+  static const int dvs[] = {1, 3, 16, 37, 64, 100, 128, 192, 256, 257, 320, 448, 512, 576};
+  int dv_checked = 0;
+  for (int t = ATTN_TARGET_CPU; t <= ATTN_TARGET_CUDA; t++)
+    for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++)
+      for (int dt = ATTN_F32; dt <= ATTN_BF16; dt++)
+        for (int d = 1; d <= ATTN_MAX_D; d += (d < 16 ? 1 : 7))
+          for (size_t i = 0; i < sizeof dvs / sizeof dvs[0]; i++) {
+            attn_spec s = attn_spec_default((attn_algo)a, (attn_target)t, (attn_dtype)dt, d, (int)(i & 1));
+            s.dv = dvs[i] != d ? dvs[i] : 0;
+            char err[256] = "", text[512];
+            CHECK(attn_spec_fit(&s, err, sizeof err) == ATTN_OK, "fit %s/%s/%s d=%d d_v=%d: %s", attn_algo_name(s.algo),
+                  attn_target_name(s.target), attn_dtype_name(s.dtype), d, dvs[i], err);
+            CHECK(attn_spec_check(&s, err, sizeof err) == ATTN_OK, "%s/%s/%s d=%d d_v=%d: %s", attn_algo_name(s.algo),
+                  attn_target_name(s.target), attn_dtype_name(s.dtype), d, dvs[i], err);
+            if (t == ATTN_TARGET_CUDA)
+              CHECK(attn_spec_cuda_smem(&s) <= 163 * 1024, "%s/%s d=%d d_v=%d: %lld bytes of shared memory",
+                    attn_algo_name(s.algo), attn_dtype_name(s.dtype), d, dvs[i], attn_spec_cuda_smem(&s));
+            attn_spec_format(&s, text, sizeof text);
+            char want[32];
+            snprintf(want, sizeof want, " dv=%d", dvs[i]);
+            CHECK(dvs[i] != d ? strstr(text, want) != NULL : strstr(text, " dv=") == NULL,
+                  "d=%d d_v=%d formats as '%s'", d, dvs[i], text);
+            if (d < 16 || d % 64 == 1) round_trip(&s);
+            dv_checked++;
+          }
+  CHECK(dv_checked > 10000, "only %d (d, d_v) specs checked", dv_checked);
+  {
+    /* dv = d is spelled without dv; a key without dv is d_v = d */
+    attn_spec a1, a2;
+    char e1[256] = "", e2[256] = "";
+    CHECK(attn_spec_parse("flash cuda f16 d=192 br=128 bc=48 causal=0 unroll=0 warps=8 stages=1 arch=sm_80 tile=0 "
+                          "feature=taylor degree=0 rank=0 seed=0 dv=192", &a1, e1, sizeof e1) == ATTN_OK && a1.dv == 0,
+          "dv=d: %s", e1);
+    CHECK(attn_spec_parse("flash cuda f16 d=192 br=128 bc=48 causal=0 unroll=0 warps=8 stages=1 arch=sm_80 tile=0 "
+                          "feature=taylor degree=0 rank=0 seed=0 dv=128",
+                          &a2, e2, sizeof e2) == ATTN_OK &&
+              a2.dv == 128,
+          "dv=128: %s", e2);
+  }
+
+  expect_bad("flash cpu f32 d=577 br=64 bc=64 causal=0", ATTN_EUNSUPPORTED, "d=577 is not supported on cpu");
+  expect_bad("flash cuda f16 d=0 br=64 bc=64 warps=4 stages=1 arch=sm_80", ATTN_EUNSUPPORTED,
+             "d=0 is not supported on cuda");
+  expect_bad("flash cpu f32 d=64 dv=577 br=64 bc=64", ATTN_EUNSUPPORTED, "dv=577 is not supported on cpu");
+  {
+    attn_spec h;
+    char e[256] = "";
+    CHECK(attn_spec_parse("flash cpu f16 d=12 dv=7 br=64 bc=64", &h, e, sizeof e) == ATTN_OK && h.dv == 7 &&
+              h.dtype == ATTN_F16,
+          "cpu f16 d=12 dv=7: %s", e);
+    CHECK(attn_spec_parse("flash cuda bf16 d=59 dv=37 br=64 bc=64 warps=4 stages=2 arch=sm_80", &h, e, sizeof e) ==
+              ATTN_OK,
+          "cuda bf16 d=59 dv=37: %s", e);
+  }
+  /* the limits that remain on CUDA, each named */
+  expect_bad("smallcache cuda f32 d=64 br=144 bc=64 warps=4 stages=1 arch=sm_80 tile=144", ATTN_EUNSUPPORTED,
+             "bytes of shared memory per block, more than the 232448 (227 KiB) of any GPU");
+  expect_bad("lowrank cuda f32 d=64 br=64 bc=16 warps=4 stages=1 arch=sm_80 feature=taylor degree=2",
+             ATTN_EUNSUPPORTED, "or a smaller rank");
+  expect_bad("flash cuda f16 d=256 br=256 bc=64 warps=4 stages=1 arch=sm_80", ATTN_EUNSUPPORTED,
+             "fp32 accumulators per thread, more than the 255 registers");
+  expect_bad("flash cuda f16 d=64 dv=512 br=64 bc=64 warps=3 stages=1 arch=sm_80", ATTN_EINVAL,
+             "is split over 2 warps");
+  expect_bad("flash cuda f16 d=64 dv=512 br=48 bc=64 warps=4 stages=1 arch=sm_80", ATTN_EINVAL,
+             "Br=48 must be a multiple of 16 rows per warp x 2 warps");
   expect_bad("flash cpu f32 d=64 br=0 bc=64", ATTN_EINVAL, "Br=0");
   expect_bad("warp cpu f32 d=64 br=64 bc=64", ATTN_EINVAL, "unknown algorithm 'warp'");
   expect_bad("flash cpu f32 d=64 br=64 bc=64 colour=3", ATTN_EINVAL, "unknown key 'colour'");
