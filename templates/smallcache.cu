@@ -233,7 +233,10 @@ __device__ __forceinline__ float sc_in1(const void *p, long long idx) {
 #endif
 }
 
-/* Inlined where rows are whole vectors; with rows by element its registers would make the product spill. */
+} // namespace
+
+/* Inlined where rows are whole vectors; with rows by element its registers would make the product spill. Outside the
+ * anonymous namespace: a called function keeps a short (mangled) name. */
 #if ATTN_D % 4 == 0 && ATTN_DV % 4 == 0
 #define SC_FIX_INLINE __device__ __forceinline__
 #else
@@ -275,8 +278,6 @@ SC_FIX_INLINE void sc_fix(void *out, long long o, const void *vin, long long v, 
     }
   }
 }
-
-} // namespace
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32, kMinBlocks) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
