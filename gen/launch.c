@@ -9,14 +9,9 @@ static long long lowrank_rank(const attn_spec *s) {
   return s->feature == ATTN_FEAT_TAYLOR ? attn_taylor_rank(s->d, s->degree, 1L << 16) : s->rank;
 }
 
-long long attn_cuda_smem(const attn_spec *s) {
-  switch (s->algo) {
-  case ATTN_ALGO_FLASH: return ATTN_FLASH_SMEM((long long)attn_dtype_size(s->dtype), s->d, s->br, s->bc, s->stages);
-  case ATTN_ALGO_SMALLCACHE: return ATTN_SMALLCACHE_SMEM(s->d, s->br, s->tile);
-  case ATTN_ALGO_LOWRANK: return ATTN_LOWRANK_SMEM(s->d, lowrank_rank(s), s->bc);
-  default: return -1;
-  }
-}
+/* The templates' shared memory with the spec's d_v (gen/spec.c): one formula for the launch, the tuner's space and the
+ * model. */
+long long attn_cuda_smem(const attn_spec *s) { return attn_spec_cuda_smem(s); }
 
 /* Without a device to ask, smallcache's grid (and so its scratch) stays at this many blocks. */
 #define ATTN_DEFAULT_RESIDENT 1024

@@ -390,6 +390,9 @@ void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo 
   attn_algo a = algo == ATTN_ALGO_AUTO || algo == ATTN_ALGO_LOWRANK ? ATTN_ALGO_FLASH : algo;
   *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
   s->dv = p->d_v != p->d ? p->d_v : 0;
+  /* CUDA tiles sized for d_v; a d_v that no tile fits is refused by attn_spec_check at plan creation, which names
+   * the limit */
+  if (attn_spec_fit(s, NULL, 0) != ATTN_OK) return;
   s->split = default_split(rt, p, s);
 }
 

@@ -37,7 +37,7 @@ static const char tune_usage[] =
     "                [--compiled] [--shard K/N]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
-    "  with every d_v): each in 1..576 on the cpu, d a multiple of 16 in 16..256 and d_v = d on a GPU\n"
+    "  with every d_v): each in 1..576 (tiles that do not fit a GPU's shared memory are left out of its space)\n"
     "  --gpu (required) cpu measures this CPU, --gpu NAME the GPU present; one that is not present is ranked by\n"
     "  the performance model (attntune gpus lists the names; a variant's name, H100-SXM, is taken as its entry\n"
     "  with a note)\n"

@@ -290,10 +290,7 @@ int attn_space_dims_ok(attn_target t, int d, int dv, char *why, size_t len) {
              bad_d ? d : dv, attn_target_name(t), ATTN_MAX_D);
     return -1;
   }
-  if (t == ATTN_TARGET_CUDA && (d % 16 || d > 256 || v != d)) {
-    snprintf(why, len, "d=%d d_v=%d is not supported on cuda: d must be a multiple of 16 in 16..256, d_v = d", d, v);
-    return -1;
-  }
+  /* CUDA: every d and d_v in range; the space prunes the tiles that do not fit (attn_spec_check names the limit) */
   return 0;
 }
 
@@ -334,6 +331,13 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
         }
   } else {
     static const int brs[] = {64, 128}, bcs[] = {32, 64, 128}, warps[] = {4, 8}, stages[] = {1, 2, 3};
+    /* the default sized for d_v (attn_spec_fit: smaller tiles, or d_v split over more warps, for a wide d_v) when the
+     * grid below does not hold it: for the widest d_v it is the configuration that fits */
+    attn_spec fit = base;
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && attn_spec_fit(&fit, NULL, 0) == ATTN_OK &&
+        !((fit.br == 64 || fit.br == 128) && (fit.bc == 32 || fit.bc == 64 || fit.bc == 128) &&
+          (fit.warps == 4 || fit.warps == 8) && fit.stages >= 1 && fit.stages <= 3))
+      rc = consider(sp, &v, &fit);
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
       for (int a = 0; a < LEN(brs); a++)
         for (int b = 0; b < LEN(bcs); b++)
