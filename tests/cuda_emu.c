@@ -403,8 +403,8 @@ out:
  * tuner/io_theory.c's closed form (reads of Q, K, V; writes of O); io_line says it for the ok line. */
 static char io_line[256];
 
-/* The closed form of a CUDA spec's transfers in entries, in terms of d and d_v (the CUDA kernels' I/O comments):
- * tuner/io_theory.c's where d_v = d, and the two must agree there. 0, or -1 with a failure reported. */
+/* The closed form of a CUDA spec's transfers in entries, in terms of d and d_v (the CUDA kernels' I/O comments), and
+ * tuner/io_theory.c's: the two must agree. 0, or -1 with a failure reported. */
 static int formula(const attn_spec *s, const attn_problem *p, unsigned long long *fr, unsigned long long *fw,
                    const char *what) {
   const long long d = s->d, dv = attn_spec_dv(s), n = p->n, nkv = p->n_kv, bh = (long long)p->batch * p->heads;
@@ -430,7 +430,7 @@ static int formula(const attn_spec *s, const attn_problem *p, unsigned long long
   }
   *fr = (unsigned long long)(r * bh);
   *fw = (unsigned long long)(w * bh);
-  if (dv == d) {
+  {
     unsigned long long tr = 0, tw = 0;
     attn_io_formula(s, (long)bh, p->n, p->n_kv, &tr, &tw);
     if (tr != *fr || tw != *fw) {
