@@ -667,6 +667,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     if (r < FL_DOT)
       for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
   }
+  for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
   for (int kk = 0; kk < FL_D; kk++)
     for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
   memset(o, 0, sizeof(float) * FL_BR * FL_DVP);
@@ -685,12 +686,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const int nrv = (rows + FL_VW - 1) / FL_VW;
 #define FL_RUN(ROWS, NRV, DOT) \
   fl_blocks(k, v, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, ROWS, NRV, DOT, io)
+  /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
+   * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
   if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
   else if (rows == 1) FL_RUN(1, 1, 1);
-  else if (rows == 2 && FL_VW >= 2) FL_RUN(2, 1, 1);
-  else if (rows == 3 && FL_VW >= 3) FL_RUN(3, 1, 1);
-  else if (rows == 4 && FL_VW >= 4) FL_RUN(4, 1, 1);
-  else if (nrv == 1) FL_RUN(rows, 1, 0);
+  else if (rows <= FL_DOT && FL_VW >= FL_DOT) FL_RUN(FL_DOT, 1, 1);
   else FL_RUN(rows, nrv, 0);
 #undef FL_RUN
 

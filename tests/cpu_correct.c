@@ -3,8 +3,8 @@
  * off, at head dimension D), "shapes" (n_kv != n both ways, grouped-query heads, batch > 1, a non-default scale),
  * "algos" (explicit algorithm choices) or "split" (split-K flash specs: S in {2, 3, 8}, n in {1, 17, 100}, n_kv in
  * {1, 100, 1000, 4097}, including more parts than key blocks and rows that see no key), or "packed" (flash's packed
- * rows: n below one query block with query heads sharing KV heads, G in {2, 4, 8}, one or several packed blocks,
- * split-K, causal with n > 1, d_v != d and half precision). */
+ * rows: n below one query block with query heads sharing KV heads, G in {2, 3, 4, 8}, one or several packed blocks,
+ * split-K, causal with n > 1, d_v != d and half precision; one kernel per case). */
 #include <string.h>
 #include "cpu_util.h"
 
@@ -122,24 +122,24 @@ int main(int argc, char **argv) {
   } else if (strcmp(argv[1], "packed") == 0) {
     /* Packed decode: G*n rows per KV head; n = 17 with G = 4 or 8 packs 68 or 136 rows: two or three blocks, the
      * last partial; causal with n > 1 masks per query inside the packed block. */
-    static const struct { int heads, heads_kv, n, n_kv, d, d_v, split; attn_dtype dt; } cs[] = {
-        {8, 2, 1, 1000, 64, 0, 0, ATTN_F32},     {32, 8, 1, 777, 128, 0, 4, ATTN_F32},
-        {4, 1, 3, 300, 40, 0, 0, ATTN_F32},      {8, 1, 17, 200, 32, 0, 2, ATTN_F32},
-        {16, 4, 17, 129, 24, 0, 3, ATTN_F32},    {8, 2, 5, 65, 64, 128, 0, ATTN_F32},
-        {8, 4, 1, 513, 576, 512, 2, ATTN_F32},   {8, 2, 2, 300, 128, 0, 2, ATTN_BF16},
-        {6, 2, 7, 90, 59, 33, 0, ATTN_F16},      {32, 8, 1, 2049, 128, 0, 8, ATTN_BF16},
-        {8, 2, 17, 9, 16, 0, 2, ATTN_F32}}; /* causal: n > n_kv, packed rows that see no key output zeros */
-    for (int causal = 0; causal <= 1; causal++)
-      for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        attn_problem p = {.batch = 1 + (int)(i % 2), .heads = cs[i].heads, .heads_kv = cs[i].heads_kv, .n = cs[i].n,
-                          .n_kv = cs[i].n_kv, .d = cs[i].d, .d_v = cs[i].d_v, .dtype = cs[i].dt, .causal = causal};
-        attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, cs[i].dt, cs[i].d, causal);
-        s.dv = cs[i].d_v;
-        s.split = cs[i].split;
-        if (i % 3 == 2) s.br = 16, s.bc = 24; /* 3 * 17 rows or more: several packed blocks */
-        run_spec_case(rt, &p, &s, seed++);
-        cases++;
-      }
+    static const struct { int heads, heads_kv, n, n_kv, d, d_v, split, causal; attn_dtype dt; } cs[] = {
+        {8, 2, 1, 1000, 64, 0, 0, 0, ATTN_F32},    {32, 8, 1, 777, 128, 0, 4, 1, ATTN_F32},
+        {4, 1, 3, 300, 40, 0, 0, 1, ATTN_F32},     {8, 1, 17, 200, 32, 0, 2, 0, ATTN_F32},
+        {16, 4, 17, 129, 24, 0, 3, 1, ATTN_F32},   {8, 2, 5, 65, 64, 128, 0, 1, ATTN_F32},
+        {8, 4, 1, 513, 576, 512, 2, 0, ATTN_F32},  {8, 2, 2, 300, 128, 0, 2, 1, ATTN_BF16},
+        {6, 2, 7, 90, 59, 33, 0, 1, ATTN_F16},     {32, 8, 1, 2049, 128, 0, 8, 0, ATTN_BF16},
+        {6, 2, 1, 300, 48, 0, 0, 1, ATTN_F32},     /* three rows: the four-row kernels with one zero query */
+        {8, 2, 17, 9, 16, 0, 2, 1, ATTN_F32}};     /* causal: n > n_kv, packed rows that see no key output zeros */
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+      attn_problem p = {.batch = 1 + (int)(i % 2), .heads = cs[i].heads, .heads_kv = cs[i].heads_kv, .n = cs[i].n,
+                        .n_kv = cs[i].n_kv, .d = cs[i].d, .d_v = cs[i].d_v, .dtype = cs[i].dt, .causal = cs[i].causal};
+      attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, cs[i].dt, cs[i].d, cs[i].causal);
+      s.dv = cs[i].d_v;
+      s.split = cs[i].split;
+      if (i % 3 == 2) s.br = 16, s.bc = 24; /* 3 * 17 rows or more: several packed blocks */
+      run_spec_case(rt, &p, &s, seed++);
+      cases++;
+    }
   } else {
     fprintf(stderr, "cpu_correct: unknown group '%s'\n", argv[1]);
     attn_close(rt);
