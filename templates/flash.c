@@ -212,7 +212,8 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 /* Scratch of one thread, in floats; each part starts on a 64-byte boundary. */
 #define FL_QT_SZ FL_RUP(FL_D * FL_BRP, 16)  /* Qt[D][BRP]: scaled Q_i, transposed */
 #define FL_ST_SZ FL_RUP(FL_BC * FL_BRP, 16) /* St[BC][BRP]: scores, then probabilities, transposed */
-#define FL_O_SZ FL_RUP(FL_BR * FL_DVP, 16)  /* O[BR][DVP]: unnormalised output accumulator */
+/* O[max(BR, DOT)][DVP]: unnormalised output accumulator (the dot kernels run 4 rows even when Br is smaller) */
+#define FL_O_SZ FL_RUP((FL_BR > FL_DOT ? FL_BR : FL_DOT) * FL_DVP, 16)
 #define FL_V_SZ FL_RUP(FL_BRP, 16)          /* m, l, alpha: one float per query row */
 #define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
 #define FL_QD_SZ FL_RUP(FL_DOT * FL_D, 16)  /* Qd[DOT][D]: scaled Q rows, row-major (items of at most FL_DOT rows) */
@@ -670,7 +671,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
   for (int kk = 0; kk < FL_D; kk++)
     for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
-  memset(o, 0, sizeof(float) * FL_BR * FL_DVP);
+  memset(o, 0, sizeof(float) * FL_O_SZ);
   if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
   for (int r = 0; r < FL_BRP; r++) {
     m[r] = -__builtin_inff();

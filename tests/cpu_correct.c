@@ -140,6 +140,12 @@ int main(int argc, char **argv) {
       run_spec_case(rt, &p, &s, seed++);
       cases++;
     }
+    /* Br below the dot kernels' four rows: their accumulator still holds four (blocks of 2 rows and 1) */
+    attn_problem p = {.batch = 1, .heads = 2, .n = 7, .n_kv = 50, .d = 64, .causal = 1};
+    attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 1);
+    s.br = 2, s.bc = 5;
+    run_spec_case(rt, &p, &s, seed++);
+    cases++;
   } else {
     fprintf(stderr, "cpu_correct: unknown group '%s'\n", argv[1]);
     attn_close(rt);

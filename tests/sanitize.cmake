@@ -1,7 +1,7 @@
 # sanitize: the tests that scripts/sanitize.sh runs in its AddressSanitizer + UBSan build (-DATTN_SANITIZE=ON), by
 # the extra label `sanitize`. A subset sized for CI (about 75-130 s of tests at -j2 on 2 cores under ASan, where every
 # non-CUDA test would take 4 min): every library area, the CLI's verbs and a real tune on tiny sizes, the CPU backend's
-# shapes (n = 1, odd n, causal, GQA, split-K), NaN handling and cache, the untrusted-input paths (import, damaged and
+# shapes (n = 1, odd n, causal, GQA, split-K and packed decode), NaN handling and cache, the untrusted-input paths (import, damaged and
 # locked databases, truncated kernel objects, escapes). Left out: cuda/emu/io/bench/nightly/gpu (NVRTC or slow) and the
 # longest CPU and tuner cases (cpu_nan_flash_split, tuner_cli_cpu/jobs/sigint/..., db_cli_readonly_user: 15-45 s each
 # under ASan, for code the subset reaches already).
@@ -9,7 +9,7 @@ set(ATTN_SANITIZE_TESTS
     gen_spec db_unit tuner_unit tuner_plan_describe
     harden_threads harden_lifetime harden_sizes harden_model harden_export_symlink harden_show_escape
     cpu_bad cpu_compile_fail cpu_half cpu_plans cpu_threads cpu_quickstart
-    cpu_correct_d16 cpu_correct_d80 cpu_correct_shapes cpu_correct_algos cpu_correct_split
+    cpu_correct_d16 cpu_correct_d80 cpu_correct_shapes cpu_correct_algos cpu_correct_packed
     cpu_nan_flash cpu_nan_smallcache cpu_nan_lowrank
     cpu_cache_two_processes cpu_cache_database cpu_cache_race cpu_cache_trust_truncated
     db_cli_roundtrip db_cli_import_bad db_cli_show db_cli_merge db_cli_keep_better db_cli_locked db_cli_run_killed
