@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     CHECK(json_integer_value(json_object_get(o, "heads_kv")) == 2, "--heads-kv: heads_kv");
     CHECK(json_number_value(json_object_get(o, "ref_error")) <= 1e-5, "--heads-kv: ref_error %g",
           json_number_value(json_object_get(o, "ref_error")));
-    CHECK(ms > 0 && fabs(gbs * ms * 1e6 - 2.0 * 300 * 48 * 4) <= 1e-6 * 2.0 * 300 * 48 * 4,
+    CHECK(ms > 0 && fabs(gbs * ms * 1e6 - 2.0 * 300 * 48 * 4) <= 1e-3 * 2.0 * 300 * 48 * 4, /* JSON's digits */
           "--heads-kv: kv_gbs %g at %g ms is not 2 KV heads' K and V", gbs, ms);
   }
   json_decref(arr);

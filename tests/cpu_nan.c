@@ -200,7 +200,6 @@ int main(int argc, char **argv) {
       {"flash", ATTN_ALGO_FLASH, 16, 32, 0, 0, 0, 0, 0},
       {"flash_split", ATTN_ALGO_FLASH, 0, 0, 2, 0, 0, 0, 0},
       {"flash_split", ATTN_ALGO_FLASH, 16, 32, 3, 0, 0, 0, 0},
-      {"flash_split", ATTN_ALGO_FLASH, 16, 32, 2, 0, 0, 0, 0},
       {"smallcache", ATTN_ALGO_SMALLCACHE, 0, 0, 0, 0, 0, 0, 0},
       {"smallcache", ATTN_ALGO_SMALLCACHE, 16, 16, 0, 8, 0, 0, 0},
       {"lowrank", ATTN_ALGO_LOWRANK, 0, 0, 0, 0, 0, 0.2f, 0.5},

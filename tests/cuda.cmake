@@ -17,16 +17,23 @@ target_link_libraries(cuda_compile PRIVATE attn_tuner)
 # that takes each default rank (256 up to d=112, 240 at d=128, 128 from d=144) and the smallest and largest d;
 # cuda_compile_defaults_all_lowrank_* (nightly) compiles every d.
 set(ATTN_LOWRANK_CI_D "f16:16,256" "bf16:112,128" "f32:144")
-# sm_90 in CI: a spread of d per dtype (the interpreter runs sm_90's PTX too, and the PTX of every d compiles for
-# sm_80 here); every d on sm_90 is nightly's cuda_compile_defaults_all_*.
+# Cubins in CI: a spread of d per dtype and arch, every tile shape of the defaults among them (the interpreter tests
+# compile and run the PTX of every default d of flash and smallcache, tests/emu.cmake); every d of every arch is
+# nightly's cuda_compile_defaults_all_*.
+set(ATTN_SM80_CI_D "f16:16,64,112,128,144,256" "bf16:32,80,160,224" "f32:48,96,128,192,256")
 set(ATTN_SM90_CI_D "f16:16,128,256" "bf16:64,192" "f32:32,256")
 foreach(arch sm_80 sm_90)
   foreach(algo flash smallcache)
-    if(arch STREQUAL "sm_80")
-      add_test(NAME cuda_compile_defaults_${algo}_${arch} COMMAND cuda_compile defaults ${arch} ${algo})
-      set_tests_properties(cuda_compile_defaults_${algo}_${arch} PROPERTIES LABELS cuda TIMEOUT 900
+    foreach(sel ${ATTN_SM80_CI_D})
+      if(arch STREQUAL "sm_90")
+        break()
+      endif()
+      string(REGEX REPLACE ":.*" "" dtype "${sel}")
+      add_test(NAME cuda_compile_defaults_${algo}_${dtype}_${arch} COMMAND cuda_compile defaults ${arch} ${algo} ${sel})
+      set_tests_properties(cuda_compile_defaults_${algo}_${dtype}_${arch} PROPERTIES LABELS cuda TIMEOUT 900
                            SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
-    else()
+    endforeach()
+    if(arch STREQUAL "sm_90")
       foreach(sel ${ATTN_SM90_CI_D})
         string(REGEX REPLACE ":.*" "" dtype "${sel}")
         add_test(NAME cuda_compile_defaults_${algo}_${dtype}_${arch} COMMAND cuda_compile defaults ${arch} ${algo} ${sel})
@@ -68,9 +75,9 @@ foreach(arch sm_80 sm_90)
   set_tests_properties(cuda_compile_same_ptx_${arch} PROPERTIES LABELS cuda TIMEOUT 600 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")
   if(arch STREQUAL "sm_80")
-    set(every 23)
+    set(every 41)
   else()
-    set(every 69)
+    set(every 97)
   endif()
   add_test(NAME cuda_compile_space_${arch} COMMAND cuda_compile space ${arch} ${every})
   set_tests_properties(cuda_compile_space_${arch} PROPERTIES LABELS cuda TIMEOUT 900 SKIP_RETURN_CODE 77
