@@ -43,6 +43,20 @@ static void check_point(json_t *o, int n, int d, int causal) {
   }
 }
 
+/* Runs a bench command that prints JSON: exit 0 and an array of want rows, else a failure; the array (NULL on a parse
+ * failure) for the caller to check and free. */
+static json_t *bench_rows(const char *cmd, size_t want, const char *what) {
+  char *out = NULL;
+  int st = run_cmd(cmd, &out);
+  CHECK(st == 0, "%s exited %d", cmd, st);
+  json_error_t jerr;
+  json_t *arr = json_loads(out ? out : "", 0, &jerr);
+  CHECK(json_is_array(arr) && json_array_size(arr) == want, "%s: not a JSON array of %zu rows: %s", what, want,
+        jerr.text);
+  free(out);
+  return arr;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: bench_json ATTNTUNE DB\n");
@@ -103,10 +117,7 @@ int main(int argc, char **argv) {
   snprintf(cmd, sizeof cmd,
            "'%s' bench --n 70 --d 24 --dv 40 --dtype f32,f16,bf16 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
            argv[2]);
-  st = run_cmd(cmd, &out);
-  CHECK(st == 0, "%s exited %d", cmd, st);
-  arr = json_loads(out ? out : "", 0, &jerr);
-  CHECK(json_is_array(arr) && json_array_size(arr) == 3, "--dv --dtype: not a JSON array of 3 rows: %s", jerr.text);
+  arr = bench_rows(cmd, 3, "--dv --dtype");
   static const char *const dts[] = {"f32", "f16", "bf16"};
   for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr) && i < 3; i++) {
     json_t *o = json_array_get(arr, i);
@@ -124,17 +135,13 @@ int main(int argc, char **argv) {
     CHECK(json_number_value(json_object_get(o, "plan_ms")) > 0, "--dv row %zu: plan_ms", i);
   }
   json_decref(arr);
-  free(out);
 
   /* grouped-query decode: "heads_kv" in the row, the packed plan agrees with fp64, and kv_gbs counts K and V once
    * per KV head (bytes over the plan's time) */
   snprintf(cmd, sizeof cmd,
            "'%s' bench --n 1 --n-kv 300 --d 24 --heads 8 --heads-kv 2 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
            argv[2]);
-  st = run_cmd(cmd, &out);
-  CHECK(st == 0, "%s exited %d", cmd, st);
-  arr = json_loads(out ? out : "", 0, &jerr);
-  CHECK(json_is_array(arr) && json_array_size(arr) == 1, "--heads-kv: not a JSON array of 1 row: %s", jerr.text);
+  arr = bench_rows(cmd, 1, "--heads-kv");
   if (json_is_array(arr) && json_array_size(arr) == 1) {
     json_t *o = json_array_get(arr, 0);
     const double ms = json_number_value(json_object_get(o, "plan_ms")), gbs = json_number_value(json_object_get(o, "kv_gbs"));
@@ -145,7 +152,6 @@ int main(int argc, char **argv) {
           "--heads-kv: kv_gbs %g at %g ms is not 2 KV heads' K and V", gbs, ms);
   }
   json_decref(arr);
-  free(out);
 
   static const char *bad[] = {"--n 64..x --d 64", "--n 1 --d 64 --heads 6 --heads-kv 4",
                               "--n 1 --d 64 --heads 2 --heads-kv 2 --target cuda", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",
