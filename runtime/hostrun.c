@@ -12,8 +12,7 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* x (count floats) in dtype t into dst (count * size bytes). */
-static void to_dtype(attn_dtype t, const float *x, size_t count, void *dst) {
+void attn_to_dtype(attn_dtype t, const float *x, size_t count, void *dst) {
   if (t == ATTN_F32) {
     memcpy(dst, x, count * sizeof(float));
     return;
@@ -22,7 +21,7 @@ static void to_dtype(attn_dtype t, const float *x, size_t count, void *dst) {
   for (size_t i = 0; i < count; i++) h[i] = t == ATTN_F16 ? attn_f32_to_f16(x[i]) : attn_f32_to_bf16(x[i]);
 }
 
-static void from_dtype(attn_dtype t, const void *src, size_t count, float *x) {
+void attn_from_dtype(attn_dtype t, const void *src, size_t count, float *x) {
   if (t == ATTN_F32) {
     memcpy(x, src, count * sizeof(float));
     return;
@@ -57,15 +56,15 @@ static int run_cuda(const attn_plan *plan, const float *q, const float *k, const
   if (rc == ATTN_OK) rc = attn_cuda_alloc(rt, c[2] * es, &dv);
   if (rc == ATTN_OK) rc = attn_cuda_alloc(rt, c[3] * es, &dout);
   if (rc == ATTN_OK) {
-    to_dtype(p->dtype, q, c[0], host);
+    attn_to_dtype(p->dtype, q, c[0], host);
     rc = attn_cuda_copy(rt, dq, host, c[0] * es, 1);
   }
   if (rc == ATTN_OK) {
-    to_dtype(p->dtype, k, c[1], host);
+    attn_to_dtype(p->dtype, k, c[1], host);
     rc = attn_cuda_copy(rt, dk, host, c[1] * es, 1);
   }
   if (rc == ATTN_OK) {
-    to_dtype(p->dtype, v, c[2], host);
+    attn_to_dtype(p->dtype, v, c[2], host);
     rc = attn_cuda_copy(rt, dv, host, c[2] * es, 1);
   }
   if (rc == ATTN_OK) {
@@ -75,7 +74,7 @@ static int run_cuda(const attn_plan *plan, const float *q, const float *k, const
   }
   if (rc == ATTN_OK) rc = attn_cuda_run(rt, plan->cuda, p, dq, dk, dv, dout, io, ms);
   if (rc == ATTN_OK) rc = attn_cuda_copy(rt, host, dout, c[3] * es, 0);
-  if (rc == ATTN_OK) from_dtype(p->dtype, host, c[3], o);
+  if (rc == ATTN_OK) attn_from_dtype(p->dtype, host, c[3], o);
   attn_cuda_free(rt, dq);
   attn_cuda_free(rt, dk);
   attn_cuda_free(rt, dv);
@@ -106,9 +105,9 @@ int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, con
   int rc = ATTN_OK;
   if (!h[0] || !h[1] || !h[2] || !h[3]) rc = attn_fail(plan->rt, ATTN_ENOMEM, "out of memory staging half arrays");
   if (rc == ATTN_OK) {
-    to_dtype(p->dtype, q, c[0], h[0]);
-    to_dtype(p->dtype, k, c[1], h[1]);
-    to_dtype(p->dtype, v, c[2], h[2]);
+    attn_to_dtype(p->dtype, q, c[0], h[0]);
+    attn_to_dtype(p->dtype, k, c[1], h[1]);
+    attn_to_dtype(p->dtype, v, c[2], h[2]);
     memset(h[3], 0xff, c[3] * 2); /* all-ones: NaN in f16 and bf16, so an unwritten output is caught */
     a.q = h[0];
     a.k = h[1];
@@ -118,7 +117,7 @@ int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, con
     rc = attn_cpu_run(plan->rt, plan->cpu, &a, io);
     if (ms) *ms = now_ms() - t0;
   }
-  if (rc == ATTN_OK) from_dtype(p->dtype, h[3], c[3], o);
+  if (rc == ATTN_OK) attn_from_dtype(p->dtype, h[3], c[3], o);
   for (int i = 0; i < 4; i++) free(h[i]);
   return rc;
 }

@@ -132,6 +132,9 @@ int  attn_nvrtc_resources(const char *log, const char *entry, attn_cuda_resource
 int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, const float *v, float *o, attn_io *io,
                       double *ms);
 
+/* count floats into dtype t's elements at dst (a copy for f32; round to nearest even for f16, bf16), and back. */
+void   attn_to_dtype(attn_dtype t, const float *x, size_t count, void *dst);
+void   attn_from_dtype(attn_dtype t, const void *src, size_t count, float *x);
 /* x rounded to dtype t and back (no-op for f32): the inputs a half-precision plan really sees, for the reference. */
 void   attn_round_dtype(attn_dtype t, float *x, size_t count);
 

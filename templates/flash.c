@@ -369,6 +369,11 @@ FL_INLINE void fl_pv_dot_keys(const float *restrict vb, const float *restrict st
 FL_INLINE long fl_floordiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 /* The last key row x sees: the largest c with gp * c + base <= x. */
 FL_INLINE long fl_last_key(long x, long gp, long base) { return fl_floordiv(x - base, gp); }
+/* The key rows, of cols, that row r and every later row see: those before the first hidden from row r. */
+FL_INLINE int fl_keys_seen(long r, int cols, long gp, long base) {
+  const long last = fl_last_key(r, gp, base);
+  return last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
+}
 
 /* The rest of a tile's triangle on the causal diagonal, after fl_pv_tile took the key rows c < cfull that all its
  * rows see: row a (of ro, row r + a of the item) adds the key rows cfull <= c <= its last, c < cols. Out of line and
@@ -395,11 +400,7 @@ static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const
  * skipped altogether. */
 FL_INLINE void fl_pv_rows(const float *restrict vb, const float *restrict st, const float *restrict alpha,
                           float *restrict o, int cols, int r, int ro, int masked, long gp, long base) {
-  int cfull = cols;
-  if (masked) {
-    const long last = fl_last_key(r, gp, base); /* the tile's first row sees the fewest keys */
-    cfull = last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
-  }
+  const int cfull = masked ? fl_keys_seen(r, cols, gp, base) : cols; /* the tile's first row sees the fewest */
   int dv = 0;
   for (; dv + FL_PV_ND <= FL_NDV; dv += FL_PV_ND)
     fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_DVP + dv * FL_VW, cfull, ro, FL_PV_ND);
@@ -428,11 +429,7 @@ FL_INLINE void fl_pv_dot(const float *restrict vb, const float *restrict st, con
     const fl_vf al = fl_splat(alpha[r]);
     for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + r * FL_DVP + b, fl_ld(o + r * FL_DVP + b) * al);
   }
-  int cfull = cols;
-  if (masked) {
-    const long last = fl_last_key(0, gp, base);
-    cfull = last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
-  }
+  const int cfull = masked ? fl_keys_seen(0, cols, gp, base) : cols;
   fl_pv_dot_keys(vb, st, o, 0, cfull, R, R == 1 ? 2 : R == 2 ? 2 : 2);
   if (masked && cfull < cols) fl_pv_diag(vb, st, o, cfull, cols, 0, R, gp, base);
 }

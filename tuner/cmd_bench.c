@@ -324,16 +324,6 @@ static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
   return 0;
 }
 
-/* fp32 to the plan's half dtype and back (count elements). */
-static void to_dt(attn_dtype t, const float *x, size_t count, void *dst) {
-  unsigned short *h = dst;
-  for (size_t i = 0; i < count; i++) h[i] = t == ATTN_F16 ? attn_f32_to_f16(x[i]) : attn_f32_to_bf16(x[i]);
-}
-static void from_dt(attn_dtype t, const void *src, size_t count, float *x) {
-  const unsigned short *h = src;
-  for (size_t i = 0; i < count; i++) x[i] = t == ATTN_F16 ? attn_f16_to_f32(h[i]) : attn_bf16_to_f32(h[i]);
-}
-
 /* One (n, n_kv, d, d_v, dtype) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
  * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. A half dtype: the
  * fp32 inputs are rounded through it (the reference and the baseline see what the plan reads), the plans run on
@@ -381,7 +371,9 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   attn_fill_random(q, cnt, 1), attn_fill_random(k, kvcnt, 2), attn_fill_random(v, vcnt, 3);
   if (half) {
     attn_round_dtype(dt, q, cnt), attn_round_dtype(dt, k, kvcnt), attn_round_dtype(dt, v, vcnt);
-    to_dt(dt, q, cnt, hset), to_dt(dt, k, kvcnt, hset + cnt * es), to_dt(dt, v, vcnt, hset + (cnt + kvcnt) * es);
+    attn_to_dtype(dt, q, cnt, hset);
+    attn_to_dtype(dt, k, kvcnt, hset + cnt * es);
+    attn_to_dtype(dt, v, vcnt, hset + (cnt + kvcnt) * es);
     xq = hset, xk = hset + cnt * es, xv = hset + (cnt + kvcnt) * es, xo = ho;
   }
   p.scale = 1.0f / sqrtf((float)d);
@@ -414,7 +406,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
       goto done;
     }
     row->plan_peak_mib = mem_probe_mib(m0);
-    if (half) from_dt(dt, ho, ocnt, o);
+    if (half) attn_from_dtype(dt, ho, ocnt, o);
     snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plans[i]));
     row->split = plans[i]->spec.split > 1 ? plans[i]->spec.split : 1;
     row->ref_error = ref_error(&p, q, k, v, o);
@@ -447,7 +439,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
                   attn_last_error(rt));
           goto done;
         }
-        if (half) from_dt(dt, ho, ocnt, o);
+        if (half) attn_from_dtype(dt, ho, ocnt, o);
         rows[i].rel_error = rel_diff(o, ob, ocnt);
       }
       blas = 1;
@@ -480,7 +472,7 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     attn_fill_random(x, set_floats, 100 + (unsigned)i);
     if (half) { /* converted once: the timed runs never pay for it */
       attn_round_dtype(dt, x, set_floats);
-      to_dt(dt, x, set_floats, hextra + (size_t)i * set_floats * es);
+      attn_to_dtype(dt, x, set_floats, hextra + (size_t)i * set_floats * es);
     }
   }
   /* Rounds: plans 0 .. nv-1, the default (side nv) and the baseline (side nv + 1), one run each per round in an

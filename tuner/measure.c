@@ -56,11 +56,6 @@ int attn_meas_cold_sets(double set_bytes) {
   return sets < 2 ? 2 : (int)sets;
 }
 
-/* x converted to a half dtype (f16 or bf16) into dst. */
-static void to_half(attn_dtype t, const float *x, size_t count, unsigned short *dst) {
-  for (size_t j = 0; j < count; j++) dst[j] = t == ATTN_F16 ? attn_f32_to_f16(x[j]) : attn_f32_to_bf16(x[j]);
-}
-
 static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (c->arena) return ATTN_OK;
   const attn_problem *q = &c->p;
@@ -102,10 +97,10 @@ static int ensure_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
   if (half) attn_round_dtype(q->dtype, c->arena, c->set_count);
   if (half && !cuda) {
     /* converted once per set: the timed runs never pay for a conversion */
-    to_half(q->dtype, c->arena, c->set_count, c->karena);
+    attn_to_dtype(q->dtype, c->arena, c->set_count, c->karena);
     for (int i = 1; i < sets; i++) {
       attn_fill_random(tmp, c->set_count, seed + (unsigned long long)i * 7919);
-      to_half(q->dtype, tmp, c->set_count, (unsigned short *)c->karena + (size_t)i * c->set_count);
+      attn_to_dtype(q->dtype, tmp, c->set_count, (unsigned short *)c->karena + (size_t)i * c->set_count);
     }
   } else if (!cuda) {
     c->karena = c->arena;
