@@ -5,8 +5,10 @@ bundles an attntune install beside the Python code (attntune/_lib: lib/libattn.s
 strategies under share/attntune/strategies, the layout `cmake --install` makes, so the CLI finds its strategies),
 taken from the first of:
 
-  1. an install prefix: `pip install -C prefix=DIR ./python` or $ATTNTUNE_PREFIX (`cmake --install build --prefix DIR`)
-  2. a CMake build directory: `-C build-dir=DIR` or $ATTNTUNE_BUILD_DIR (runtime/libattn.so.0, tuner/attntune)
+  1. an install prefix: `pip install --config-settings prefix=DIR ./python` (pip 23.1 and later also take
+     `-C prefix=DIR`; Debian 12's pip 23.0 does not) or $ATTNTUNE_PREFIX (`cmake --install build --prefix DIR`)
+  2. a CMake build directory: `--config-settings build-dir=DIR` or $ATTNTUNE_BUILD_DIR (runtime/libattn.so.0,
+     tuner/attntune)
   3. an install pkg-config knows: `pkg-config --variable=prefix attntune` (PKG_CONFIG_PATH=DIR/lib/pkgconfig)
   4. the source tree around python/: libattn and the CLI configured and built with CMake in a temporary directory
 
@@ -132,8 +134,9 @@ def locate(config_settings=None, tmp=None):
             if os.path.isfile(lib) and os.path.isfile(cli) and os.path.isdir(strategies):
                 return lib, cli, strategies, "source tree %s, built now" % os.path.dirname(HERE)
             raise RuntimeError("attntune_build: the build in %s lacks %s" % (build, lib))
-    raise RuntimeError("attntune_build: no libattn found (%s); give an install prefix (pip install -C prefix=DIR, "
-                       "or ATTNTUNE_PREFIX=DIR) or a build directory (-C build-dir=DIR, ATTNTUNE_BUILD_DIR=DIR)"
+    raise RuntimeError("attntune_build: no libattn found (%s); give an install prefix (pip install "
+                       "--config-settings prefix=DIR, or ATTNTUNE_PREFIX=DIR) or a build directory "
+                       "(--config-settings build-dir=DIR, ATTNTUNE_BUILD_DIR=DIR)"
                        % ("; ".join(tried) or "no prefix, build directory or pkg-config entry, and no source tree"))
 
 

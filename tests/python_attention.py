@@ -1,8 +1,10 @@
 """python_attention.py: the installed attntune package (tests/python_pkg.sh runs it in a venv) against a NumPy fp64
 attention: 2-, 3- and 4-D layouts, odd n, causal with n_kv != n (bottom-right aligned), grouped-query heads, decode,
-a given scale, non-contiguous inputs, d_v != d, float16 on the CPU; the C API's refusals as attntune.Error with its code; wrong dtypes as
-TypeError; `python -m attntune --version`. With torch importable: CPU tensors against
-torch.nn.functional.scaled_dot_product_attention, and CUDA tensors when a GPU is present."""
+a given scale, non-contiguous inputs, d_v != d, float16 on the CPU; the C API's refusals as attntune.Error with its
+code; wrong dtypes as TypeError; zero sizes answered empty or refused, never passed to libattn; arguments checked
+(causal, scale, tolerance, algo, a db path with NUL); attntune.plan's run, out= and describe; `python -m attntune
+--version`. With torch importable: CPU tensors against torch.nn.functional.scaled_dot_product_attention, and CUDA
+tensors when a GPU is present (on a side stream too)."""
 import os
 import subprocess
 import sys
@@ -56,6 +58,7 @@ cases = [
     ((2, 4, 33, 32), (2, 2, 71, 32), True, None),       # 4-D, grouped-query, n_kv != n, causal bottom-right
     ((1, 8, 1, 8), (1, 2, 50, 8), False, None),         # decode: n = 1
     ((2, 19, 24), (2, 23, 24), False, 0.3),             # cross-attention with a given scale
+    ((4, 9, 16), (2, 11, 16), False, None),             # 3-D is (heads, n, d): grouped-query heads, batch 1
 ]
 for qs, ks, causal, scale in cases:
     q, k, v = rand(*qs), rand(*ks), rand(*ks)
@@ -107,10 +110,8 @@ raises(attntune.Error, attntune.EUNSUPPORTED, "d=577 (the C API's d check)",
        lambda: attntune.attention(rand(8, 577), rand(8, 577), rand(8, 577)))
 raises(attntune.Error, attntune.EUNSUPPORTED, "d_v=577 (the C API's d_v check)",
        lambda: attntune.attention(rand(8, 16), rand(8, 16), rand(8, 577)))
-raises(attntune.Error, attntune.EINVAL, "heads_kv=3 with heads=4 (the C API's grouped-query check)",
+raises(attntune.Error, attntune.EINVAL, "heads_kv=3 with heads=4 (grouped-query heads must divide)",
        lambda: attntune.attention(rand(4, 8, 16), rand(3, 8, 16), rand(3, 8, 16)))
-raises(attntune.Error, attntune.EINVAL, "an empty n (the C API's n check)",
-       lambda: attntune.attention(rand(0, 16), rand(4, 16), rand(4, 16)))
 raises(attntune.Error, attntune.EINVAL, "q and k with different d",
        lambda: attntune.attention(a, rand(2, 16, 8), rand(2, 16, 8)))
 raises(attntune.Error, attntune.EINVAL, "k and v of different shapes", lambda: attntune.attention(a, a, rand(2, 8, 16)))
@@ -123,6 +124,88 @@ raises(attntune.Error, attntune.EUNSUPPORTED, "lowrank without a tolerance (the 
 raises(TypeError, None, "float64 arrays", lambda: attntune.attention(*(x.astype(np.float64) for x in (a, a, a))))
 raises(TypeError, None, "a list", lambda: attntune.attention(a.tolist(), a, a))
 raises(TypeError, None, "mixed dtypes", lambda: attntune.attention(a, a.astype(np.float16), a))
+
+# Zero sizes never reach libattn (attn.h reads 0 as "the default"): an empty result is answered without a kernel,
+# an undefined one refused.
+for qs, ks, vs, dt in (((4, 16), (4, 16), (4, 0), np.float32),            # d_v = 0
+                       ((0, 16), (4, 16), (4, 16), np.float32),            # n = 0
+                       ((0, 4, 5, 8), (0, 2, 6, 8), (0, 2, 6, 8), np.float16),   # batch = 0
+                       ((0, 5, 8), (0, 6, 8), (0, 6, 8), np.float32),      # heads = heads_kv = 0
+                       ((0, 5, 8), (2, 6, 8), (2, 6, 8), np.float32),      # heads = 0
+                       ((0, 8), (0, 8), (0, 8), np.float32),               # n = n_kv = 0
+                       ((3, 8), (0, 8), (0, 0), np.float32)):              # n_kv = 0 and d_v = 0: nothing to compute
+    q, k, v = (rand(*s).astype(dt) for s in (qs, ks, vs))
+    o = attntune.attention(q, k, v, causal=True)
+    want = qs[:-1] + vs[-1:]
+    check(o.shape == want and o.dtype == dt and attntune.describe(q, k, v).startswith("empty result"),
+          "q %s k %s v %s: an empty %s result, no kernel" % (qs, ks, vs, want))
+for qs, ks, vs, what in (((4, 16), (0, 16), (0, 16), "n_kv = 0 (a softmax over no keys)"),
+                         ((2, 1, 4, 16), (2, 1, 0, 16), (2, 1, 0, 16), "4-D n_kv = 0"),
+                         ((4, 5, 8), (0, 6, 8), (0, 6, 8), "heads_kv = 0 with heads = 4"),
+                         ((4, 0), (4, 0), (4, 8), "d = 0"),
+                         ((0, 4, 0), (0, 4, 0), (0, 4, 8), "d = 0 under an empty result")):
+    raises(attntune.Error, attntune.EINVAL, what, lambda: attntune.attention(rand(*qs), rand(*ks), rand(*vs)))
+    raises(attntune.Error, attntune.EINVAL, "plan: " + what, lambda: attntune.plan(rand(*qs), rand(*ks), rand(*vs)))
+
+# Arguments of the wrong type or value: raised before anything runs, nothing truncated or taken as truthy
+raises(TypeError, None, "causal='yes'", lambda: attntune.attention(a, a, a, causal="yes"))
+raises(TypeError, None, "causal=None", lambda: attntune.attention(a, a, a, causal=None))
+raises(TypeError, None, "causal=0.5", lambda: attntune.attention(a, a, a, causal=0.5))
+raises(attntune.Error, attntune.EINVAL, "causal=2", lambda: attntune.attention(a, a, a, causal=2))
+c = rand(2, 16, 16)
+want = attntune.attention(c, c, c, causal=True)
+check(all(np.array_equal(attntune.attention(c, c, c, causal=x), want) for x in (1, np.bool_(True), np.int64(1))),
+      "causal=1, numpy.bool_(True) and numpy.int64(1) are causal=True")
+raises(TypeError, None, "scale='0.5'", lambda: attntune.attention(a, a, a, scale="0.5"))
+raises(TypeError, None, "scale=True", lambda: attntune.attention(a, a, a, scale=True))
+raises(attntune.Error, attntune.EINVAL, "scale=-1", lambda: attntune.attention(a, a, a, scale=-1.0))
+raises(attntune.Error, attntune.EINVAL, "scale=inf", lambda: attntune.attention(a, a, a, scale=float("inf")))
+raises(attntune.Error, attntune.EINVAL, "scale=nan", lambda: attntune.attention(a, a, a, scale=float("nan")))
+raises(attntune.Error, attntune.EINVAL, "scale=1e-50 (0 as a float32, attn.h's 'default')",
+       lambda: attntune.attention(a, a, a, scale=1e-50))
+check(rel_err(attntune.attention(c, c, c, scale=np.float32(0.3)), reference(c, c, c, False, 0.3)) < 1e-5,
+      "scale=numpy.float32(0.3)")
+raises(attntune.Error, attntune.EINVAL, "tolerance=-1", lambda: attntune.attention(a, a, a, tolerance=-1.0))
+raises(TypeError, None, "algo=1", lambda: attntune.attention(a, a, a, algo=1))
+cut = os.path.join(os.getcwd(), "cut.db")
+raises(ValueError, None, "a db path with an embedded NUL",
+       lambda: attntune.attention(a, a, a, db=os.path.join(os.getcwd(), "cut.db\0/more")))
+raises(ValueError, None, "a bytes db path with an embedded NUL", lambda: attntune.attention(a, a, a, db=b"cut.db\0x"))
+check(not os.path.exists(cut), "the NUL path was not truncated to %s" % cut)
+raises(TypeError, None, "db=3", lambda: attntune.attention(a, a, a, db=3))
+import pathlib  # noqa: E402 - a PathLike database path
+check(np.array_equal(attntune.attention(c, c, c, db=pathlib.Path(os.getcwd(), "none.db")), attntune.attention(c, c, c)),
+      "db=pathlib.Path(...)")
+
+# attntune.plan: created once, run many times, like attention()
+q, k, v = rand(2, 4, 33, 24), rand(2, 2, 71, 24), rand(2, 2, 71, 40)   # the d_v kernel above: no compile
+with attntune.plan(q, k, v, causal=True) as p:
+    o1 = p.run(q, k, v)
+    out = np.full(p.out_shape, np.nan, dtype=np.float32)
+    o2 = p.run(q, k, v, out=out)
+    q2 = rand(2, 4, 33, 24)
+    o3 = p.run(q2, k, v)
+    check(p.describe() == attntune.describe(q, k, v, causal=True) and p.out_shape == (2, 4, 33, 40),
+          "plan.describe(): %s" % p.describe())
+    check(np.array_equal(o1, attntune.attention(q, k, v, causal=True)) and o2 is out and np.array_equal(o2, o1)
+          and rel_err(o3, reference(q2, k, v, True)) < 1e-5, "plan.run: as attention(), into out=, on new inputs")
+    check(np.array_equal(p.run(q.transpose(0, 1, 3, 2).copy().transpose(0, 1, 3, 2), k, v), o1),
+          "plan.run copies non-contiguous inputs")
+    raises(attntune.Error, attntune.EINVAL, "plan.run on another shape", lambda: p.run(rand(2, 4, 34, 24), k, v))
+    raises(TypeError, None, "plan.run on float16", lambda: p.run(q.astype(np.float16), k, v))
+    raises(TypeError, None, "plan.run on a list", lambda: p.run(q.tolist(), k, v))
+    raises(attntune.Error, attntune.EINVAL, "plan.run into an out of another shape",
+           lambda: p.run(q, k, v, out=np.empty((2, 4, 33, 24), np.float32)))
+    raises(attntune.Error, attntune.EINVAL, "plan.run into a non-contiguous out",
+           lambda: p.run(q, k, v, out=np.empty((2, 4, 40, 33), np.float32).transpose(0, 1, 3, 2)))
+    qq = rand(37, 16)
+    raises(attntune.Error, attntune.EINVAL, "plan.run into an out that overlaps q",
+           lambda: attntune.plan(qq, qq, qq).run(qq, qq, qq, out=qq))
+    raises(TypeError, None, "plan.run with a stream on the CPU", lambda: p.run(q, k, v, stream=0))
+raises(attntune.Error, attntune.EINVAL, "plan.run after close", lambda: p.run(q, k, v))
+e = attntune.plan(rand(0, 8), rand(3, 8), rand(3, 8))
+check(e.run(rand(0, 8), rand(3, 8), rand(3, 8)).shape == (0, 8) and e.describe().startswith("empty result"),
+      "an empty plan: %s" % e.describe())
 
 r = subprocess.run([sys.executable, "-m", "attntune", "--version"], capture_output=True, text=True, check=False)
 check(r.returncode == 0 and r.stdout.strip() == "attntune " + attntune.__version__,
@@ -162,7 +245,37 @@ if torch is not None:
                       % (dev, dt, qs, ks, causal, err))
     raises(TypeError, None, "torch float64", lambda: attntune.attention(*(torch.zeros(2, 8, 16, dtype=torch.float64),)
                                                                          * 3))
-    if not torch.cuda.is_available():
+    t = torch.rand(2, 3, 40, 16)
+    tp = attntune.plan(t, t, t[..., :8], causal=True)
+    check(torch.equal(tp.run(t, t, t[..., :8]), attntune.attention(t, t, t[..., :8], causal=True))
+          and not tp.stream_ordered, "plan of torch CPU tensors: %s" % tp.describe())
+    raises(TypeError, None, "a torch plan run on numpy arrays", lambda: tp.run(t.numpy(), t.numpy(), t.numpy()))
+    raises(attntune.Error, attntune.EINVAL, "torch: n_kv = 0",
+           lambda: attntune.attention(t, t[:, :, :0], t[:, :, :0]))
+    check(attntune.attention(t[:0], t[:0], t[:0]).shape == (0, 3, 40, 16), "torch: batch = 0, an empty result")
+    if torch.cuda.is_available():
+        # stream-ordered: inputs made on a side stream, attention queued there, read once that stream alone is done
+        import ctypes
+        s = torch.cuda.Stream()
+        g = torch.Generator(device="cuda").manual_seed(5)
+        with torch.cuda.stream(s):
+            q, k, v = (torch.rand((2, 4, 257, 64), device="cuda", generator=g).to(torch.float16) for _ in range(3))
+            o = attntune.attention(q, k, v, causal=True)
+            p = attntune.plan(q, k, v, causal=True)
+        o2 = p.run(q, k, v, stream=s)
+        out = torch.empty_like(q)
+        with torch.cuda.stream(s):
+            o3 = p.run(q, k, v, out=out)
+        s.synchronize()
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+        errs = [((x.float() - ref).norm() / ref.norm()).item() for x in (o, o2, o3)]
+        check(max(errs) < 2e-2 and o3 is out, "CUDA on a side stream (attention, plan.run(stream=), out=): rel "
+              "errors %s" % ", ".join("%.1e" % e for e in errs))
+        has_async = hasattr(ctypes.CDLL(attntune.library_path()), "attn_execute_async")
+        check(p.stream_ordered == has_async, "CUDA plan stream_ordered=%s, libattn has attn_execute_async: %s"
+              % (p.stream_ordered, has_async))
+        check(attntune.attention(q[:, :, :0], k, v).shape == (2, 4, 0, 64), "CUDA: n = 0, an empty result")
+    else:
         print("no CUDA device: torch CUDA tensors are left out")
 
 print("%d failures" % failures)

@@ -1,7 +1,8 @@
 #!/bin/sh
-# python_pkg.sh PYTHON_SRC PREFIX LIBDIR BUILD WORKDIR: `pip install ./python` into a new venv, bundling libattn from
-# the installed PREFIX (tests/install.sh prefix), offline; then tests/python_attention.py in that venv, and the build
-# backend's other ways to find libattn (a build directory, pkg-config). Exit 77 (skipped) only when no Python here
+# python_pkg.sh PYTHON_SRC PREFIX LIBDIR BUILD WORKDIR: `pip install --config-settings prefix=PREFIX ./python` into a
+# new venv, bundling libattn from the installed PREFIX (tests/install.sh prefix), offline; then
+# tests/python_attention.py in that venv, and the build backend's other ways to find libattn (a build directory,
+# pkg-config). Exit 77 (skipped) only when no Python here
 # can make a venv.
 set -u
 PY_SRC=$1 P=$2 LIBDIR=$3 B=$4 W=$5
@@ -31,8 +32,11 @@ fi
 "$py" -m venv --system-site-packages "$W/venv" >"$out" 2>&1 || fail "venv exit $?"
 VPY=$W/venv/bin/python
 find "$PY_SRC" | sort >"$W/src-before.txt"
-ATTNTUNE_PREFIX=$P PYTHONDONTWRITEBYTECODE=1 "$VPY" -m pip install --no-index --disable-pip-version-check \
-  --no-cache-dir "$PY_SRC" >"$out" 2>&1 || fail "pip install exit $?"
+# --config-settings, the spelling README gives: pip before 23.1 (Debian 12's 23.0) has no -C
+PYTHONDONTWRITEBYTECODE=1 "$VPY" -m pip install --no-index --disable-pip-version-check --no-cache-dir \
+  --config-settings prefix="$P" "$PY_SRC" >"$out" 2>&1 || fail "pip install --config-settings prefix=DIR exit $?"
+inst=$("$VPY" -c "import os, attntune; print(os.path.dirname(attntune.__file__))" 2>"$out") || fail "import attntune"
+cmp "$inst/_lib/lib/libattn.so.0" "$P/$LIBDIR/libattn.so.0" >"$out" 2>&1 || fail "pip install: not the prefix's libattn"
 find "$PY_SRC" | sort >"$W/src-after.txt"
 diff "$W/src-before.txt" "$W/src-after.txt" >"$out" || fail "the build wrote into $PY_SRC"
 

@@ -3,24 +3,38 @@ from the database (`attntune tune`), else a default one, checked against fp64 wh
 
     import numpy as np, attntune
     o = attntune.attention(q, k, v, causal=True)
+    p = attntune.plan(q, k, v, causal=True)      # the same, created once and run many times
+    o = p.run(q, k, v)                            # inputs of the shapes, dtype and device the plan was made for
 
 The layouts are attn.h's: q [batch][heads][n][d], k [batch][heads_kv][n_kv][d], v [batch][heads_kv][n_kv][d_v] and
 the result [batch][heads][n][d_v], C-contiguous (other strides are copied); d_v, v's last dimension, may differ from d
-(each in 1..576 on the CPU). 2-D (n, d) and 3-D (heads, n, d) arrays are taken as batch 1 and heads 1. heads_kv must
-divide heads (grouped-query attention); n_kv may differ from n (causal is then bottom-right aligned: query i sees the
-keys j <= i + n_kv - n). NumPy arrays (float32, float16) and PyTorch CPU tensors (float32, float16, bfloat16) run on
-the CPU; PyTorch CUDA tensors run on the GPU by device pointer (float16, bfloat16, float32) when libattn's CUDA target
-opens. The result has the inputs' dtype. Everything libattn refuses
-raises attntune.Error, whose .code is the C API's code (EINVAL, EUNSUPPORTED, ...) and whose message is
-attn_last_error's; shapes that do not fit together raise it too, with EINVAL. Inputs of another type or dtype raise
-TypeError. There is no autograd: torch tensors are read detached.
+(each in 1..576 on the CPU). A 2-D array (n, d) is batch 1, heads 1; a 3-D array (heads, n, d) is batch 1. heads_kv
+must divide heads (grouped-query attention); n_kv may differ from n (causal is then bottom-right aligned: query i
+sees the keys j <= i + n_kv - n). NumPy arrays (float32, float16) and PyTorch CPU tensors (float32, float16,
+bfloat16) run on the CPU; PyTorch CUDA tensors run on the GPU by device pointer (float16, bfloat16, float32) when
+libattn's CUDA target opens, stream-ordered on torch's current stream like any torch operation (no host
+synchronisation; with a libattn older than attn_execute_async the stream is synchronised and the call waits). The
+result has the inputs' dtype. There is no autograd: torch tensors are read detached.
+
+Empty dimensions: a result with no elements (batch, heads, n or d_v of 0) is returned empty, of its shape and
+dtype, without running a kernel; d = 0 (no score to scale by 1/sqrt(d)), n_kv = 0 under a non-empty result (a
+softmax over no keys) and heads_kv = 0 with heads > 0 raise attntune.Error with EINVAL. No 0 ever reaches libattn,
+whose attn_problem reads 0 as "the default".
+
+Errors: everything libattn refuses raises attntune.Error, whose .code is the C API's code (EINVAL, EUNSUPPORTED,
+...) and whose message is attn_last_error's; shapes that do not fit together and argument values out of range
+(scale <= 0, causal=2, ...) raise it too, with EINVAL. Arguments of the wrong type raise TypeError: inputs other than
+NumPy arrays or torch tensors or of another dtype, causal other than a bool or the int 0 or 1, scale other than a
+real number or None, db other than a str, bytes or os.PathLike path or None. A db path with an embedded NUL raises
+ValueError, as open() does.
 
 libattn is the one bundled into the package when it was installed (see python/attntune_build.py), or the file
-$ATTNTUNE_LIB names. A runtime per (database, target) and a plan per problem are kept for the life of the process,
-so a database tuned afterwards is seen by a new process.
+$ATTNTUNE_LIB names. A runtime per (database, target) is kept for the life of the process, and attention() keeps a
+plan per problem (the 64 most recent), so a database tuned afterwards is seen by a new process.
 """
 import ctypes
 import math
+import numbers
 import os
 import shutil
 import threading
@@ -29,7 +43,7 @@ from collections import OrderedDict
 import numpy as np
 
 __version__ = "0.1.0"
-__all__ = ["attention", "describe", "Error", "library_path", "cli_path", "__version__"]
+__all__ = ["attention", "describe", "plan", "Plan", "Error", "library_path", "cli_path", "__version__"]
 
 # attn.h's codes
 OK, EINVAL, ENOMEM, ENODEV, ECOMPILE, EDB, ERUNTIME, EUNSUPPORTED = range(8)
@@ -40,6 +54,7 @@ _F32, _F16, _BF16 = 0, 1, 2
 _ALGOS = {"auto": 0, "flash": 1, "smallcache": 2, "lowrank": 3}
 _INT_MAX = 2**31 - 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_EMPTY_DESCRIBE = "empty result (batch, heads, n or d_v is 0): no kernel runs"
 
 
 class Error(Exception):
@@ -78,8 +93,8 @@ def cli_path():
     return shutil.which("attntune")
 
 
-_lock = threading.Lock()   # guards the library, the runtimes and their plans, and runs plans (an evicted plan
-_lib = None                # must not be destroyed while it executes)
+_lock = threading.Lock()   # guards the library, the runtimes, plan creation and attention()'s plan cache (an
+_lib = None                # evicted plan must not be destroyed while it executes)
 _runtimes = {}
 _MAX_PLANS = 64
 
@@ -98,6 +113,8 @@ def _load():
     lib.attn_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(vp)]
     lib.attn_plan_create.argtypes = [vp, ctypes.POINTER(_Problem), ctypes.POINTER(vp)]
     lib.attn_execute.argtypes = [vp, vp, vp, vp, vp]
+    if hasattr(lib, "attn_execute_async"):  # a libattn older than it runs CUDA plans synchronously (_run)
+        lib.attn_execute_async.argtypes = [vp, vp, vp, vp, vp, vp]
     lib.attn_plan_describe.argtypes = [vp]
     lib.attn_plan_describe.restype = ctypes.c_char_p
     lib.attn_plan_destroy.argtypes = [vp]
@@ -116,48 +133,110 @@ def _last_error(lib, rt):
 class _Runtime:
     def __init__(self, lib, db, target):
         self.lib = lib
+        self.target = target
         self.rt = ctypes.c_void_p()
-        rc = lib.attn_open(os.fsencode(db) if db is not None else None, target, ctypes.byref(self.rt))
+        rc = lib.attn_open(db, target, ctypes.byref(self.rt))
         if rc != OK:
             detail = _last_error(lib, None)
             if target == _TARGET_CUDA:
                 detail = "CUDA tensors need libattn's CUDA target, which did not open: " + detail
             raise Error(rc, detail)
-        self.plans = OrderedDict()
+        self.plans = OrderedDict()   # attention()'s plans, most recently used last
 
-    def plan(self, p):
+    def create(self, p):
+        """A new plan for problem p (the caller owns it); the lock is held."""
+        plan = ctypes.c_void_p()
+        rc = self.lib.attn_plan_create(self.rt, ctypes.byref(p), ctypes.byref(plan))
+        if rc != OK:
+            raise Error(rc, _last_error(self.lib, self.rt))
+        return plan
+
+    def cached(self, p):
+        """attention()'s plan for problem p, created when it is not cached; the lock is held."""
         key = tuple(getattr(p, f) for f, _ in _Problem._fields_)
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
             return plan
-        plan = ctypes.c_void_p()
-        rc = self.lib.attn_plan_create(self.rt, ctypes.byref(p), ctypes.byref(plan))
-        if rc != OK:
-            raise Error(rc, _last_error(self.lib, self.rt))
-        self.plans[key] = plan
+        plan = self.plans[key] = self.create(p)
         if len(self.plans) > _MAX_PLANS:
-            self.lib.attn_plan_destroy(self.plans.popitem(last=False)[1])
+            _destroy(self.lib, self.target, self.plans.popitem(last=False)[1])
         return plan
 
-    def execute(self, plan, q, k, v, o):
-        rc = self.lib.attn_execute(plan, q, k, v, o)
-        if rc != OK:
-            raise Error(rc, _last_error(self.lib, self.rt))
+
+def _destroy(lib, target, plan):
+    if target == _TARGET_CUDA:
+        import torch
+        torch.cuda.synchronize()   # launches queued on streams may still read the plan's kernel
+    lib.attn_plan_destroy(plan)
 
 
 def _runtime(db, target):
     # db None means $ATTN_DB (else the default database) as attn_open reads it now
-    key = (os.fspath(db) if db is not None else None, os.environ.get("ATTN_DB"), target)
+    key = (db, os.environ.get("ATTN_DB"), target)
     rt = _runtimes.get(key)
     if rt is None:
-        rt = _runtimes[key] = _Runtime(_load(), key[0], target)
+        rt = _runtimes[key] = _Runtime(_load(), db, target)
     return rt
 
+
+# --- arguments -------------------------------------------------------------------------------------------------
 
 def _is_torch(x):
     m = type(x).__module__
     return (m == "torch" or m.startswith("torch.")) and hasattr(x, "data_ptr")
+
+
+def _db_path(db):
+    """db as the bytes attn_open takes, or None."""
+    if db is None:
+        return None
+    if not isinstance(db, (str, bytes, os.PathLike)):
+        raise TypeError("db is of type %s: expected a path (str, bytes or os.PathLike) or None" % type(db).__name__)
+    path = os.fsencode(db)
+    if b"\0" in path:
+        raise ValueError("db %r: embedded null byte" % (db,))
+    return path
+
+
+def _causal(causal):
+    if isinstance(causal, (bool, np.bool_)):
+        return int(bool(causal))
+    if isinstance(causal, numbers.Integral):
+        if causal in (0, 1):
+            return int(causal)
+        raise Error(EINVAL, "causal=%r: expected True, False, 0 or 1" % (causal,))
+    raise TypeError("causal is of type %s: expected a bool (or the int 0 or 1)" % type(causal).__name__)
+
+
+def _scale(scale):
+    """scale as a float attn.h takes: None is 0.0 there (1/sqrt(d)); anything else a float32 that is > 0."""
+    if scale is None:
+        return 0.0
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
+        raise TypeError("scale is of type %s: expected a real number, or None for 1/sqrt(d)" % type(scale).__name__)
+    s = float(scale)
+    f32 = ctypes.c_float(s).value   # what libattn gets: a value that rounds to 0 would mean 1/sqrt(d)
+    if not (math.isfinite(s) and s > 0 and math.isfinite(f32) and f32 > 0):
+        raise Error(EINVAL, "scale=%r: must be finite and > 0 as a float32, or None for 1/sqrt(d)" % (scale,))
+    return s
+
+
+def _tolerance(tolerance):
+    if isinstance(tolerance, (bool, np.bool_)) or not isinstance(tolerance, numbers.Real):
+        raise TypeError("tolerance is of type %s: expected a real number" % type(tolerance).__name__)
+    t = float(tolerance)
+    if not (math.isfinite(t) and t >= 0):
+        raise Error(EINVAL, "tolerance=%r: must be finite and >= 0 (0: exact algorithms only)" % (tolerance,))
+    return t
+
+
+def _algo(algo):
+    if not isinstance(algo, str):
+        raise TypeError("algo is of type %s: expected one of %s" % (type(algo).__name__, ", ".join(_ALGOS)))
+    if algo not in _ALGOS:
+        raise Error(EINVAL, "algo=%r: expected one of %s" % (algo, ", ".join(_ALGOS)))
+    return _ALGOS[algo]
 
 
 def _dims(name, shape):
@@ -171,40 +250,62 @@ def _dims(name, shape):
     return dims
 
 
-def _problem(q, k, v, causal, scale, algo, tolerance):
-    if len(q.shape) != len(k.shape) or len(k.shape) != len(v.shape):
+def _shape_problem(qs, ks, vs):
+    """(batch, heads, n, d, n_kv, heads_kv, d_v) of shapes that fit together, and whether the result is empty."""
+    if len(qs) != len(ks) or len(ks) != len(vs):
         raise Error(EINVAL, "q, k and v have %d, %d and %d dimensions: they must have the same number"
-                    % (len(q.shape), len(k.shape), len(v.shape)))
-    b, h, n, d = _dims("q", q.shape)
-    bk, hk, nk, dk = _dims("k", k.shape)
-    dv = _dims("v", v.shape)[3]
-    if tuple(k.shape[:-1]) != tuple(v.shape[:-1]):
+                    % (len(qs), len(ks), len(vs)))
+    b, h, n, d = _dims("q", qs)
+    bk, hk, nk, dk = _dims("k", ks)
+    dv = _dims("v", vs)[3]
+    if tuple(ks[:-1]) != tuple(vs[:-1]):
         raise Error(EINVAL, "k has shape %s and v %s: they must be the same but for the last dimension (d_v)"
-                    % (tuple(k.shape), tuple(v.shape)))
+                    % (tuple(ks), tuple(vs)))
     if bk != b or dk != d:
         raise Error(EINVAL, "q has shape %s and k %s: batch and d must be the same (layout: q [batch][heads][n][d], "
-                    "k [batch][heads_kv][n_kv][d], v [batch][heads_kv][n_kv][d_v])" % (tuple(q.shape),
-                                                                                      tuple(k.shape)))
-    if algo not in _ALGOS:
-        raise Error(EINVAL, "algo=%r: expected one of %s" % (algo, ", ".join(_ALGOS)))
-    if scale is not None:
-        scale = float(scale)
-        if scale == 0.0 or not math.isfinite(scale):
-            raise Error(EINVAL, "scale=%r: must be finite and non-zero (None: 1/sqrt(d))" % scale)
-    # an empty axis is passed on as 0 rows: libattn's own check refuses it with its message
-    return _Problem(batch=b, heads=h, n=n, d=d, n_kv=nk, heads_kv=hk, causal=1 if causal else 0,
-                    scale=scale or 0.0, tolerance=float(tolerance), algo=_ALGOS[algo], d_v=dv)
-
-
-def _out_shape(q, v):
-    """The result's shape: q's with v's last dimension (d_v)."""
-    return tuple(q.shape[:-1]) + (v.shape[-1],)
+                    "k [batch][heads_kv][n_kv][d], v [batch][heads_kv][n_kv][d_v])" % (tuple(qs), tuple(ks)))
+    if hk == 0 and h > 0:
+        raise Error(EINVAL, "k and v have no heads (heads_kv = 0) for q's %d: heads_kv must divide heads" % h)
+    if hk > 0 and h % hk:
+        raise Error(EINVAL, "heads_kv = %d does not divide heads = %d (grouped-query attention)" % (hk, h))
+    if d == 0:
+        raise Error(EINVAL, "q and k have d = 0 (their last dimension): no score, and no 1/sqrt(d) to scale it by")
+    empty = b == 0 or h == 0 or n == 0 or dv == 0
+    if nk == 0 and not empty:
+        raise Error(EINVAL, "k and v have no keys (n_kv = 0) for q's %d rows: a softmax over no keys is undefined"
+                    % n)
+    return (b, h, n, d, nk, hk, dv), empty
 
 
 _NP_DTYPES = {np.dtype(np.float32): _F32, np.dtype(np.float16): _F16}
 
 
-def _numpy_args(q, k, v):
+def _inputs(q, k, v):
+    """(kind, dtype code, target, device) of three inputs of one kind, dtype and device."""
+    if _is_torch(q):
+        import torch
+        dtypes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16}
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError("%s is a %s: expected numpy arrays or torch tensors, all three of one kind"
+                                % (name, type(x).__name__))
+            if x.dtype not in dtypes:
+                raise TypeError("%s has dtype %s: libattn takes float32, float16 or bfloat16" % (name, x.dtype))
+        if not q.dtype == k.dtype == v.dtype:
+            raise TypeError("q, k and v have dtypes %s, %s and %s: they must be the same" % (q.dtype, k.dtype,
+                                                                                          v.dtype))
+        if not q.device == k.device == v.device:
+            raise Error(EINVAL, "q, k and v are on %s, %s and %s: they must be on one device" % (q.device, k.device,
+                                                                                              v.device))
+        if q.device.type == "cpu":
+            return "torch", dtypes[q.dtype], _TARGET_CPU, q.device
+        if q.device.type == "cuda":
+            ordinal = int(os.environ.get("ATTN_CUDA_DEVICE") or 0)
+            if (q.device.index or 0) != ordinal:
+                raise Error(EINVAL, "the tensors are on %s, libattn runs on cuda:%d ($ATTN_CUDA_DEVICE)"
+                            % (q.device, ordinal))
+            return "torch", dtypes[q.dtype], _TARGET_CUDA, q.device
+        raise Error(EUNSUPPORTED, "tensors on %s: libattn runs on the CPU and on CUDA" % q.device)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray):
             raise TypeError("%s is a %s: expected numpy arrays or torch tensors, all three of one kind"
@@ -214,74 +315,225 @@ def _numpy_args(q, k, v):
                             "%s.astype(numpy.float32)" % (name, x.dtype, name))
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError("q, k and v have dtypes %s, %s and %s: they must be the same" % (q.dtype, k.dtype, v.dtype))
-    q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    return q, k, v, np.empty(_out_shape(q, v), dtype=q.dtype), _TARGET_CPU, _NP_DTYPES[q.dtype]
+    return "numpy", _NP_DTYPES[q.dtype], _TARGET_CPU, None
 
 
-def _torch_args(q, k, v):
-    import torch
-    dtypes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16}
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError("%s is a %s: expected numpy arrays or torch tensors, all three of one kind"
-                            % (name, type(x).__name__))
-        if x.dtype not in dtypes:
-            raise TypeError("%s has dtype %s: libattn takes float32, float16 or bfloat16" % (name, x.dtype))
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError("q, k and v have dtypes %s, %s and %s: they must be the same" % (q.dtype, k.dtype, v.dtype))
-    if not q.device == k.device == v.device:
-        raise Error(EINVAL, "q, k and v are on %s, %s and %s: they must be on one device" % (q.device, k.device,
-                                                                                          v.device))
-    if q.device.type == "cpu":
-        target = _TARGET_CPU
-    elif q.device.type == "cuda":
-        target = _TARGET_CUDA
-        ordinal = int(os.environ.get("ATTN_CUDA_DEVICE") or 0)
-        if (q.device.index or 0) != ordinal:
-            raise Error(EINVAL, "the tensors are on %s, libattn runs on cuda:%d ($ATTN_CUDA_DEVICE)"
-                        % (q.device, ordinal))
-    else:
-        raise Error(EUNSUPPORTED, "tensors on %s: libattn runs on the CPU and on CUDA" % q.device)
-    q, k, v = (x.detach().contiguous() for x in (q, k, v))
-    if target == _TARGET_CUDA:
-        # libattn wants 16-byte aligned device pointers; a view into a larger tensor may not be
-        q, k, v = (x if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, v))
-        torch.cuda.current_stream(q.device).synchronize()  # libattn's kernels run on the default stream
-    return q, k, v, torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device), target, dtypes[q.dtype]
-
-
-def _prepare(q, k, v, causal, scale, algo, tolerance):
-    """(arrays, target, problem): arrays are q, k, v (copied where their layout was not attn.h's) and the output;
-    the caller holds them while libattn reads their pointers."""
-    torch_in = _is_torch(q)
-    q, k, v, o, target, dtype = (_torch_args if torch_in else _numpy_args)(q, k, v)
-    p = _problem(q, k, v, causal, scale, algo, tolerance)
-    p.dtype = dtype
-    return (q, k, v, o), target, p
+def _contiguous(kind, target, xs):
+    """xs in attn.h's layout: C-contiguous (copied where they are not), device pointers 16-byte aligned."""
+    if kind == "numpy":
+        return [np.ascontiguousarray(x) for x in xs]
+    xs = [x.detach().contiguous() for x in xs]
+    if target == _TARGET_CUDA:  # libattn wants 16-byte aligned device pointers; a view into a larger tensor may not be
+        xs = [x if x.data_ptr() % 16 == 0 else x.clone() for x in xs]
+    return xs
 
 
 def _ptr(x):
     return x.data_ptr() if _is_torch(x) else x.ctypes.data
 
 
-def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
-    """softmax(scale * q k^T) v for NumPy arrays or PyTorch tensors (layouts and errors: the module's docstring).
+def _nbytes(x):
+    return x.numel() * x.element_size() if _is_torch(x) else x.nbytes
 
-    causal: key j is visible to query i iff j <= i + n_kv - n. scale: None for 1/sqrt(d). db: the tuning database
-    (None: attn_open's default, $ATTN_DB or the cache directory's; without a database the default kernels serve). algo:
-    "auto", "flash", "smallcache" or "lowrank" (approximate: it needs tolerance > 0). Returns a new array or tensor
-    shaped like q with v's last dimension (d_v), of the inputs' dtype."""
-    arrays, target, p = _prepare(q, k, v, causal, scale, algo, tolerance)
+
+def _new_out(kind, shape, like):
+    if kind == "numpy":
+        return np.empty(shape, dtype=like.dtype)
+    import torch
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+class _Args:
+    """Everything about a call but the data: the problem (None when the result is empty), its target and the
+    inputs' kind, dtype and device."""
+
+    def __init__(self, q, k, v, causal, scale, algo, tolerance):
+        self.kind, dtype, self.target, self.device = _inputs(q, k, v)
+        self.dtype = q.dtype
+        self.shapes = tuple(tuple(int(s) for s in x.shape) for x in (q, k, v))
+        self.out_shape = self.shapes[0][:-1] + self.shapes[2][-1:]
+        (b, h, n, d, nk, hk, dv), empty = _shape_problem(*self.shapes)
+        causal, scale, tolerance, algo = _causal(causal), _scale(scale), _tolerance(tolerance), _algo(algo)
+        # every size is >= 1 here: attn.h reads a 0 in n_kv, heads_kv, d_v or scale as "the default"
+        self.problem = None if empty else _Problem(batch=b, heads=h, n=n, d=d, n_kv=nk, heads_kv=hk, dtype=dtype,
+                                                   causal=causal, scale=scale, tolerance=tolerance, algo=algo,
+                                                   d_v=dv)
+
+
+def _run(lib, rt, target, plan, xs, o, stream):
+    """Executes plan on xs (q, k, v in attn.h's layout) into o. CUDA: on `stream` (a torch stream) without waiting
+    when libattn has attn_execute_async, else after synchronising the stream, waiting for the result."""
+    ptrs = [_ptr(x) for x in xs] + [_ptr(o)]
+    if target != _TARGET_CUDA:
+        rc = lib.attn_execute(plan, *ptrs)
+    elif hasattr(lib, "attn_execute_async"):
+        rc = lib.attn_execute_async(plan, stream.cuda_stream, *ptrs)
+    else:
+        stream.synchronize()   # attn_execute launches on the default stream and returns when o is written
+        rc = lib.attn_execute(plan, *ptrs)
+    if rc != OK:
+        raise Error(rc, _last_error(lib, rt))
+
+
+def _cuda_stream(stream, device):
+    import torch
+    if stream is None:
+        return torch.cuda.current_stream(device)
+    if not isinstance(stream, torch.cuda.Stream):
+        raise TypeError("stream is of type %s: expected a torch.cuda.Stream (torch.cuda.ExternalStream for a raw "
+                        "handle) or None for the current stream" % type(stream).__name__)
+    if stream.device != device:
+        raise Error(EINVAL, "stream is on %s, the tensors on %s" % (stream.device, device))
+    return stream
+
+
+# --- the API ---------------------------------------------------------------------------------------------------
+
+def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+    """softmax(scale * q k^T) v for NumPy arrays or PyTorch tensors (layouts, empty sizes and errors: the module's
+    docstring).
+
+    causal: a bool (or 0 or 1); key j is visible to query i iff j <= i + n_kv - n. scale: None for 1/sqrt(d), else a
+    finite number > 0. db: the tuning database, a path (None: attn_open's default, $ATTN_DB or the cache directory's;
+    without a database the default kernels serve). algo: "auto", "flash", "smallcache" or "lowrank" (approximate: it
+    needs tolerance > 0). Returns a new array or tensor shaped like q with v's last dimension (d_v), of the inputs'
+    dtype. The plan is cached per problem; attntune.plan() keeps one in hand instead."""
+    a = _Args(q, k, v, causal, scale, algo, tolerance)
+    dbp = _db_path(db)
+    xs = _contiguous(a.kind, a.target, (q, k, v))
+    o = _new_out(a.kind, a.out_shape, xs[0])
+    if a.problem is None:
+        return o
+    stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
     with _lock:
-        rt = _runtime(db, target)
-        rt.execute(rt.plan(p), *(_ptr(x) for x in arrays))
-    return arrays[3]
+        rt = _runtime(dbp, a.target)
+        _run(rt.lib, rt.rt, a.target, rt.cached(a.problem), xs, o, stream)
+    return o
 
 
 def describe(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
     """The plan attention() runs for the same arguments, as attn_plan_describe says it:
     "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" (a configuration from the database) or "... (default)"."""
-    _, target, p = _prepare(q, k, v, causal, scale, algo, tolerance)
+    a = _Args(q, k, v, causal, scale, algo, tolerance)
+    dbp = _db_path(db)
+    if a.problem is None:
+        return _EMPTY_DESCRIBE
     with _lock:
-        rt = _runtime(db, target)
-        return rt.lib.attn_plan_describe(rt.plan(p)).decode()
+        rt = _runtime(dbp, a.target)
+        return rt.lib.attn_plan_describe(rt.cached(a.problem)).decode()
+
+
+class Plan:
+    """A plan for one problem, created once and run many times: attntune.plan(q, k, v, ...) takes the arguments of
+    attention() and checks them as it does; q, k and v give the shapes, the dtype and the device, not data.
+
+    run(q, k, v, out=None, stream=None) computes the attention of inputs of exactly those shapes, dtype and
+    device (others raise Error EINVAL, or TypeError for another kind or dtype) into `out` (an array or tensor of
+    the result's shape and dtype on that device, C-contiguous, not overlapping the inputs), or into a new one, and
+    returns it. stream: CUDA plans only, a torch.cuda.Stream to run on (None: the current stream); copies and the
+    new result are then made on that stream too. describe() says which kernel serves ("... (tuned)"). Attributes:
+    q_shape, k_shape, v_shape, out_shape, dtype, device (None for NumPy), stream_ordered (a CUDA plan that runs
+    without waiting, through attn_execute_async). The plan is released by close(), by `with`, or when it is
+    collected; a CUDA plan's close() waits for the device's queued work first. run() may be called from several
+    threads at once, close() not while another thread runs the plan."""
+
+    def __init__(self, q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+        self._handle = None
+        a = _Args(q, k, v, causal, scale, algo, tolerance)
+        dbp = _db_path(db)
+        self._kind, self._target, self._problem = a.kind, a.target, a.problem
+        self.q_shape, self.k_shape, self.v_shape = a.shapes
+        self.out_shape = a.out_shape
+        self.dtype, self.device = a.dtype, a.device
+        self._lib = self._rt = None
+        self.stream_ordered = False
+        if a.problem is not None:
+            with _lock:
+                rt = _runtime(dbp, a.target)
+                self._lib, self._rt = rt.lib, rt.rt
+                self._handle = rt.create(a.problem)
+            self.stream_ordered = a.target == _TARGET_CUDA and hasattr(self._lib, "attn_execute_async")
+
+    def _check(self, name, x, shape):
+        if self._kind == "numpy":
+            if not isinstance(x, np.ndarray):
+                raise TypeError("%s is a %s: this plan takes numpy arrays" % (name, type(x).__name__))
+        elif not _is_torch(x):
+            raise TypeError("%s is a %s: this plan takes torch tensors" % (name, type(x).__name__))
+        if x.dtype != self.dtype:
+            raise TypeError("%s has dtype %s: this plan takes %s" % (name, x.dtype, self.dtype))
+        if self.device is not None and x.device != self.device:
+            raise Error(EINVAL, "%s is on %s: this plan runs on %s" % (name, x.device, self.device))
+        if tuple(x.shape) != shape:
+            raise Error(EINVAL, "%s has shape %s: this plan was made for %s" % (name, tuple(x.shape), shape))
+
+    def run(self, q, k, v, out=None, stream=None):
+        """The attention of q, k, v into out (or a new array or tensor), returned; see the class's docstring."""
+        for name, x, shape in (("q", q, self.q_shape), ("k", k, self.k_shape), ("v", v, self.v_shape)):
+            self._check(name, x, shape)
+        if stream is not None and self._target != _TARGET_CUDA:
+            raise TypeError("stream: only a plan for CUDA tensors runs on a stream")
+        s = _cuda_stream(stream, self.device) if self._target == _TARGET_CUDA else None
+        if stream is not None:
+            import torch
+            with torch.cuda.stream(s):
+                return self._run(q, k, v, out, s)
+        return self._run(q, k, v, out, s)
+
+    def _run(self, q, k, v, out, s):
+        xs = _contiguous(self._kind, self._target, (q, k, v))
+        if out is None:
+            out = _new_out(self._kind, self.out_shape, xs[0])
+        else:
+            self._check("out", out, self.out_shape)
+            if not (out.flags.c_contiguous and out.flags.writeable if self._kind == "numpy" else out.is_contiguous()):
+                raise Error(EINVAL, "out is not a C-contiguous%s result to write into" %
+                            (" writeable" if self._kind == "numpy" else ""))
+            if self._target == _TARGET_CUDA and out.data_ptr() % 16:
+                raise Error(EINVAL, "out's device pointer is not 16-byte aligned")
+            lo, hi = _ptr(out), _ptr(out) + _nbytes(out)
+            for name, x in zip("qkv", xs):
+                if _nbytes(x) and _nbytes(out) and _ptr(x) < hi and lo < _ptr(x) + _nbytes(x):
+                    raise Error(EINVAL, "out overlaps %s" % name)
+        if self._problem is None:
+            return out
+        if self._handle is None:
+            raise Error(EINVAL, "the plan is closed")
+        _run(self._lib, self._rt, self._target, self._handle, xs, out, s)
+        return out
+
+    def describe(self):
+        """attn_plan_describe's text: "flash d=64 Br=64 Bc=128 cpu f32 (tuned)", or "... (default)"."""
+        if self._problem is None:
+            return _EMPTY_DESCRIBE
+        if self._handle is None:
+            raise Error(EINVAL, "the plan is closed")
+        return self._lib.attn_plan_describe(self._handle).decode()
+
+    def close(self):
+        """Releases the plan (a CUDA plan after the device's queued work); run() then raises. Again: nothing."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            _destroy(self._lib, self._target, h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit torch may be gone; the process frees the plan
+            pass
+
+    def __repr__(self):
+        what = self.describe() if self._problem is None or self._handle is not None else "closed"
+        return "<attntune.Plan %s: q %s k %s v %s %s>" % (what, self.q_shape, self.k_shape, self.v_shape, self.dtype)
+
+
+def plan(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+    """A Plan for the problem q, k and v describe, taking attention()'s arguments: run it with .run(q, k, v,
+    out=None, stream=None) as often as needed, see which kernel serves with .describe()."""
+    return Plan(q, k, v, causal, scale, db, algo=algo, tolerance=tolerance)
