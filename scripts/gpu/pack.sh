@@ -1,0 +1,101 @@
+#!/bin/sh
+# pack.sh DIR [BUILD]: the build (CLI, libattn, strategies, the gpu tests' binaries and gpukit_run) plus every shared
+# library from ldd that a CUDA machine without a package manager may lack, in one folder that runs from anywhere:
+#   DIR/bin/attntune, DIR/lib/libattn.so* and the libraries, DIR/share/attntune/strategies (cmake --install)
+#   DIR/tests/<binaries> and DIR/tests/gpu-tests.txt (the gpu-labelled ctests, paths relative to DIR and to the
+#   source tree, for scripts/gpu/validate.sh)
+#   DIR/env.sh (source it: PATH, LD_LIBRARY_PATH, ATTN_NVRTC when /usr/local/cuda/lib64/libnvrtc.so.13 exists) and
+#   DIR/run CMD [ARG...] (the same, then runs CMD)
+# BUILD: the build directory (default $ATTN_BUILD, else build/ beside scripts/); it must be built. Left out: glibc,
+# libstdc++, libgcc_s, the CUDA driver and NVRTC (the GPU machine's own). DIR is replaced if it holds an earlier pack
+# (or is empty); the pack must stay under 64 MiB (the size checked at the end). Exit 0, 1 on failure, 2 usage.
+set -eu
+usage() { echo "usage: pack.sh DIR [BUILD]" >&2; exit 2; }
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+case $1 in -*) usage ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+build=${2:-${ATTN_BUILD:-$src/build}}
+[ -d "$build" ] || { echo "pack.sh: no build directory $build" >&2; exit 1; }
+build=$(cd "$build" && pwd)
+for f in tuner/attntune runtime/libattn.so tests/gpukit_run CTestTestfile.cmake; do
+  [ -e "$build/$f" ] || { echo "pack.sh: $build/$f is missing: build the project first" >&2; exit 1; }
+done
+dir=$1
+if [ -e "$dir" ]; then
+  [ -d "$dir" ] || { echo "pack.sh: $dir is not a directory" >&2; exit 1; }
+  if [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/.attntune-pack" ]; then
+    echo "pack.sh: $dir is neither empty nor an earlier pack: not replacing it" >&2
+    exit 1
+  fi
+  rm -rf "$dir"
+fi
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+touch "$dir/.attntune-pack"
+
+cmake --install "$build" --prefix "$dir" >/dev/null
+# no symbolic links: a folder carried to another machine may lose them
+find "$dir" -type l | while read -r l; do cp -L "$l" "$l.tmp" && mv -f "$l.tmp" "$l"; done
+mkdir -p "$dir/tests"
+cp "$build/tests/gpukit_run" "$dir/tests/"
+
+# The gpu tests as ctest runs them, with the build directory written @BUILD@ and the source tree @SRC@ (validate.sh
+# puts the pack and the tree it sits in there); each test's executable is copied to the same place under DIR.
+ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 | python3 "$here/gpu_tests.py" "$build" "$src" \
+  "$dir/tests/gpu-tests.txt" "$dir"
+
+# Shared libraries: whatever ldd resolves for the packed executables and libattn, less the system's own.
+skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvrtc|libnvidia)'
+missing=$(for f in "$dir"/bin/* "$dir"/lib/libattn.so* $(find "$dir/tests" -type f -perm -u+x); do
+  ldd "$f" 2>/dev/null | awk '/not found/ {print "MISSING " $1}'
+done | sort -u)
+[ -z "$missing" ] || { echo "pack.sh: unresolved here: $missing" >&2; exit 1; }
+for f in "$dir"/bin/* "$dir"/lib/libattn.so* $(find "$dir/tests" -type f -perm -u+x); do
+  ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1 " " $3}'
+done | sort -u | while read -r name path; do
+  if printf '%s\n' "$name" | grep -Eq "$skip_re"; then continue; fi
+  case $name in libattn.so*) continue ;; esac
+  cp -L "$path" "$dir/lib/$name"
+done
+
+cat >"$dir/env.sh" <<'EOF'
+# Source this file (bash: `. PACK/env.sh`; sh: `ATTN_PACK=PACK; . PACK/env.sh`): the packed attntune, libattn and
+# libraries first, the toolkit's NVRTC when present, the Python binding of the source tree around the pack.
+if [ -n "${BASH_SOURCE:-}" ]; then ATTN_PACK=$(cd "$(dirname "$BASH_SOURCE")" && pwd); fi
+if [ ! -f "${ATTN_PACK:-/nonexistent}/.attntune-pack" ]; then
+  echo "env.sh: ATTN_PACK does not name a pack (set it to the pack's directory)" >&2
+  return 1 2>/dev/null || exit 1
+fi
+export ATTN_PACK
+export PATH="$ATTN_PACK/bin:$PATH"
+export LD_LIBRARY_PATH="$ATTN_PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -z "${ATTN_NVRTC:-}" ] && [ -e /usr/local/cuda/lib64/libnvrtc.so.13 ]; then
+  export ATTN_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13
+fi
+export ATTNTUNE_LIB="$ATTN_PACK/lib/libattn.so" ATTNTUNE_CLI="$ATTN_PACK/bin/attntune"
+if [ -d "$ATTN_PACK/../python/attntune" ]; then
+  PYTHONPATH="$(cd "$ATTN_PACK/../python" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH
+fi
+EOF
+cat >"$dir/run" <<'EOF'
+#!/bin/sh
+# run CMD [ARG...]: CMD with the pack's environment (env.sh)
+ATTN_PACK=$(cd "$(dirname "$0")" && pwd) || exit 1
+. "$ATTN_PACK/env.sh" || exit 1
+exec "$@"
+EOF
+chmod +x "$dir/run"
+
+# Checked here as it will be there: nothing unresolved with only the pack's libraries added.
+bad=$(for f in "$dir"/bin/* "$dir"/lib/*.so* $(find "$dir/tests" -type f -perm -u+x); do
+  LD_LIBRARY_PATH="$dir/lib" ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$f: |"
+done)
+[ -z "$bad" ] || { echo "pack.sh: $bad" >&2; exit 1; }
+kib=$(du -sk "$dir" | cut -f1)
+if [ "$kib" -ge 65536 ]; then
+  echo "pack.sh: $dir holds $kib KiB, over the 64 MiB a carried folder may hold" >&2
+  exit 1
+fi
+echo "pack.sh: $dir ($kib KiB): $(ls "$dir/lib" | wc -l) libraries, $(($(wc -l <"$dir/tests/gpu-tests.txt") - 1)) gpu tests"

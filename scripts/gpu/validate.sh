@@ -1,0 +1,485 @@
+#!/usr/bin/env bash
+# validate.sh OUTDIR [--build DIR] [--db DB] [--gpu NAME]: attntune on an NVIDIA GPU (sm_80 or newer), end to end, in
+# about 8 minutes on an H100; docs/gpu-validation.md says what each step checks. Writes OUTDIR/report.md,
+# OUTDIR/report.json and OUTDIR/logs/.
+#   --build DIR  a pack (scripts/gpu/pack.sh) or a build directory; default $ATTN_BUILD, else .gpu-pack/ at the top of
+#                the source tree when it holds a pack, else build/
+#   --db DB      a tuned database whose rows are also timed against SDPA (the tuning run's own rows always are)
+#   --gpu NAME   the spec table's name for the model's predictions and the tuning run (default: from nvidia-smi)
+# Steps run in order; without a GPU every step before the first that needs one runs and the rest are reported as
+# not run. A step whose tool is missing (torch, ncu, compute-sanitizer) is reported as skipped with the reason.
+# Exit: 0 every check passed; 1 a correctness check failed; 2 usage; 3 the kit cannot run here (no build, a library
+# unresolved, no NVRTC); 4 nothing failed but a step errored or ran out of time; 77 no GPU (every step before the
+# first GPU step passed). Budgets: $ATTN_VALIDATE_BUDGET seconds in all (default 470), split among the steps.
+set -u
+usage() { echo "usage: validate.sh OUTDIR [--build DIR] [--db DB] [--gpu NAME]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+out=$1
+shift
+build=${ATTN_BUILD:-} db= gpu=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) [ $# -ge 2 ] || usage; build=$2; shift 2 ;;
+    --db) [ $# -ge 2 ] || usage; db=$2; shift 2 ;;
+    --gpu) [ $# -ge 2 ] || usage; gpu=$2; shift 2 ;;
+    *) echo "validate.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+case $out in -*|"") usage ;; esac
+if [ -n "$db" ] && [ ! -f "$db" ]; then echo "validate.sh: no database $db" >&2; exit 2; fi
+budget=${ATTN_VALIDATE_BUDGET:-470}
+case $budget in ''|*[!0-9]*) echo "validate.sh: ATTN_VALIDATE_BUDGET must be a number of seconds" >&2; exit 2 ;; esac
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+mkdir -p "$out/logs" || exit 3
+out=$(cd "$out" && pwd)
+logs=$out/logs
+[ -z "$db" ] || db=$(cd "$(dirname "$db")" && pwd)/$(basename "$db")
+work=$(mktemp -d "${TMPDIR:-/tmp}/attntune-validate.XXXXXX") || exit 3
+chmod 700 "$work"
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
+deadline=$((start + budget))
+steps=$work/steps.tsv
+: >"$steps"
+: >"$work/facts.tsv"
+
+# step ID STATUS SECONDS SUMMARY: one line of the report (pass, fail, error, skipped, not run)
+step() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(printf '%s' "$4" | tr '\t\n' '  ')" >>"$steps"; echo "[$2] $1: $4"; }
+fact() { printf '%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')" >>"$work/facts.tsv"; }
+# limit WANT: seconds a step may take, WANT or what is left of the whole budget (at least 5)
+limit() { local left=$((deadline - $(date +%s))); [ "$left" -lt "$1" ] && echo $((left > 5 ? left : 5)) || echo "$1"; }
+# tmo SECONDS CMD...: CMD with a time limit (124 when it ran out, as timeout(1))
+tmo() { local s=$1; shift; timeout -k 5 "$s" "$@"; }
+now() { date +%s; }
+
+# ---- 1. the build: a pack or a build directory, and nothing unresolved by ldd
+t0=$(now)
+if [ -z "$build" ]; then
+  if [ -f "$src/.gpu-pack/.attntune-pack" ]; then build=$src/.gpu-pack; else build=$src/build; fi
+fi
+mode= cli= lib= runner= manifest=
+if [ -f "$build/.attntune-pack" ]; then
+  build=$(cd "$build" && pwd)
+  mode=pack cli=$build/bin/attntune lib=$build/lib/libattn.so runner=$build/tests/gpukit_run
+  manifest=$build/tests/gpu-tests.txt
+  ATTN_PACK=$build
+  # shellcheck disable=SC1091
+  . "$build/env.sh"
+elif [ -f "$build/CMakeCache.txt" ]; then
+  build=$(cd "$build" && pwd)
+  mode=build cli=$build/tuner/attntune lib=$build/runtime/libattn.so runner=$build/tests/gpukit_run
+  manifest=$work/gpu-tests.txt
+  if [ -z "${ATTN_NVRTC:-}" ] && [ -e /usr/local/cuda/lib64/libnvrtc.so.13 ]; then
+    export ATTN_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13
+  fi
+  export ATTNTUNE_LIB=$lib ATTNTUNE_CLI=$cli PYTHONPATH="$src/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
+bad=
+for f in "$cli" "$lib" "$runner"; do [ -n "$mode" ] && [ -e "$f" ] || bad="$bad ${f:-$build}"; done
+if [ -z "$bad" ] && [ "$mode" = build ]; then
+  if ! ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>"$logs/ctest-list.log" |
+       python3 "$here/gpu_tests.py" "$build" "$src" "$manifest" >>"$logs/ctest-list.log" 2>&1; then
+    bad=" (listing the gpu tests: $(tail -1 "$logs/ctest-list.log"))"
+  fi
+fi
+[ -z "$bad" ] && [ ! -f "$manifest" ] && bad=" $manifest"
+if [ -n "$bad" ]; then
+  step build fail $(($(now) - t0)) "no usable build or pack at $build: missing$bad (scripts/gpu/pack.sh DIR, or --build DIR)"
+else
+  unresolved=$(for f in "$cli" "$lib" "$runner" $(cut -f5 "$manifest" | grep -v '^command' | sed -n "s|^'\{0,1\}@BUILD@\([^ ']*\).*|$build\1|p" | sort -u); do
+    ldd "$f" 2>&1 | grep 'not found' | sed "s|^[[:space:]]*|$(basename "$f"): |"
+  done | sort -u)
+  if [ -n "$unresolved" ]; then
+    step build fail $(($(now) - t0)) "unresolved shared libraries: $(echo "$unresolved" | tr '\n' ';')"
+  else
+    step build pass $(($(now) - t0)) "$mode $build: $(grep -vc '^#' "$manifest") gpu tests"
+  fi
+fi
+fact build "$build"
+fact mode "${mode:-none}"
+
+finish() { # the report, then the exit code
+  local code=$1
+  python3 - "$out" "$steps" "$work/facts.tsv" "$code" <<'EOF' || { echo "validate.sh: python3 could not write the report" >&2; cp "$steps" "$out/report.md"; }
+import json, os, sys
+out, steps_f, facts_f, code = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+steps = [dict(zip(("id", "status", "seconds", "summary"), l.rstrip("\n").split("\t"))) for l in open(steps_f) if l.strip()]
+for s in steps:
+    s["seconds"] = int(s["seconds"])
+facts = dict(l.rstrip("\n").split("\t", 1) for l in open(facts_f) if "\t" in l)
+def load(name):
+    p = os.path.join(out, name)
+    try:
+        return json.load(open(p))
+    except (OSError, ValueError):
+        return None
+meanings = {0: "every check passed", 1: "a correctness check failed", 3: "the kit cannot run here",
+            4: "no check failed, but a step errored or ran out of time", 77: "no GPU found: the steps that need one did not run"}
+rep = {"exit_code": code, "verdict": meanings.get(code, "?"), "facts": facts, "steps": steps,
+       "speed": load("speed.json"), "dram": load("dram.json"), "tests": load("gpu-tests.json")}
+json.dump(rep, open(os.path.join(out, "report.json"), "w"), indent=2)
+L = ["# attntune GPU validation", "", "Verdict: **%s** (exit %d)." % (rep["verdict"], code), ""]
+for k in ("gpu", "device", "driver", "nvrtc", "nvcc", "torch", "compute_sanitizer", "ncu", "build", "mode", "budget_s"):
+    if k in facts:
+        L.append("- %s: %s" % (k, facts[k]))
+L += ["", "| step | status | s | summary |", "|---|---|---|---|"]
+L += ["| %s | %s | %d | %s |" % (s["id"], s["status"], s["seconds"], s["summary"].replace("|", "/")) for s in steps]
+if rep["tests"]:
+    bad = [t for t in rep["tests"] if t["status"] != "pass"]
+    L += ["", "## gpu tests: %d run, %d not passed" % (len(rep["tests"]), len(bad)), ""]
+    L += ["- %s: %s (exit %s, %s s)" % (t["name"], t["status"], t["rc"], t["seconds"]) for t in bad]
+if rep["speed"]:
+    L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
+          "| source | dtype | n | d | causal | plan | plan TF | model TF | flash TF | cudnn TF | efficient TF | plan/best SDPA | err fp64 |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x: "-" if x is None else ("%.1f" % x if isinstance(x, float) else str(x))
+    for r in rep["speed"]:
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r.get("source"), r.get("dtype"), r.get("n"), r.get("d"), r.get("causal"), r.get("plan"),
+            f(r.get("plan_tflops")), f(r.get("model_tflops")), f(r.get("flash_tflops")), f(r.get("cudnn_tflops")),
+            f(r.get("efficient_tflops")), f(r.get("ratio_vs_best")),
+            "%.1e" % r["err_fp64"] if isinstance(r.get("err_fp64"), float) else "-"))
+if rep["dram"]:
+    L += ["", "## DRAM bytes (ncu) against the closed forms", "",
+          "Closed forms: every block's loads from global memory as if none hit the L2; floor: Q, K, V read and O "
+          "written once (bytes).", "",
+          "| kernel | shape | plan | ncu read | ncu write | closed-form read | closed-form write | ncu/closed | ncu/floor | time us |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    q = lambda a, b: "%.3f" % (a / b) if a is not None and b else "-"
+    for r in rep["dram"]:
+        rw = None if r.get("dram_read") is None else r["dram_read"] + (r.get("dram_write") or 0)
+        cl = (r.get("closed_read") or 0) + (r.get("closed_write") or 0)
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["algo"], r["shape"], r.get("plan"),
+                 r.get("dram_read"), r.get("dram_write"), r.get("closed_read"), r.get("closed_write"),
+                 q(rw, cl), q(rw, r.get("floor")), r.get("time_us")))
+L += ["", "Logs: logs/ (one per step and test)."]
+open(os.path.join(out, "report.md"), "w").write("\n".join(L) + "\n")
+EOF
+  echo "validate.sh: $out/report.md (exit $code)"
+  exit "$code"
+}
+verdict() { # the exit code the steps so far call for
+  if grep -q $'\tfail\t' "$steps"; then echo 1; elif grep -q $'\terror\t' "$steps"; then echo 4; else echo 0; fi
+}
+fact budget_s "$budget"
+if grep -q $'^build\tfail' "$steps"; then
+  step gpu-steps "not run" 0 "the build is not usable"
+  finish 3
+fi
+
+# ---- 2. versions: NVRTC (needed), driver, toolkit and tools (optional)
+t0=$(now)
+if v=$(tmo 30 "$runner" nvrtc 2>&1); then
+  fact nvrtc "${v#nvrtc=} (${ATTN_NVRTC:-libnvrtc.so.13 or .12 from the library path})"
+  nvrtc_ok=1
+else
+  nvrtc_ok=0
+fi
+have() { command -v "$1" >/dev/null 2>&1; }
+if have nvidia-smi; then
+  nvidia-smi >"$logs/nvidia-smi.txt" 2>&1
+  smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)
+  [ -n "$smi" ] && fact device "$smi" && fact driver "$(echo "$smi" | cut -d, -f2 | tr -d ' ')"
+else
+  fact device "nvidia-smi not found"
+fi
+have nvcc && fact nvcc "$(nvcc --version | tail -2 | head -1)"
+if have compute-sanitizer; then fact compute_sanitizer "$(compute-sanitizer --version | tail -1)"; else fact compute_sanitizer "not found"; fi
+if have ncu; then fact ncu "$(ncu --version | tail -1)"; else fact ncu "not found"; fi
+torch_v=$(tmo 60 python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>"$logs/torch-import.log")
+fact torch "${torch_v:-not importable: $(tail -1 "$logs/torch-import.log" 2>/dev/null)}"
+if [ "$nvrtc_ok" = 1 ]; then
+  step versions pass $(($(now) - t0)) "NVRTC $(grep '^nvrtc' "$work/facts.tsv" | cut -f2)"
+else
+  step versions fail $(($(now) - t0)) "NVRTC cannot be loaded: $v (set ATTN_NVRTC to libnvrtc.so)"
+  step gpu-steps "not run" 0 "no NVRTC: nothing can be compiled"
+  finish 3
+fi
+
+# ---- 3. the model's predictions for the speed grid (no GPU needed)
+t0=$(now)
+gpu_from=--gpu
+if [ -z "$gpu" ]; then # the device step replaces this guess by the name libattn files the device under
+  gpu_from="nvidia-smi's name"
+  case ${smi:-} in
+    *H200*) gpu=H200 ;; *H100*) gpu=H100 ;; *A100*) gpu=A100 ;; *L40S*) gpu=L40S ;; *L4*) gpu=L4 ;; *4090*) gpu="RTX 4090" ;;
+    *) gpu=H100 gpu_from="assumed: no known GPU named by nvidia-smi" ;;
+  esac
+fi
+grid_n=1024,4096,16384 grid_d=64,128,256
+model() { # the model's best configuration per problem of the speed grid, for $gpu, into model.json
+  rm -f "$work/model.db"
+  tmo "$(limit 60)" "$cli" --gpu "$gpu" --model --d "$grid_d" --n "$grid_n" --dtype f16,bf16 --causal 0,1 --heads 16 \
+    --db "$work/model.db" >"$logs/model.log" 2>&1 &&
+    "$cli" show --db "$work/model.db" --json >"$out/model.json" 2>>"$logs/model.log"
+}
+fact gpu "$gpu ($gpu_from)"
+if model; then
+  step model pass $(($(now) - t0)) "$gpu ($gpu_from): $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$out/model.json" 2>/dev/null) predicted problems (model.json)"
+else
+  step model error $(($(now) - t0)) "attntune --gpu $gpu --model failed: $(tail -1 "$logs/model.log")"
+fi
+
+# ---- 4. the device (the first step that needs a GPU)
+t0=$(now)
+info=$(tmo 60 "$runner" info 2>&1)
+rc=$?
+echo "$info" >"$logs/device.log"
+if [ "$rc" = 77 ]; then
+  step device "not run" $(($(now) - t0)) "no GPU found: $(echo "$info" | sed -n 's/^SKIP: //p' | head -1)"
+  for s in gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "no GPU"; done
+  code=$(verdict)
+  [ "$code" = 0 ] && code=77
+  finish "$code"
+elif [ "$rc" != 0 ]; then
+  step device fail $(($(now) - t0)) "the device does not open: $(echo "$info" | tail -1)"
+  for s in gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "the device does not open"; done
+  finish 1
+fi
+step device pass $(($(now) - t0)) "$info"
+table=$(echo "$info" | sed -n 's/.* table="\([^"]*\)".*/\1/p')
+if [ "$gpu_from" != --gpu ] && [ -n "$table" ] && [ "$table" != "$gpu" ] && [ "${table#cuda:}" = "$table" ]; then
+  gpu=$table gpu_from="the device"
+  fact gpu "$gpu ($gpu_from)"
+  t0=$(now)
+  if model; then step model-device pass $(($(now) - t0)) "the model again for $gpu"; else step model-device error $(($(now) - t0)) "attntune --gpu $gpu --model failed"; fi
+fi
+
+export ATTN_CACHE_DIR=$work/test-cache-cuda
+mkdir -p "$ATTN_CACHE_DIR"
+chmod 700 "$ATTN_CACHE_DIR"
+jobs=$(nproc 2>/dev/null || echo 4)
+[ "$jobs" -gt 16 ] && jobs=16
+# in_time ID: false (and the step reported as an error) when the budget is spent
+in_time() { [ $((deadline - $(now))) -ge 10 ] && return 0; step "$1" error 0 "out of time (ATTN_VALIDATE_BUDGET=$budget s)"; return 1; }
+
+# ---- 5. every gpu-labelled test, $jobs at a time (they compile with NVRTC on the CPU cores)
+t0=$(now)
+tests_deadline=$((t0 + $(limit 140)))
+mkdir -p "$logs/tests" "$work/rc"
+run_test() { # NAME TIMEOUT SKIP ENV CMD
+  local name=$1 tl=$2 left=$((tests_deadline - $(now)))
+  [ "$tl" -gt "$left" ] && tl=$left
+  if [ "$tl" -lt 5 ]; then echo "125 0" >"$work/rc/$name"; return; fi # not started: out of time
+  local s=$(now)
+  # the environment and command are shell words written by gpu_tests.py
+  eval "tmo $tl env $4 ATTN_CACHE_DIR=\"\$ATTN_CACHE_DIR\" $5" >"$logs/tests/$name.log" 2>&1
+  echo "$? $(($(now) - s)) $3" >"$work/rc/$name"
+}
+while IFS=$'\t' read -r name tl skip env cmd; do
+  case $name in '#'*|'') continue ;; esac
+  [ -z "${ATTN_VALIDATE_TESTS:-}" ] || echo "$name" | grep -Eq "$ATTN_VALIDATE_TESTS" || continue
+  env=${env//@BUILD@\/test-cache-cuda/$ATTN_CACHE_DIR}
+  env=${env//@BUILD@/$build}
+  env=${env//@SRC@/$src}
+  cmd=${cmd//@BUILD@/$build}
+  cmd=${cmd//@SRC@/$src}
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  run_test "$name" "$tl" "$skip" "$env" "$cmd" &
+done < <(grep -E $'^[^\t]*(lowrank|dims|io)' "$manifest"; grep -vE $'^[^\t]*(lowrank|dims|io)' "$manifest")
+wait
+python3 - "$work/rc" "$out/gpu-tests.json" <<'EOF'
+import json, os, sys
+rows = []
+for name in sorted(os.listdir(sys.argv[1])):
+    rc, secs, *skip = open(os.path.join(sys.argv[1], name)).read().split()
+    rc = int(rc)
+    st = ("pass" if rc == 0 else "timeout" if rc in (124, 137) else "not run (out of time)" if rc == 125
+          else "skipped" if skip and rc == int(skip[0]) else "fail")
+    rows.append({"name": name, "status": st, "rc": rc, "seconds": int(secs)})
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+EOF
+n_all=$(ls "$work/rc" | wc -l)
+n_pass=$(grep -l '^0 ' "$work/rc"/* 2>/dev/null | wc -l)
+n_late=$(grep -lE '^(124|137|125) ' "$work/rc"/* 2>/dev/null | wc -l)
+if [ "$n_pass" = "$n_all" ] && [ "$n_all" -gt 0 ]; then
+  step gpu-tests pass $(($(now) - t0)) "$n_pass of $n_all passed"
+elif [ $((n_pass + n_late)) = "$n_all" ] && [ "$n_all" -gt 0 ]; then
+  step gpu-tests error $(($(now) - t0)) "$n_pass of $n_all passed, $n_late ran out of time (logs/tests/)"
+else
+  step gpu-tests fail $(($(now) - t0)) "$n_pass of $n_all passed, $((n_all - n_pass - n_late)) failed (a skip on a GPU is a failure; logs/tests/)"
+fi
+
+# ---- 6. compute-sanitizer: each algorithm's default at a small shape, zero reports
+t0=$(now)
+if ! in_time sanitizers; then :
+elif have compute-sanitizer; then
+  san_bad= san_n=0
+  san_deadline=$((t0 + $(limit 60)))
+  for algo in flash smallcache lowrank; do
+    for tool in memcheck racecheck synccheck initcheck; do
+      (
+        left=$((san_deadline - $(now)))
+        log=$logs/sanitize-$algo-$tool.log
+        tmo $((left > 5 ? left : 5)) compute-sanitizer --tool "$tool" --error-exitcode 99 \
+          "$runner" run "$algo" f16 100 64 1 >"$log" 2>&1
+        echo $? >"$work/san-$algo-$tool"
+      ) &
+      while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
+    done
+  done
+  wait
+  for algo in flash smallcache lowrank; do
+    for tool in memcheck racecheck synccheck initcheck; do
+      log=$logs/sanitize-$algo-$tool.log
+      rc=$(cat "$work/san-$algo-$tool")
+      san_n=$((san_n + 1))
+      # "ERROR SUMMARY: 0 errors", "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+      reports=$(grep -E 'SUMMARY:' "$log" | grep -oE '[0-9]+ (errors?|hazards?|warnings?)' | awk '{s += $1} END {print s + 0}')
+      if [ "$rc" != 0 ] || ! grep -q 'SUMMARY:' "$log" || [ "$reports" != 0 ]; then
+        san_bad="$san_bad $algo/$tool(exit $rc, $reports reports)"
+      fi
+    done
+  done
+  if [ -z "$san_bad" ]; then
+    step sanitizers pass $(($(now) - t0)) "$san_n runs (memcheck, racecheck, synccheck, initcheck x 3 algorithms, f16 n=100 d=64 causal): 0 reports"
+  else
+    step sanitizers fail $(($(now) - t0)) "reports or failures:$san_bad"
+  fi
+else
+  step sanitizers skipped 0 "compute-sanitizer not found"
+fi
+
+# ---- 7. DRAM bytes from ncu against the closed forms: flash at two shapes, smallcache at one
+t0=$(now)
+if ! in_time dram; then :
+elif have ncu; then
+  : >"$work/dram.tsv"
+  dr_err=
+  for shape in "flash bf16 4096 128 0 16" "flash f16 16384 64 1 16" "smallcache f16 2048 64 0 8"; do
+    set -- $shape
+    log=$logs/ncu-$1-$3-$4.log
+    tmo "$(limit 25)" ncu --clock-control none --csv --print-units base --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      "$runner" run "$@" --nocheck >"$log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || dr_err="$dr_err $1/$3/$4(exit $rc)"
+    printf '%s\t%s\t%s\n' "$1" "$2 n=$3 d=$4 causal=$5 heads=$6" "$log" >>"$work/dram.tsv"
+  done
+  python3 - "$work/dram.tsv" "$out/dram.json" <<'EOF'
+import csv, json, re, sys
+rows = []
+for line in open(sys.argv[1]):
+    algo, shape, log = line.rstrip("\n").split("\t")
+    text = open(log, errors="replace").read()
+    r = {"algo": algo, "shape": shape}
+    m = re.search(r'plan="([^"]*)" closed_read_bytes=(\d+) closed_write_bytes=(\d+) floor_bytes=(\d+)', text)
+    if m:
+        r.update(plan=m.group(1), closed_read=int(m.group(2)), closed_write=int(m.group(3)), floor=int(m.group(4)))
+    sums = {}
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    if lines:
+        for row in csv.DictReader(lines):
+            name, unit, val = row.get("Metric Name"), row.get("Metric Unit", ""), row.get("Metric Value", "0")
+            try:
+                v = float(val.replace(",", ""))
+            except ValueError:
+                continue
+            scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-3, "usecond": 1,
+                     "msecond": 1e3}.get(unit, 1)
+            sums[name] = sums.get(name, 0) + v * scale
+    r["dram_read"] = int(sums["dram__bytes_read.sum"]) if "dram__bytes_read.sum" in sums else None
+    r["dram_write"] = int(sums["dram__bytes_write.sum"]) if "dram__bytes_write.sum" in sums else None
+    r["time_us"] = round(sums["gpu__time_duration.sum"], 1) if "gpu__time_duration.sum" in sums else None
+    rows.append(r)
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+EOF
+  if [ -n "$dr_err" ]; then
+    step dram error $(($(now) - t0)) "ncu runs that failed:$dr_err"
+  else
+    step dram pass $(($(now) - t0)) "3 kernels measured (dram.json; the closed forms count every block's loads, L2 hits included)"
+  fi
+else
+  step dram skipped 0 "ncu not found"
+fi
+
+# ---- 8. a real tuning run on this GPU, and 9. bench of its row against the default
+t0=$(now)
+tune_db=$out/tune.db
+rm -f "$tune_db"
+if ! in_time tune; then :
+elif tmo "$(limit 70)" "$cli" --gpu "$gpu" --d 128 --n 4096 --dtype bf16 --jobs "$jobs" --db "$tune_db" \
+     >"$logs/tune.log" 2>&1; then
+  if grep -q ' is present ' "$logs/tune.log"; then
+    step tune pass $(($(now) - t0)) "$(grep '^best' "$logs/tune.log" | head -1)"
+  else
+    step tune error $(($(now) - t0)) "not measured: $(grep 'is not present' "$logs/tune.log" | head -1)"
+  fi
+else
+  rc=$?
+  st=fail
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && st=error
+  step tune "$st" $(($(now) - t0)) "attntune --gpu $gpu --d 128 --n 4096 --dtype bf16: exit $rc: $(tail -1 "$logs/tune.log")"
+fi
+t0=$(now)
+if ! in_time bench; then :
+elif tmo "$(limit 25)" "$cli" bench --target cuda --n 4096 --d 128 --dtype bf16 --db "$tune_db" --time-cap 5 --json \
+     >"$out/bench.json" 2>"$logs/bench.log"; then
+  step bench pass $(($(now) - t0)) "tuned row vs the default: bench.json"
+else
+  rc=$?
+  st=fail
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && st=error
+  step bench "$st" $(($(now) - t0)) "attntune bench --target cuda: exit $rc: $(tail -1 "$logs/bench.log")"
+fi
+
+# ---- 10. speed against SDPA (flash, cuDNN, efficient), the model beside each figure
+t0=$(now)
+if ! in_time speed; then :
+elif [ -n "$torch_v" ]; then
+  sp_bad= sp_err=
+  speed_parts=
+  for d in 64 128 256; do # the defaults: a database that does not exist
+    tmo "$(limit 45)" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" --n "$grid_n" --d "$d" --causal 0,1 \
+      --dtype f16,bf16 --json "$work/speed-default-$d.json" >"$logs/speed-default-$d.log" 2>&1
+    rc=$?
+    speed_parts="$speed_parts default:$work/speed-default-$d.json"
+    [ "$rc" = 1 ] && sp_bad="$sp_bad d=$d"
+    [ "$rc" != 0 ] && [ "$rc" != 1 ] && sp_err="$sp_err d=$d(exit $rc)"
+  done
+  for tdb in "$tune_db" $db; do
+    [ -f "$tdb" ] || continue
+    tag=tuned
+    [ "$tdb" = "$tune_db" ] || tag=db
+    tmo "$(limit 30)" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" --db "$tdb" --n 4096 --d 128 \
+      --causal 0,1 --dtype f16,bf16 --json "$work/speed-$tag.json" >"$logs/speed-$tag.log" 2>&1
+    rc=$?
+    speed_parts="$speed_parts $tag:$work/speed-$tag.json"
+    [ "$rc" = 1 ] && sp_bad="$sp_bad $tag"
+    [ "$rc" != 0 ] && [ "$rc" != 1 ] && sp_err="$sp_err $tag(exit $rc)"
+  done
+  python3 - "$out/model.json" "$out/speed.json" $speed_parts <<'EOF'
+import json, sys
+try:
+    model = {(r["n"], r["d"], r["dtype"], int(bool(r["causal"]))): r for r in json.load(open(sys.argv[1]))}
+except (OSError, ValueError):
+    model = {}
+rows = []
+for part in sys.argv[3:]:
+    tag, path = part.split(":", 1)
+    try:
+        got = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    for r in got:
+        m = model.get((r.get("n"), r.get("d"), r.get("dtype"), int(r.get("causal", 0))))
+        r["source"] = tag
+        r["model_tflops"] = m["gflops"] / 1e3 if m and m.get("gflops") else None
+        r["model_plan"] = m["summary"] if m else None
+        rows.append(r)
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+EOF
+  rows=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$out/speed.json" 2>/dev/null || echo 0)
+  if [ -n "$sp_bad" ]; then
+    step speed fail $(($(now) - t0)) "torch_compare.py found wrong outputs:$sp_bad ($rows rows)"
+  elif [ -n "$sp_err" ]; then
+    step speed error $(($(now) - t0)) "torch_compare.py did not finish:$sp_err ($rows rows)"
+  else
+    step speed pass $(($(now) - t0)) "$rows rows (speed.json)"
+  fi
+else
+  step speed skipped 0 "torch is not importable (logs/torch-import.log)"
+fi
+
+finish "$(verdict)"

@@ -1,0 +1,12 @@
+# GPU validation kit (scripts/gpu/, docs/gpu-validation.md): gpukit_run is the one-plan driver validate.sh runs on a
+# device (alone, under compute-sanitizer and ncu); pack.sh carries it with the gpu tests.
+add_executable(gpukit_run ${PROJECT_SOURCE_DIR}/scripts/gpu/gpukit_run.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
+target_include_directories(gpukit_run PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
+target_link_libraries(gpukit_run PRIVATE attn_core m)
+# Without a GPU (the driver made absent): validate.sh runs every step before the device step, writes a report that
+# says no GPU was found and exits 77; pack.sh's folder runs from another path (ldd resolves everything, the pack's
+# libraries first) and validate.sh finds it there. A few seconds each.
+foreach(mode nogpu pack)
+  add_test(NAME gpukit_${mode} COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpukit.sh ${mode} ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  set_tests_properties(gpukit_${mode} PROPERTIES LABELS cuda TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()
