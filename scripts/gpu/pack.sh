@@ -1,16 +1,26 @@
 #!/bin/sh
-# pack.sh DIR [BUILD]: the build (CLI, libattn, strategies, the gpu tests' binaries and gpukit_run) plus every shared
+# pack.sh [--precompile[=CC]] DIR [BUILD]: the build (CLI, libattn, strategies, the gpu tests' binaries and gpukit_run) plus every shared
 # library from ldd that a CUDA machine without a package manager may lack, in one folder that runs from anywhere:
 #   DIR/bin/attntune, DIR/lib/libattn.so* and the libraries, DIR/share/attntune/strategies (cmake --install)
 #   DIR/tests/<binaries> and DIR/tests/gpu-tests.txt (the gpu-labelled ctests, paths relative to DIR and to the
 #   source tree, for scripts/gpu/validate.sh)
 #   DIR/env.sh (source it: PATH, LD_LIBRARY_PATH, ATTN_NVRTC when /usr/local/cuda/lib64/libnvrtc.so.13 exists) and
 #   DIR/run CMD [ARG...] (the same, then runs CMD)
+#   --precompile: DIR/cubins, the cubins of every kernel the gpu tests and validate.sh's own runs load on a device of
+#   compute capability CC (default 90: H100, H200), compiled here with NVRTC by running them on the build's fake
+#   driver (tests/fake_libcuda.c: kernels do not run, so their checks fail and are ignored); validate.sh starts its
+#   kernel cache from them, so that device time goes to running. Minutes on two cores.
 # BUILD: the build directory (default $ATTN_BUILD, else build/ beside scripts/); it must be built. Left out: glibc,
 # libstdc++, libgcc_s, the CUDA driver and NVRTC (the GPU machine's own). DIR is replaced if it holds an earlier pack
 # (or is empty); the pack must stay under 64 MiB (the size checked at the end). Exit 0, 1 on failure, 2 usage.
 set -eu
-usage() { echo "usage: pack.sh DIR [BUILD]" >&2; exit 2; }
+usage() { echo "usage: pack.sh [--precompile[=CC]] DIR [BUILD]" >&2; exit 2; }
+precompile=
+case ${1:-} in
+  --precompile) precompile=90; shift ;;
+  --precompile=*) precompile=${1#--precompile=}; shift
+    case $precompile in [89][0-9]|1[0-9][0-9]) ;; *) echo "pack.sh: --precompile=CC takes a compute capability such as 90" >&2; exit 2 ;; esac ;;
+esac
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 case $1 in -*) usage ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,6 +103,32 @@ bad=$(for f in "$dir"/bin/* "$dir"/lib/*.so* $(find "$dir/tests" -type f -perm -
   LD_LIBRARY_PATH="$dir/lib" ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$f: |"
 done)
 [ -z "$bad" ] || { echo "pack.sh: $bad" >&2; exit 1; }
+if [ -n "$precompile" ]; then
+  fake=$build/tests/fake_libcuda.so
+  [ -f "$fake" ] || { echo "pack.sh: $fake is missing: build the tests" >&2; exit 1; }
+  jobs=$(nproc 2>/dev/null || echo 2)
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/attntune-pack.XXXXXX")
+  mkdir -m 700 "$dir/cubins"
+  # each gpu test as the manifest runs it, and validate.sh's gpukit_run shapes (sanitizers, ncu)
+  tab=$(printf '\t')
+  i=0
+  grep -v '^#' "$dir/tests/gpu-tests.txt" | while IFS="$tab" read -r name tl skip env cmd; do
+    i=$((i + 1))
+    printf 'env %s ATTN_CACHE_DIR=%s ATTN_DB=%s %s\n' "$env" "$dir/cubins" "$scratch/none.db" "$cmd" |
+      sed -e "s|@BUILD@|$dir|g" -e "s|@SRC@|$src|g" >"$scratch/$i.sh"
+  done
+  for a in "flash f16 100 64 1" "smallcache f16 100 64 1" "lowrank f16 100 64 1" "flash bf16 4096 128 0 16" \
+           "flash f16 16384 64 1 16" "smallcache f16 2048 64 0 8"; do
+    echo "'$dir/tests/gpukit_run' run $a --nocheck" >"$scratch/run-$(echo "$a" | tr ' ' _).sh"
+  done
+  t0=$(date +%s)
+  # the fake driver's kernels write nothing: the checks fail (exit 1) and are ignored; the cubins stay
+  ls "$scratch"/*.sh | xargs -P "$jobs" -n 1 env ATTN_LIBCUDA="$fake" FAKE_LIBCUDA="cc=$precompile" \
+    ATTN_CACHE_DIR="$dir/cubins" ATTN_DB="$scratch/none.db" ATTN_TEST_SEED=1 sh >"$scratch/log" 2>&1 || true
+  rm -rf "$scratch"
+  rm -rf "$dir/cubins"/.[!.]* "$dir/cubins"/*.tmp* 2>/dev/null || true
+  echo "pack.sh: $(ls "$dir/cubins" | wc -l) cubins for sm_$precompile in $(($(date +%s) - t0)) s"
+fi
 kib=$(du -sk "$dir" | cut -f1)
 if [ "$kib" -ge 65536 ]; then
   echo "pack.sh: $dir holds $kib KiB, over the 64 MiB a carried folder may hold" >&2

@@ -121,7 +121,8 @@ rep = {"exit_code": code, "verdict": meanings.get(code, "?"), "facts": facts, "s
        "speed": load("speed.json"), "dram": load("dram.json"), "tests": load("gpu-tests.json")}
 json.dump(rep, open(os.path.join(out, "report.json"), "w"), indent=2)
 L = ["# attntune GPU validation", "", "Verdict: **%s** (exit %d)." % (rep["verdict"], code), ""]
-for k in ("gpu", "device", "driver", "nvrtc", "nvcc", "torch", "compute_sanitizer", "ncu", "build", "mode", "budget_s"):
+for k in ("gpu", "device", "driver", "nvrtc", "nvcc", "torch", "compute_sanitizer", "ncu", "build", "mode", "cubins",
+          "budget_s"):
     if k in facts:
         L.append("- %s: %s" % (k, facts[k]))
 L += ["", "| step | status | s | summary |", "|---|---|---|---|"]
@@ -132,7 +133,7 @@ if rep["tests"]:
     L += ["- %s: %s (exit %s, %s s)" % (t["name"], t["status"], t["rc"], t["seconds"]) for t in bad]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
-          "| source | dtype | n | d | causal | plan | plan TF | model TF | flash TF | cudnn TF | efficient TF | plan/best SDPA | err fp64 |",
+          "| source | dtype | n | d | causal | plan | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x: "-" if x is None else ("%.1f" % x if isinstance(x, float) else str(x))
     for r in rep["speed"]:
@@ -250,6 +251,10 @@ fi
 export ATTN_CACHE_DIR=$work/test-cache-cuda
 mkdir -p "$ATTN_CACHE_DIR"
 chmod 700 "$ATTN_CACHE_DIR"
+if [ -d "$build/cubins" ]; then # pack.sh --precompile: the kernel cache starts with them (copies: this user's, 0600)
+  for f in "$build"/cubins/*.cubin; do [ -f "$f" ] && cp "$f" "$ATTN_CACHE_DIR/" && chmod 600 "$ATTN_CACHE_DIR/${f##*/}"; done
+  fact cubins "$(ls "$ATTN_CACHE_DIR" | grep -c '\.cubin$') precompiled by pack.sh"
+fi
 jobs=$(nproc 2>/dev/null || echo 4)
 [ "$jobs" -gt 16 ] && jobs=16
 # in_time ID: false (and the step reported as an error) when the budget is spent
