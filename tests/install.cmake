@@ -2,7 +2,9 @@
 # moved CLI runs a Lua strategy by name, and a C program builds against the prefix with find_package(attntune) and
 # with pkg-config and checks an attention against a plain loop (tests/install.sh).
 # python: `pip install ./python` into a venv, bundling libattn from that prefix, then NumPy fp64 comparisons (and
-# torch's when it is importable) and `python -m attntune` (tests/python_pkg.sh, tests/python_attention.py).
+# torch's when it is importable) and `python -m attntune` (tests/python_pkg.sh, tests/python_attention.py); the
+# Python scripts: scripts/tuning_check.py (tests/python_tuning_check.sh), scripts/gpu/torch_compare.py
+# (tests/python_torch_compare.sh).
 set(ATTN_INSTALL_WORK ${CMAKE_CURRENT_BINARY_DIR}/install-work)
 set(ATTN_INSTALL_CACHE ${CMAKE_BINARY_DIR}/test-cache-install)
 file(MAKE_DIRECTORY ${ATTN_INSTALL_CACHE})
@@ -24,4 +26,18 @@ if(TARGET attntune)
                    ${CMAKE_INSTALL_LIBDIR} ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/python-work)
   set_tests_properties(python_package PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED attn_install ENVIRONMENT "${ATTN_INSTALL_ENV}")
+  # scripts/tuning_check.py on a half-precision d_v != d database; after tuner_cli_cpu_half, whose kernels (the same
+  # problem's) it finds compiled in the tuner's cache
+  add_test(NAME python_tuning_check
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_tuning_check.sh $<TARGET_FILE:attntune>
+                   ${CMAKE_CURRENT_BINARY_DIR}/python-tuning-check)
+  set_tests_properties(python_tuning_check PROPERTIES LABELS "tuner;python" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       DEPENDS tuner_cli_cpu_half
+                       ENVIRONMENT "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-tuner;ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
+  # scripts/gpu/torch_compare.py: its parts without torch; on a GPU with torch, a small comparison (else 77)
+  add_test(NAME python_torch_compare
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_torch_compare.sh $<TARGET_FILE:attn>
+                   ${CMAKE_CURRENT_BINARY_DIR}/python-torch-compare)
+  set_tests_properties(python_torch_compare PROPERTIES LABELS "python;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_INSTALL_ENV}")
 endif()

@@ -322,7 +322,7 @@ def _contiguous(kind, target, xs):
     """xs in attn.h's layout: C-contiguous (copied where they are not), device pointers 16-byte aligned."""
     if kind == "numpy":
         return [np.ascontiguousarray(x) for x in xs]
-    xs = [x.detach().contiguous() for x in xs]
+    xs = [x if x.is_contiguous() else x.detach().contiguous() for x in xs]   # data_ptr() needs no detach
     if target == _TARGET_CUDA:  # libattn wants 16-byte aligned device pointers; a view into a larger tensor may not be
         xs = [x if x.data_ptr() % 16 == 0 else x.clone() for x in xs]
     return xs
