@@ -4,7 +4,7 @@
 # python: `pip install ./python` into a venv, bundling libattn from that prefix, then NumPy fp64 comparisons (and
 # torch's when it is importable) and `python -m attntune` (tests/python_pkg.sh, tests/python_attention.py); the
 # Python scripts: scripts/tuning_check.py (tests/python_tuning_check.sh), scripts/gpu/torch_compare.py
-# (tests/python_torch_compare.sh).
+# (tests/python_torch_compare.sh); docs/strategies.md's worked example (tests/python_doc_example.sh).
 set(ATTN_INSTALL_WORK ${CMAKE_CURRENT_BINARY_DIR}/install-work)
 set(ATTN_INSTALL_CACHE ${CMAKE_BINARY_DIR}/test-cache-install)
 file(MAKE_DIRECTORY ${ATTN_INSTALL_CACHE})
@@ -34,6 +34,12 @@ if(TARGET attntune)
   set_tests_properties(python_tuning_check PROPERTIES LABELS "tuner;python" TIMEOUT 180 SKIP_RETURN_CODE 77
                        DEPENDS tuner_cli_cpu_half
                        ENVIRONMENT "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-tuner;ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
+  # docs/strategies.md's worked example, run as the page writes it, prints what the page shows
+  add_test(NAME python_doc_example
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_doc_example.sh $<TARGET_FILE:attntune>
+                   ${CMAKE_CURRENT_BINARY_DIR}/python-doc-example)
+  set_tests_properties(python_doc_example PROPERTIES LABELS tuner TIMEOUT 60 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_INSTALL_ENV}")
   # scripts/gpu/torch_compare.py: its parts without torch; on a GPU with torch, a small comparison (else 77)
   add_test(NAME python_torch_compare
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_torch_compare.sh $<TARGET_FILE:attn>
