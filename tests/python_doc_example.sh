@@ -31,7 +31,9 @@ set -- $(cat "$W/cmd.txt")
 [ "$1" = attntune ] || fail "the page's command does not start with attntune: $*"
 shift
 # the page shows a machine without the GPU: on one that has it, the driver is hidden
-(cd "$W" && ATTN_LIBCUDA=$W/no-libcuda.so "$T" "$@") >"$W/run.txt" 2>&1 || { cp "$W/run.txt" "$out"; fail "the page's command exit $?"; }
+(cd "$W" && ATTN_LIBCUDA=$W/no-libcuda.so "$T" "$@") >"$W/run.txt" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cp "$W/run.txt" "$out"; fail "the page's command exit $rc"; }
 "$PY" - "$W/form.txt" "$W/run.txt" >"$out" 2>&1 <<'PYEOF' || fail "the output's form is not the page's"
 import re, sys
 form = open(sys.argv[1], encoding="utf-8").read().splitlines()
