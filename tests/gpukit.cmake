@@ -10,3 +10,7 @@ foreach(mode nogpu pack)
   add_test(NAME gpukit_${mode} COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpukit.sh ${mode} ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
   set_tests_properties(gpukit_${mode} PROPERTIES LABELS cuda TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
+# The GPU path on the fake driver (sm_90, kernels do not run): the device opens, the pack's cubins seed the cache, the
+# selected gpu test runs from the pack's list, wrong outputs fail. About 10 s of mostly NVRTC: nightly.
+add_test(NAME gpukit_fakegpu COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpukit.sh fakegpu ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+set_tests_properties(gpukit_fakegpu PROPERTIES LABELS nightly TIMEOUT 300 SKIP_RETURN_CODE 77)

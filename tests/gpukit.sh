@@ -1,10 +1,13 @@
 #!/bin/sh
-# gpukit.sh nogpu SRC BUILD | pack SRC BUILD: the GPU validation kit (scripts/gpu/) on a machine without a GPU.
+# gpukit.sh nogpu|pack|fakegpu SRC BUILD: the GPU validation kit (scripts/gpu/) on a machine without a GPU.
 #   nogpu: validate.sh on the build directory, with the driver made absent (ATTN_LIBCUDA), runs every step before the
 #          device step, exits 77 and writes a report that says no GPU was found and that the GPU steps did not run
 #   pack:  pack.sh into a copy of the kit's scripts at another path; the packed CLI and libattn resolve every library
 #          (ldd, the pack's own first) and run from there; validate.sh in that copy finds the pack by itself (.gpu-pack)
 #          and gets to the same "no GPU" end
+#   fakegpu: validate.sh from a pack on the fake driver (tests/fake_libcuda.c, sm_90; kernels do not run): the device
+#          opens, the kernel cache starts from the pack's cubins.tar.xz, the gpu test ATTN_VALIDATE_TESTS selects runs
+#          from the pack's list and passes, and bench's wrong outputs are a failure (exit 1)
 # Exit 0 pass, 1 fail, 77 skipped (no NVRTC: validate.sh then stops before the device step with exit 3).
 set -u
 mode=$1 src=$2 build=$3
@@ -66,6 +69,32 @@ case $mode in
     check_report "$tmp/out" "$rc" pack
     grep -q "$pack" "$tmp/out/report.md" || fail "validate.sh did not take the pack at $pack"
     ;;
-  *) echo "usage: gpukit.sh nogpu|pack SRC BUILD" >&2; exit 2 ;;
+  fakegpu)
+    mkdir -p "$tmp/tree/scripts" && cp -R "$src/scripts/gpu" "$tmp/tree/scripts/" || fail "copying scripts/gpu"
+    "$tmp/tree/scripts/gpu/pack.sh" "$tmp/tree/.gpu-pack" "$build" >/dev/null || fail "pack.sh failed"
+    # a cubin that is not one: the cache drops it and compiles again (README: the kernel cache's trust model)
+    mkdir "$tmp/c" && echo junk >"$tmp/c/0000000000000000-sm_90.cubin" &&
+      tar -C "$tmp/c" -cJf "$tmp/tree/.gpu-pack/cubins.tar.xz" 0000000000000000-sm_90.cubin || fail "making cubins.tar.xz"
+    ATTN_LIBCUDA="$build/tests/fake_libcuda.so" FAKE_LIBCUDA=cc=90 ATTN_VALIDATE_TESTS='^cuda_correct_api$' \
+      ATTN_VALIDATE_BUDGET=100 "$tmp/tree/scripts/gpu/validate.sh" "$tmp/out" >"$tmp/log" 2>&1
+    rc=$?
+    cat "$tmp/log"
+    [ "$rc" = 1 ] || fail "validate.sh exited $rc, expected 1 (bench's outputs are wrong on the fake driver)"
+    python3 - "$tmp/out/report.json" <<'EOF' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+st = {s["id"]: s["status"] for s in r["steps"]}
+bad = ["%s: %s, expected %s" % (k, st.get(k), v) for k, v in
+       {"build": "pass", "versions": "pass", "device": "pass", "gpu-tests": "pass", "bench": "fail"}.items()
+       if st.get(k) != v]
+if [(t["name"], t["status"]) for t in r["tests"] or []] != [("cuda_correct_api", "pass")]:
+    bad.append("tests: %s" % r["tests"])
+if not r["facts"].get("cubins", "").startswith("1 precompiled"):
+    bad.append("cubins: %s" % r["facts"].get("cubins"))
+if bad:
+    sys.exit("FAIL: report.json: " + "; ".join(bad))
+EOF
+    ;;
+  *) echo "usage: gpukit.sh nogpu|pack|fakegpu SRC BUILD" >&2; exit 2 ;;
 esac
 echo "PASS: gpukit $mode"

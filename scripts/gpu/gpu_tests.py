@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """gpu_tests.py BUILD SRC OUT [PACK]: the gpu-labelled ctests of BUILD (`ctest --show-only=json-v1` on stdin) as a
-list validate.sh runs without ctest: one line per test, name<TAB>timeout<TAB>skip code<TAB>environment<TAB>command,
-the last two as shell words, with BUILD written @BUILD@ and SRC @SRC@. With PACK, each test's executable is copied
-from BUILD to the same relative path under PACK (scripts/gpu/pack.sh)."""
+list validate.sh runs without ctest: one line per test, name<TAB>timeout<TAB>skip code<TAB>working directory<TAB>
+environment<TAB>command, the last two as shell words, with BUILD written @BUILD@ and SRC @SRC@. With PACK, the files
+of BUILD a test names (its executable, a library it is given) are copied to the same relative paths under PACK
+(scripts/gpu/pack.sh); executables outside BUILD and SRC (sh, python3) are the system's."""
 import json
 import os
 import shlex
@@ -25,24 +26,25 @@ def main():
         props = {p["name"]: p["value"] for p in t.get("properties", [])}
         if "gpu" not in props.get("LABELS", []):
             continue
-        cmd = t["command"]
+        cmd = list(t["command"])
         exe = os.path.realpath(cmd[0])
-        if exe.startswith(build + "/"):
-            if pack:
-                dst = os.path.join(pack, os.path.relpath(exe, build))
+        if exe.startswith(build + "/") or exe.startswith(src + "/"):
+            cmd[0] = exe  # a system executable (sh) keeps its name: the GPU machine's may live elsewhere
+        for a in cmd:
+            if pack and a.startswith(build + "/") and os.path.isfile(a):
+                dst = os.path.join(pack, os.path.relpath(a, build))
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 if not os.path.exists(dst):
-                    shutil.copy2(exe, dst)
-        elif not exe.startswith(src + "/"):
-            sys.exit("gpu_tests.py: %s runs %s, outside the build and the source tree" % (t["name"], exe))
+                    shutil.copy2(a, dst)
         env = " ".join(shlex.quote(rel(e)) for e in props.get("ENVIRONMENT", []))
         lines.append("\t".join([t["name"], str(int(float(props.get("TIMEOUT", 1500)))),
-                                str(props.get("SKIP_RETURN_CODE", "")), env,
-                                " ".join(shlex.quote(rel(a)) for a in [exe] + cmd[1:])]))
+                                str(props.get("SKIP_RETURN_CODE", "")), rel(props.get("WORKING_DIRECTORY", "")), env,
+                                " ".join(shlex.quote(rel(a)) for a in cmd)]))
     if not lines:
         sys.exit("gpu_tests.py: %s has no gpu-labelled test" % build)
     with open(out, "w") as f:
-        f.write("# name\ttimeout\tskip code\tenvironment\tcommand (@BUILD@: the build or pack, @SRC@: its tree)\n")
+        f.write("# name\ttimeout\tskip code\tworking directory\tenvironment\tcommand (@BUILD@: the build or pack, "
+                "@SRC@: its tree)\n")
         f.write("\n".join(lines) + "\n")
 
 

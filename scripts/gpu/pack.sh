@@ -6,10 +6,10 @@
 #   source tree, for scripts/gpu/validate.sh)
 #   DIR/env.sh (source it: PATH, LD_LIBRARY_PATH, ATTN_NVRTC when /usr/local/cuda/lib64/libnvrtc.so.13 exists) and
 #   DIR/run CMD [ARG...] (the same, then runs CMD)
-#   --precompile: DIR/cubins, the cubins of every kernel the gpu tests and validate.sh's own runs load on a device of
-#   compute capability CC (default 90: H100, H200), compiled here with NVRTC by running them on the build's fake
-#   driver (tests/fake_libcuda.c: kernels do not run, so their checks fail and are ignored); validate.sh starts its
-#   kernel cache from them, so that device time goes to running. Minutes on two cores.
+#   --precompile: DIR/cubins.tar.xz, the cubins of every kernel the gpu tests and validate.sh's own runs load on a
+#   device of compute capability CC (default 90: H100, H200), compiled here with NVRTC by running them on the build's
+#   fake driver (tests/fake_libcuda.c: kernels do not run, so their checks fail and are ignored); validate.sh starts
+#   its kernel cache from them, so that device time goes to running. About 300 kernels: tens of minutes on two cores.
 # BUILD: the build directory (default $ATTN_BUILD, else build/ beside scripts/); it must be built. Left out: glibc,
 # libstdc++, libgcc_s, the CUDA driver and NVRTC (the GPU machine's own). DIR is replaced if it holds an earlier pack
 # (or is empty); the pack must stay under 64 MiB (the size checked at the end). Exit 0, 1 on failure, 2 usage.
@@ -112,10 +112,10 @@ if [ -n "$precompile" ]; then
   # each gpu test as the manifest runs it, and validate.sh's gpukit_run shapes (sanitizers, ncu)
   tab=$(printf '\t')
   i=0
-  grep -v '^#' "$dir/tests/gpu-tests.txt" | while IFS="$tab" read -r name tl skip env cmd; do
+  grep -v '^#' "$dir/tests/gpu-tests.txt" | while IFS="$tab" read -r name tl skip wd env cmd; do
     i=$((i + 1))
-    printf 'env %s ATTN_CACHE_DIR=%s ATTN_DB=%s %s\n' "$env" "$dir/cubins" "$scratch/none.db" "$cmd" |
-      sed -e "s|@BUILD@|$dir|g" -e "s|@SRC@|$src|g" >"$scratch/$i.sh"
+    printf 'mkdir -p "%s" && cd "%s" && env %s ATTN_CACHE_DIR=%s ATTN_DB=%s %s\n' "${wd:-.}" "${wd:-.}" "$env" \
+      "$dir/cubins" "$scratch/none.db" "$cmd" | sed -e "s|@BUILD@|$dir|g" -e "s|@SRC@|$src|g" >"$scratch/$i.sh"
   done
   for a in "flash f16 100 64 1" "smallcache f16 100 64 1" "lowrank f16 100 64 1" "flash bf16 4096 128 0 16" \
            "flash f16 16384 64 1 16" "smallcache f16 2048 64 0 8"; do
@@ -126,8 +126,10 @@ if [ -n "$precompile" ]; then
   ls "$scratch"/*.sh | xargs -P "$jobs" -n 1 env ATTN_LIBCUDA="$fake" FAKE_LIBCUDA="cc=$precompile" \
     ATTN_CACHE_DIR="$dir/cubins" ATTN_DB="$scratch/none.db" ATTN_TEST_SEED=1 sh >"$scratch/log" 2>&1 || true
   rm -rf "$scratch"
-  rm -rf "$dir/cubins"/.[!.]* "$dir/cubins"/*.tmp* 2>/dev/null || true
-  echo "pack.sh: $(ls "$dir/cubins" | wc -l) cubins for sm_$precompile in $(($(date +%s) - t0)) s"
+  # xz: about 10 KB a cubin instead of 70 (the pack must stay under 64 MiB)
+  (cd "$dir/cubins" && ls | grep '\.cubin$' | tar -cf - -T - | xz -6 >"$dir/cubins.tar.xz")
+  echo "pack.sh: $(ls "$dir/cubins" | grep -c '\.cubin$') cubins for sm_$precompile in $(($(date +%s) - t0)) s"
+  rm -rf "$dir/cubins"
 fi
 kib=$(du -sk "$dir" | cut -f1)
 if [ "$kib" -ge 65536 ]; then

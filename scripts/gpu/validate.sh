@@ -88,7 +88,7 @@ fi
 if [ -n "$bad" ]; then
   step build fail $(($(now) - t0)) "no usable build or pack at $build: missing$bad (scripts/gpu/pack.sh DIR, or --build DIR)"
 else
-  unresolved=$(for f in "$cli" "$lib" "$runner" $(cut -f5 "$manifest" | grep -v '^command' | sed -n "s|^'\{0,1\}@BUILD@\([^ ']*\).*|$build\1|p" | sort -u); do
+  unresolved=$(for f in "$cli" "$lib" "$runner" $(cut -f6 "$manifest" | grep -v '^command' | sed -n "s|^'\{0,1\}@BUILD@\([^ ']*\).*|$build\1|p" | sort -u); do
     ldd "$f" 2>&1 | grep 'not found' | sed "s|^[[:space:]]*|$(basename "$f"): |"
   done | sort -u)
   if [ -n "$unresolved" ]; then
@@ -251,9 +251,13 @@ fi
 export ATTN_CACHE_DIR=$work/test-cache-cuda
 mkdir -p "$ATTN_CACHE_DIR"
 chmod 700 "$ATTN_CACHE_DIR"
-if [ -d "$build/cubins" ]; then # pack.sh --precompile: the kernel cache starts with them (copies: this user's, 0600)
-  for f in "$build"/cubins/*.cubin; do [ -f "$f" ] && cp "$f" "$ATTN_CACHE_DIR/" && chmod 600 "$ATTN_CACHE_DIR/${f##*/}"; done
-  fact cubins "$(ls "$ATTN_CACHE_DIR" | grep -c '\.cubin$') precompiled by pack.sh"
+if [ -f "$build/cubins.tar.xz" ]; then # pack.sh --precompile: the kernel cache starts with them (this user's files)
+  if tar -xJf "$build/cubins.tar.xz" -C "$ATTN_CACHE_DIR" --no-same-owner --no-same-permissions 2>"$logs/cubins.log"; then
+    chmod 600 "$ATTN_CACHE_DIR"/*.cubin 2>/dev/null
+    fact cubins "$(ls "$ATTN_CACHE_DIR" | grep -c '\.cubin$') precompiled by pack.sh"
+  else
+    fact cubins "not unpacked (compiled here instead): $(tail -1 "$logs/cubins.log")"
+  fi
 fi
 jobs=$(nproc 2>/dev/null || echo 4)
 [ "$jobs" -gt 16 ] && jobs=16
@@ -264,16 +268,17 @@ in_time() { [ $((deadline - $(now))) -ge 10 ] && return 0; step "$1" error 0 "ou
 t0=$(now)
 tests_deadline=$((t0 + $(limit 140)))
 mkdir -p "$logs/tests" "$work/rc"
-run_test() { # NAME TIMEOUT SKIP ENV CMD
+run_test() { # NAME TIMEOUT SKIP WORKDIR ENV CMD
   local name=$1 tl=$2 left=$((tests_deadline - $(now)))
   [ "$tl" -gt "$left" ] && tl=$left
   if [ "$tl" -lt 5 ]; then echo "125 0" >"$work/rc/$name"; return; fi # not started: out of time
   local s=$(now)
   # the environment and command are shell words written by gpu_tests.py
-  eval "tmo $tl env $4 ATTN_CACHE_DIR=\"\$ATTN_CACHE_DIR\" $5" >"$logs/tests/$name.log" 2>&1
+  [ -z "$4" ] || mkdir -p "$4"
+  (cd "${4:-.}" && eval "tmo $tl env $5 ATTN_CACHE_DIR=\"\$ATTN_CACHE_DIR\" $6") >"$logs/tests/$name.log" 2>&1
   echo "$? $(($(now) - s)) $3" >"$work/rc/$name"
 }
-while IFS=$'\t' read -r name tl skip env cmd; do
+while IFS=$'\t' read -r name tl skip wd env cmd; do
   case $name in '#'*|'') continue ;; esac
   [ -z "${ATTN_VALIDATE_TESTS:-}" ] || echo "$name" | grep -Eq "$ATTN_VALIDATE_TESTS" || continue
   env=${env//@BUILD@\/test-cache-cuda/$ATTN_CACHE_DIR}
@@ -281,8 +286,10 @@ while IFS=$'\t' read -r name tl skip env cmd; do
   env=${env//@SRC@/$src}
   cmd=${cmd//@BUILD@/$build}
   cmd=${cmd//@SRC@/$src}
+  wd=${wd//@BUILD@/$build}
+  wd=${wd//@SRC@/$src}
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  run_test "$name" "$tl" "$skip" "$env" "$cmd" &
+  run_test "$name" "$tl" "$skip" "$wd" "$env" "$cmd" &
 done < <(grep -E $'^[^\t]*(lowrank|dims|io)' "$manifest"; grep -vE $'^[^\t]*(lowrank|dims|io)' "$manifest")
 wait
 python3 - "$work/rc" "$out/gpu-tests.json" <<'EOF'
