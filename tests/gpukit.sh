@@ -60,6 +60,10 @@ case $mode in
     done
     [ -z "$(find "$pack" -type l)" ] || fail "the pack holds symbolic links: $(find "$pack" -type l | head -3)"
     "$pack/run" attntune gpus | grep -q '^H100 ' || fail "the packed CLI does not run from the pack"
+    # the packed libraries serve where the system lacks them (here it has them all), or all of them when asked
+    [ ! -e "$pack/lib.use/libjansson.so.4" ] || fail "env.sh put the pack's libjansson before the system's"
+    ATTN_PACK_ALL_LIBS=1 "$pack/run" attntune gpus >/dev/null && [ -e "$pack/lib.use/libjansson.so.4" ] ||
+      fail "ATTN_PACK_ALL_LIBS=1: the pack's libjansson is not on the library path"
     "$pack/run" sh -c 'python3 -c "import ctypes, os; ctypes.CDLL(os.environ[\"ATTNTUNE_LIB\"]).attn_strerror"' ||
       fail "the packed libattn does not load"
     (cd "$tmp" && ATTN_LIBCUDA=/nonexistent/libcuda.so.1 ATTN_BUILD= tree/scripts/gpu/validate.sh "$tmp/out") \

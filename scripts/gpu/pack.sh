@@ -4,7 +4,8 @@
 #   DIR/bin/attntune, DIR/lib/libattn.so* and the libraries, DIR/share/attntune/strategies (cmake --install)
 #   DIR/tests/<binaries> and DIR/tests/gpu-tests.txt (the gpu-labelled ctests, paths relative to DIR and to the
 #   source tree, for scripts/gpu/validate.sh)
-#   DIR/env.sh (source it: PATH, LD_LIBRARY_PATH, ATTN_NVRTC when /usr/local/cuda/lib64/libnvrtc.so.13 exists) and
+#   DIR/env.sh (source it: PATH, LD_LIBRARY_PATH with the packed libraries ldconfig does not know, ATTN_NVRTC when
+#   /usr/local/cuda/lib64/libnvrtc.so.13 exists) and
 #   DIR/run CMD [ARG...] (the same, then runs CMD)
 #   --precompile: DIR/cubins.tar.xz, the cubins of every kernel the gpu tests and validate.sh's own runs load on a
 #   device of compute capability CC (default 90: H100, H200), compiled here with NVRTC by running them on the build's
@@ -70,8 +71,8 @@ done | sort -u | while read -r name path; do
 done
 
 cat >"$dir/env.sh" <<'EOF'
-# Source this file (bash: `. PACK/env.sh`; sh: `ATTN_PACK=PACK; . PACK/env.sh`): the packed attntune, libattn and
-# libraries first, the toolkit's NVRTC when present, the Python binding of the source tree around the pack.
+# Source this file (bash: `. PACK/env.sh`; sh: `ATTN_PACK=PACK; . PACK/env.sh`): the packed attntune and libattn,
+# the packed libraries the system lacks, the toolkit's NVRTC when present, the Python binding of the tree around it.
 if [ -n "${BASH_SOURCE:-}" ]; then ATTN_PACK=$(cd "$(dirname "$BASH_SOURCE")" && pwd); fi
 if [ ! -f "${ATTN_PACK:-/nonexistent}/.attntune-pack" ]; then
   echo "env.sh: ATTN_PACK does not name a pack (set it to the pack's directory)" >&2
@@ -79,7 +80,23 @@ if [ ! -f "${ATTN_PACK:-/nonexistent}/.attntune-pack" ]; then
 fi
 export ATTN_PACK
 export PATH="$ATTN_PACK/bin:$PATH"
-export LD_LIBRARY_PATH="$ATTN_PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The pack's libraries serve only where the system lacks them (ldconfig's cache): a process that also loads the
+# system's copies (Python, PyTorch) then gets one of each. ATTN_PACK_ALL_LIBS=1: every packed library.
+ATTN_PACK_LIBS="$ATTN_PACK/lib.use"
+if ! { mkdir -p "$ATTN_PACK_LIBS" && [ -w "$ATTN_PACK_LIBS" ]; } 2>/dev/null; then
+  ATTN_PACK_LIBS=$(mktemp -d "${TMPDIR:-/tmp}/attntune-pack-libs.XXXXXX")
+fi
+rm -f "$ATTN_PACK_LIBS"/*
+ATTN_SYSTEM_LIBS=$(ldconfig -p 2>/dev/null)
+for f in "$ATTN_PACK"/lib/*.so*; do
+  case ${f##*/} in libattn.so*) continue ;; esac
+  if [ -z "${ATTN_PACK_ALL_LIBS:-}" ] && printf '%s\n' "$ATTN_SYSTEM_LIBS" | grep -q "^[[:space:]]*${f##*/} (.*x86-64"; then
+    continue
+  fi
+  ln -s "$f" "$ATTN_PACK_LIBS/${f##*/}"
+done
+unset ATTN_SYSTEM_LIBS
+export LD_LIBRARY_PATH="$ATTN_PACK_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -z "${ATTN_NVRTC:-}" ] && [ -e /usr/local/cuda/lib64/libnvrtc.so.13 ]; then
   export ATTN_NVRTC=/usr/local/cuda/lib64/libnvrtc.so.13
 fi
