@@ -1,6 +1,7 @@
 /* bench_json.c: `attntune bench` end to end: its JSON parses, carries every contract field, the plan's output agrees
- * with the OpenBLAS baseline (or the fp64 reference rows), d_v != d and half precision on the CPU, and bad usage
- * exits 2. argv[1]: the attntune binary;
+ * with the OpenBLAS baseline (or the fp64 reference rows), d_v != d and half precision on the CPU, the plan timed at
+ * both alignments of its inputs, the database it read (or none) in the JSON and the text, and bad usage exits 2.
+ * argv[1]: the attntune binary;
  * argv[2]: a database path (need not exist). */
 #include "check.h"
 #include "run_cmd.h"
@@ -28,6 +29,11 @@ static void check_point(json_t *o, int n, int d, int causal) {
   CHECK(json_is_number(json_object_get(o, "rel_error")) && err >= 0 && err <= 1e-5, "rel_error %g", err);
   json_t *ref = json_object_get(o, "ref_error");
   CHECK(json_is_number(ref) && json_number_value(ref) <= 1e-5, "ref_error %g", json_number_value(ref));
+  /* the plan with Q, K, V and O 16 bytes past a 64-byte boundary, beside plan_ms (aligned) */
+  CHECK(json_number_value(json_object_get(o, "plan_ms_misaligned")) > 0, "plan_ms_misaligned");
+  /* no database at the path given: null, never a silent default */
+  CHECK(json_is_null(json_object_get(o, "database")), "database is not null without one");
+  CHECK(json_is_boolean(json_object_get(o, "ceiling_under_load")), "ceiling_under_load");
   json_t *blas = json_object_get(o, "blas_ms");
   if (json_is_number(blas)) { /* built with OpenBLAS: the baseline ran and has figures */
     CHECK(json_number_value(blas) > 0, "blas_ms");
@@ -152,6 +158,32 @@ int main(int argc, char **argv) {
           "--heads-kv: kv_gbs %g at %g ms is not 2 KV heads' K and V", gbs, ms);
   }
   json_decref(arr);
+
+  /* the database bench read: its path in every row and in the header; none: said so */
+  char db[4096];
+  snprintf(db, sizeof db, "%s.model.db", argv[2]);
+  remove(db);
+  snprintf(cmd, sizeof cmd, "'%s' --gpu A100 --d 32 --n 64 --budget 1 --db '%s' >/dev/null", argv[1], db);
+  CHECK(run_cmd(cmd, NULL) == 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 64 --d 32 --reps 1 --time-cap 0.05 --no-blas --db '%s' --json", argv[1], db);
+  arr = bench_rows(cmd, 1, "--db");
+  if (json_is_array(arr) && json_array_size(arr) == 1) {
+    const char *got = json_string_value(json_object_get(json_array_get(arr, 0), "database"));
+    CHECK(got && !strcmp(got, db), "database: %s, want %s", got ? got : "(null)", db);
+  }
+  json_decref(arr);
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 64 --d 32 --reps 1 --time-cap 0.05 --no-blas --db '%s'", argv[1], db);
+  st = run_cmd(cmd, &out);
+  char want[4200];
+  snprintf(want, sizeof want, "\ndatabase: %s\n", db);
+  CHECK(st == 0 && out && strstr(out, want), "the text names the database:\n%s", out ? out : "");
+  free(out);
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 64 --d 32 --reps 1 --time-cap 0.05 --no-blas --db '%s'", argv[1], argv[2]);
+  st = run_cmd(cmd, &out);
+  CHECK(st == 0 && out && strstr(out, "\nno database: untuned defaults"), "the text says there was none:\n%s",
+        out ? out : "");
+  free(out);
+  remove(db);
 
   static const char *bad[] = {"--n 64..x --d 64", "--n 1 --d 64 --heads 6 --heads-kv 4",
                               "--n 1 --d 64 --heads 2 --heads-kv 2 --target cuda", "--d 64", "--n 64", "--n 64 --d 64 --reps 0",

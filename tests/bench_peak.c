@@ -1,7 +1,9 @@
 /* bench_peak.c: `attntune bench --target cpu` reports the FMA peak and the read bandwidth it measured, and each
  * row's fraction of its ceiling: present, positive and finite, one measurement per run, and the fraction equal to
  * achieved / ceiling as printed (prefill: GFLOP/s / FMA peak; decode: K+V GB/s / read bandwidth), in the JSON and in
- * the text. No timing is asserted. argv[1]: the attntune binary; argv[2]: a database path (need not exist). */
+ * the text; a fraction above 100% never without the flag "ceiling measured under load" (JSON ceiling_under_load, a
+ * '*' after the kind and its footnote in the text). No timing is asserted. argv[1]: the attntune binary; argv[2]: a
+ * database path (need not exist). */
 #include "check.h"
 #include "run_cmd.h"
 #include <jansson.h>
@@ -38,6 +40,9 @@ static void check_row(json_t *o, int n, int n_kv, int d, int heads) {
   CHECK(close_to(kv, 2.0 * heads * n_kv * d * 4 / ms * 1e-6, 1e-4), "n=%d: kv_gbs %g != K+V bytes / plan_ms", n, kv);
   const double want = decode ? kv / bw : gf / fma;
   CHECK(close_to(frac, want, 1e-4), "n=%d: fraction_of_peak %g, achieved / ceiling %g", n, frac, want);
+  json_t *flag = json_object_get(o, "ceiling_under_load");
+  CHECK(json_is_boolean(flag), "n=%d: ceiling_under_load missing", n);
+  CHECK(frac <= 1 || json_is_true(flag), "n=%d: fraction_of_peak %g above the ceiling without the flag", n, frac);
 }
 
 int main(int argc, char **argv) {
@@ -77,7 +82,7 @@ int main(int argc, char **argv) {
         out ? out : "");
   line = out ? strstr(out, "read bandwidth ") : NULL;
   CHECK(line && sscanf(line, "read bandwidth %lf GB/s", &bw) == 1 && bw > 0, "no read bandwidth in the text");
-  int rows = 0;
+  int rows = 0, flagged = 0;
   for (char *l = out ? strstr(out, "\n") : NULL; l && fma > 0 && bw > 0; l = strstr(l + 1, "\n")) {
     int n, n_kv, d, heads;
     char causal[8], kind[8];
@@ -85,7 +90,11 @@ int main(int argc, char **argv) {
     if (sscanf(l + 1, "%d %d %d %d %7s %lf %lf %lf%% %7s", &n, &n_kv, &d, &heads, causal, &ms, &gf, &pct, kind) != 9)
       continue;
     rows++;
+    const size_t kl = strlen(kind);
+    const int starred = kl > 0 && kind[kl - 1] == '*';
+    if (starred) kind[kl - 1] = '\0', flagged++;
     CHECK(!strcmp(kind, n < 64 ? "bw" : "fma"), "text row n=%d: kind %s", n, kind);
+    CHECK(pct <= 100 || starred, "text row n=%d: %.1f%% of peak without the under-load flag", n, pct);
     /* decode: K+V GB/s from the printed ms (3 decimals); prefill: the printed GFLOP/s (1 decimal) */
     const double ach = n < 64 ? 2.0 * heads * n_kv * d * 4 / ms * 1e-6 : gf;
     const double ach_err = n < 64 ? ach * 0.0005 / ms : 0.05;
@@ -94,6 +103,8 @@ int main(int argc, char **argv) {
     CHECK(fabs(pct - want) <= tol, "text row n=%d: of peak %.1f%%, printed figures give %.3f%%", n, pct, want);
   }
   CHECK(rows == 2, "%d text rows parsed, expected 2:\n%s", rows, out ? out : "");
+  CHECK(!flagged || (out && strstr(out, "\n* ceiling measured under load")), "a '*' without its footnote:\n%s",
+        out ? out : "");
   free(out);
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   printf("%d checks\n", checks);

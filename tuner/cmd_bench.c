@@ -243,6 +243,9 @@ typedef struct bench_row {
   int rounds;
   double rel_error, ref_error;
   const char *blas_note; /* why the baseline did not run, or NULL */
+  double plan_ms_misaligned; /* the plan with Q, K, V and O each 16 bytes past a 64-byte boundary (plan_ms: aligned) */
+  int ceiling_under_load;    /* the ceiling of peak_kind had no clean measurement (peak.h) */
+  const char *database;      /* the database the runtime read, or NULL: none (untuned defaults) */
 } bench_row;
 
 static json_t *num_or_null(double x) { return x >= 0 && isfinite(x) ? json_real(x) : json_null(); }
@@ -283,6 +286,9 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "fraction_of_peak", num_or_null(r->peak_frac));
   json_object_set_new(o, "d_v", json_integer(r->d_v));
   json_object_set_new(o, "dtype", json_string(attn_dtype_name(r->dtype)));
+  json_object_set_new(o, "plan_ms_misaligned", num_or_null(r->plan_ms_misaligned));
+  json_object_set_new(o, "ceiling_under_load", json_boolean(r->ceiling_under_load));
+  json_object_set_new(o, "database", r->database ? json_string(r->database) : json_null());
   return o;
 }
 
@@ -294,17 +300,21 @@ static void fmt_num(char *buf, size_t len, const char *f, double x) {
 }
 
 static void row_text(const bench_row *r) {
-  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32], dm[32], vd[32], pf[48];
+  char pm[32], pg[32], bm[32], bg[32], ra[32], sg[32], pp[32], bp[32], dm[32], vd[32], pf[48], mm[32];
   fmt_num(pm, sizeof pm, "%.3f", r->plan_ms), fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
   fmt_num(bm, sizeof bm, "%.3f", r->blas_ms), fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
   fmt_num(ra, sizeof ra, "%.2fx", r->ratio), fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
   fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
   fmt_num(dm, sizeof dm, "%.3f", r->default_ms), fmt_num(vd, sizeof vd, "%.3fx", r->vs_default);
+  fmt_num(mm, sizeof mm, "%.3f", r->plan_ms_misaligned);
   char frac[32];
   fmt_num(frac, sizeof frac, "%.1f%%", 100 * r->peak_frac);
-  snprintf(pf, sizeof pf, "%s %s", frac, !strcmp(r->peak_kind, "fma") ? "fma" : "bw");
-  printf("%6d %6d %4d %5d %6s %10s %8s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv, r->d,
-         r->heads, r->causal ? "yes" : "no", pm, pg, pf, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error, r->plan,
+  /* '*': the ceiling was measured under load (footnote under the table) */
+  snprintf(pf, sizeof pf, "%s %s%s", frac, !strcmp(r->peak_kind, "fma") ? "fma" : "bw",
+           r->ceiling_under_load ? "*" : "");
+  printf("%6d %6d %4d %5d %6s %10s %8s %10s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9.1e  %s%s%s\n", r->n, r->n_kv,
+         r->d, r->heads, r->causal ? "yes" : "no", pm, pg, pf, mm, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error,
+         r->plan,
          r->blas_note ? "; blas: " : "", r->blas_note ? r->blas_note : "");
 }
 
@@ -324,12 +334,95 @@ static int base_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
   return 0;
 }
 
-/* One (n, n_kv, d, d_v, dtype) point: one row per plan (rows[0 .. *nrows)). All plans and the baseline are timed in
- * alternation, the order rotating each repetition. Returns 0, or 1 after printing the reason. A half dtype: the
- * fp32 inputs are rounded through it (the reference and the baseline see what the plan reads), the plans run on
- * copies in the dtype made once per input set, and their output is converted back for the checks. */
-static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, int d, int dv, attn_dtype dt, int heads,
-                       int causal, int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
+#define BENCH_ALIGN 64  /* the aligned runs' boundary: a cache line, an AVX-512 register */
+#define BENCH_OFFSET 16 /* the other runs: Q, K, V and O this far past it, as glibc's malloc returns large blocks */
+
+/* The plans' input sets in the kernel's dtype: each set's Q, K and V in slots that start on a BENCH_ALIGN boundary
+ * with BENCH_ALIGN spare bytes (zeros: valid inputs), so that a run reads them aligned or BENCH_OFFSET past. */
+typedef struct kslots {
+  char *arena;
+  size_t q, k, v, stride; /* slot bytes of each tensor, and of a set */
+} kslots;
+
+static size_t slot_bytes(size_t bytes) { return (bytes + 2 * BENCH_ALIGN - 1) / BENCH_ALIGN * BENCH_ALIGN; }
+
+/* which: 0 Q, 1 K, 2 V */
+static char *kslot(const kslots *ks, int set, int which, size_t off) {
+  const size_t at = which == 0 ? 0 : which == 1 ? ks->q : ks->q + ks->k;
+  return ks->arena + (size_t)set * ks->stride + at + off;
+}
+
+/* One set's fp32 Q, K, V (contiguous) converted into its slots at offset off. */
+static void kslot_fill(const kslots *ks, int set, size_t off, attn_dtype dt, const float *x, size_t cnt, size_t kvcnt,
+                       size_t vcnt) {
+  attn_to_dtype(dt, x, cnt, kslot(ks, set, 0, off));
+  attn_to_dtype(dt, x + cnt, kvcnt, kslot(ks, set, 1, off));
+  attn_to_dtype(dt, x + cnt + kvcnt, vcnt, kslot(ks, set, 2, off));
+}
+
+/* The rounds' runs of a point (timing.h's attn_rounds): sides [0, nv) the plans aligned, [nv, 2 nv) the plans at
+ * BENCH_OFFSET, 2 nv the default, 2 nv + 1 the baseline; each run on the next input set. */
+typedef struct bench_runs {
+  attn_plan **plans, *dplan;
+  int nv, sets, n, n_kv, d;
+  unsigned long long runs;
+  const attn_problem *p;
+  const kslots *ks;
+  char *ko;                       /* the plans' output slot */
+  const float *q, *extra;         /* fp32 sets for the baseline: set 0, then sets 1.. */
+  size_t set_floats, cnt, kvcnt;
+  float *ob, *s;                  /* the baseline's output and S */
+  attn_sched_probe sp;
+} bench_runs;
+
+static int bench_run(void *user, int side, int timed, double *ms, double *delay) {
+  (void)timed;
+  bench_runs *b = user;
+  const int set = (int)(b->runs++ % (unsigned long long)b->sets);
+  double d0 = attn_sched_delay_ms(&b->sp), t0 = now_s();
+  if (side <= 2 * b->nv) {
+    const size_t off = side >= b->nv && side < 2 * b->nv ? BENCH_OFFSET : 0;
+    attn_plan *pl = side < 2 * b->nv ? b->plans[side % b->nv] : b->dplan;
+    int e = attn_execute(pl, kslot(b->ks, set, 0, off), kslot(b->ks, set, 1, off), kslot(b->ks, set, 2, off),
+                         b->ko + off);
+    if (e != ATTN_OK) {
+      fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", b->n, b->n_kv, b->d, attn_strerror(e),
+              attn_last_error(pl->rt));
+      return 1;
+    }
+  } else {
+#ifdef ATTN_HAVE_OPENBLAS
+    const float *sq = set ? b->extra + (size_t)(set - 1) * b->set_floats : b->q;
+    blas_attention(b->p, sq, sq + b->cnt, sq + b->cnt + b->kvcnt, b->ob, b->s);
+#endif
+  }
+  *ms = (now_s() - t0) * 1e3;
+  double d1 = attn_sched_delay_ms(&b->sp);
+  *delay = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
+  return 0;
+}
+
+/* The rounds' parameters of a bench point (docs/tuning.md): at least reps rounds, the cap never cuts below them, the
+ * load gate as the finalist round's within the cap. */
+static void bench_caps(int reps, int threads, attn_rounds_caps *k) {
+  memset(k, 0, sizeof *k);
+  k->min_rounds = k->min_rounds_at_cap = reps;
+  k->rel_tol = ATTN_MEAS_REL_TOL;
+  k->cap_s = g_cap_s;
+  k->wait_clean = 1;
+  k->threads = threads;
+  k->retries = ATTN_MEAS_RETRIES;
+  k->retry_wait_s = ATTN_MEAS_RETRY_WAIT_S;
+  k->retry_budget_s = g_cap_s;
+}
+
+/* One (n, n_kv, d, d_v, dtype) point: one row per plan (rows[0 .. *nrows)). All plans (aligned and at BENCH_OFFSET),
+ * the default and the baseline are timed in alternation, the order rotating each repetition. Returns 0, or 1 after
+ * printing the reason. A half dtype: the fp32 inputs are rounded through it (the reference and the baseline see what
+ * the plan reads), the plans run on copies in the dtype made once per input set, and their output is converted back
+ * for the checks. The fractions of the ceilings are the caller's (finish_row). */
+static int bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtype dt, int heads, int causal,
+                       int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
   const int maxv = nsplit > 0 ? nsplit : 1;
   *nrows = 0;
   attn_problem p = {0};
@@ -340,18 +433,22 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   const size_t es = attn_dtype_size(dt);
   const size_t cnt = (size_t)heads * n * d, kvcnt = (size_t)hkv * n_kv * d, vcnt = (size_t)hkv * n_kv * dv;
   const size_t ocnt = (size_t)heads * n * dv;
-  float *q = malloc(cnt * sizeof *q), *k = malloc(kvcnt * sizeof *k), *v = malloc(vcnt * sizeof *v);
-  float *o = malloc(ocnt * sizeof *o), *ob = NULL, *s = NULL;
-  /* the plans' arrays: q, k, v, o themselves in f32; copies in a half dtype (set 0, then the rotated sets) */
   const size_t set_floats = cnt + kvcnt + vcnt;
-  char *hset = half ? malloc(set_floats * es) : NULL, *ho = half ? malloc(ocnt * es) : NULL, *hextra = NULL;
-  const void *xq = q, *xk = k, *xv = v;
-  void *xo = o;
+  /* set 0 in fp32 (q, k, v contiguous: the reference's and the baseline's) */
+  float *q = malloc(set_floats * sizeof *q), *k = q ? q + cnt : NULL, *v = q ? q + cnt + kvcnt : NULL;
+  float *o = malloc(ocnt * sizeof *o), *ob = NULL, *s = NULL;
+  char *ko = aligned_alloc(BENCH_ALIGN, slot_bytes(ocnt * es));
+  kslots ks = {.q = slot_bytes(cnt * es), .k = slot_bytes(kvcnt * es), .v = slot_bytes(vcnt * es)};
+  ks.stride = ks.q + ks.k + ks.v;
+  /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c); one more slot set
+   * holds set 0 at BENCH_OFFSET for the check at that alignment. */
+  int sets = attn_meas_cold_sets(4.0 * (double)set_floats);
+  ks.arena = aligned_alloc(BENCH_ALIGN, (size_t)(sets + 1) * ks.stride);
+  if (!ks.arena) sets = 1, ks.arena = aligned_alloc(BENCH_ALIGN, 2 * ks.stride); /* not fatal: warm inputs then */
   attn_plan *plans[BENCH_MAX_SPLITS] = {0};
   int nv = 0;
   attn_plan *dplan = NULL;
   float *extra = NULL;
-  attn_timing *tm = NULL;
   attn_timing_stats *st = NULL;
   int rc = 1, e;
   for (int i = 0; i < maxv; i++) {
@@ -360,56 +457,64 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     row->n = n, row->n_kv = n_kv, row->d = d, row->heads = heads, row->causal = causal, row->d_v = dv, row->dtype = dt;
     row->heads_kv = hkv;
     row->blas_ms = row->blas_gflops = row->ratio = row->sgemm_gflops = row->blas_peak_mib = -1;
-    row->fma_peak_gflops = pk->fma_gflops, row->read_bw_gbs = pk->read_gbs, row->fma_isa = pk->fma_isa;
     row->peak_kind = n < ATTN_DB_DECODE_BELOW ? "read_bw" : "fma"; /* the database's decode/prefill line */
-    row->kv_gbs = row->peak_frac = -1;
+    row->kv_gbs = row->peak_frac = row->plan_ms_misaligned = -1;
+    row->fma_peak_gflops = row->read_bw_gbs = -1;
+    row->database = rt->db ? rt->db_path : NULL;
   }
-  if (!q || !k || !v || !o || (half && (!hset || !ho))) {
+  if (!q || !o || !ko || !ks.arena) {
     fprintf(stderr, "attntune bench: out of memory for n=%d n_kv=%d d=%d d_v=%d\n", n, n_kv, d, dv);
     goto done;
   }
   attn_fill_random(q, cnt, 1), attn_fill_random(k, kvcnt, 2), attn_fill_random(v, vcnt, 3);
-  if (half) {
-    attn_round_dtype(dt, q, cnt), attn_round_dtype(dt, k, kvcnt), attn_round_dtype(dt, v, vcnt);
-    attn_to_dtype(dt, q, cnt, hset);
-    attn_to_dtype(dt, k, kvcnt, hset + cnt * es);
-    attn_to_dtype(dt, v, vcnt, hset + (cnt + kvcnt) * es);
-    xq = hset, xk = hset + cnt * es, xv = hset + (cnt + kvcnt) * es, xo = ho;
-  }
+  if (half) attn_round_dtype(dt, q, set_floats);
+  memset(ks.arena, 0, (size_t)(sets + 1) * ks.stride);
+  kslot_fill(&ks, 0, 0, dt, q, cnt, kvcnt, vcnt);
+  kslot_fill(&ks, sets, BENCH_OFFSET, dt, q, cnt, kvcnt, vcnt);
   p.scale = 1.0f / sqrtf((float)d);
 
   attn_spec spec;
   char origin[256];
   if (nsplit > 0 && base_spec(rt, &p, &spec, origin, sizeof origin)) goto done;
   /* Each plan: creation and first run under the memory probe (inputs and output already resident), its output
-   * poisoned first (an output the kernel never writes shows as NaN) and checked against fp64 rows. */
+   * poisoned first (an output the kernel never writes shows as NaN) and checked against fp64 rows; then once more on
+   * set 0 at BENCH_OFFSET, checked too. */
   long m0;
   for (int i = 0; i < maxv; i++, nv++) {
     bench_row *row = &rows[i];
-    if (half) memset(ho, 0xff, ocnt * es); /* all-ones: NaN in f16 and bf16 */
-    else for (size_t j = 0; j < ocnt; j++) o[j] = NAN;
-    m0 = mem_probe_start();
-    if (nsplit > 0) {
-      spec.split = splits[i] > 1 ? splits[i] : 0;
-      e = attn_plan_create_spec(rt, &p, &spec, 0, origin, &plans[i]);
-    } else {
-      e = attn_plan_create(rt, &p, &plans[i]);
+    for (int a = 0; a < 2; a++) {
+      const size_t off = a ? BENCH_OFFSET : 0;
+      const int set = a ? sets : 0;
+      if (half) memset(ko + off, 0xff, ocnt * es); /* all-ones: NaN in f16 and bf16 */
+      else for (size_t j = 0; j < ocnt; j++) ((float *)(void *)(ko + off))[j] = NAN;
+      if (a == 0) {
+        m0 = mem_probe_start();
+        if (nsplit > 0) {
+          spec.split = splits[i] > 1 ? splits[i] : 0;
+          e = attn_plan_create_spec(rt, &p, &spec, 0, origin, &plans[i]);
+        } else {
+          e = attn_plan_create(rt, &p, &plans[i]);
+        }
+        if (e != ATTN_OK) {
+          fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d%s: %s: %s\n", n, n_kv, d, nsplit ? " (--split)" : "",
+                  attn_strerror(e), attn_last_error(rt));
+          goto done;
+        }
+      }
+      if ((e = attn_execute(plans[i], kslot(&ks, set, 0, off), kslot(&ks, set, 1, off), kslot(&ks, set, 2, off),
+                            ko + off)) != ATTN_OK) {
+        fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
+                attn_last_error(rt));
+        goto done;
+      }
+      if (a == 0) row->plan_peak_mib = mem_probe_mib(m0);
+      attn_from_dtype(dt, ko + off, ocnt, o);
+      const double err = ref_error(&p, q, k, v, o);
+      /* the worse of the two alignments */
+      if (a == 0 || !(err <= row->ref_error)) row->ref_error = err;
     }
-    if (e != ATTN_OK) {
-      fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d%s: %s: %s\n", n, n_kv, d, nsplit ? " (--split)" : "",
-              attn_strerror(e), attn_last_error(rt));
-      goto done;
-    }
-    if ((e = attn_execute(plans[i], xq, xk, xv, xo)) != ATTN_OK) {
-      fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
-              attn_last_error(rt));
-      goto done;
-    }
-    row->plan_peak_mib = mem_probe_mib(m0);
-    if (half) attn_from_dtype(dt, ho, ocnt, o);
     snprintf(row->plan, sizeof row->plan, "%s", attn_plan_describe(plans[i]));
     row->split = plans[i]->spec.split > 1 ? plans[i]->spec.split : 1;
-    row->ref_error = ref_error(&p, q, k, v, o);
     row->rel_error = row->ref_error;
   }
 
@@ -434,12 +539,13 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
       if (peak < 0 && m0 >= 0) peak = 0;
       for (int i = 0; i < nv; i++) {
         rows[i].blas_peak_mib = peak;
-        if ((e = attn_execute(plans[i], xq, xk, xv, xo)) != ATTN_OK) {
+        if ((e = attn_execute(plans[i], kslot(&ks, 0, 0, 0), kslot(&ks, 0, 1, 0), kslot(&ks, 0, 2, 0), ko)) !=
+            ATTN_OK) {
           fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
                   attn_last_error(rt));
           goto done;
         }
-        if (half) attn_from_dtype(dt, ho, ocnt, o);
+        attn_from_dtype(dt, ko, ocnt, o);
         rows[i].rel_error = rel_diff(o, ob, ocnt);
       }
       blas = 1;
@@ -457,99 +563,56 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
   if ((e = attn_problem_normalize(rt, &p, &np)) != ATTN_OK) goto done;
   attn_plan_default(rt, &np, ATTN_ALGO_FLASH, &dspec);
   if ((e = attn_plan_create_spec(rt, &p, &dspec, 0, "default", &dplan)) != ATTN_OK ||
-      (e = attn_execute(dplan, xq, xk, xv, xo)) != ATTN_OK) {
+      (e = attn_execute(dplan, kslot(&ks, 0, 0, 0), kslot(&ks, 0, 1, 0), kslot(&ks, 0, 2, 0), ko)) != ATTN_OK) {
     fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: the default: %s: %s\n", n, n_kv, d, attn_strerror(e),
             attn_last_error(rt));
     goto done;
   }
-  /* Input sets rotated through more than the last-level cache, as the tuner times (measure.c): set 0 is q, k, v. */
-  int sets = attn_meas_cold_sets(4.0 * (double)set_floats);
-  extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra);
-  if (half && extra && !(hextra = malloc((size_t)(sets - 1) * set_floats * es))) free(extra), extra = NULL;
-  if (!extra) sets = 1; /* not fatal: warm inputs then */
+  /* The rotated sets 1.., in fp32 for the baseline and converted once into the plans' slots: the timed runs never
+   * pay for a conversion. */
+  if (sets > 1 && !(extra = malloc((size_t)(sets - 1) * set_floats * sizeof *extra))) sets = 1;
   for (int i = 0; i + 1 < sets; i++) {
     float *x = extra + (size_t)i * set_floats;
     attn_fill_random(x, set_floats, 100 + (unsigned)i);
-    if (half) { /* converted once: the timed runs never pay for it */
-      attn_round_dtype(dt, x, set_floats);
-      attn_to_dtype(dt, x, set_floats, hextra + (size_t)i * set_floats * es);
-    }
+    if (half) attn_round_dtype(dt, x, set_floats);
+    kslot_fill(&ks, i + 1, 0, dt, x, cnt, kvcnt, vcnt);
   }
-  /* Rounds: plans 0 .. nv-1, the default (side nv) and the baseline (side nv + 1), one run each per round in an
-   * order rotating by one each round, until every median is known within the harness's tolerance (timing.h) after
-   * at least reps rounds, or the cap is spent. */
-  const int sides = nv + 2;
-  tm = calloc((size_t)sides, sizeof *tm);
+  /* Rounds (timing.h): the plans at both alignments, the default and the baseline. */
+  const int sides = 2 * nv + 1 + blas;
   st = calloc((size_t)sides, sizeof *st);
-  if (!tm || !st) goto done;
-  for (int i = 0; i < sides; i++) attn_timing_init(&tm[i], rt->threads);
-  attn_sched_probe sp;
-  attn_sched_open(&sp);
+  if (!st) goto done;
+  bench_runs br = {.plans = plans, .dplan = dplan, .nv = nv, .sets = sets, .n = n, .n_kv = n_kv, .d = d, .p = &p,
+                   .ks = &ks, .ko = ko, .q = q, .extra = extra, .set_floats = set_floats, .cnt = cnt, .kvcnt = kvcnt,
+                   .ob = ob, .s = s};
+  attn_sched_open(&br.sp);
   attn_load_probe lp;
   attn_load_start(&lp);
-  double spent = 0;
-  unsigned long long runs = 0;
-  int r;
-  for (r = 0;; r++) {
-    for (int t = 0; t < sides; t++) {
-      const int which = (r + t) % sides;
-      if (which == nv + 1 && !blas) continue;
-      const int set = (int)(runs++ % (unsigned long long)sets);
-      const float *sq = set ? extra + (size_t)(set - 1) * set_floats : q;
-      const float *sk = set ? sq + cnt : k, *sv = set ? sq + cnt + kvcnt : v;
-      /* the plans' copy of the set: the same arrays in f32 */
-      const char *hq = !half ? (const char *)sq : set ? hextra + (size_t)(set - 1) * set_floats * es : hset;
-      const void *pq = hq, *pk_ = half ? (const void *)(hq + cnt * es) : (const void *)sk;
-      const void *pv = half ? (const void *)(hq + (cnt + kvcnt) * es) : (const void *)sv;
-      double d0 = attn_sched_delay_ms(&sp), t0 = now_s();
-      if (which <= nv) {
-        if ((e = attn_execute(which < nv ? plans[which] : dplan, pq, pk_, pv, xo)) != ATTN_OK) {
-          fprintf(stderr, "attntune bench: n=%d n_kv=%d d=%d: execute: %s: %s\n", n, n_kv, d, attn_strerror(e),
-                  attn_last_error(rt));
-          attn_sched_close(&sp);
-          goto done;
-        }
-      } else {
-#ifdef ATTN_HAVE_OPENBLAS
-        blas_attention(&p, sq, sk, sv, ob, s);
-#endif
-      }
-      double ms = (now_s() - t0) * 1e3, d1 = attn_sched_delay_ms(&sp);
-      spent += ms / 1e3;
-      if (attn_timing_add(&tm[which], ms, d0 >= 0 && d1 >= 0 ? d1 - d0 : -1) != 0) {
-        attn_sched_close(&sp);
-        goto done;
-      }
-    }
-    int all = r + 1 >= reps;
-    for (int i = 0; i < sides; i++) {
-      if (i == nv + 1 && !blas) continue;
-      attn_timing_stats_of(&tm[i], &st[i]);
-      all &= st[i].ci_rel <= ATTN_MEAS_REL_TOL;
-    }
-    if (r + 1 >= reps && (all || spent >= g_cap_s)) break;
+  attn_rounds_caps caps;
+  bench_caps(reps, rt->threads, &caps);
+  attn_rounds_out ro;
+  const int rr = attn_rounds(&caps, sides, bench_run, &br, st, &ro);
+  attn_sched_close(&br.sp);
+  if (rr != 0) {
+    if (rr < 0) fprintf(stderr, "attntune bench: out of memory for timings\n");
+    goto done;
   }
-  attn_sched_close(&sp);
   const double load = attn_load_end(&lp);
   /* Q K^T is d deep, P V d_v wide: 2 n n_kv (d + d_v) per head (4 n n_kv d when d_v = d) */
   const double flops = 2.0 * n * (double)n_kv * (d + dv) * heads * (causal ? 0.5 : 1.0);
-  double blas_ms = blas ? st[nv + 1].median_ms : -1;
+  double blas_ms = blas ? st[2 * nv + 1].median_ms : -1;
   rc = 0;
   for (int i = 0; i < nv; i++) {
     bench_row *row = &rows[i];
     row->plan_ms = st[i].median_ms;
+    row->plan_ms_misaligned = st[nv + i].median_ms;
     row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
     /* decode streams K and V once per call (every query of a head reads all of its keys): bytes over time */
     row->kv_gbs = (g_heads_kv > 0 ? g_heads_kv : heads) * (double)n_kv * (d + dv) * (double)es / row->plan_ms * 1e-6;
-    if (!strcmp(row->peak_kind, "fma"))
-      row->peak_frac = pk->fma_gflops > 0 ? row->plan_gflops / pk->fma_gflops : -1;
-    else
-      row->peak_frac = pk->read_gbs > 0 ? row->kv_gbs / pk->read_gbs : -1;
-    row->default_ms = st[nv].median_ms;
+    row->default_ms = st[2 * nv].median_ms;
     row->vs_default = row->default_ms / row->plan_ms;
     snprintf(row->def, sizeof row->def, "%s", attn_plan_describe(dplan));
-    row->rounds = r + 1;
+    row->rounds = ro.rounds;
     row->load = load;
     if (blas) {
       row->blas_ms = blas_ms;
@@ -562,8 +625,8 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
     const double tol = half ? attn_meas_exact_tolerance(dt) : BENCH_FAIL_ERROR;
     if (!(row->rel_error <= tol) || !(row->ref_error <= tol)) {
       fprintf(stderr,
-              "attntune bench: n=%d n_kv=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g): %s is "
-              "wrong\n",
+              "attntune bench: n=%d n_kv=%d d=%d: outputs disagree (vs BLAS %.3g, vs fp64 reference %.3g at either "
+              "alignment): %s is wrong\n",
               n, n_kv, d, row->rel_error, row->ref_error, row->plan);
       rc = 1;
     }
@@ -572,10 +635,21 @@ static int bench_point(attn_runtime *rt, const attn_peak *pk, int n, int n_kv, i
 done:
   for (int i = 0; i < maxv; i++) attn_plan_destroy(plans[i]);
   attn_plan_destroy(dplan);
-  for (int i = 0; tm && i < nv + 2; i++) attn_timing_free(&tm[i]);
-  free(tm), free(st), free(extra);
-  free(q), free(k), free(v), free(o), free(ob), free(s), free(hset), free(ho), free(hextra);
+  free(st), free(extra);
+  free(q), free(o), free(ob), free(s), free(ko), free(ks.arena);
   return rc;
+}
+
+/* A row's fractions of this run's ceilings (peak.h). A fraction above 1 shows the ceiling was measured slower than
+ * the machine runs (a slowdown the run delay does not show): flagged like one measured under load. */
+static void finish_row(bench_row *row, const attn_peak *pk) {
+  row->fma_peak_gflops = pk->fma_gflops, row->read_bw_gbs = pk->read_gbs, row->fma_isa = pk->fma_isa;
+  const int fma = !strcmp(row->peak_kind, "fma");
+  if (fma)
+    row->peak_frac = pk->fma_gflops > 0 && row->plan_gflops > 0 ? row->plan_gflops / pk->fma_gflops : -1;
+  else
+    row->peak_frac = pk->read_gbs > 0 && row->kv_gbs > 0 ? row->kv_gbs / pk->read_gbs : -1;
+  row->ceiling_under_load = (fma ? pk->fma_under_load : pk->read_under_load) || row->peak_frac > 1;
 }
 
 /* ---- --target cuda: the plan against the default flash kernel on the device present. */
@@ -585,6 +659,7 @@ typedef struct cuda_row {
   attn_dtype dtype;
   char plan[512], base[512];
   double plan_ms, base_ms, plan_tflops, base_tflops, ratio, peak_frac, ref_error;
+  const char *database; /* the database the runtime read, or NULL */
 } cuda_row;
 
 static json_t *cuda_row_json(const cuda_row *r) {
@@ -603,7 +678,26 @@ static json_t *cuda_row_json(const cuda_row *r) {
   json_object_set_new(o, "ratio", num_or_null(r->ratio));
   json_object_set_new(o, "peak_fraction", num_or_null(r->peak_frac));
   json_object_set_new(o, "ref_error", json_real(isfinite(r->ref_error) ? r->ref_error : 1e300));
+  json_object_set_new(o, "database", r->database ? json_string(r->database) : json_null());
   return o;
+}
+
+typedef struct cuda_runs {
+  attn_runtime *rt;
+  const attn_plan *const *both;
+  void *dq, *dk, *dv, *dout;
+  int n, d;
+} cuda_runs;
+
+static int cuda_run(void *user, int side, int timed, double *ms, double *delay) {
+  (void)timed;
+  cuda_runs *c = user;
+  const attn_plan *pl = c->both[side];
+  *delay = 0;
+  int e = attn_cuda_run(c->rt, pl->cuda, &pl->p, c->dq, c->dk, c->dv, c->dout, NULL, ms);
+  if (e == ATTN_OK) return 0;
+  fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", c->n, c->d, attn_plan_describe(pl), attn_last_error(c->rt));
+  return 1;
 }
 
 /* One point: both plans checked on sample rows against fp64, then alternating timed runs on device buffers. */
@@ -612,11 +706,11 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
   memset(row, 0, sizeof *row);
   row->n = n, row->d = d, row->heads = heads, row->causal = causal, row->dtype = t;
   row->peak_frac = -1;
+  row->database = rt->db ? rt->db_path : NULL;
   attn_problem p = {.batch = 1, .heads = heads, .n = n, .d = d, .dtype = t, .causal = causal};
   const size_t cnt = (size_t)heads * n * d, es = attn_dtype_size(t);
   float *hq = malloc(cnt * sizeof(float)), *hk = malloc(cnt * sizeof(float)), *hv = malloc(cnt * sizeof(float));
   float *ho = malloc(cnt * sizeof(float));
-  attn_timing tmp = {0}, tmb = {0};
   attn_timing_stats stp, stb;
   void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL;
   attn_plan *plan = NULL, *base = NULL;
@@ -680,28 +774,17 @@ static int cuda_point(attn_runtime *rt, const attn_gpu *gpu, int n, int d, int h
       goto done;
     }
   }
-  /* The harness's policy (timing.h): a warm-up of both, then interleaved rounds (the order swapping each round) for
-   * at least reps rounds and until both medians are known within its tolerance, or the cap is spent. CUDA events
-   * do not see the host's scheduler: every repetition counts as clean. */
-  attn_timing_init(&tmp, 1);
-  attn_timing_init(&tmb, 1);
-  double spent = 0;
-  for (int r = -1;; r++) {
-    for (int side = 0; side < 2; side++) {
-      const attn_plan *pl = both[(r & 1) ? 1 - side : side];
-      double ms = 0;
-      if ((e = attn_cuda_run(rt, pl->cuda, &pl->p, dq, dk, dv, dout, NULL, &ms)) != ATTN_OK) {
-        fprintf(stderr, "attntune bench: n=%d d=%d: %s: %s\n", n, d, attn_plan_describe(pl), attn_last_error(rt));
-        goto done;
-      }
-      spent += ms / 1e3;
-      if (r >= 0 && attn_timing_add(pl == plan ? &tmp : &tmb, ms, 0) != 0) goto done;
-    }
-    if (r < 0) continue;
-    attn_timing_stats_of(&tmp, &stp);
-    attn_timing_stats_of(&tmb, &stb);
-    const int known = stp.ci_rel <= ATTN_MEAS_REL_TOL && stb.ci_rel <= ATTN_MEAS_REL_TOL;
-    if (r + 1 >= reps && (known || spent >= g_cap_s)) break;
+  /* The rounds (timing.h): a warm-up round, then both in alternation. CUDA events do not see the host's scheduler:
+   * every repetition counts as clean. */
+  {
+    cuda_runs cr = {.rt = rt, .both = both, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .n = n, .d = d};
+    attn_rounds_caps caps;
+    bench_caps(reps, 1, &caps);
+    caps.warmup = 1;
+    attn_timing_stats st2[2];
+    attn_rounds_out ro;
+    if (attn_rounds(&caps, 2, cuda_run, &cr, st2, &ro) != 0) goto done;
+    stp = st2[0], stb = st2[1];
   }
   const double flops = 4.0 * n * (double)n * d * heads * (causal ? 0.5 : 1.0);
   row->plan_ms = stp.median_ms;
@@ -715,9 +798,16 @@ done:
   attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dout);
   attn_plan_destroy(plan);
   attn_plan_destroy(base);
-  attn_timing_free(&tmp), attn_timing_free(&tmb);
   free(hq), free(hk), free(hv), free(ho);
   return rc;
+}
+
+/* The header's line on what the plans come from: the database read, or none (the untuned defaults). */
+static void print_database(const attn_runtime *rt) {
+  if (rt->db)
+    printf("database: %s\n", rt->db_path);
+  else
+    printf("no database: untuned defaults (none usable at %s; --db PATH to bench a tuned one)\n", rt->db_path);
 }
 
 static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int nd, int heads, int causal, int reps,
@@ -737,6 +827,7 @@ static int bench_cuda(const char *db, const int *ns, int nn, const int *ds, int 
            "rounds (CUDA events); TFLOP/s count 4*n*n_kv*d*heads%s%s\n",
            rt->device, info.name, info.arch, info.sms, reps, causal ? "/2 (causal)" : "",
            gpu ? "; peak: the spec table's dense rate" : "");
+    print_database(rt);
     printf("%6s %4s %5s %6s %5s %10s %8s %6s %10s %8s %7s %9s  %s\n", "n", "d", "heads", "causal", "dtype", "plan ms",
            "TFLOP/s", "peak", "base ms", "TFLOP/s", "ratio", "ref err", "plan");
   }
@@ -915,10 +1006,48 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   if (attn_cache_dir_ready(rt) == ATTN_OK && rt->cache_note[0]) fprintf(stderr, "attntune bench: %s\n", rt->cache_note);
   /* The ceilings first, on the kernels' threads and before any point's buffers exist; not fatal: unknown ones show
-   * as '-' and null. */
+   * as '-' and null. Measured again after the points when the first measurement was under load or a row exceeds it
+   * (the rows are printed then): each ceiling is the highest clean measurement, else flagged. */
+  const double peak_cap = g_cap_s < BENCH_PEAK_CAP_S ? g_cap_s : BENCH_PEAK_CAP_S;
   attn_peak pk;
-  if (attn_peak_measure(rt->threads, reps, g_cap_s < BENCH_PEAK_CAP_S ? g_cap_s : BENCH_PEAK_CAP_S, &pk) != 0)
+  if (attn_peak_measure(rt->threads, reps, peak_cap, &pk) != 0)
     fprintf(stderr, "attntune bench: the FMA peak or the read bandwidth could not be measured (out of memory)\n");
+  bench_row *all = NULL;
+  int nall = 0, capall = 0, rc = 0;
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; (dtypes >> t) & 1 && i < nn; i++)
+      for (int kv = 0; kv < (nkvs ? nnkv : 1); kv++)
+        for (int j = 0; j < nd * (dvs ? ndv : 1); j++) {
+          const int d = ds[dvs ? j / ndv : j], dv = dvs ? dvs[j % ndv] : d;
+          if (nall + BENCH_MAX_SPLITS > capall) {
+            int cap = capall ? 2 * capall : 4 * BENCH_MAX_SPLITS;
+            bench_row *x = realloc(all, sizeof *x * (size_t)cap);
+            if (!x) {
+              fprintf(stderr, "attntune bench: out of memory for the rows\n");
+              rc = 1;
+              goto points_done;
+            }
+            all = x, capall = cap;
+          }
+          int nrows = 0;
+          if (bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps, no_blas,
+                          splits, nsplit, all + nall, &nrows))
+            rc = 1;
+          nall += nrows;
+        }
+points_done:;
+  int again = pk.fma_under_load || pk.read_under_load;
+  for (int r = 0; r < nall; r++) {
+    finish_row(&all[r], &pk);
+    again |= all[r].ceiling_under_load;
+  }
+  if (again && nall > 0) {
+    attn_peak later;
+    if (attn_peak_measure(rt->threads, reps, peak_cap, &later) == 0) attn_peak_merge(&pk, &later);
+    for (int r = 0; r < nall; r++) finish_row(&all[r], &pk);
+  }
+  int flagged = 0;
+  for (int r = 0; r < nall; r++) flagged |= all[r].ceiling_under_load;
   if (!json) {
 #ifdef ATTN_HAVE_OPENBLAS
     const int blas_threads = openblas_get_num_threads();
@@ -932,38 +1061,29 @@ int attn_cmd_bench(int argc, char **argv) {
            "count 2*n*n_kv*(d+d_v)*heads%s\n",
            rt->device, rt->threads, attn_timing_env_text(), base, reps, ATTN_MEAS_REL_TOL * 100, g_cap_s,
            causal ? "/2 (causal)" : "");
+    print_database(rt);
     char fp[32], bw[32];
     fmt_num(fp, sizeof fp, "%.1f", pk.fma_gflops), fmt_num(bw, sizeof bw, "%.1f", pk.read_gbs);
-    printf("ceilings measured now on %d threads: fp32 FMA peak %s GFLOP/s (%s, %d chains per thread), read bandwidth "
-           "%s GB/s (streaming sum over %.0f MiB); of peak: prefill (n >= %d) GFLOP/s / FMA peak, decode (n < %d) "
+    printf("ceilings measured %s on %d threads: fp32 FMA peak %s GFLOP/s%s (%s, %d chains per thread), read bandwidth "
+           "%s GB/s%s (streaming sum over %.0f MiB); of peak: prefill (n >= %d) GFLOP/s / FMA peak, decode (n < %d) "
            "K+V bytes/s / read bandwidth\n",
-           pk.threads, fp, pk.fma_isa[0] ? pk.fma_isa : "-", pk.fma_chains, bw, pk.read_mib > 0 ? pk.read_mib : 0.0,
-           ATTN_DB_DECODE_BELOW, ATTN_DB_DECODE_BELOW);
-    printf("%6s %6s %4s %5s %6s %10s %8s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d",
-           "heads", "causal", "plan ms", "GFLOP/s", "of peak", "default ms", "vs def", "sgemm", "blas ms", "GFLOP/s",
-           "ratio", "plan MiB", "blas MiB", "rel err", "plan");
-  }
-  json_t *arr = json_array();
-  int rc = 0;
-  for (int t = 0; t < 3; t++)
-    for (int i = 0; (dtypes >> t) & 1 && i < nn; i++)
-      for (int kv = 0; kv < (nkvs ? nnkv : 1); kv++)
-        for (int j = 0; j < nd * (dvs ? ndv : 1); j++) {
-          const int d = ds[dvs ? j / ndv : j], dv = dvs ? dvs[j % ndv] : d;
-          bench_row rows[BENCH_MAX_SPLITS];
-          int nrows = 0;
-          if (bench_point(rt, &pk, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps, no_blas,
-                          splits, nsplit, rows, &nrows))
-            rc = 1;
-          for (int r = 0; r < nrows; r++) {
-            if (json)
-              json_array_append_new(arr, row_json(&rows[r]));
-            else
-              row_text(&rows[r]);
-          }
-          fflush(stdout);
-        }
-  if (json) {
+           pk.measurements > 1 ? "before and after the points" : "before the points", pk.threads, fp,
+           pk.fma_under_load ? " (under load)" : "", pk.fma_isa[0] ? pk.fma_isa : "-", pk.fma_chains, bw,
+           pk.read_under_load ? " (under load)" : "", pk.read_mib > 0 ? pk.read_mib : 0.0, ATTN_DB_DECODE_BELOW,
+           ATTN_DB_DECODE_BELOW);
+    printf("%6s %6s %4s %5s %6s %10s %8s %10s %10s %10s %8s %7s %10s %8s %7s %9s %9s %9s  %s\n", "n", "n_kv", "d",
+           "heads", "causal", "plan ms", "GFLOP/s", "of peak", "+16B ms", "default ms", "vs def", "sgemm", "blas ms",
+           "GFLOP/s", "ratio", "plan MiB", "blas MiB", "rel err", "plan");
+    for (int r = 0; r < nall; r++) row_text(&all[r]);
+    printf("plan ms: Q, K, V and O each %d-byte aligned; +16B ms: each %d bytes past such a boundary (what malloc "
+           "returns for large blocks)\n",
+           BENCH_ALIGN, BENCH_OFFSET);
+    if (flagged)
+      printf("* ceiling measured under load (no clean measurement, or a row above it): the fraction is an upper "
+             "bound\n");
+  } else {
+    json_t *arr = json_array();
+    for (int r = 0; r < nall; r++) json_array_append_new(arr, row_json(&all[r]));
     char *text = json_dumps(arr, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     if (text) {
       puts(text);
@@ -971,8 +1091,10 @@ int attn_cmd_bench(int argc, char **argv) {
     } else {
       rc = 1;
     }
+    json_decref(arr);
   }
-  json_decref(arr);
+  fflush(stdout);
+  free(all);
   attn_close(rt);
   free(ns), free(ds), free(nkvs), free(splits), free(dvs);
   return rc;

@@ -466,7 +466,8 @@ static int finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_
 /* The confirmation pass: at the end of the run, each problem's chosen configuration and default are timed once more,
  * interleaved. A slowdown of the whole machine (another guest on the host, a frequency drop) that the run delay does
  * not show slows every configuration of a round alike: the decision stands, but the stored times would carry it.
- * Such slowdowns only ever add time, so each row keeps the lower of its two estimates, taken minutes apart. */
+ * A row takes the confirmation's figure when it is lower, or higher beyond the noise of both
+ * (attn_meas_confirm_keeps). */
 static void confirm_pass(tune_state *ts) {
   if (ts->nconfirm == 0 || g_stop || ts->db_error) return;
   printf("confirmation: timing the chosen and default configurations of %d problem%s again\n", ts->nconfirm,
@@ -488,7 +489,7 @@ static void confirm_pass(tune_state *ts) {
     printf("  n=%d%s d=%d%s causal=%d:", c->p.n, kv, c->p.d, dvs, c->p.causal);
     for (int i = 0; i < c->count; i++) {
       attn_eval *e = &c->eval[i];
-      const int lower = strcmp(res[i].status, "ok") == 0 && res[i].time_ms > 0 && res[i].time_ms < e->time_ms;
+      const int lower = attn_meas_confirm_keeps(e->time_ms, e->ci_rel, &res[i]);
       printf(" %s %.4g ms then %.4g ms%s", i ? "; default" : "chosen", e->time_ms, res[i].time_ms,
              lower ? " (kept the later)" : "");
       if (!lower) continue;

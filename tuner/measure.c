@@ -288,36 +288,80 @@ static void fill_timing(attn_meas_ctx *c, const attn_timing_stats *st, attn_meas
   r->load = c->load;
 }
 
-/* Timed repetitions of plan until the median is known or the cap is spent (a run over 2 s: three runs). */
-static int time_plan(attn_meas_ctx *c, const attn_plan *plan, attn_meas_result *r) {
-  attn_sched_probe sp = {.count = 0};
-  if (c->rt->target == ATTN_TARGET_CPU) attn_sched_open(&sp);
-  attn_timing tm;
-  attn_timing_init(&tm, c->rt->threads);
-  attn_timing_stats st;
-  memset(&st, 0, sizeof st);
-  int rc = ATTN_OK, min_reps = c->reps;
-  double spent = 0;
-  note_load(c);
-  for (;;) {
-    double ms = 0, delay = -1;
-    rc = run_once(c, plan, &sp, &ms, &delay);
-    if (rc != ATTN_OK) break;
-    if (attn_timing_add(&tm, ms, delay) != 0) {
-      rc = attn_fail(c->rt, ATTN_ENOMEM, "out of memory for timings");
-      break;
-    }
-    spent += ms / 1e3;
-    if (tm.count == 1 && ms > 2000.0 && min_reps > 3) min_reps = 3;
-    attn_timing_stats_of(&tm, &st);
-    if (attn_timing_enough(&tm, &st, c->rel_tol, min_reps, spent, c->cap_s) && tm.count >= (min_reps < 3 ? min_reps : 3))
-      break;
+/* The rounds' runs of the context's plans (timing.h's attn_rounds): the scheduler's probe opens on the first timed
+ * run, once the kernels' worker threads exist. */
+typedef struct meas_runs {
+  attn_meas_ctx *c;
+  attn_plan *const *plans;
+  attn_sched_probe sp;
+  int sp_open, failed, rc;
+} meas_runs;
+
+static int meas_run(void *user, int side, int timed, double *ms, double *delay) {
+  meas_runs *m = user;
+  attn_sched_probe none = {.count = 0};
+  if (timed && !m->sp_open && m->c->rt->target == ATTN_TARGET_CPU) {
+    attn_sched_open(&m->sp);
+    m->sp_open = 1;
   }
+  int rc = run_once(m->c, m->plans[side], timed ? &m->sp : &none, ms, delay);
+  if (rc == ATTN_OK) return 0;
+  m->failed = side;
+  m->rc = rc;
+  return 1;
+}
+
+/* The rounds' parameters (docs/tuning.md): screening one configuration stops at the cap after 3 repetitions; a run
+ * over 2 s gets 3. No load gate: screening ranks, the finalist round re-times what is kept. */
+void attn_meas_screen_caps(const attn_meas_ctx *c, attn_rounds_caps *k) {
+  memset(k, 0, sizeof *k);
+  k->min_rounds = c->reps;
+  k->min_rounds_at_cap = c->reps < 3 ? c->reps : 3;
+  k->long_run_ms = 2000;
+  k->rel_tol = c->rel_tol;
+  k->cap_s = c->cap_s;
+  k->wait_clean = 1;
+  k->threads = c->rt ? c->rt->threads : 1;
+}
+
+/* The finalist round and the confirmation: the cap never cuts them below the minimum rounds (a median without an
+ * interval could not replace the default); an attempt the load made worthless is run again after a wait, within the
+ * round's own cap. */
+void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps *k) {
+  attn_meas_screen_caps(c, k);
+  k->min_rounds_at_cap = c->reps;
+  k->cap_s = cap_s;
+  k->warmup = 1;
+  k->retries = ATTN_MEAS_RETRIES;
+  k->retry_wait_s = ATTN_MEAS_RETRY_WAIT_S;
+  k->retry_budget_s = cap_s;
+  k->sleep_s = c->sleep_s;
+}
+
+static void take_rounds(attn_meas_result *r, const attn_rounds_out *o) {
+  r->stolen = o->stolen;
+  r->attempts = o->attempts;
+  r->worthless = o->worthless;
+}
+
+/* Timed repetitions of plan until the median is known or the cap is spent. */
+static int time_plan(attn_meas_ctx *c, attn_plan *plan, attn_meas_result *r) {
+  attn_rounds_caps k;
+  attn_meas_screen_caps(c, &k);
+  attn_plan *plans[1] = {plan};
+  meas_runs m = {.c = c, .plans = plans};
+  attn_timing_stats st;
+  attn_rounds_out o;
   note_load(c);
-  if (rc == ATTN_OK) fill_timing(c, &st, r);
-  attn_timing_free(&tm);
-  attn_sched_close(&sp);
-  return rc;
+  int rc = attn_rounds(&k, 1, meas_run, &m, &st, &o);
+  note_load(c);
+  if (m.sp_open) attn_sched_close(&m.sp);
+  if (rc == 0) {
+    fill_timing(c, &st, r);
+    take_rounds(r, &o);
+    return ATTN_OK;
+  }
+  return rc < 0 && !m.rc ? attn_fail(c->rt, ATTN_ENOMEM, "out of memory for timings") : m.rc;
 }
 
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
@@ -390,9 +434,8 @@ int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, dou
   attn_runtime *rt = c->rt;
   char err[256];
   attn_plan **plans = calloc((size_t)(count > 0 ? count : 1), sizeof *plans);
-  attn_timing *tm = calloc((size_t)(count > 0 ? count : 1), sizeof *tm);
   attn_timing_stats *st = calloc((size_t)(count > 0 ? count : 1), sizeof *st);
-  int rc = plans && tm && st ? ATTN_OK : ATTN_ENOMEM;
+  int rc = plans && st ? ATTN_OK : ATTN_ENOMEM;
   for (int i = 0; i < count; i++) {
     memset(&out[i], 0, sizeof out[i]);
     set_status(&out[i], "error", rc == ATTN_OK ? "" : "out of memory");
@@ -400,61 +443,43 @@ int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, dou
   if (rc == ATTN_OK && (ensure_inputs(c, err, sizeof err) != ATTN_OK ||
                         (rt->target == ATTN_TARGET_CUDA && ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))
     rc = ATTN_ENOMEM;
-  /* Plans (compiled before, so from the cache) and one warm-up run each. */
-  for (int i = 0; i < count && rc == ATTN_OK; i++) {
-    attn_timing_init(&tm[i], rt->threads);
-    double ms, delay;
-    attn_sched_probe none = {.count = 0};
-    if ((rc = attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK ||
-        (rc = run_once(c, plans[i], &none, &ms, &delay)) != ATTN_OK)
+  /* Plans, compiled before, so from the cache (the rounds' warm-up runs each once). */
+  for (int i = 0; i < count && rc == ATTN_OK; i++)
+    if ((rc = attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK)
       set_status(&out[i], "error", attn_last_error(rt));
-  }
-  attn_sched_probe sp = {.count = 0};
-  if (rc == ATTN_OK && rt->target == ATTN_TARGET_CPU) attn_sched_open(&sp);
-  note_load(c);
-  double spent = 0;
-  int min_rounds = c->reps;
-  for (int round = 0; rc == ATTN_OK; round++) {
-    for (int j = 0; j < count && rc == ATTN_OK; j++) {
-      const int i = (round + j) % count; /* no configuration always runs after the same other one */
-      double ms = 0, delay = -1;
-      if ((rc = run_once(c, plans[i], &sp, &ms, &delay)) != ATTN_OK) {
-        set_status(&out[i], "error", attn_last_error(rt));
-        break;
-      }
-      if (attn_timing_add(&tm[i], ms, delay) != 0) {
-        rc = ATTN_ENOMEM;
-        set_status(&out[i], "error", "out of memory for timings");
-        break;
-      }
-      spent += ms / 1e3;
+  if (rc == ATTN_OK) {
+    attn_rounds_caps k;
+    attn_meas_final_caps(c, cap_s, &k);
+    meas_runs m = {.c = c, .plans = plans};
+    attn_rounds_out o;
+    note_load(c);
+    int rr = attn_rounds(&k, count, meas_run, &m, st, &o);
+    note_load(c);
+    if (m.sp_open) attn_sched_close(&m.sp);
+    if (rr != 0) {
+      rc = m.rc ? m.rc : ATTN_ENOMEM;
+      set_status(&out[m.rc ? m.failed : 0], "error", m.rc ? attn_last_error(rt) : "out of memory for timings");
     }
-    if (rc != ATTN_OK) break;
-    int all = 1;
-    for (int i = 0; i < count; i++) {
-      attn_timing_stats_of(&tm[i], &st[i]);
-      /* every configuration's own cap is the round's: the round ends together */
-      all &= attn_timing_enough(&tm[i], &st[i], c->rel_tol, c->reps, spent, cap_s);
+    for (int i = 0; i < count && rc == ATTN_OK; i++) {
+      fill_timing(c, &st[i], &out[i]);
+      take_rounds(&out[i], &o);
+      set_status(&out[i], "ok", "");
     }
-    /* The cap never cuts the round below the minimum repetitions (three for runs over 2 s): a median without an
-     * interval could not replace the default. */
-    if (round == 0 && spent > 2.0 * count && min_rounds > 3) min_rounds = 3;
-    if (round + 1 >= min_rounds && (all || spent >= cap_s)) break;
   }
-  note_load(c);
-  for (int i = 0; i < count && rc == ATTN_OK; i++) {
-    fill_timing(c, &st[i], &out[i]);
-    set_status(&out[i], "ok", "");
-  }
-  attn_sched_close(&sp);
-  for (int i = 0; i < count; i++) {
-    if (plans) attn_plan_destroy(plans[i]);
-    if (tm) attn_timing_free(&tm[i]);
-  }
+  for (int i = 0; plans && i < count; i++) attn_plan_destroy(plans[i]);
   free(plans);
-  free(tm);
   free(st);
   return rc;
+}
+
+int attn_meas_confirm_keeps(double round_ms, double round_ci_rel, const attn_meas_result *conf) {
+  if (strcmp(conf->status, "ok") != 0 || !(conf->time_ms > 0)) return 0;
+  if (!(round_ms > 0) || conf->time_ms < round_ms) return 1; /* interference only adds time: the lower */
+  /* higher: beyond both estimates' noise, from an attempt the load did not make worthless, the machine is slower
+   * now than during the round, and the row says what it runs at */
+  double noise = round_ci_rel >= 0 && conf->ci_rel >= 0 ? round_ci_rel + conf->ci_rel : INFINITY;
+  if (!(noise >= ATTN_MEAS_REL_TOL)) noise = ATTN_MEAS_REL_TOL;
+  return !conf->worthless && conf->time_ms > round_ms * (1 + noise);
 }
 
 int attn_meas_precompile(const attn_runtime *rt, const attn_spec *s) {

@@ -37,6 +37,7 @@ typedef struct attn_meas_ctx {
   void *dev_arena, *dev_out;
   int dev_sets, dev_next;
   size_t dev_set_bytes;
+  void (*sleep_s)(double seconds); /* the load gate's waits; NULL: nanosleep (tests pass a fake clock) */
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {
@@ -49,6 +50,9 @@ typedef struct attn_meas_result {
   double error;                /* relative Frobenius error vs fp64 (INFINITY: NaN/Inf in the output) */
   unsigned long long reads, writes; /* entries, from the counting build */
   int have_io;
+  double stolen;               /* the threads' share of time spent waiting for a CPU meanwhile; -1 unknown */
+  int attempts, worthless;     /* the rounds' attempts (the load gate, timing.h), and whether the kept one was
+                                * worthless too */
   char message[4096];          /* one line, or the compiler's log for compile_error */
 } attn_meas_result;
 
@@ -58,6 +62,9 @@ typedef struct attn_meas_result {
  * on which other kernels shared the rotation. */
 #define ATTN_MEAS_COLD_FACTOR 3.0
 #define ATTN_MEAS_REL_TOL 0.02
+/* The load gate of the finalist round and the confirmation (timing.h): attempts run again after 0.5, 1, 2 s */
+#define ATTN_MEAS_RETRIES 3
+#define ATTN_MEAS_RETRY_WAIT_S 0.5
 #define ATTN_MEAS_CAP_S 1.0        /* per configuration while screening (tune --time-cap; the finalist round 4x) */
 
 /* How many input sets of set_bytes each to rotate so that, between two uses of one, the others hold
@@ -76,10 +83,21 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r);
 
 /* The finalist round: the configurations (each measured and ok before) re-timed interleaved, one run of each per
  * round in a rotating order, for at least the context's minimum repetitions (three for runs over 2 s) and then until
- * every median is known within rel_tol or cap_s is spent; out[i] gets status and the
- * timing fields (error and I/O are the caller's from the earlier measurement). ATTN_OK, or an error code when no
- * timing could be made (out[i].status says which failed). */
+ * every median is known within rel_tol or cap_s is spent (attn_meas_final_caps); an attempt the load made worthless
+ * is run again after a wait (timing.h's gate). out[i] gets status and the timing fields (error and I/O are the
+ * caller's from the earlier measurement). ATTN_OK, or an error code when no timing could be made (out[i].status says
+ * which failed). */
 int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, double cap_s, attn_meas_result *out);
+
+/* The rounds' parameters (timing.h) of screening one configuration, and of the finalist round and the
+ * confirmation with their cap. */
+void attn_meas_screen_caps(const attn_meas_ctx *c, attn_rounds_caps *k);
+void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps *k);
+
+/* Whether a finalist row (round_ms, its relative 95% half-width round_ci_rel; < 0 unknown) takes the confirmation
+ * pass's figure: a lower one always (interference only adds time), a higher one when it is beyond both estimates'
+ * noise (at least ATTN_MEAS_REL_TOL) and the load did not make the confirmation worthless. */
+int attn_meas_confirm_keeps(double round_ms, double round_ci_rel, const attn_meas_result *conf);
 
 /* Compiles s (and its counting build) into the runtime's cache without running it, so that a later attn_measure
  * finds it compiled; safe to call from several threads at once (each uses its own runtime copy). */

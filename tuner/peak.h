@@ -18,11 +18,19 @@ typedef struct attn_peak {
   double read_gbs;            /* 1e9 bytes per second; -1 unknown */
   double read_mib;            /* the buffer */
   attn_timing_stats read_st;
+  /* no estimate from clean repetitions (timing.h): other processes took CPU time meanwhile, so the ceiling is a
+   * lower bound and a fraction of it an upper one */
+  int fma_under_load, read_under_load;
+  int measurements;           /* folded together by attn_peak_merge */
 } attn_peak;
 
 /* Measures both on threads OpenMP threads, at least min_reps timed repetitions each, at most cap_s seconds of timed
  * running per measurement after that. Returns 0, or -1 when memory for the buffer or the timings was missing (the
  * figures then unknown stay -1). */
 int attn_peak_measure(int threads, int min_reps, double cap_s, attn_peak *out);
+
+/* Folds a later measurement m into acc (bench measures before and after its points): each ceiling the highest of the
+ * clean measurements, else the highest of all, still flagged under load. */
+void attn_peak_merge(attn_peak *acc, const attn_peak *m);
 
 #endif

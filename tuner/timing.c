@@ -96,15 +96,118 @@ void attn_timing_stats_of(const attn_timing *t, attn_timing_stats *s) {
   free(x);
 }
 
-int attn_timing_enough(const attn_timing *t, const attn_timing_stats *s, double rel_tol, int min_reps, double spent_s,
-                       double cap_s) {
-  if (spent_s >= cap_s && t->count >= 1) return 1;
-  if (t->count < min_reps || !(s->ci_rel <= rel_tol)) return 0;
-  if (s->clean >= ATTN_TIMING_MIN_CLEAN || s->clean == 0) return 1;
-  /* Some clean repetitions come: go on for enough of them if, at the rate seen, they fit in the time left. */
+/* The estimate known within rel_tol, and (wait_clean) no clean repetitions worth waiting for: some came, fewer than
+ * ATTN_TIMING_MIN_CLEAN, and at the rate seen the rest would come within the cap. spent_s: the timed running so far
+ * of everything the cap covers (all sides of a round), over t->count rounds. */
+static int known(const attn_timing *t, const attn_timing_stats *s, double rel_tol, int wait_clean, double spent_s,
+                 double cap_s) {
+  if (t->count < 1 || !(s->ci_rel <= rel_tol)) return 0;
+  if (!wait_clean || s->clean >= ATTN_TIMING_MIN_CLEAN || s->clean == 0) return 1;
   double per_rep = spent_s / t->count, rate = (double)s->clean / t->count;
   double need_s = (ATTN_TIMING_MIN_CLEAN - s->clean) / rate * per_rep;
   return need_s > cap_s - spent_s;
+}
+
+int attn_timing_enough(const attn_timing *t, const attn_timing_stats *s, double rel_tol, int min_reps, double spent_s,
+                       double cap_s) {
+  if (spent_s >= cap_s && t->count >= 1) return 1;
+  return t->count >= min_reps && known(t, s, rel_tol, 1, spent_s, cap_s);
+}
+
+int attn_rounds_worthless(const attn_timing_stats *st, int sides, double stolen, double stolen_max) {
+  if (stolen_max <= 0) stolen_max = ATTN_ROUNDS_STOLEN_MAX;
+  if (!(stolen > stolen_max)) return 0; /* unknown (-1) is not evidence */
+  for (int i = 0; i < sides; i++)
+    if (strcmp(st[i].method, "clean") != 0) return 1;
+  return 0;
+}
+
+static void real_sleep(double seconds) {
+  struct timespec ts = {.tv_sec = (time_t)seconds, .tv_nsec = (long)((seconds - floor(seconds)) * 1e9)};
+  nanosleep(&ts, NULL); /* a signal ends the wait early: the caller's loop sees it */
+}
+
+/* One attempt: warm-up rounds, then timed rounds until the stop rule (timing.h). */
+static int attempt(const attn_rounds_caps *c, int sides, attn_rounds_run run, void *user, attn_timing *tm,
+                   attn_timing_stats *st, attn_rounds_out *o) {
+  for (int i = 0; i < sides; i++) tm[i].count = 0;
+  double ms, delay;
+  for (int w = 0; w < c->warmup; w++)
+    for (int t = 0; t < sides; t++) {
+      int rc = run(user, (w + t) % sides, 0, &ms, &delay);
+      if (rc) return rc;
+    }
+  int min_r = c->min_rounds > 1 ? c->min_rounds : 1, min_cap = c->min_rounds_at_cap > 1 ? c->min_rounds_at_cap : 1;
+  double spent = 0, waited = 0, wall = 0;
+  int delays_known = 1;
+  for (int r = 0;; r++) {
+    double round_ms = 0;
+    for (int t = 0; t < sides; t++) {
+      const int side = (r + t) % sides; /* no side always runs after the same other one */
+      ms = 0, delay = -1;
+      int rc = run(user, side, 1, &ms, &delay);
+      if (rc) return rc;
+      if (attn_timing_add(&tm[side], ms, delay) != 0) return -1;
+      round_ms += ms;
+      wall += ms;
+      if (delay >= 0) waited += delay / tm[side].threads;
+      else delays_known = 0;
+    }
+    spent += round_ms / 1e3;
+    if (r == 0 && c->long_run_ms > 0 && round_ms / sides > c->long_run_ms) {
+      if (min_r > 3) min_r = 3;
+      if (min_cap > 3) min_cap = 3;
+    }
+    int all = 1;
+    for (int i = 0; i < sides; i++) {
+      attn_timing_stats_of(&tm[i], &st[i]);
+      all &= known(&tm[i], &st[i], c->rel_tol, c->wait_clean, spent, c->cap_s);
+    }
+    if ((r + 1 >= min_cap && spent >= c->cap_s) || (r + 1 >= min_r && all)) {
+      o->rounds = r + 1;
+      break;
+    }
+  }
+  o->spent_s = spent;
+  o->stolen = delays_known && wall > 0 ? waited / wall : -1;
+  return 0;
+}
+
+int attn_rounds(const attn_rounds_caps *caps, int sides, attn_rounds_run run, void *user, attn_timing_stats *st,
+                attn_rounds_out *out) {
+  memset(out, 0, sizeof *out);
+  out->stolen = -1;
+  if (sides < 1) return 0;
+  attn_timing *tm = calloc((size_t)sides, sizeof *tm);
+  attn_timing_stats *kept = calloc((size_t)sides, sizeof *kept);
+  int rc = tm && kept ? 0 : -1;
+  for (int i = 0; i < sides && rc == 0; i++) attn_timing_init(&tm[i], caps->threads);
+  double wait = caps->retry_wait_s > 0 ? caps->retry_wait_s : 0, used = 0;
+  for (int a = 0; rc == 0; a++) {
+    attn_rounds_out o = {.stolen = -1};
+    if ((rc = attempt(caps, sides, run, user, tm, st, &o)) != 0) break;
+    if (a > 0) used += o.spent_s;
+    const int bad = attn_rounds_worthless(st, sides, o.stolen, caps->stolen_max);
+    out->attempts = a + 1;
+    /* the first attempt that is not worthless, else the least disturbed one */
+    if (a == 0 || !bad || (o.stolen >= 0 && o.stolen < out->stolen)) {
+      memcpy(kept, st, sizeof *kept * (size_t)sides);
+      out->rounds = o.rounds;
+      out->spent_s = o.spent_s;
+      out->stolen = o.stolen;
+      out->worthless = bad;
+    }
+    if (!bad || a >= caps->retries || used + wait > caps->retry_budget_s) break;
+    (caps->sleep_s ? caps->sleep_s : real_sleep)(wait);
+    out->waited_s += wait;
+    used += wait;
+    wait *= 2;
+  }
+  if (rc == 0) memcpy(st, kept, sizeof *kept * (size_t)sides);
+  for (int i = 0; tm && i < sides; i++) attn_timing_free(&tm[i]);
+  free(tm);
+  free(kept);
+  return rc;
 }
 
 void attn_sched_open(attn_sched_probe *p) {

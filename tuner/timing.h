@@ -34,6 +34,60 @@ void attn_timing_stats_of(const attn_timing *t, attn_timing_stats *s);
 int attn_timing_enough(const attn_timing *t, const attn_timing_stats *s, double rel_tol, int min_reps, double spent_s,
                        double cap_s);
 
+/* Rounds: the one loop that times configurations ("sides") interleaved, for screening (one side), the finalist
+ * round and its confirmation, bench's points on the CPU and on CUDA, and the machine's ceilings. Each round runs every
+ * side once, the order rotating by one each round (no side always follows the same other one). The stop rule, one for
+ * all of them, with each caller's parameters (docs/tuning.md):
+ *  - after a round, stop when at least min_rounds rounds ran and every side's estimate is known within rel_tol (its
+ *    95% interval), unless (wait_clean) a side has some clean repetitions but fewer than ATTN_TIMING_MIN_CLEAN and,
+ *    at the rate seen, the rest would come before the cap;
+ *  - or when cap_s seconds of timed running (all sides) are spent and at least min_rounds_at_cap rounds ran;
+ *  - a first round whose runs average more than long_run_ms lowers both minimums to 3.
+ * The load gate: an attempt whose threads spent more than stolen_max of their time waiting for a CPU (the run delay,
+ * summed over the sides' repetitions) measured the other processes more than the kernels, unless every side's
+ * estimate is the median of clean repetitions. Such an attempt is worthless: after a wait (retry_wait_s, doubling)
+ * the rounds run again from the start, at most `retries` times and while the waits and the attempts after the first
+ * stay within retry_budget_s; the attempt kept is the first that is not worthless, else the least disturbed one. */
+#define ATTN_ROUNDS_STOLEN_MAX 0.25 /* the threads' share of time waiting for a CPU that makes an attempt worthless */
+
+/* Side `side`'s run: *ms its time, *delay_ms the threads' run delay meanwhile (-1 unknown; 0 where the timer does not
+ * see the host's scheduler). timed: 0 for a warm-up run. Returns 0, or nonzero to end the rounds (the caller keeps
+ * its own error). */
+typedef int (*attn_rounds_run)(void *user, int side, int timed, double *ms, double *delay_ms);
+
+typedef struct attn_rounds_caps {
+  int min_rounds;        /* rounds before known estimates may end them */
+  int min_rounds_at_cap; /* rounds the cap never cuts below (at least 1) */
+  double long_run_ms;    /* a first round whose runs average more than this: both minimums at most 3 (<= 0: never) */
+  double rel_tol;        /* every estimate's 95% interval within this fraction of it */
+  double cap_s;          /* timed running of one attempt, all sides together */
+  int wait_clean;        /* go on for clean repetitions while they would come before the cap */
+  int warmup;            /* untimed rounds before the timed ones, in every attempt */
+  int threads;           /* the kernels' threads: the run delay is spread over them */
+  /* the load gate (retries = 0: none) */
+  int retries;
+  double retry_wait_s, retry_budget_s;
+  double stolen_max;     /* <= 0: ATTN_ROUNDS_STOLEN_MAX */
+  void (*sleep_s)(double seconds); /* NULL: nanosleep (tests pass a fake clock) */
+} attn_rounds_caps;
+
+typedef struct attn_rounds_out {
+  int rounds;            /* timed rounds of the attempt kept */
+  double spent_s;        /* its timed running */
+  int attempts;          /* 1 + the retries made */
+  double waited_s;       /* the gate's waits */
+  double stolen;         /* the kept attempt's share of the threads' time spent waiting for a CPU; -1 unknown */
+  int worthless;         /* the kept attempt is worthless too (the retries were spent) */
+} attn_rounds_out;
+
+/* Times `sides` sides by run(user, ...) under caps into st[0 .. sides) (the kept attempt's estimates). Returns 0, -1
+ * out of memory, or run's nonzero return (st then undefined). */
+int attn_rounds(const attn_rounds_caps *caps, int sides, attn_rounds_run run, void *user, attn_timing_stats *st,
+                attn_rounds_out *out);
+
+/* Whether an attempt with these estimates and this share of time stolen is worthless (the gate above). */
+int attn_rounds_worthless(const attn_timing_stats *st, int sides, double stolen, double stolen_max);
+
 /* The run delay of all the process's threads so far, in ms; -1 when the kernel gives no scheduler statistics. Opened
  * once the worker threads exist (after a warm-up run); threads started later are not seen. */
 typedef struct attn_sched_probe {
