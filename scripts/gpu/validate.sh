@@ -133,12 +133,12 @@ if rep["tests"]:
     L += ["- %s: %s (exit %s, %s s)" % (t["name"], t["status"], t["rc"], t["seconds"]) for t in bad]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
-          "| source | dtype | n | d | causal | plan | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| source | dtype | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x: "-" if x is None else ("%.1f" % x if isinstance(x, float) else str(x))
     for r in rep["speed"]:
-        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r.get("source"), r.get("dtype"), r.get("n"), r.get("d"), r.get("causal"), r.get("plan"),
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r.get("source"), r.get("dtype"), r.get("n"), r.get("d"), r.get("causal"), r.get("plan"), r.get("stream_ordered"),
             f(r.get("plan_tflops")), f(r.get("model_tflops")), f(r.get("flash_tflops")), f(r.get("cudnn_tflops")),
             f(r.get("efficient_tflops")), f(r.get("ratio_vs_best")),
             "%.1e" % r["err_fp64"] if isinstance(r.get("err_fp64"), float) else "-"))
@@ -440,7 +440,7 @@ fi
 t0=$(now)
 if ! in_time speed; then :
 elif [ -n "$torch_v" ]; then
-  sp_bad= sp_err=
+  sp_bad= sp_err= sp_skip=
   speed_parts=
   for d in 64 128 256; do # the defaults: a database that does not exist
     tmo "$(limit 45)" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" --n "$grid_n" --d "$d" --causal 0,1 \
@@ -448,7 +448,8 @@ elif [ -n "$torch_v" ]; then
     rc=$?
     speed_parts="$speed_parts default:$work/speed-default-$d.json"
     [ "$rc" = 1 ] && sp_bad="$sp_bad d=$d"
-    [ "$rc" != 0 ] && [ "$rc" != 1 ] && sp_err="$sp_err d=$d(exit $rc)"
+    [ "$rc" = 77 ] && sp_skip=$(tail -1 "$logs/speed-default-$d.log")
+    [ "$rc" != 0 ] && [ "$rc" != 1 ] && [ "$rc" != 77 ] && sp_err="$sp_err d=$d(exit $rc)"
   done
   for tdb in "$tune_db" $db; do
     [ -f "$tdb" ] || continue
@@ -459,7 +460,8 @@ elif [ -n "$torch_v" ]; then
     rc=$?
     speed_parts="$speed_parts $tag:$work/speed-$tag.json"
     [ "$rc" = 1 ] && sp_bad="$sp_bad $tag"
-    [ "$rc" != 0 ] && [ "$rc" != 1 ] && sp_err="$sp_err $tag(exit $rc)"
+    [ "$rc" = 77 ] && sp_skip=$(tail -1 "$logs/speed-$tag.log")
+    [ "$rc" != 0 ] && [ "$rc" != 1 ] && [ "$rc" != 77 ] && sp_err="$sp_err $tag(exit $rc)"
   done
   python3 - "$out/model.json" "$out/speed.json" $speed_parts <<'EOF'
 import json, sys
@@ -487,6 +489,8 @@ EOF
     step speed fail $(($(now) - t0)) "torch_compare.py found wrong outputs:$sp_bad ($rows rows)"
   elif [ -n "$sp_err" ]; then
     step speed error $(($(now) - t0)) "torch_compare.py did not finish:$sp_err ($rows rows)"
+  elif [ -n "$sp_skip" ] && [ "$rows" = 0 ]; then
+    step speed skipped $(($(now) - t0)) "torch_compare.py: $sp_skip"
   else
     step speed pass $(($(now) - t0)) "$rows rows (speed.json)"
   fi
