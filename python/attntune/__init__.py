@@ -400,10 +400,10 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     dtype. The plan is cached per problem; attntune.plan() keeps one in hand instead."""
     a = _Args(q, k, v, causal, scale, algo, tolerance)
     dbp = _db_path(db)
+    if a.problem is None:
+        return _new_out(a.kind, a.out_shape, q)
     xs = _contiguous(a.kind, a.target, (q, k, v))
     o = _new_out(a.kind, a.out_shape, xs[0])
-    if a.problem is None:
-        return o
     stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
     with _lock:
         rt = _runtime(dbp, a.target)
