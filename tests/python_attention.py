@@ -2,9 +2,10 @@
 attention: 2-, 3- and 4-D layouts, odd n, causal with n_kv != n (bottom-right aligned), grouped-query heads, decode,
 a given scale, non-contiguous inputs, d_v != d, float16 on the CPU; the C API's refusals as attntune.Error with its
 code; wrong dtypes as TypeError; zero sizes answered empty or refused, never passed to libattn; arguments checked
-(causal, scale, tolerance, algo, a db path with NUL); attntune.plan's run, out= and describe; `python -m attntune
---version`. With torch importable: CPU tensors against torch.nn.functional.scaled_dot_product_attention, and CUDA
-tensors when a GPU is present (on a side stream too)."""
+(causal, scale, tolerance, algo, a db path with NUL); attntune.plan's run, out= and describe; the CUDA path's
+streams on stand-ins (python_stream.py); `python -m attntune --version`. With torch importable: CPU tensors
+against torch.nn.functional.scaled_dot_product_attention, and CUDA tensors when a GPU is present (on a side stream
+too)."""
 import os
 import subprocess
 import sys
@@ -215,6 +216,13 @@ r = subprocess.run([sys.executable, "-m", "attntune", "tune", "--gpu", "cpu", "-
 bundled = os.path.dirname(os.path.realpath(attntune.__file__))
 check(r.returncode == 2 and "(anneal, genetic)" in r.stderr and bundled in r.stderr,
       "python -m attntune: the bundled CLI offers its bundled strategies: %r" % r.stderr.strip())
+
+# the CUDA path on a stand-in torch and libattn, in a process of its own (python_stream.py)
+r = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_stream.py")],
+                   capture_output=True, text=True, check=False)
+print(r.stdout + r.stderr, end="")
+check(r.returncode == 0, "python_stream.py: CUDA tensors through attn_execute_async on torch's stream (exit %d)"
+      % r.returncode)
 
 try:
     import torch
