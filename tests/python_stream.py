@@ -5,7 +5,6 @@ stream given to Plan.run) and nothing is synchronised; without it, the stream is
 waits. attn_problem gets no 0 where attn.h means "the default", an empty result calls nothing, and a CUDA plan is
 destroyed after the device's queued work."""
 import contextlib
-import ctypes
 import math
 import sys
 import types
