@@ -285,7 +285,8 @@ def main(argv=None):
               file=sys.stderr)
         return 77
     attntune = import_binding()
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    # an older torch does not report the L2: 128 MiB is more than any GPU it runs on has
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 128 << 20
     print("device: %s; torch %s; attntune %s (libattn %s); %d launches per round, median of %d rounds (CUDA "
           "events), inputs rotated past 2 x L2 (%d MiB); TFLOP/s count 2*n*n*(d+d_v)*batch*heads (/2 causal)"
           % (torch.cuda.get_device_name(), torch.__version__, os.path.dirname(attntune.__file__),
