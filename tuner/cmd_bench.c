@@ -78,16 +78,6 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int cnt) {
-  qsort(t, (size_t)cnt, sizeof *t, cmp_double);
-  return cnt % 2 ? t[cnt / 2] : 0.5 * (t[cnt / 2 - 1] + t[cnt / 2]);
-}
-
 /* Process memory from /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 when unreadable. */
 static long status_kib(const char *field) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -209,7 +199,24 @@ static void blas_attention(const attn_problem *p, const float *q, const float *k
   }
 }
 
-/* GFLOP/s of a square sgemm of side m (median of 3 after a warm-up); cached per side. */
+typedef struct sgemm_job {
+  const float *a, *b;
+  float *c;
+  int m;
+} sgemm_job;
+
+static int sgemm_run(void *user, int side, int timed, double *ms, double *delay) {
+  (void)side, (void)timed;
+  const sgemm_job *j = user;
+  double t0 = now_s();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->m, j->m, j->m, 1.0f, j->a, j->m, j->b, j->m, 0.0f, j->c,
+              j->m);
+  *ms = (now_s() - t0) * 1e3;
+  *delay = -1; /* OpenBLAS's threads are not probed: the wall median */
+  return 0;
+}
+
+/* GFLOP/s of a square sgemm of side m (the rounds of timing.h: a warm-up, then the median of 3); cached per side. */
 static double sgemm_rate(int m) {
   static int cached_m;
   static double cached;
@@ -219,13 +226,12 @@ static double sgemm_rate(int m) {
   double rate = -1;
   if (a && b && c) {
     attn_fill_random(a, cnt, 11), attn_fill_random(b, cnt, 12);
-    double t[3];
-    for (int r = -1; r < 3; r++) {
-      double t0 = now_s();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
-      if (r >= 0) t[r] = now_s() - t0;
-    }
-    rate = 2.0 * m * (double)m * m / median(t, 3) * 1e-9;
+    sgemm_job j = {a, b, c, m};
+    attn_rounds_caps k = {.min_rounds = 3, .min_rounds_at_cap = 3, .cap_s = 0, .warmup = 1, .threads = 1};
+    attn_timing_stats st;
+    attn_rounds_out o;
+    if (attn_rounds(&k, 1, sgemm_run, &j, &st, &o) == 0 && st.median_ms > 0)
+      rate = 2.0 * m * (double)m * m / st.median_ms * 1e-6;
   }
   free(a), free(b), free(c);
   cached_m = m, cached = rate;
@@ -408,7 +414,7 @@ static int bench_run(void *user, int side, int timed, double *ms, double *delay)
 }
 
 /* The rounds' parameters of a bench point (docs/tuning.md): at least reps rounds, the cap never cuts below them, the
- * load gate as the finalist round's within the cap. */
+ * load gate as the finalist round's (within half the cap). */
 static void bench_caps(int reps, int threads, attn_rounds_caps *k) {
   memset(k, 0, sizeof *k);
   k->min_rounds = k->min_rounds_at_cap = reps;
@@ -418,7 +424,7 @@ static void bench_caps(int reps, int threads, attn_rounds_caps *k) {
   k->threads = threads;
   k->retries = ATTN_MEAS_RETRIES;
   k->retry_wait_s = ATTN_MEAS_RETRY_WAIT_S;
-  k->retry_budget_s = g_cap_s;
+  k->retry_budget_s = g_cap_s / 2;
 }
 
 /* One (n, n_kv, d, d_v, dtype) point: one row per plan (rows[0 .. *nrows)). All plans (aligned and at BENCH_OFFSET),

@@ -325,8 +325,8 @@ void attn_meas_screen_caps(const attn_meas_ctx *c, attn_rounds_caps *k) {
 }
 
 /* The finalist round and the confirmation: the cap never cuts them below the minimum rounds (a median without an
- * interval could not replace the default); an attempt the load made worthless is run again after a wait, within the
- * round's own cap. */
+ * interval could not replace the default); an attempt the load made worthless is run again after a wait, within half
+ * the round's cap. */
 void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps *k) {
   attn_meas_screen_caps(c, k);
   k->min_rounds_at_cap = c->reps;
@@ -334,7 +334,7 @@ void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps
   k->warmup = 1;
   k->retries = ATTN_MEAS_RETRIES;
   k->retry_wait_s = ATTN_MEAS_RETRY_WAIT_S;
-  k->retry_budget_s = cap_s;
+  k->retry_budget_s = cap_s / 2;
   k->sleep_s = c->sleep_s;
 }
 

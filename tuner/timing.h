@@ -48,7 +48,10 @@ int attn_timing_enough(const attn_timing *t, const attn_timing_stats *s, double 
  * estimate is the median of clean repetitions. Such an attempt is worthless: after a wait (retry_wait_s, doubling)
  * the rounds run again from the start, at most `retries` times and while the waits and the attempts after the first
  * stay within retry_budget_s; the attempt kept is the first that is not worthless, else the least disturbed one. */
-#define ATTN_ROUNDS_STOLEN_MAX 0.25 /* the threads' share of time waiting for a CPU that makes an attempt worthless */
+/* The threads' share of time waiting for a CPU that makes an attempt worthless: one core of two kept busy by another
+ * process costs two threads about 0.25 (the corrected estimate holds, docs/tuning.md); under a load average of 9 to
+ * 18 on two cores they waited about half their time and estimates were off by up to 2.5x. */
+#define ATTN_ROUNDS_STOLEN_MAX 0.35
 
 /* Side `side`'s run: *ms its time, *delay_ms the threads' run delay meanwhile (-1 unknown; 0 where the timer does not
  * see the host's scheduler). timed: 0 for a warm-up run. Returns 0, or nonzero to end the rounds (the caller keeps
