@@ -133,12 +133,12 @@ if rep["tests"]:
     L += ["- %s: %s (exit %s, %s s)" % (t["name"], t["status"], t["rc"], t["seconds"]) for t in bad]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
-          "| source | dtype | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| source | dtype | batch | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x: "-" if x is None else ("%.1f" % x if isinstance(x, float) else str(x))
     for r in rep["speed"]:
-        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r.get("source"), r.get("dtype"), r.get("n"), r.get("d"), r.get("causal"), r.get("plan"), r.get("stream_ordered"),
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r.get("source"), r.get("dtype"), r.get("batch"), r.get("n"), r.get("d"), r.get("causal"), r.get("plan"), r.get("stream_ordered"),
             f(r.get("plan_tflops")), f(r.get("model_tflops")), f(r.get("flash_tflops")), f(r.get("cudnn_tflops")),
             f(r.get("efficient_tflops")), f(r.get("ratio_vs_best")),
             "%.1e" % r["err_fp64"] if isinstance(r.get("err_fp64"), float) else "-"))
@@ -209,12 +209,17 @@ if [ -z "$gpu" ]; then # the device step replaces this guess by the name libattn
     *) gpu=H100 gpu_from="assumed: no known GPU named by nvidia-smi" ;;
   esac
 fi
-grid_n=1024,4096,16384 grid_d=64,128,256
+# The speed grid: n:batch with batch x n = 16k tokens of 16 heads (FlashAttention-2's benchmark: the GPU filled at
+# every n), and n = 4096 at batch 1, the tuning run's problem.
+grid="1024:16 4096:4 16384:1" grid_d=64,128,256
 model() { # the model's best configuration per problem of the speed grid, for $gpu, into model.json
   rm -f "$work/model.db"
-  tmo "$(limit 60)" "$cli" --gpu "$gpu" --model --d "$grid_d" --n "$grid_n" --dtype f16,bf16 --causal 0,1 --heads 16 \
-    --db "$work/model.db" >"$logs/model.log" 2>&1 &&
-    "$cli" show --db "$work/model.db" --json >"$out/model.json" 2>>"$logs/model.log"
+  local nb
+  for nb in $grid 4096:1; do
+    tmo "$(limit 30)" "$cli" --gpu "$gpu" --model --d "$grid_d" --n "${nb%:*}" --batch "${nb#*:}" --dtype f16,bf16 \
+      --causal 0,1 --heads 16 --db "$work/model.db" >>"$logs/model.log" 2>&1 || return 1
+  done
+  "$cli" show --db "$work/model.db" --json >"$out/model.json" 2>>"$logs/model.log"
 }
 fact gpu "$gpu ($gpu_from)"
 if model; then
@@ -442,14 +447,16 @@ if ! in_time speed; then :
 elif [ -n "$torch_v" ]; then
   sp_bad= sp_err= sp_skip=
   speed_parts=
-  for d in 64 128 256; do # the defaults: a database that does not exist
-    tmo "$(limit 45)" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" --n "$grid_n" --d "$d" --causal 0,1 \
-      --dtype f16,bf16 --json "$work/speed-default-$d.json" >"$logs/speed-default-$d.log" 2>&1
+  for nb in $grid; do # the defaults: a database that does not exist
+    n=${nb%:*} b=${nb#*:}
+    tmo "$(limit 45)" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" \
+      --n "$n" --batch "$b" --d "$grid_d" --causal 0,1 --dtype f16,bf16 --json "$work/speed-default-$n.json" \
+      >"$logs/speed-default-$n.log" 2>&1
     rc=$?
-    speed_parts="$speed_parts default:$work/speed-default-$d.json"
-    [ "$rc" = 1 ] && sp_bad="$sp_bad d=$d"
-    [ "$rc" = 77 ] && sp_skip=$(tail -1 "$logs/speed-default-$d.log")
-    [ "$rc" != 0 ] && [ "$rc" != 1 ] && [ "$rc" != 77 ] && sp_err="$sp_err d=$d(exit $rc)"
+    speed_parts="$speed_parts default:$work/speed-default-$n.json"
+    [ "$rc" = 1 ] && sp_bad="$sp_bad n=$n"
+    [ "$rc" = 77 ] && sp_skip=$(tail -1 "$logs/speed-default-$n.log")
+    [ "$rc" != 0 ] && [ "$rc" != 1 ] && [ "$rc" != 77 ] && sp_err="$sp_err n=$n(exit $rc)"
   done
   for tdb in "$tune_db" $db; do
     [ -f "$tdb" ] || continue
@@ -466,7 +473,7 @@ elif [ -n "$torch_v" ]; then
   python3 - "$out/model.json" "$out/speed.json" $speed_parts <<'EOF'
 import json, sys
 try:
-    model = {(r["n"], r["d"], r["dtype"], int(bool(r["causal"]))): r for r in json.load(open(sys.argv[1]))}
+    model = {(r["n"], r["d"], r["dtype"], int(bool(r["causal"])), r["batch"]): r for r in json.load(open(sys.argv[1]))}
 except (OSError, ValueError):
     model = {}
 rows = []
@@ -477,7 +484,7 @@ for part in sys.argv[3:]:
     except (OSError, ValueError):
         continue
     for r in got:
-        m = model.get((r.get("n"), r.get("d"), r.get("dtype"), int(r.get("causal", 0))))
+        m = model.get((r.get("n"), r.get("d"), r.get("dtype"), int(r.get("causal", 0)), r.get("batch", 1)))
         r["source"] = tag
         r["model_tflops"] = m["gflops"] / 1e3 if m and m.get("gflops") else None
         r["model_plan"] = m["summary"] if m else None
