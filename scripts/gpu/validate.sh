@@ -431,9 +431,13 @@ else
 fi
 t0=$(now)
 if ! in_time bench; then :
-elif tmo "$(limit 25)" "$cli" bench --target cuda --n 4096 --d 128 --dtype bf16 --db "$tune_db" --time-cap 5 --json \
+elif tmo "$(limit 25)" "$cli" bench --target cuda --n 4096 --d 128 --dtype bf16 --heads 16 --db "$tune_db" --time-cap 5 --json \
      >"$out/bench.json" 2>"$logs/bench.log"; then
-  step bench pass $(($(now) - t0)) "tuned row vs the default: bench.json"
+  step bench pass $(($(now) - t0)) "$(python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print("%s: %s ms, the default %s ms" % (r.get("plan"), r.get("plan_ms"), r.get("default_ms")), end="; ")
+' "$out/bench.json" 2>/dev/null)(bench.json)"
 else
   rc=$?
   st=fail
