@@ -9,6 +9,12 @@
  * Any D and D_V: the scores run over D one key element at a time (no tail), and O and V rows are padded to whole
  * vectors with zero columns (FL_DVP); half-precision K and V blocks, and V rows that are not whole vectors, are
  * converted or padded into scratch once per query block (FL_STAGE_K, FL_STAGE_V), Q on its load, O on its store.
+ * Alignment (kernel_abi.h): the lane kernels' vector loads and stores are all in the thread's scratch or in V rows
+ * the caller's array holds on a vector boundary; fp32 V blocks whose rows are not (an array only element-aligned)
+ * are copied into the staging tile, one read per entry per query block against the 2 BR multiply-adds it feeds,
+ * instead of a cache line split on every other vector load. K is read by broadcasts (no vector loads). The dot
+ * kernels (items of at most FL_DOT rows) read K and V in place: bound by memory bandwidth, they lose nothing to
+ * split loads, and a copy would cost them a pass.
  * Packed rows (decode: n < BR and G = heads / heads_kv > 1): an item takes the G*n query rows that share one KV head
  * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes.
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n); key blocks that are fully
@@ -89,6 +95,8 @@ typedef float fl_vf __attribute__((vector_size(FL_VW * 4)));
 typedef int32_t fl_vi __attribute__((vector_size(FL_VW * 4)));
 /* Same vectors at float alignment, for loads and stores at any float address. */
 typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alias));
+/* Bytes of one vector: loads at such a boundary never straddle a cache line. */
+#define FL_VALIGN (FL_VW * 4)
 
 #define FL_D ATTN_D
 #define FL_DV ATTN_DV
@@ -101,7 +109,8 @@ typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alia
 #define FL_NDV (FL_DVP / FL_VW)       /* vectors per row of O and V */
 /* K and V blocks are read in place when they are fp32 rows of whole vectors; otherwise each block is first converted
  * (half precision) or padded (D_V not a multiple of the vector width) into the thread's scratch, once per query
- * block: BC rows, against the BR x BC x (D + D_V) multiply-adds the block then feeds. */
+ * block: BC rows, against the BR x BC x (D + D_V) multiply-adds the block then feeds. Compile-time here; fp32 V
+ * blocks are also copied when the caller's rows are not on a vector boundary (fl_blocks). */
 #define FL_STAGE_K ATTN_HALF
 #define FL_STAGE_V (ATTN_HALF || FL_DV % FL_VW != 0)
 #if ATTN_SPLIT > 1
@@ -139,8 +148,14 @@ typedef float fl_vfu __attribute__((vector_size(FL_VW * 4), aligned(4), may_alia
 
 #define FL_INLINE static inline __attribute__((always_inline))
 
-FL_INLINE fl_vf fl_ld(const float *p) { return *(const fl_vfu *)p; }
-FL_INLINE void fl_st(float *p, fl_vf x) { *(fl_vfu *)p = x; }
+FL_INLINE fl_vf fl_ld(const float *p) {
+  ATTN_ALIGN_NOTE(p, FL_VALIGN);
+  return *(const fl_vfu *)p;
+}
+FL_INLINE void fl_st(float *p, fl_vf x) {
+  ATTN_ALIGN_NOTE(p, FL_VALIGN);
+  *(fl_vfu *)p = x;
+}
 /* Broadcast: not (fl_vf){0} + s, which costs an add (0 + s is not s for s = -0 without -ffast-math). */
 FL_INLINE fl_vf fl_splat(float s) {
 #if FL_VW == 16
@@ -217,7 +232,7 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 #define FL_V_SZ FL_RUP(FL_BRP, 16)          /* m, l, alpha: one float per query row */
 #define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
 #define FL_QD_SZ FL_RUP(FL_DOT * FL_D, 16)  /* Qd[DOT][D]: scaled Q rows, row-major (items of at most FL_DOT rows) */
-#define FL_VC_SZ (FL_STAGE_V ? FL_RUP(FL_BC * FL_DVP, 16) : 0) /* Vc[BC][DVP]: a converted or padded V block */
+#define FL_VC_SZ FL_RUP(FL_BC * FL_DVP, 16) /* Vc[BC][DVP]: a converted, padded (or realigned) V block */
 
 /* St[c][rv..] for c < rc key rows, nr vectors of query rows: St = K Qt over the whole of D. The tile's column-wise
  * max (over its key rows) is folded into mx, so the softmax needs no separate pass for the row max. */
@@ -480,30 +495,31 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
 }
 
 /* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
- * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V). dot (an item
- * of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead of the lane kernels on qt. */
+ * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V, or V rows off
+ * a vector boundary). dot (an item of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead
+ * of the lane kernels on qt. */
 FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, float *restrict kc,
                          float *restrict vc, const float *restrict qt, const float *restrict qd, float *restrict st,
                          float *restrict o, float *restrict m, float *restrict l, float *restrict alpha, long X0,
                          long gp, long j_begin, long j_end, long off, int rows, int nrv, int dot, attn_io *io) {
+  /* fp32 V rows in place are on a vector boundary iff the head's start is (D_V whole vectors here). The lane kernels
+   * realign them: BR rows reuse each V vector. The dot kernels do not: their few rows make them bound by memory
+   * bandwidth, not loads (a split load costs nothing there), and a copy would add a pass over K and V. The lane
+   * kernels read K a scalar at a time (broadcasts), which no alignment slows. */
+  const int stage_v = (uintptr_t)v % FL_VALIGN != 0;
   for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
     const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
     ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
     ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
-#if FL_STAGE_K
-    for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, k + (j0 + c) * FL_D, FL_D);
-    const float *kb = kc;
-#else
-    (void)kc;
-    const float *kb = (const float *)k + j0 * FL_D;
-#endif
-#if FL_STAGE_V
-    for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, v + (j0 + c) * FL_DV, FL_DV);
-    const float *vb = vc;
-#else
-    (void)vc;
-    const float *vb = (const float *)v + j0 * FL_DV;
-#endif
+    const float *kb = (const float *)k + j0 * FL_D, *vb = (const float *)v + j0 * FL_DV;
+    if (FL_STAGE_K) {
+      for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, k + (j0 + c) * FL_D, FL_D);
+      kb = kc;
+    }
+    if (FL_STAGE_V || (!dot && stage_v)) {
+      for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, v + (j0 + c) * FL_DV, FL_DV);
+      vb = vc;
+    }
     fl_vf mx[FL_NRV];
     if (dot)
       fl_scores_dot(kb, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
@@ -598,13 +614,13 @@ size_t attn_kernel_scratch(const attn_kargs *a) {
 #if ATTN_SPLIT > 1
 /* One part's partial in the partials buffer: O[BR][DVP] (unnormalised), then m[BR] and l[BR]. The S parts of block
  * `block` (fl_item_of's numbering) are adjacent, at (block * S + part) * FL_PART floats. */
-#define FL_PART (FL_BR * (FL_DVP + 2))
+#define FL_PART FL_RUP(FL_BR * (FL_DVP + 2), 16) /* whole 64-byte lines: each part's O rows on a vector boundary */
 #endif
 
 /* O row = o row * inv, d_v columns, rounded to the element type. */
 FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, float inv) {
 #if ATTN_HALF
-  float tmp[FL_DVP];
+  float tmp[FL_DVP] __attribute__((aligned(64)));
   for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(tmp + c, fl_ld(o + c) * fl_splat(inv));
   attn_store_row(dst, tmp, FL_DV);
 #else

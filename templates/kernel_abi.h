@@ -95,6 +95,22 @@ ATTN_ABI_FN uint16_t attn_f32_bf16(float x) {
 ATTN_ABI_FN float attn_bf16_f32(uint16_t h) { return attn_f32_bits((uint32_t)h << 16); }
 
 #ifdef ATTN_D
+/* Alignment. The caller's arrays are only element-aligned (malloc gives 16 bytes past a 64-byte line for large
+ * blocks), and vector loads that straddle two cache lines slowed compute-bound loops by 8-25% (flash prefill, AVX2
+ * and AVX-512). So the kernels' hot loops read vectors from their own scratch (64-byte aligned by the caller):
+ * staged copies of K and V blocks and of Q rows, O accumulated there and stored once; flash reads fp32 V in place
+ * only when its rows lie on vector boundaries, and its memory-bound decode kernels read in place (templates/flash.c).
+ * A staged copy is the transfer the I/O count already has. ATTN_ALIGN_NOTE(p, bytes) marks such a read; in a build
+ * with ATTN_CHECK_ALIGN (tests/cpu_align.c) it counts those not on a `bytes` boundary in attn_align_misses, which
+ * must be zero at any alignment of the caller's arrays where the rows are whole vectors. */
+#ifdef ATTN_CHECK_ALIGN
+unsigned long long attn_align_misses;
+#define ATTN_ALIGN_NOTE(p, bytes) \
+  ((uintptr_t)(const void *)(p) % (bytes) ? (void)__atomic_fetch_add(&attn_align_misses, 1, __ATOMIC_RELAXED) : (void)0)
+#else
+#define ATTN_ALIGN_NOTE(p, bytes) ((void)0)
+#endif
+
 /* Inside a generated kernel: its element type (ATTN_DTYPE 0 f32, 1 f16, 2 bf16) and row conversions to and from the
  * fp32 the kernels compute in. Native conversions where the target has them (F16C / AVX-512 for f16; bf16 is a shift
  * and a rounding add in any vector unit), the scalar functions above elsewhere and for tails. */

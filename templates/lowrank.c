@@ -12,8 +12,9 @@
  * in order and each row sees the prefix state of the keys it may see; a key block is folded into the state when
  * the first query row that sees all of it comes, and a row's visible keys past the state are added exactly.
  * I/O per item in entries: K and V read once (n_kv (d + d_v)), Q read once (n d), O written once (n d_v).
- * Fast memory must hold the r x (d_v + 1) state and, for half dtypes, the fp32 copies of a key block (BC (d + d_v))
- * and a query row; the random directions are generated in fast memory (not transfers).
+ * Fast memory must hold the r x (d_v + 1) state and the fp32 copies of a key block (BC (d + d_v)) and a query row
+ * (converted for half dtypes; copied for f32 too, so that the loops over them read rows at the scratch's alignment
+ * whatever the caller's: kernel_abi.h); the random directions are generated in fast memory (not transfers).
  *
  * Non-finite inputs, where the features mean nothing, follow the fp64 reference (runtime/reference.c) exactly: a
  * score with a non-finite q or k entry is +inf, -inf or NaN, never finite. So a query row with one makes its output
@@ -80,7 +81,7 @@ static long lr_rank(void) {
 #define LR_UP(x) (((x) + 15) / 16 * 16)
 typedef struct {
   float *kv, *z, *fk, *fq, *w, *num, *coef;
-  float *kst, *vst, *qst; /* half dtypes: the key block's K and V rows and a query row in fp32 */
+  float *kst, *vst, *qst; /* the key block's K and V rows and a query row in fp32 */
   int *par, *var;
   int *kbad; /* per key row of the current block: 1 when it holds a non-finite entry */
   long *bad; /* the non-finite key rows read so far, in order (at most n_kv) */
@@ -100,11 +101,9 @@ static size_t lr_layout(void *base, lr_scratch *s, long n_kv) {
   LR_TAKE(fk, (size_t)LR_BC * r);
   LR_TAKE(fq, r);
   LR_TAKE(num, LR_DV);
-#if ATTN_HALF
   LR_TAKE(kst, (size_t)LR_BC * LR_D);
   LR_TAKE(vst, (size_t)LR_BC * LR_DV);
   LR_TAKE(qst, LR_D);
-#endif
 #if ATTN_FEATURE == 0
   LR_TAKE(coef, r);
   LR_TAKE(par, r);
@@ -127,6 +126,12 @@ size_t attn_kernel_scratch(const attn_kargs *a) { return lr_layout(NULL, NULL, a
 static inline long lr_count(long x) {
   __asm__("" : "+r"(x));
   return x;
+}
+
+/* A row in fast memory that the loops below read (the alignment check build notes where it lies). */
+static inline const float *lr_tile(const float *p) {
+  ATTN_ALIGN_NOTE(p, 64);
+  return p;
 }
 
 /* 1 when every entry of the row is finite: x - x is 0 for a finite x, NaN for inf and NaN (no branch per entry). */
@@ -280,9 +285,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* Current key block: keys [kb0, kb0 + kcols) read, features in fk, not yet in the state. */
   long kb0 = 0, kcols = 0;
 
-/* Reads a key block (K and V counted once each); LR_KROW(j), LR_VROW(j): key j's rows in fp32, j in the block (f32:
- * slow memory itself, nothing to convert; half: the copies in fast memory). */
-#if ATTN_HALF
+/* Reads a key block into fast memory (K and V counted once each: the copy is that read); LR_KROW(j), LR_VROW(j):
+ * key j's rows in fp32 there, j in the block. */
 #define LR_READ_BLOCK()                                                                         \
   do {                                                                                          \
     kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
@@ -291,18 +295,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     attn_load_row(s.kst, k + kb0 * LR_D, kcols * LR_D);                                         \
     attn_load_row(s.vst, v + kb0 * LR_DV, kcols * LR_DV);                                       \
   } while (0)
-#define LR_KROW(j) (s.kst + ((j) - kb0) * LR_D)
-#define LR_VROW(j) (s.vst + ((j) - kb0) * LR_DV)
-#else
-#define LR_READ_BLOCK()                                                                         \
-  do {                                                                                          \
-    kcols = n_kv - kb0 < LR_BC ? n_kv - kb0 : LR_BC;                                            \
-    ATTN_IO_READ(io, kcols * LR_D);                                                             \
-    ATTN_IO_READ(io, kcols * LR_DV);                                                            \
-  } while (0)
-#define LR_KROW(j) (k + (j) * LR_D)
-#define LR_VROW(j) (v + (j) * LR_DV)
-#endif
+#define LR_KROW(j) lr_tile(s.kst + ((j) - kb0) * LR_D)
+#define LR_VROW(j) lr_tile(s.vst + ((j) - kb0) * LR_DV)
 /* Features of a key block. */
 #if ATTN_FEATURE == 0
 #define LR_LOAD_BLOCK()                                                               \
@@ -390,12 +384,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       }
       long nb = nbad; /* the non-finite keys the row sees: the first nb read (in key order) */
       while (nb > 0 && s.bad[nb - 1] >= vis) nb--;
-#if ATTN_HALF
       attn_load_row(s.qst, q + i * LR_D, lr_count(LR_D));
-      const float *qf = s.qst;
-#else
-      const float *qf = q + i * LR_D;
-#endif
+      const float *qf = lr_tile(s.qst);
       lr_query(qf, sq, &s, r, LR_VROW(kb0), extra, nb, vis - nb, k, v, scale, out + i * LR_DV);
     }
     ATTN_IO_WRITE(io, rows * LR_DV);

@@ -22,7 +22,9 @@
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
  * visible scores are all -inf (0/0), makes the row NaN; a NaN in V reaches exactly the rows that see its key (a
  * visible key of weight 0 still multiplies its V row, a hidden one is skipped). The half conversions keep NaN and
- * infinities. */
+ * infinities.
+ * Alignment: the products read only the fp32 tiles in fast memory (the thread's scratch), never the caller's arrays,
+ * so any element alignment of Q, K, V and O runs the same loops at the same addresses (kernel_abi.h). */
 #ifndef ATTN_D
 #define ATTN_D 64
 #endif
@@ -108,8 +110,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         ATTN_IO_READ(io, tc * tk);
         for (long r = 0; r < tr; r++)
           for (long c = 0; c < tc; c++) {
+            const float *qr = ta + r * SC_T, *kr = tb + c * SC_T;
+            ATTN_ALIGN_NOTE(qr, 64);
+            ATTN_ALIGN_NOTE(kr, 64);
             float s = 0.0f;
-            for (long kk = 0; kk < tk; kk++) s += ta[r * SC_T + kk] * tb[c * SC_T + kk];
+            for (long kk = 0; kk < tk; kk++) s += qr[kk] * kr[kk];
             acc[r * tc + c] += s;
           }
       }
@@ -161,8 +166,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
             tcr = vis < 0 ? 0 : vis < tc ? vis : tc;
           }
           for (long c = 0; c < tcr; c++) {
-            const float p = ta[r * SC_T + c];
-            for (long dd = 0; dd < td; dd++) acc[r * td + dd] += p * tb[c * SC_T + dd];
+            const float p = ta[r * SC_T + c], *vr = tb + c * SC_T;
+            ATTN_ALIGN_NOTE(vr, 64);
+            for (long dd = 0; dd < td; dd++) acc[r * td + dd] += p * vr[dd];
           }
         }
       }

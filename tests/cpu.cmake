@@ -51,3 +51,13 @@ foreach(g flash flash_split smallcache lowrank)
   add_test(NAME cpu_nan_${g} COMMAND cpu_nan ${g})
   set_tests_properties(cpu_nan_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
 endforeach()
+# Element-aligned arrays (0, one element and 16 bytes past a 64-byte line): every algorithm and dtype against fp64,
+# the same bits and entries moved at every offset, and no unaligned access in the hot loops (ATTN_CHECK_ALIGN).
+# Half precision's other algorithm and dtype pairs (flash's two compile slowly) nightly.
+add_executable(cpu_align ${CMAKE_CURRENT_LIST_DIR}/cpu_align.c)
+target_link_libraries(cpu_align PRIVATE attn_core m ${CMAKE_DL_LIBS})
+foreach(g f32 half half_all)
+  add_test(NAME cpu_align_${g} COMMAND cpu_align ${g})
+  set_tests_properties(cpu_align_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+endforeach()
+set_tests_properties(cpu_align_half_all PROPERTIES LABELS nightly)
