@@ -1,5 +1,6 @@
-/* api.c: libattn's public API — runtimes, problem validation, plans (tuned row or default), execution —
- * and the error reporting every runtime file shares. */
+/* api.c: libattn's public API — runtimes, problem validation, plans (tuned row or default), execution. It calls the
+ * backends (cpu.c, cuda.c) and the files below them; failures are recorded by error.c, which every runtime file
+ * reports to. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -12,18 +13,6 @@
 
 /* The shared library hides everything but the public API. */
 #define ATTN_API __attribute__((visibility("default")))
-
-/* Failures before a runtime exists (or with a NULL one) still have a detail to report: kept per thread. */
-static _Thread_local char tls_error[ATTN_ERRLEN];
-
-int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
-  va_end(ap);
-  if (rt) memcpy(rt->last_error, tls_error, strlen(tls_error) + 1);
-  return code;
-}
 
 ATTN_API const char *attn_strerror(int code) {
   switch (code) {
@@ -39,7 +28,7 @@ ATTN_API const char *attn_strerror(int code) {
   }
 }
 
-ATTN_API const char *attn_last_error(const attn_runtime *rt) { return rt ? rt->last_error : tls_error; }
+ATTN_API const char *attn_last_error(const attn_runtime *rt) { return attn_error_last(rt); }
 
 /* <leaf> in attntune's cache directory ($XDG_CACHE_HOME/attntune, else ~/.cache/attntune: attn_cache_home). */
 static int cache_path(char *buf, size_t len, const char *leaf) {
@@ -124,6 +113,8 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
 
   atomic_init(&rt->refs, 1); /* the handle's own reference; each plan adds one */
   atomic_init(&rt->closed, 0);
+  atomic_init(&rt->cache_checked, 0);
+  rt->id = attn_error_runtime_id();
   rt->threads = parse_threads(getenv("ATTN_THREADS"), rt->threads_note, sizeof rt->threads_note);
 
   const char *cd = getenv("ATTN_CACHE_DIR");
@@ -145,9 +136,10 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
       rt->target = ATTN_TARGET_CUDA;
       if (!rt->device[0]) attn_device_name(ATTN_TARGET_CUDA, rt->device, sizeof rt->device);
     } else if (target == ATTN_TARGET_CUDA) {
-      char why[1024];
-      size_t wl = strnlen(rt->last_error, sizeof why - 1);
-      memcpy(why, rt->last_error, wl);
+      char why[1024]; /* attn_cuda_open's reason, copied: attn_fail below writes the same record */
+      const char *said = attn_error_last(rt);
+      size_t wl = strnlen(said, sizeof why - 1);
+      memcpy(why, said, wl);
       why[wl] = '\0';
       free(rt);
       return attn_fail(NULL, rc, "attn_open: %s", why);
@@ -186,14 +178,15 @@ ATTN_API int attn_open(const char *db_path, attn_target target, attn_runtime **o
     return attn_fail(NULL, ATTN_EDB, "attn_open: cannot access database %s: %s", path, strerror(e));
   }
   /* "" unless ATTN_THREADS was bad or the database could not be used */
-  snprintf(rt->last_error, sizeof rt->last_error, "%s%s%s", rt->threads_note,
+  snprintf(rt->note, sizeof rt->note, "%s%s%s", rt->threads_note,
            rt->threads_note[0] && db_note[0] ? "; " : "", db_note);
+  attn_error_forget(rt); /* the CUDA attempt of ATTN_TARGET_AUTO is not this runtime's failure */
   *out = rt;
   return ATTN_OK;
 }
 
 /* Drops one reference; the last one (the handle's after its plans', or a plan's after attn_close) frees. acq_rel: the
- * freeing thread sees every other holder's writes (last_error, ...) finished. */
+ * freeing thread sees every other holder's writes finished. */
 static void runtime_release(attn_runtime *rt) {
   if (atomic_fetch_sub_explicit(&rt->refs, 1, memory_order_acq_rel) != 1) return;
   attn_db_close(rt->db);
@@ -299,7 +292,7 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   char sum[384];
   attn_spec_summary(&plan->spec, sum, sizeof sum);
   snprintf(plan->describe, sizeof plan->describe, "%s (%s)", sum, origin && *origin ? origin : "given");
-  /* the plan's reference keeps the runtime (threads, CUDA context, error buffer) alive past attn_close; relaxed:
+  /* the plan's reference keeps the runtime (threads, CUDA context) alive past attn_close; relaxed:
    * the caller holds a reference already, so the count cannot reach 0 meanwhile */
   atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed);
   *out = plan;
@@ -428,17 +421,30 @@ ATTN_API int attn_plan_create(attn_runtime *rt, const attn_problem *prob, attn_p
   return attn_plan_create_spec(rt, &p, &s, 0, origin, out);
 }
 
-ATTN_API int attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o) {
-  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute: plan is NULL");
+/* Both entry points: stream NULL and sync 1 for attn_execute. */
+static int execute(const char *what, const attn_plan *plan, void *stream, int sync, const void *q, const void *k,
+                   const void *v, void *o) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "%s: plan is NULL", what);
   attn_runtime *rt = plan->rt;
   if (!q || !k || !v || !o)
-    return attn_fail(rt, ATTN_EINVAL, "attn_execute: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : "o");
+    return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, !q ? "q" : !k ? "k" : !v ? "v" : "o");
   const attn_problem *p = &plan->p;
-  if (plan->cuda) return attn_cuda_run(rt, plan->cuda, p, q, k, v, o, NULL, NULL);
-  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute: plan has no kernel");
+  if (plan->cuda)
+    return sync ? attn_cuda_run(rt, plan->cuda, p, q, k, v, o, NULL, NULL)
+                : attn_cuda_launch(rt, plan->cuda, p, stream, q, k, v, o);
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
   attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
                   .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
+}
+
+ATTN_API int attn_execute(const attn_plan *plan, const void *q, const void *k, const void *v, void *o) {
+  return execute("attn_execute", plan, NULL, 1, q, k, v, o);
+}
+
+ATTN_API int attn_execute_async(const attn_plan *plan, void *stream, const void *q, const void *k, const void *v,
+                                void *o) {
+  return execute("attn_execute_async", plan, stream, 0, q, k, v, o);
 }
 
 ATTN_API const char *attn_plan_describe(const attn_plan *plan) { return plan ? plan->describe : "(no plan)"; }

@@ -3,6 +3,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,12 +71,14 @@ static int private_enough(const char *dir, char *why, size_t wlen) {
   return 0;
 }
 
-int attn_cache_dir_ready(attn_runtime *rt) {
-  if (rt->cache_checked) return ATTN_OK;
+/* attn_cache_dir_ready's work, under cache_lock: rt->cache_dir and cache_note are written only here, before
+ * cache_checked is published. */
+static int cache_dir_setup(attn_runtime *rt) {
+  if (atomic_load_explicit(&rt->cache_checked, memory_order_relaxed)) return ATTN_OK; /* another thread did it */
   char why[1200] = "";
   if (attn_mkdir_p(rt->cache_dir) == 0 && private_enough(rt->cache_dir, why, sizeof why) == 0) {
-    rt->cache_checked = 1;
     attn_cache_sweep(rt->cache_dir); /* best effort: leftovers only cost disk space */
+    atomic_store_explicit(&rt->cache_checked, 1, memory_order_release);
     return ATTN_OK;
   }
   if (!why[0]) snprintf(why, sizeof why, "cannot create %.1100s: %s", rt->cache_dir, strerror(errno));
@@ -98,9 +101,22 @@ int attn_cache_dir_ready(attn_runtime *rt) {
   if (!ok) return attn_fail(rt, ATTN_ERUNTIME, "kernel cache refused (%s) and no private directory could be made", why);
   snprintf(rt->cache_note, sizeof rt->cache_note, "kernel cache %.1500s: using %.1500s instead", why, dir);
   snprintf(rt->cache_dir, sizeof rt->cache_dir, "%s", dir);
-  rt->cache_checked = 1;
   attn_cache_sweep(rt->cache_dir);
+  atomic_store_explicit(&rt->cache_checked, 1, memory_order_release);
   return ATTN_OK;
+}
+
+/* One lock for the process, not one per runtime: the setup runs once per runtime, and the tuner copies a runtime by
+ * value for its parallel compiles (a mutex must not be copied, least of all while held). */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int attn_cache_dir_ready(attn_runtime *rt) {
+  /* acquire: a thread that sees the flag sees the cache_dir and cache_note written before it */
+  if (atomic_load_explicit(&rt->cache_checked, memory_order_acquire)) return ATTN_OK;
+  pthread_mutex_lock(&cache_lock);
+  const int rc = cache_dir_setup(rt);
+  pthread_mutex_unlock(&cache_lock);
+  return rc;
 }
 
 int attn_artifact_open(const char *path, const char *want_sha256, int shared_object, void **bytes, size_t *len,
@@ -108,20 +124,11 @@ int attn_artifact_open(const char *path, const char *want_sha256, int shared_obj
   why[0] = '\0';
   if (bytes) *bytes = NULL;
   if (len) *len = 0;
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    if (e != ENOENT) snprintf(why, wlen, "%s: %s", path, e == ELOOP ? "a symbolic link, not followed" : strerror(e));
-    errno = e;
-    return -1;
-  }
   struct stat st;
+  const int fd = attn_open_regular(AT_FDCWD, path, &st, why, wlen);
+  if (fd < 0) return -1; /* errno and why from attn_open_regular: a FIFO there is refused, not waited on */
   void *buf = NULL;
-  if (fstat(fd, &st) != 0) {
-    snprintf(why, wlen, "%s: %s", path, strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    snprintf(why, wlen, "%s is not a regular file", path);
-  } else if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+  if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
     snprintf(why, wlen, "%s is not this user's alone (uid %u, mode %04o)", path, (unsigned)st.st_uid,
              (unsigned)(st.st_mode & 07777));
   } else if (st.st_size <= 0 || st.st_size > (off_t)1 << 30) {

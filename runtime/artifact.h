@@ -1,8 +1,9 @@
 /* artifact.h: the trust model of compiled kernels (shared objects and cubins). A kernel is loaded only from bytes
  * that were checked: a file in a cache directory that this user owns and nobody else can write, opened without
- * following a link, a regular file owned by the user and writable by nobody else, a well-formed ELF image whose
- * segments lie inside the file (a truncated object would otherwise fault when mapped), and, when the database records
- * the artifact, the same SHA-256 as the record. What fails is never loaded: the kernel is compiled again. */
+ * following a link and without blocking (a FIFO under a kernel's name is refused, not waited on), a regular file
+ * owned by the user and writable by nobody else, a well-formed ELF image whose segments lie inside the file (a
+ * truncated object would otherwise fault when mapped), and, when the database records the artifact, the same
+ * SHA-256 as the record. What fails is never loaded: the kernel is compiled again. */
 #ifndef ATTN_ARTIFACT_H
 #define ATTN_ARTIFACT_H
 
@@ -12,7 +13,8 @@
 /* Makes rt->cache_dir usable once: created when missing; one that is not a directory, not owned by this user, or
  * writable by group or others is refused and replaced by a private one ($XDG_RUNTIME_DIR/attntune-so, else
  * /tmp/attntune-<uid>/so, mode 0700), with the reason in rt->cache_note. ATTN_OK, or ATTN_ERUNTIME when no usable
- * directory exists. */
+ * directory exists. Safe from several threads at once; rt->cache_dir and cache_note are final once it returned
+ * ATTN_OK. */
 int attn_cache_dir_ready(attn_runtime *rt);
 
 /* Hex digits of the hash that names a cached kernel (attn_hash_hex). */

@@ -31,11 +31,13 @@ typedef struct attn_problem {
   int d_v;                  /* 0: same as d; V is [batch][heads_kv][n_kv][d_v], O [batch][heads][n][d_v] */
 } attn_problem;
 
-/* db_path NULL: $ATTN_DB, else ~/.cache/attntune/attntune.db. A missing database is not an error: plans use defaults.
+/* db_path NULL: $ATTN_DB, else attntune.db in the cache directory: $XDG_CACHE_HOME/attntune when XDG_CACHE_HOME is
+ * set to an absolute path, else ~/.cache/attntune (compiled kernels: its so/, or $ATTN_CACHE_DIR). A missing database
+ * is not an error: plans use defaults.
  * $ATTN_THREADS: CPU worker threads, digits only, 1..min(4 x cores, 1024); unset: all cores (at most 1024). A value
  * that is not such an integer ("0", "-3", "abc", "2x") is ignored (all cores serve) and one above the cap is clamped
- * to it; neither fails attn_open, and after such an open attn_last_error(rt) says what was done (until a later
- * failure replaces it; "" otherwise).
+ * to it; neither fails attn_open, and after such an open attn_last_error(rt) says what was done (in every thread until
+ * that thread's own failure on rt replaces it; "" otherwise).
  * ATTN_TARGET_CUDA fails with ATTN_ENODEV only when there is nothing to run on: no driver library ($ATTN_LIBCUDA,
  * default libcuda.so.1), the CUDA toolkit's stub library in its place, or a driver that reports no device. A driver
  * that does not work (cuInit fails otherwise, entry points missing) or a device that cannot be opened gives
@@ -55,13 +57,33 @@ int  attn_execute(const attn_plan *plan, const void *q, const void *k, const voi
 const char *attn_plan_describe(const attn_plan *plan);   /* "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" */
 /* Lifetime: a plan holds a reference to its runtime. attn_close ends the handle (rt must not be used again: no
  * attn_plan_create, no attn_last_error(rt)) and closes the database, but plans created before stay valid: they
- * execute and describe as before (failures show in return codes only, as rt is gone), and the runtime's memory and
- * CUDA context are freed when the last of them is destroyed. Plans of one runtime may be destroyed from several
- * threads at once (an atomic count); a plan must not be destroyed while another thread still executes it. */
+ * execute and describe as before (a failure's detail in attn_last_error(NULL), as rt is gone), and the runtime's
+ * memory and CUDA context are freed when the last of them is destroyed. Plans of one runtime may be destroyed from
+ * several threads at once (an atomic count); a plan must not be destroyed while another thread still executes it. */
 void attn_plan_destroy(attn_plan *plan);                  /* NULL is fine */
 void attn_close(attn_runtime *rt);                        /* NULL is fine */
 const char *attn_strerror(int code);
-const char *attn_last_error(const attn_runtime *rt);      /* detail of the last failure: compiler log, SQL error, ... */
+/* Detail of the calling thread's last failure (compiler log, SQL error, ...): attn_last_error(rt) of its last failure
+ * on rt, attn_last_error(NULL) of its last failing call of any kind. Kept per thread: other threads' failures never
+ * change it, and the text stays valid until this thread's next failing call into libattn or its exit. A thread that
+ * has not failed on rt since attn_open gets the open's note (see attn_open; "" when there was none).
+ * Threads: attn_plan_create, attn_execute(_async), attn_plan_describe and attn_last_error may be called from several
+ * threads at once on one runtime (a kernel that two threads need at once may be compiled by both: each loads the
+ * object it checked). attn_open and attn_close of different runtimes may run in any threads at once. attn_close must
+ * be the last call on its handle, made after every other call on it has returned. */
+const char *attn_last_error(const attn_runtime *rt);
+
+/* attn_execute without waiting, for applications that queue work on a CUDA stream (PyTorch's current stream, an
+ * inference engine's). On CUDA: stream is a CUstream of the runtime's device in its primary context (NULL: the
+ * default stream); the kernel is queued there and the call returns before it runs, with no host synchronization.
+ * ATTN_OK means it was queued: errors of the kernel itself surface at the caller's next synchronization of the stream
+ * (cuStreamSynchronize, an event, a copy), not here. The caller guarantees that q, k, v and o stay allocated, and
+ * that q, k, v are not written and o not read, until the stream has finished the launch. A plan launched this way
+ * may be destroyed at once: attn_plan_destroy then waits for the device (cuCtxSynchronize) before unloading it. Scratch
+ * device memory (smallcache) is allocated and freed in the stream's order; on a driver older than CUDA 11.2 or a
+ * device without memory pools such a kernel waits for its launch instead. The same plan may be queued on several
+ * streams and from several threads at once. On the CPU: stream is ignored and this is attn_execute. */
+int  attn_execute_async(const attn_plan *plan, void *stream, const void *q, const void *k, const void *v, void *o);
 
 #ifdef __cplusplus
 }

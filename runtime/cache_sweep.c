@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "artifact.h"
+#include "files.h"
 
 #define SWEEP_GRACE_S 60           /* a compile's temporaries are locked within microseconds of their creation */
 #define SWEEP_INSTALL_AGE_S (3600) /* an install's temporary lives for milliseconds; nothing locks it */
@@ -54,9 +55,10 @@ static int stale(int dfd, const char *name, time_t now, time_t age) {
          now - st.st_mtime >= age;
 }
 
-/* The compile that created name (a .c temporary) is gone: nobody holds its lock. */
+/* The compile that created name (a .c temporary) is gone: nobody holds its lock. Opened as a regular file only (a
+ * FIFO swapped in after stale() looked would block a plain open). */
 static int abandoned(int dfd, const char *name) {
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = attn_open_regular(dfd, name, NULL, NULL, 0);
   if (fd < 0) return 0;
   int free_ = flock(fd, LOCK_EX | LOCK_NB) == 0;
   close(fd);

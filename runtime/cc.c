@@ -116,7 +116,8 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
       *fd_out = fd;
       return ATTN_OK;
     }
-    if (why[0]) unlink(path); /* failed a check: never loaded, replaced below */
+    /* one that failed a check is never loaded; the rename below replaces it (an unlink here could remove the good
+     * object another thread or process has just renamed into place) */
   }
   if (rt->db && !force) {
     void *blob = NULL;
@@ -203,23 +204,23 @@ int attn_cc_object(attn_runtime *rt, const char *source, const char *label, int 
     return rc;
   }
   free(log);
-  /* The bytes the compiler wrote are the ones loaded: hashed before the rename, checked after it. */
+  /* The bytes the compiler wrote are the ones loaded: checked and opened before the rename, so that the descriptor
+   * handed back is this compile's object whatever another thread or process renames onto path meanwhile. */
+  void *blob = NULL;
   size_t blen = 0;
-  void *blob = attn_read_file(obj, &blen);
   char sha[65];
-  if (!blob || attn_sha256_hex(blob, blen, sha) != 0 || rename(obj, path) != 0) {
-    int e = errno;
+  fd = attn_artifact_open(obj, NULL, 1, &blob, &blen, why, sizeof why);
+  const char *fail = fd < 0 ? "failed its check" : attn_sha256_hex(blob, blen, sha) != 0 ? "cannot be hashed"
+                     : rename(obj, path) != 0 ? "cannot be renamed into place" : NULL;
+  if (fail) {
+    const int e = errno;
+    if (fd >= 0) close(fd);
     unlink(obj);
     unlock_remove(lock, src);
     free(blob);
-    return attn_fail(rt, ATTN_ERUNTIME, "cannot install %s: %s", path, blob ? strerror(e) : "cannot read the object");
+    return attn_fail(rt, ATTN_ERUNTIME, "the compiled %s %s: %s", label, fail, why[0] ? why : strerror(e));
   }
   unlock_remove(lock, src);
-  fd = attn_artifact_open(path, sha, 1, NULL, NULL, why, sizeof why);
-  if (fd < 0) {
-    free(blob);
-    return attn_fail(rt, ATTN_ERUNTIME, "the compiled %s failed its check: %s", label, why[0] ? why : strerror(errno));
-  }
   /* Best effort: a failure to store only means the next process compiles again. */
   if (rt->db) attn_db_artifact_put(rt->db, hash, cc, ATTN_CC_FLAGS, arch, blob, blen);
   free(blob);

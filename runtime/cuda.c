@@ -4,6 +4,7 @@
  * with a tuned database never runs NVRTC), and loaded with cuModuleLoadData. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 enum {
   CU_ATTR_SMS = 16, CU_ATTR_L2 = 38, CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76, CU_ATTR_SMEM_OPTIN = 97,
-  CU_FUNC_NUM_REGS = 4, CU_FUNC_LOCAL_BYTES = 3, CU_FUNC_MAX_DYN_SMEM = 8,
+  CU_ATTR_MEMORY_POOLS = 115, CU_FUNC_NUM_REGS = 4, CU_FUNC_LOCAL_BYTES = 3, CU_FUNC_MAX_DYN_SMEM = 8,
   CU_ERROR_STUB_LIBRARY = 34, CU_ERROR_NO_DEVICE = 100
 };
 
@@ -66,9 +67,14 @@ struct attn_cuda {
   CU_FUNCS(X)
 #undef X
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  /* optional: stream-ordered allocation (CUDA 11.2) for attn_execute_async's scratch, and a context-wide wait */
+  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*cuCtxSynchronize)(void);
   CUdevice dev;
   CUcontext ctx;
   int cc_major, cc_minor, sms, smem_optin, l2_bytes;
+  int pools;                /* cuMemAllocAsync and cuMemFreeAsync exist and the device has memory pools */
   char arch[16];
   char name[256];
 };
@@ -83,6 +89,7 @@ struct attn_cuda_kernel {
   CUdeviceptr consts;
   int was_cached;
   attn_cuda_resources res;
+  atomic_int queued;        /* attn_cuda_launch has run: unload waits for the device before freeing */
 };
 
 static const char *cu_err(const attn_cuda *c, CUresult r) {
@@ -167,6 +174,9 @@ int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
   CU_FUNCS(X)
 #undef X
   *(void **)&c->cuGetErrorString = dlsym(c->lib, "cuGetErrorString");
+  *(void **)&c->cuMemAllocAsync = dlsym(c->lib, "cuMemAllocAsync");
+  *(void **)&c->cuMemFreeAsync = dlsym(c->lib, "cuMemFreeAsync");
+  *(void **)&c->cuCtxSynchronize = dlsym(c->lib, "cuCtxSynchronize");
   /* cuInit first: the stub and a driver without devices say so there, whatever else they lack */
   if (!c->cuInit)
     return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "%s is not a CUDA driver: it has no cuInit", libname));
@@ -219,6 +229,11 @@ int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
     return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "CUDA device %d (%s): no context: cuDevicePrimaryCtxRetain: %s",
                                     idx, c->name, cu_err(c, r)));
   }
+  /* an older driver does not know the attribute: no pools, which only costs attn_execute_async its asynchrony for
+   * kernels with scratch */
+  int pools = 0;
+  c->pools = c->cuMemAllocAsync && c->cuMemFreeAsync &&
+             c->cuDeviceGetAttribute(&pools, CU_ATTR_MEMORY_POOLS, c->dev) == 0 && pools == 1;
   snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
   attn_cuda_family(c->name, rt->device, sizeof rt->device);
   *out = c;
@@ -275,7 +290,8 @@ static int get_cubin(attn_runtime *rt, const char *src, const char *arch, const 
       *was_cached = 1;
       return ATTN_OK;
     }
-    if (files && why[0]) unlink(path); /* failed a check: never loaded, replaced below */
+    /* one that failed a check is never loaded; attn_install_file's rename below replaces it (an unlink could remove
+     * what another thread or process has just installed) */
     if (rt->db && attn_db_artifact_get(rt->db, hash, "nvrtc", NVRTC_FLAGS, arch, blob, len) == ATTN_OK && *blob &&
         *len && attn_elf_check(*blob, *len, 0, why, sizeof why) == 0) {
       if (files) attn_install_file(path, *blob, *len); /* best effort */
@@ -309,10 +325,12 @@ static void spec_for_device(const attn_cuda *c, const attn_spec *s, attn_spec *o
   out->arch[al] = '\0';
 }
 
+/* cuLaunchKernel copies the arguments that params points to before it returns: a and params may live on the stack
+ * even when the launch is queued behind others on the stream. */
 static int launch(attn_runtime *rt, attn_cuda *c, CUfunction fn, unsigned grid, unsigned block, unsigned smem,
-                  attn_cuda_kargs *a, const char *what) {
+                  attn_cuda_kargs *a, CUstream stream, const char *what) {
   void *params[] = {a};
-  CUresult r = c->cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, NULL, params, NULL);
+  CUresult r = c->cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, NULL);
   if (r != 0) return attn_fail(rt, ATTN_ERUNTIME, "launching %s (grid %u, block %u, %u bytes of shared memory): %s",
                                what, grid, block, smem, cu_err(c, r));
   return ATTN_OK;
@@ -389,7 +407,7 @@ int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda
       memset(&a, 0, sizeof a);
       a.consts = (void *)(uintptr_t)k->consts;
       a.scale = 1.0f;
-      rc = launch(rt, c, init, g.init_grid, g.init_block, 0, &a, "attn_init");
+      rc = launch(rt, c, init, g.init_grid, g.init_block, 0, &a, NULL, "attn_init");
       if (rc == ATTN_OK && (r = c->cuStreamSynchronize(NULL)) != 0)
         rc = attn_fail(rt, ATTN_ERUNTIME, "%s: attn_init failed: %s", label, cu_err(c, r));
     }
@@ -424,6 +442,8 @@ void attn_cuda_unload(attn_cuda_kernel *k) {
   if (!k) return;
   if (k->cu) {
     k->cu->cuCtxSetCurrent(k->cu->ctx);
+    /* launches of attn_execute_async may still be queued: they read the constants and run the module's code */
+    if (atomic_load_explicit(&k->queued, memory_order_relaxed) && k->cu->cuCtxSynchronize) k->cu->cuCtxSynchronize();
     if (k->consts) k->cu->cuMemFree_v2(k->consts);
     if (k->mod) k->cu->cuModuleUnload(k->mod);
   }
@@ -433,37 +453,47 @@ void attn_cuda_unload(attn_cuda_kernel *k) {
 int attn_cuda_was_cached(const attn_cuda_kernel *k) { return k ? k->was_cached : 0; }
 const attn_spec *attn_cuda_kernel_spec(const attn_cuda_kernel *k) { return &k->spec; }
 
-int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
-                  const void *v, void *o, attn_io *io, double *ms) {
+/* What both launches share: the pointers checked, the context current, the grid and the kernel's arguments. */
+static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
+                   const void *v, void *o, const char *what, attn_cuda_kargs *a, attn_cuda_geom *g) {
   attn_cuda *c = k->cu;
   /* the kernels move 16-byte vectors (cp.async, vector loads and stores) */
   const void *ptrs[4] = {q, kk, v, o};
   for (int i = 0; i < 4; i++)
     if ((uintptr_t)ptrs[i] % 16)
-      return attn_fail(rt, ATTN_EINVAL, "attn_execute: %c = %p is not 16-byte aligned (CUDA kernels load 16-byte vectors)",
-                       "qkvo"[i], ptrs[i]);
+      return attn_fail(rt, ATTN_EINVAL, "%s: %c = %p is not 16-byte aligned (CUDA kernels load 16-byte vectors)",
+                       what, "qkvo"[i], ptrs[i]);
   int rc = make_current(rt, c);
   if (rc != ATTN_OK) return rc;
   char err[256];
-  attn_cuda_geom g;
   const long long bh = (long long)p->batch * p->heads;
-  if (attn_cuda_geometry(&k->spec, bh, p->n, p->n_kv, (long long)c->sms * k->blocks_per_sm, &g, err, sizeof err) !=
+  if (attn_cuda_geometry(&k->spec, bh, p->n, p->n_kv, (long long)c->sms * k->blocks_per_sm, g, err, sizeof err) !=
       ATTN_OK)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "%s", err);
+  memset(a, 0, sizeof *a);
+  a->q = q;
+  a->k = kk;
+  a->v = v;
+  a->o = o;
+  a->consts = (void *)(uintptr_t)k->consts;
+  a->batch = p->batch;
+  a->heads = p->heads;
+  a->heads_kv = p->heads_kv;
+  a->n = p->n;
+  a->n_kv = p->n_kv;
+  a->scale = p->scale;
+  a->grid_items = (int)(g->items < 0x7fffffff ? g->items : 0x7fffffff);
+  return ATTN_OK;
+}
+
+/* One launch on stream s, waited for: attn_execute's, and the tuner's with I/O counters and event timing. */
+static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, CUstream s, const void *q,
+                    const void *kk, const void *v, void *o, attn_io *io, double *ms, const char *what) {
+  attn_cuda *c = k->cu;
   attn_cuda_kargs a;
-  memset(&a, 0, sizeof a);
-  a.q = q;
-  a.k = kk;
-  a.v = v;
-  a.o = o;
-  a.consts = (void *)(uintptr_t)k->consts;
-  a.batch = p->batch;
-  a.heads = p->heads;
-  a.heads_kv = p->heads_kv;
-  a.n = p->n;
-  a.n_kv = p->n_kv;
-  a.scale = p->scale;
-  a.grid_items = (int)(g.items < 0x7fffffff ? g.items : 0x7fffffff);
+  attn_cuda_geom g;
+  int rc = prepare(rt, k, p, q, kk, v, o, what, &a, &g);
+  if (rc != ATTN_OK) return rc;
   CUdeviceptr scratch = 0, counters = 0;
   CUevent ev[2] = {NULL, NULL};
   CUresult r = 0;
@@ -482,17 +512,17 @@ int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_proble
     a.io = (unsigned long long *)(uintptr_t)counters;
   }
   if (ms && ((r = c->cuEventCreate(&ev[0], 0)) != 0 || (r = c->cuEventCreate(&ev[1], 0)) != 0 ||
-             (r = c->cuEventRecord(ev[0], NULL)) != 0)) {
+             (r = c->cuEventRecord(ev[0], s)) != 0)) {
     rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
     goto done;
   }
-  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, "attn_kernel");
+  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
   if (rc != ATTN_OK) goto done;
-  if (ms && (r = c->cuEventRecord(ev[1], NULL)) != 0) {
+  if (ms && (r = c->cuEventRecord(ev[1], s)) != 0) {
     rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));
     goto done;
   }
-  if ((r = c->cuStreamSynchronize(NULL)) != 0) {
+  if ((r = c->cuStreamSynchronize(s)) != 0) {
     rc = attn_fail(rt, ATTN_ERUNTIME, "attn_kernel failed: %s", cu_err(c, r));
     goto done;
   }
@@ -518,6 +548,35 @@ done:
   if (ev[1]) c->cuEventDestroy_v2(ev[1]);
   if (scratch) c->cuMemFree_v2(scratch);
   if (counters) c->cuMemFree_v2(counters);
+  return rc;
+}
+
+int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
+                  const void *v, void *o, attn_io *io, double *ms) {
+  return run_sync(rt, k, p, NULL, q, kk, v, o, io, ms, "attn_execute");
+}
+
+int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *p, void *stream, const void *q,
+                     const void *kk, const void *v, void *o) {
+  attn_cuda *c = k->cu;
+  attn_cuda_kargs a;
+  attn_cuda_geom g;
+  int rc = prepare(rt, k, p, q, kk, v, o, "attn_execute_async", &a, &g);
+  if (rc != ATTN_OK) return rc;
+  CUstream s = stream;
+  /* without stream-ordered allocation, scratch freed after the launch must wait for it */
+  if (g.scratch > 0 && !c->pools) return run_sync(rt, k, p, s, q, kk, v, o, NULL, NULL, "attn_execute_async");
+  CUdeviceptr scratch = 0;
+  CUresult r = 0;
+  /* Scratch per launch (smallcache's), allocated and freed in the stream's order: a plan may be queued on several
+   * streams at once, and the memory is reused only after this launch has finished with it. */
+  if (g.scratch > 0 && (r = c->cuMemAllocAsync(&scratch, (size_t)g.scratch, s)) != 0)
+    return attn_fail(rt, ATTN_ENOMEM, "%lld bytes of device scratch: cuMemAllocAsync: %s", g.scratch, cu_err(c, r));
+  a.scratch = (void *)(uintptr_t)scratch;
+  atomic_store_explicit(&k->queued, 1, memory_order_relaxed);
+  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
+  if (scratch && (r = c->cuMemFreeAsync(scratch, s)) != 0 && rc == ATTN_OK)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "freeing device scratch: cuMemFreeAsync: %s", cu_err(c, r));
   return rc;
 }
 

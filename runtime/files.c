@@ -1,6 +1,7 @@
 /* files.c: file operations of the kernel cache directory (see files.h). */
 #include "files.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,19 +36,35 @@ int attn_write_all(int fd, const void *data, size_t len) {
   return 0;
 }
 
-void *attn_read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  void *buf = NULL;
-  long sz = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz)) &&
-      fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
+int attn_open_regular(int dfd, const char *path, struct stat *st, char *why, size_t wlen) {
+  struct stat own;
+  if (!st) st = &own;
+  if (why && wlen) why[0] = '\0';
+  const int fd = openat(dfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    if (why && wlen && e != ENOENT)
+      snprintf(why, wlen, "%s: %s", path, e == ELOOP ? "a symbolic link, not followed" : strerror(e));
+    errno = e;
+    return -1;
   }
-  fclose(f);
-  if (buf) *len = (size_t)sz;
-  return buf;
+  int e = 0, flags;
+  if (fstat(fd, st) != 0) {
+    e = errno;
+    if (why && wlen) snprintf(why, wlen, "%s: %s", path, strerror(e));
+  } else if (!S_ISREG(st->st_mode)) {
+    e = EINVAL;
+    if (why && wlen) snprintf(why, wlen, "%s is not a regular file", path);
+  } else if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    e = errno;
+    if (why && wlen) snprintf(why, wlen, "%s: %s", path, strerror(e));
+  }
+  if (e) {
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
 }
 
 int attn_install_file(const char *path, const void *data, size_t len) {

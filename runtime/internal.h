@@ -11,8 +11,8 @@
 #include "spec.h"
 #include "db.h"
 #include "kernel_abi.h"
+#include "error.h"
 
-#define ATTN_ERRLEN 16384
 /* $ATTN_THREADS is clamped to min(4 x cores, this): OpenMP exits the process when it cannot start the threads. */
 #define ATTN_THREADS_CAP 1024
 /* Most rows (n, n_kv) of a problem: block counts (n + B - 1) / B are taken in int, with blocks B <= 1024. */
@@ -27,13 +27,15 @@ struct attn_runtime {
   attn_db *db;             /* NULL when there is no database: plans use defaults */
   char db_path[4096];
   char cache_dir[4096];    /* compiled shared objects: $ATTN_CACHE_DIR or ~/.cache/attntune/so */
-  int cache_checked;       /* cache_dir passed the checks of artifact.h (or was replaced by a private one) */
+  /* cache_dir, cache_note: written only by attn_cache_dir_ready, under its lock, before cache_checked is set */
+  atomic_int cache_checked; /* cache_dir passed the checks of artifact.h (or was replaced by a private one) */
   char cache_note[3200];   /* why cache_dir was replaced; "" when it was not */
   char device[256];        /* device name as stored in database rows */
   int threads;             /* CPU worker threads ($ATTN_THREADS or all cores, at most ATTN_THREADS_CAP) */
   char threads_note[160];  /* why $ATTN_THREADS was ignored or clamped; "" when used as given or unset */
   attn_cuda *cuda;         /* NULL on CPU */
-  char last_error[ATTN_ERRLEN];
+  unsigned long long id;   /* attn_error_runtime_id: names the runtime in a thread's error record (error.c) */
+  char note[1536];         /* attn_last_error(rt) after a successful open (bad $ATTN_THREADS, unused database) */
   atomic_int refs;         /* 1 for the handle until attn_close, + 1 per live plan; the last release frees */
   atomic_int closed;       /* set by attn_close: the handle is gone, its plans still run */
 };
@@ -46,9 +48,6 @@ struct attn_plan {
   attn_cpu_kernel *cpu;
   attn_cuda_kernel *cuda;
 };
-
-/* Records a one-line (or longer, e.g. a compiler log) detail for attn_last_error; returns code. rt may be NULL. */
-int attn_fail(attn_runtime *rt, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale); ATTN_EINVAL with a reason otherwise. */
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
@@ -89,6 +88,11 @@ int  attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cud
  * Either may be NULL. */
 int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
                    const void *v, void *o, attn_io *io, double *ms);
+/* One launch queued on stream (a CUstream; NULL: the default stream), not waited for (attn_execute_async): scratch
+ * is allocated and freed in the stream's order (cuMemAllocAsync); a driver or device without memory pools makes a
+ * kernel that needs scratch wait for its launch instead. */
+int  attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *p, void *stream, const void *q,
+                      const void *kk, const void *v, void *o);
 void attn_cuda_unload(attn_cuda_kernel *k);
 /* Compiles s into the caches without loading it (the tuner's parallel compiles); thread-safe with its own rt copy. */
 int  attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io);

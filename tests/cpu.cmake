@@ -21,12 +21,20 @@ add_test(NAME cpu_compile_fail COMMAND cpu_compile ${ATTN_TEST_CACHE})
 add_test(NAME cpu_cache_two_processes COMMAND cpu_cache ${ATTN_TEST_CACHE})
 add_test(NAME cpu_cache_database COMMAND cpu_cache ${ATTN_TEST_CACHE} db)
 add_test(NAME cpu_cache_race COMMAND cpu_cache ${ATTN_TEST_CACHE} race)
+add_test(NAME cpu_cache_fifo COMMAND cpu_cache ${ATTN_TEST_CACHE} fifo)
 add_test(NAME cpu_threads COMMAND cpu_threads)
 add_test(NAME cpu_plans COMMAND cpu_plans)
 add_test(NAME cpu_half COMMAND cpu_half)
 set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_correct_split cpu_correct_packed cpu_bad cpu_compile_fail cpu_cache_two_processes
                      cpu_cache_database cpu_cache_race cpu_threads cpu_half cpu_plans
                      PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+# a FIFO under a cached name blocked the open that reads it: the timeout is what fails that
+set_tests_properties(cpu_cache_fifo PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${ATTN_CPU_ENV}")
+# attn_execute_async on the CPU is attn_execute (tests/cuda.cmake runs the same program on the fake CUDA driver)
+add_executable(execute_async ${CMAKE_CURRENT_LIST_DIR}/execute_async.c)
+target_link_libraries(execute_async PRIVATE attn_core m ${CMAKE_DL_LIBS})
+add_test(NAME cpu_execute_async COMMAND execute_async cpu)
+set_tests_properties(cpu_execute_async PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${ATTN_CPU_ENV}")
 set_tests_properties(cpu_threads PROPERTIES ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
 # The example application, through the shared library (only the public API is visible there).
 if(TARGET quickstart)

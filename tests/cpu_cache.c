@@ -3,17 +3,23 @@
  *   cpu_cache DIR db      the same through the database: the first child stores the artifact, the cache directory is
  *                         emptied, and the second child still loads without compiling (no compiler on PATH);
  *   cpu_cache DIR race    two processes compile the same kernel into one empty cache at once: both succeed;
- *   cpu_cache child       opens the runtime from the environment, plans, checks the result, prints was_cached=N. */
+ *   cpu_cache DIR fifo    a FIFO under the cached kernel's name (it would block an open for reading until a writer
+ *                         came): the next process refuses it, compiles again and replaces it with the object;
+ *   cpu_cache child [small]  opens the runtime from the environment, plans, checks the result, prints was_cached=N
+ *                         (small: a smallcache kernel of d = 8, quick to compile). */
 #include <dirent.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "cpu_util.h"
 
 extern char **environ;
+static char *child_arg; /* passed on to the child: NULL, or "small" */
 
-static int child(void) {
+/* "small": a smallcache kernel of d = 8, which compiles in a fraction of the default's time (the fifo case). */
+static int child(int small) {
   attn_runtime *rt = NULL;
   int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
   if (rc != ATTN_OK) {
@@ -21,6 +27,7 @@ static int child(void) {
     return 1;
   }
   attn_problem p = {.batch = 2, .heads = 2, .n = 77, .d = 48, .causal = 1};
+  if (small) p.d = 8, p.algo = ATTN_ALGO_SMALLCACHE;
   case_bufs c;
   attn_plan *plan = NULL;
   if (case_alloc(&p, 5, &c) != 0) return 1;
@@ -50,7 +57,7 @@ static pid_t spawn_child(int *fd) {
   ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
   if (l <= 0) return -1;
   self[l] = '\0';
-  char *argv[] = {self, "child", NULL};
+  char *argv[] = {self, "child", child_arg, NULL};
   pid_t pid;
   int e = posix_spawn(&pid, self, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -106,13 +113,15 @@ static void empty_dir(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 2 && strcmp(argv[1], "child") == 0) return child();
+  if (argc >= 2 && strcmp(argv[1], "child") == 0) return child(argc > 2 && strcmp(argv[2], "small") == 0);
   if (argc < 2) {
-    fprintf(stderr, "usage: cpu_cache DIR [db] | cpu_cache child\n");
+    fprintf(stderr, "usage: cpu_cache DIR [db|race|fifo] | cpu_cache child\n");
     return 2;
   }
   const int use_db = argc > 2 && strcmp(argv[2], "db") == 0;
   const int race = argc > 2 && strcmp(argv[2], "race") == 0;
+  const int fifo = argc > 2 && strcmp(argv[2], "fifo") == 0;
+  if (fifo) child_arg = "small";
   unsetenv("CC"); /* the default compiler, "cc", so the database mode can hide it through PATH */
   char cache[4096], db[4200];
   snprintf(cache, sizeof cache, "%s/cache-XXXXXX", argv[1]);
@@ -143,6 +152,30 @@ int main(int argc, char **argv) {
   }
   int first = run_child();
   CHECK(first == 0, "first process: was_cached=%d, want 0 (it should compile)", first);
+  if (fifo) {
+    /* Nothing ever writes to these: a plain open for reading waits forever (the test's TIMEOUT fails it then). */
+    DIR *d = opendir(cache);
+    struct dirent *e;
+    char path[8192], fifos[8][8192];
+    int planted = 0;
+    while (d && (e = readdir(d)) && planted < 8)
+      if (strstr(e->d_name, ".so")) {
+        snprintf(path, sizeof path, "%s/%s", cache, e->d_name);
+        CHECK(unlink(path) == 0 && mkfifo(path, 0600) == 0, "cannot plant a FIFO at %s", path);
+        snprintf(fifos[planted++], sizeof fifos[0], "%s", path);
+      }
+    if (d) closedir(d);
+    CHECK(planted == 1, "%d cached objects, want the one kernel's", planted);
+    printf("planted a FIFO under the cached kernel's name; the next process must compile again\n");
+    int again = run_child();
+    CHECK(again == 0, "FIFO in the cache: was_cached=%d, want 0 (it should compile again)", again);
+    struct stat st;
+    for (int i = 0; i < planted; i++)
+      CHECK(lstat(fifos[i], &st) == 0 && S_ISREG(st.st_mode), "%s was not replaced by the compiled object", fifos[i]);
+    if (!failures) empty_dir(cache), rmdir(cache);
+    printf("cpu_cache fifo: %d failures\n", failures);
+    return failures ? 1 : 0;
+  }
   if (use_db) {
     /* Only the database holds the kernel now, and there is no compiler to fall back on. */
     char so[4096];

@@ -109,10 +109,19 @@ foreach(lib fake_libcuda fake_libcuda_noctx)
   set_target_properties(${lib} PROPERTIES PREFIX "" C_VISIBILITY_PRESET default)
 endforeach()
 target_compile_definitions(fake_libcuda_noctx PRIVATE FAKE_NO_CTX)
+foreach(lib fake_libcuda fake_libcuda_noctx)
+  target_include_directories(${lib} PRIVATE ${PROJECT_SOURCE_DIR}/templates)
+  target_link_libraries(${lib} PRIVATE Threads::Threads)
+endforeach()
 add_executable(cuda_open ${CMAKE_CURRENT_LIST_DIR}/cuda_open.c)
 target_link_libraries(cuda_open PRIVATE attn_core)
 add_test(NAME cuda_open COMMAND cuda_open $<TARGET_FILE:fake_libcuda> $<TARGET_FILE:fake_libcuda_noctx>)
 set_tests_properties(cuda_open PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_ENV}")
+# attn_execute_async on the fake driver: the caller's stream, no synchronization, scratch in the stream's order
+# (tests/execute_async.c; NVRTC makes the cubins, exit 77 without it)
+add_test(NAME cuda_execute_async COMMAND execute_async cuda $<TARGET_FILE:fake_libcuda>)
+set_tests_properties(cuda_execute_async PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CUDA_ENV}")
 
 # On a GPU (label gpu; exit 77 = skipped, with the reason, where there is none): correctness against fp64 for the
 # foundation's sizes in f16, bf16 and f32, odd shapes, counted I/O against the closed forms, the API on a device.

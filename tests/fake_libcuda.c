@@ -3,11 +3,17 @@
  * $FAKE_LIBCUDA, comma-separated (defaults in brackets):
  *   init=N   cuInit returns N [0]          count=N  devices [1]            cc=MAJMIN  compute capability [80]
  *   ctx=N    cuDevicePrimaryCtxRetain returns N [0]                        alloc=N  cuMemAlloc_v2 returns N [0]
+ *   pools=N  the device attribute "memory pools supported" (stream-ordered allocation) [1]
  * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
- * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. */
+ * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. What the runtime
+ * asked for is recorded (fake_libcuda.h: launches and their streams, synchronizations, memory freed while a queued
+ * launch still uses it) for a test to read through fake_cuda_record. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fake_libcuda.h"
+#include "kernel_abi_cuda.h"
 
 #define API __attribute__((visibility("default")))
 #define ATTR_SMS 16
@@ -15,6 +21,7 @@
 #define ATTR_CC_MAJOR 75
 #define ATTR_CC_MINOR 76
 #define ATTR_SMEM_OPTIN 97
+#define ATTR_MEMORY_POOLS 115
 
 typedef unsigned long long devptr;
 
@@ -28,6 +35,40 @@ static int setting(const char *key, int def) {
     if (p) p++;
   }
   return def;
+}
+
+/* The record, and the launches not yet waited for: their stream and the device memory they use. */
+#define MAX_PENDING 256
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static fake_cuda_calls rec;
+static struct {
+  void *stream;
+  const void *scratch, *consts;
+} queued[MAX_PENDING];
+
+API void fake_cuda_record(fake_cuda_calls *out, int reset) {
+  pthread_mutex_lock(&mu);
+  *out = rec;
+  if (reset) {
+    const int pending = rec.pending;
+    memset(&rec, 0, sizeof rec);
+    rec.pending = pending;
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+/* Launches on stream s are done (all: every stream). */
+static void drain(void *s, int all) {
+  int k = 0;
+  for (int i = 0; i < rec.pending; i++)
+    if (!all && queued[i].stream != s) queued[k++] = queued[i];
+  rec.pending = k;
+}
+
+static int in_use(const void *p) {
+  for (int i = 0; i < rec.pending; i++)
+    if (p && (queued[i].scratch == p || queued[i].consts == p)) return 1;
+  return 0;
 }
 
 API int cuInit(unsigned flags) { return flags ? 1 : setting("init", 0); }
@@ -44,6 +85,7 @@ API int cuDeviceGetAttribute(int *v, int attr, int dev) {
   case ATTR_CC_MAJOR: *v = cc / 10; return 0;
   case ATTR_CC_MINOR: *v = cc % 10; return 0;
   case ATTR_SMEM_OPTIN: *v = 163 * 1024; return 0;
+  case ATTR_MEMORY_POOLS: *v = setting("pools", 1); return 0;
   default: return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute this fake does not know */
   }
 }
@@ -60,7 +102,13 @@ API int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
 API int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
 static int module_object, function_object;
 API int cuModuleLoadData(void **mod, const void *image) { (void)image; *mod = &module_object; return 0; }
-API int cuModuleUnload(void *mod) { (void)mod; return 0; }
+API int cuModuleUnload(void *mod) {
+  (void)mod;
+  pthread_mutex_lock(&mu);
+  if (rec.pending) rec.unloaded_in_use++;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
 API int cuModuleGetFunction(void **fn, void *mod, const char *name) { (void)mod, (void)name; *fn = &function_object; return 0; }
 API int cuFuncSetAttribute(void *fn, int attr, int v) { (void)fn, (void)attr, (void)v; return 0; }
 API int cuFuncGetAttribute(int *v, int attr, void *fn) { (void)attr, (void)fn; *v = 64; return 0; }
@@ -71,8 +119,20 @@ API int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *fn, int block,
 }
 API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, void **extra) {
-  (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)params;
-  (void)extra;
+  (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)extra;
+  /* the driver copies the arguments now, as here: the caller's parameter block may go away once this returns */
+  attn_cuda_kargs a;
+  memcpy(&a, params[0], sizeof a);
+  pthread_mutex_lock(&mu);
+  rec.launches++;
+  rec.last_stream = stream;
+  if (rec.pending < MAX_PENDING) {
+    queued[rec.pending].stream = stream;
+    queued[rec.pending].scratch = a.scratch;
+    queued[rec.pending].consts = a.consts;
+    rec.pending++;
+  }
+  pthread_mutex_unlock(&mu);
   return 0;
 }
 API int cuMemAlloc_v2(devptr *p, size_t bytes) {
@@ -82,11 +142,48 @@ API int cuMemAlloc_v2(devptr *p, size_t bytes) {
   *p = (devptr)(size_t)m;
   return r;
 }
-API int cuMemFree_v2(devptr p) { free((void *)(size_t)p); return 0; }
+API int cuMemFree_v2(devptr p) {
+  pthread_mutex_lock(&mu);
+  if (in_use((const void *)(size_t)p)) rec.freed_in_use++;
+  pthread_mutex_unlock(&mu);
+  free((void *)(size_t)p);
+  return 0;
+}
+API int cuMemAllocAsync(devptr *p, size_t bytes, void *stream) {
+  (void)stream;
+  pthread_mutex_lock(&mu);
+  rec.async_allocs++;
+  pthread_mutex_unlock(&mu);
+  return cuMemAlloc_v2(p, bytes);
+}
+/* Stream-ordered: freed when the stream gets there, which is after the launches before it on that stream. */
+API int cuMemFreeAsync(devptr p, void *stream) {
+  pthread_mutex_lock(&mu);
+  rec.async_frees++;
+  rec.async_stream = stream;
+  /* kept until a synchronize drains the stream: a leak in this fake, harmless */
+  pthread_mutex_unlock(&mu);
+  (void)p;
+  return 0;
+}
 API int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { memcpy((void *)(size_t)dst, src, n); return 0; }
 API int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { memcpy(dst, (const void *)(size_t)src, n); return 0; }
 API int cuMemsetD8_v2(devptr dst, unsigned char v, size_t n) { memset((void *)(size_t)dst, v, n); return 0; }
-API int cuStreamSynchronize(void *stream) { (void)stream; return 0; }
+API int cuStreamSynchronize(void *stream) {
+  pthread_mutex_lock(&mu);
+  rec.stream_syncs++;
+  rec.last_synced = stream;
+  drain(stream, stream == NULL); /* the legacy default stream waits for the others */
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+API int cuCtxSynchronize(void) {
+  pthread_mutex_lock(&mu);
+  rec.ctx_syncs++;
+  drain(NULL, 1);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
 static int event_object;
 API int cuEventCreate(void **ev, unsigned flags) { (void)flags; *ev = &event_object; return 0; }
 API int cuEventRecord(void *ev, void *stream) { (void)ev, (void)stream; return 0; }

@@ -1,0 +1,22 @@
+/* fake_libcuda.h: what tests/fake_libcuda.c records of the runtime's calls, read back by a test through
+ * dlsym(handle, "fake_cuda_record") on the same library the runtime loaded (ATTN_LIBCUDA). */
+#ifndef FAKE_LIBCUDA_H
+#define FAKE_LIBCUDA_H
+
+typedef struct fake_cuda_calls {
+  int launches;           /* cuLaunchKernel calls */
+  void *last_stream;      /* the stream of the last cuLaunchKernel */
+  int stream_syncs;       /* cuStreamSynchronize calls */
+  void *last_synced;      /* the stream of the last cuStreamSynchronize */
+  int ctx_syncs;          /* cuCtxSynchronize calls */
+  int pending;            /* launches queued and not yet waited for (a synchronize of their stream, or all) */
+  int async_allocs, async_frees; /* cuMemAllocAsync, cuMemFreeAsync calls */
+  void *async_stream;     /* the stream of the last cuMemFreeAsync */
+  int freed_in_use;       /* cuMemFree_v2 of memory a pending launch uses (its scratch or constants) */
+  int unloaded_in_use;    /* cuModuleUnload while launches are pending */
+} fake_cuda_calls;
+
+/* fake_cuda_record(out, reset): copies the record, then clears it when reset (pending launches stay pending). */
+typedef void (*fake_cuda_record_fn)(fake_cuda_calls *, int);
+
+#endif
