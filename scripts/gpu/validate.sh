@@ -130,7 +130,8 @@ L += ["| %s | %s | %d | %s |" % (s["id"], s["status"], s["seconds"], s["summary"
 if rep["tests"]:
     bad = [t for t in rep["tests"] if t["status"] != "pass"]
     L += ["", "## gpu tests: %d run, %d not passed" % (len(rep["tests"]), len(bad)), ""]
-    L += ["- %s: %s (exit %s, %s s)" % (t["name"], t["status"], t["rc"], t["seconds"]) for t in bad]
+    L += ["- %s: %s (exit %s, %s s): %s" % (t["name"], t["status"], t["rc"], t["seconds"], t.get("why", ""))
+          for t in bad]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
           "| source | dtype | batch | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
@@ -297,7 +298,7 @@ while IFS=$'\t' read -r name tl skip wd env cmd; do
   run_test "$name" "$tl" "$skip" "$wd" "$env" "$cmd" &
 done < <(grep -E $'^[^\t]*(lowrank|dims|io)' "$manifest"; grep -vE $'^[^\t]*(lowrank|dims|io)' "$manifest")
 wait
-python3 - "$work/rc" "$out/gpu-tests.json" <<'EOF'
+python3 - "$work/rc" "$out/gpu-tests.json" "$logs/tests" <<'EOF'
 import json, os, sys
 rows = []
 for name in sorted(os.listdir(sys.argv[1])):
@@ -305,7 +306,15 @@ for name in sorted(os.listdir(sys.argv[1])):
     rc = int(rc)
     st = ("pass" if rc == 0 else "timeout" if rc in (124, 137) else "not run (out of time)" if rc == 125
           else "skipped" if skip and rc == int(skip[0]) else "fail")
-    rows.append({"name": name, "status": st, "rc": rc, "seconds": int(secs)})
+    row = {"name": name, "status": st, "rc": rc, "seconds": int(secs)}
+    if st != "pass":  # what the log says first went wrong, else its last line
+        try:
+            lines = open(os.path.join(sys.argv[3], name + ".log"), errors="replace").read().splitlines()
+        except OSError:
+            lines = []
+        why = [l for l in lines if "FAIL" in l or "SKIP" in l] or lines[-1:]
+        row["why"] = why[0][:300] if why else ""
+    rows.append(row)
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
 EOF
 n_all=$(ls "$work/rc" | wc -l)
