@@ -77,6 +77,17 @@ int main(int argc, char **argv) {
   int rc = attn_open(NULL, ATTN_TARGET_CPU, &cpu);
   CHECK(rc == ATTN_OK && cpu, "the CPU runtime: %s", attn_last_error(NULL));
   attn_close(cpu);
+  /* AUTO on a driver without a device serves on the CPU, and the CUDA attempt is not the new runtime's failure */
+  if (!set("ATTN_LIBCUDA", argv[1]) && !set("FAKE_LIBCUDA", "init=100") && !set("ATTN_CUDA_DEVICE", NULL)) {
+    attn_runtime *rt = NULL;
+    rc = attn_open(NULL, ATTN_TARGET_AUTO, &rt);
+    CHECK(rc == ATTN_OK && rt, "AUTO without a device: %s: %s", attn_strerror(rc), attn_last_error(NULL));
+    if (rc == ATTN_OK) {
+      CHECK(rt->target == ATTN_TARGET_CPU, "AUTO without a device opened %d", (int)rt->target);
+      CHECK(attn_last_error(rt)[0] == '\0', "AUTO's runtime reports the CUDA attempt: \"%s\"", attn_last_error(rt));
+      attn_close(rt);
+    }
+  }
   printf("cuda_open: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

@@ -45,6 +45,11 @@ static struct {
   void *stream;
   const void *scratch, *consts;
 } queued[MAX_PENDING];
+/* memory freed in a stream's order while a launch on that stream still used it: freed when the stream is drained */
+static struct {
+  void *stream, *p;
+} deferred[MAX_PENDING];
+static int n_deferred;
 
 API void fake_cuda_record(fake_cuda_calls *out, int reset) {
   pthread_mutex_lock(&mu);
@@ -57,12 +62,17 @@ API void fake_cuda_record(fake_cuda_calls *out, int reset) {
   pthread_mutex_unlock(&mu);
 }
 
-/* Launches on stream s are done (all: every stream). */
+/* Launches on stream s are done (all: every stream), and what was freed behind them goes. */
 static void drain(void *s, int all) {
   int k = 0;
   for (int i = 0; i < rec.pending; i++)
     if (!all && queued[i].stream != s) queued[k++] = queued[i];
   rec.pending = k;
+  k = 0;
+  for (int i = 0; i < n_deferred; i++)
+    if (!all && deferred[i].stream != s) deferred[k++] = deferred[i];
+    else free(deferred[i].p);
+  n_deferred = k;
 }
 
 static int in_use(const void *p) {
@@ -161,9 +171,14 @@ API int cuMemFreeAsync(devptr p, void *stream) {
   pthread_mutex_lock(&mu);
   rec.async_frees++;
   rec.async_stream = stream;
-  /* kept until a synchronize drains the stream: a leak in this fake, harmless */
+  void *m = (void *)(size_t)p;
+  if (in_use(m) && n_deferred < MAX_PENDING) {
+    deferred[n_deferred].stream = stream;
+    deferred[n_deferred++].p = m;
+    m = NULL;
+  }
   pthread_mutex_unlock(&mu);
-  (void)p;
+  free(m);
   return 0;
 }
 API int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { memcpy((void *)(size_t)dst, src, n); return 0; }
