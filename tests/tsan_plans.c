@@ -3,8 +3,8 @@
  * THREADS threads start together on a cold kernel cache (a fresh directory under DIR) and a fresh database: each
  * creates a (smallcache) plan that every thread asks for (the same kernel compiled by several at once) and one that it shares with
  * one other thread, executes both against the fp64 reference, and fails a call on purpose to check that
- * attn_last_error(rt) and attn_last_error(NULL) give this thread's own failure whatever the others did meanwhile. One
- * thread also opens and closes a runtime of its own. ATTN_THREADS=1 (tests/tsan.cmake): OpenMP's runtime is not
+ * attn_last_error(rt) and attn_last_error(NULL) give this thread's own failure whatever the others did meanwhile.
+ * All of them also execute one plan made before they started, at once; one opens and closes a runtime of its own. ATTN_THREADS=1 (tests/tsan.cmake): OpenMP's runtime is not
  * instrumented, so its barriers would be reported as races; the threads here are the concurrency under test.
  *   tsan_plans DIR */
 #include <dirent.h>
@@ -19,6 +19,8 @@
 
 typedef struct {
   attn_runtime *rt;
+  const attn_plan *shared; /* created before the threads start, executed by all of them at once */
+  const attn_problem *shared_p;
   int id, bad;
 } job;
 
@@ -78,6 +80,13 @@ static void *worker(void *arg) {
   pthread_barrier_wait(&start);
   if (plan_case(j, &same, (unsigned long long)j->id) != 0) j->bad++;
   if (own_failure(j) != 0) j->bad++;
+  case_bufs c;
+  if (case_alloc(j->shared_p, 200ULL + (unsigned long long)j->id, &c) != 0 ||
+      attn_execute(j->shared, c.q, c.k, c.v, c.o) != ATTN_OK || !(attn_rel_error(c.ref, c.o, c.no) <= TOL)) {
+    fprintf(stderr, "thread %d: the shared plan failed or was wrong\n", j->id);
+    j->bad++;
+  }
+  case_free(&c);
   if (plan_case(j, &pair, 100ULL + (unsigned long long)j->id) != 0) j->bad++;
   if (j->id == 1) { /* a runtime opened and closed while the others work */
     attn_runtime *rt = NULL;
@@ -122,12 +131,19 @@ int main(int argc, char **argv) {
   attn_runtime *rt = NULL;
   int rc = attn_open(db, ATTN_TARGET_CPU, &rt);
   CHECK(rc == ATTN_OK, "attn_open: %s: %s", attn_strerror(rc), attn_last_error(NULL));
+  const attn_problem shared_p = {.batch = 2, .heads = 2, .heads_kv = 1, .n = 9, .d = 6,
+                                 .algo = ATTN_ALGO_SMALLCACHE};
+  attn_plan *shared = NULL;
+  if (rc == ATTN_OK) {
+    rc = attn_plan_create(rt, &shared_p, &shared);
+    CHECK(rc == ATTN_OK, "attn_plan_create: %s: %s", attn_strerror(rc), attn_last_error(rt));
+  }
   if (rc == ATTN_OK) {
     pthread_barrier_init(&start, NULL, THREADS);
     pthread_t t[THREADS];
     job j[THREADS];
     for (int i = 0; i < THREADS; i++) {
-      j[i] = (job){.rt = rt, .id = i + 1};
+      j[i] = (job){.rt = rt, .shared = shared, .shared_p = &shared_p, .id = i + 1};
       CHECK(pthread_create(&t[i], NULL, worker, &j[i]) == 0, "pthread_create");
     }
     for (int i = 0; i < THREADS; i++) {
@@ -135,8 +151,9 @@ int main(int argc, char **argv) {
       CHECK(j[i].bad == 0, "thread %d: %d of its checks failed", j[i].id, j[i].bad);
     }
     pthread_barrier_destroy(&start);
-    attn_close(rt);
   }
+  attn_plan_destroy(shared);
+  attn_close(rt);
   remove_dir(cache);
   printf("tsan_plans: %d threads, %d failures\n", THREADS, failures);
   return failures ? 1 : 0;
