@@ -1,11 +1,12 @@
 /* tsan_plans: plans created and executed from several threads on one runtime, in a build with -fsanitize=thread
  * (tests/tsan.cmake), so that any data race in the runtime is a ThreadSanitizer report and fails the test.
  * THREADS threads start together on a cold kernel cache (a fresh directory under DIR) and a fresh database: each
- * creates a (smallcache) plan that every thread asks for (the same kernel compiled by several at once) and one that it shares with
- * one other thread, executes both against the fp64 reference, and fails a call on purpose to check that
- * attn_last_error(rt) and attn_last_error(NULL) give this thread's own failure whatever the others did meanwhile.
- * All of them also execute one plan made before they started, at once; one opens and closes a runtime of its own. ATTN_THREADS=1 (tests/tsan.cmake): OpenMP's runtime is not
- * instrumented, so its barriers would be reported as races; the threads here are the concurrency under test.
+ * creates a (smallcache) plan that every thread asks for (the same kernel compiled by several at once) and one that
+ * it shares with one other thread, executes both against the fp64 reference, and fails a call on purpose to check
+ * that attn_last_error(rt) and attn_last_error(NULL) give this thread's own failure whatever the others did
+ * meanwhile. All of them also execute one plan made before they started, at once; one opens and closes a runtime of
+ * its own. ATTN_THREADS=1 (tests/tsan.cmake): OpenMP's runtime is not instrumented, so its barriers would be reported
+ * as races; the threads here are the concurrency under test.
  *   tsan_plans DIR */
 #include <dirent.h>
 #include <pthread.h>
