@@ -208,12 +208,16 @@ sigint)  # interrupted after the first stored row, resumed with no repeats (own 
   grep -q "the stored finalist round's choice" "$out" || fail "rerun did not keep the choice"
   [ "$(sqlite3 "$W/s.db" "SELECT kernel_id, time_ms FROM measurements WHERE chosen = 1")" = "$before" ] || fail "choice"
   ;;
-compile_error)  # a compiler that fails: rows stored as compile_error with the log, the run goes on and says so
+compile_error)  # a compiler that fails: rows stored as compile_error with the log, the run goes on, says so, exits 1
   export ATTN_CACHE_DIR="$W/cache"
-  CC=false "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/ce.db" >"$out" 2>&1 || fail "exit $?"
+  CC=false "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/ce.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "exit $rc, want 1: no configuration was usable"
   [ "$(grep -c ": compile_error" "$out")" -eq 2 ] || fail "not two compile_error lines"
   grep -q "compiling flash d=16 .* failed" "$out" || fail "no compiler message"
   grep -q "none of 2 evaluated configurations ran correctly" "$out" || fail "no summary"
+  grep -q "^attntune tune: no usable configuration for 1 of the 1 problems tuned (n=64 d=16 f32 causal=0)" "$out" ||
+    fail "no closing line on the unusable problem"
   [ "$(sqlite3 "$W/ce.db" "SELECT COUNT(*) FROM measurements WHERE status = 'compile_error'")" -eq 2 ] || fail "rows"
   ;;
 large_n)  # beyond n = 1024 the last 256 query rows of each head are checked against fp64, causal too
@@ -270,7 +274,8 @@ decode)  # decode and cross-attention have their own key: n_kv in the rows, deco
   ;;
 env_retry)  # failures the environment caused are measured again by the next run; a kernel's own are final
   export ATTN_CACHE_DIR="$W/cache"
-  CC=/nonexistent/cc "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/e.db" >"$out" 2>&1 || fail "exit $?"
+  CC=/nonexistent/cc "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/e.db" >"$out" 2>&1
+  [ $? -eq 1 ] && grep -q "no usable configuration for 1 of the 1 problems" "$out" || fail "a run of errors only"
   [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'error' AND log LIKE '%[environment]%'")" \
     -eq 2 ] || fail "a missing compiler was not stored as an environmental error"
   "$T" --gpu cpu --d 16 --n 64 --budget 2 --db "$W/e.db" >"$out" 2>&1 || fail "retry exit $?"
@@ -278,8 +283,10 @@ env_retry)  # failures the environment caused are measured again by the next run
   [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'error'")" -eq 0 ] || fail "errors left"
   [ "$(sqlite3 "$W/e.db" "SELECT COUNT(*) FROM measurements WHERE status = 'ok' AND chosen = 1")" -eq 1 ] || fail "choice"
   # a compiler that runs and rejects the source is the kernel's verdict: kept, not retried
-  CC=false "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1 || fail "false exit $?"
-  "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1 || fail "rerun exit $?"
+  CC=false "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1
+  [ $? -eq 1 ] || fail "false: exit $?, want 1"
+  "$T" --gpu cpu --d 24 --n 64 --budget 1 --db "$W/f.db" >"$out" 2>&1
+  [ $? -eq 1 ] || fail "rerun: exit $?, want 1 (the stored compile error is the answer)"
   grep -q "1 found stored" "$out" || fail "a compile error was measured again"
   ;;
 remeasure)  # --remeasure times stored rows again (same rows, new times) and runs the finalist round again
@@ -480,6 +487,69 @@ io_svg)  # the regimes figure's legend fits in the canvas: no label runs past th
     t = $0; sub(/^[^>]*>/, "", t); sub(/<\/text>$/, "", t); gsub(/&[^;]*;/, "e", t)
     if ($2 + 8 * length(t) > W) print t }')
   [ -z "$over" ] || fail "clipped past width $w: $over"
+  ;;
+too_many)  # a cross product beyond the cap: exit 2 with one line naming the count and the cap, before anything runs
+  for args in "--dtype f16,bf16 --causal 0,1 --d 1..512:1 --dv 1..512:1 --n 1..4096:1|4294967296" \
+              "--d 1..576:1 --dv 1..576:1|663552" "--d 64 --n 1..4096:1 --n-kv 1..4096:1|33554432" \
+              "--d 1..576:1 --n 1..114:1|131328"; do
+    a=${args%|*} count=${args#*|}
+    "$T" --gpu A100 $a --db "$W/m.db" >"$out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] || fail "'$a': exit $rc, want 2 and one line"
+    grep -q "^attntune tune: .* make $count problems, more than the 65536 one run tunes" "$out" || fail "'$a': message"
+  done
+  [ ! -e "$W/m.db" ] || fail "a refused command created the database"
+  ;;
+row_limit)  # a problem beyond the runtime's limits is a usage error before anything runs, wherever it is in the lists
+  for args in "--gpu cpu --d 64 --n 2147483000|n=2147483000 n_kv=2147483000: at most 2147482623 rows" \
+              "--gpu A100 --d 64 --n 1,64 --n-kv 16,2147483000|n=1 n_kv=2147483000: at most 2147482623 rows" \
+              "--gpu A100 --d 64,576 --heads 4096 --batch 4096 --n 256,200000000|problem too large"; do
+    a=${args%|*} msg=${args#*|}
+    "$T" $a --db "$W/r.db" >"$out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] || fail "'$a': exit $rc, want 2 and one line"
+    grep -q "^attntune tune: $msg" "$out" || fail "'$a': message"
+  done
+  [ ! -e "$W/r.db" ] || fail "a refused command created the database"
+  ;;
+small_d)  # d < 16 and DeepSeek's 576/512 in half precision: configurations the model ranks, on H100 and A100
+  "$T" --gpu H100 --d 7 --dtype bf16 --db "$W/s.db" >"$out" 2>&1 || fail "d=7 exit $?"
+  grep -q "^best n=1024 d=7 bf16 causal=0: flash d=7 .* (model, [0-9]* evaluated)" "$out" || fail "d=7: no best"
+  grep -q ": invalid" "$out" && fail "d=7: invalid configurations"
+  for g in H100 A100; do
+    "$T" --gpu $g --d 576 --dv 512 --causal 0,1 --db "$W/s.db" >"$out" 2>&1 || fail "$g 576/512 exit $?"
+    [ "$(grep -c "^best n=1024 d=576 d_v=512 b\{0,1\}f16 causal=[01]: flash d=576 d_v=512 .* warps=8 .*(model," "$out")" \
+      -eq 4 ] || fail "$g 576/512: not a best for f16 and bf16, causal and not"
+  done
+  ;;
+compiled_rerank)  # --compiled after a model run (README's order) ranks the stored rows again with compiled registers
+  "$T" --gpu A100 --d 16 --algo smallcache --dtype bf16 --db "$W/t.db" >"$out" 2>&1 || fail "model run exit $?"
+  n=$(rows "$W/t.db")
+  [ "$n" -ge 4 ] || fail "model run: $n rows"
+  [ "$(sqlite3 "$W/t.db" "SELECT COUNT(*) FROM measurements WHERE log LIKE '% registers estimated'")" -eq "$n" ] ||
+    fail "model rows do not say their registers were estimated"
+  "$T" --gpu A100 --d 16 --algo smallcache --dtype bf16 --compiled --jobs 2 --db "$W/t.db" >"$out" 2>&1 ||
+    fail "--compiled exit $?"
+  if grep -q "NVRTC is not available" "$out"; then echo "SKIP ($case_): NVRTC is not available"; exit 77; fi
+  grep -q "^stored model rows of estimated registers: $n ranked again with the compiled kernels' and 0 ruled out" \
+    "$out" || fail "the stored rows were not ranked again"
+  grep -q "($n stored now, 0 found stored)" "$out" || fail "rows found stored were not replaced"
+  [ "$(rows "$W/t.db")" -eq "$n" ] || fail "rows changed in number"
+  [ "$(sqlite3 "$W/t.db" "SELECT COUNT(*) FROM measurements WHERE log LIKE '% registers from ptxas (nvrtc %)'")" \
+    -eq "$n" ] || fail "rows do not say their registers are ptxas's"
+  # registers differ from the estimate: some figure moved (the model's occupancy) and the best is the fastest row
+  best=$(sqlite3 "$W/t.db" "SELECT k.spec FROM best b JOIN kernels k ON k.id = b.kernel_id")
+  fastest=$(sqlite3 "$W/t.db" "SELECT k.spec FROM measurements m JOIN kernels k ON k.id = m.kernel_id
+                                ORDER BY m.time_ms, m.id LIMIT 1")
+  [ -n "$best" ] && [ "$best" = "$fastest" ] || fail "best '$best' is not the fastest '$fastest'"
+  # what ptxas rules out (a spill, here told by the database) is ruled out of the stored rows too, without compiling
+  sqlite3 "$W/t.db" "UPDATE kernel_resources SET spill_bytes = 64 WHERE spec = '$best'" || fail "sqlite3"
+  "$T" --gpu A100 --d 16 --algo smallcache --dtype bf16 --db "$W/t.db" >"$out" 2>&1 || fail "rerun exit $?"
+  grep -q "0 ranked again with the compiled kernels' and 1 ruled out" "$out" || fail "the spilling row stayed"
+  [ "$(sqlite3 "$W/t.db" "SELECT m.status FROM measurements m JOIN kernels k ON k.id = m.kernel_id
+                          WHERE k.spec = '$best'")" = invalid ] || fail "the spilling row is not invalid"
+  [ "$(sqlite3 "$W/t.db" "SELECT k.spec FROM best b JOIN kernels k ON k.id = b.kernel_id")" != "$best" ] ||
+    fail "the best is still the spilling kernel"
   ;;
 doc_refs)  # the build files and the README name only documents that exist
   src=$(cd "$(dirname "$0")/.." && pwd)

@@ -72,6 +72,22 @@ static void test_range(void) {
   range_bad("64...128", NULL);
   range_bad("64..128,256", "not both");
   range_bad("6 4", NULL);
+  /* the top of int: the steps and the doubling pass INT_MAX without wrapping */
+  range_ok("2147483647", (const int[]){2147483647}, 1);
+  range_ok("2147483600..2147483647:40", (const int[]){2147483600, 2147483640}, 2);
+  range_ok("1073741824..2147483647", (const int[]){1073741824}, 1);
+  range_ok("2147483647..2147483647:2147483647", (const int[]){2147483647}, 1);
+  {
+    int *v = NULL, n = 0;
+    char err[256];
+    CHECK(attn_range_parse("1..2147483647", &v, &n, err, sizeof err) == ATTN_OK && n == 31 && v[30] == 1 << 30,
+          "doubling to INT_MAX: %d values", n);
+    free(v);
+  }
+  range_bad("1..2147483647:1", "more than 4096 values");
+  range_bad("2147483648", "too large");
+  range_bad("1..2147483648", "too large");
+  range_bad("2147483647..", "2147483647..4294967294");
 }
 
 static void test_gpus(void) {
@@ -246,6 +262,85 @@ static void test_space(void) {
     CHECK(sp.cfg[i].br % (16 * sp.cfg[i].warps) == 0, "cuda Br not divisible by warps");
     CHECK(strcmp(sp.cfg[i].arch, "sm_89") == 0, "cuda arch %s", sp.cfg[i].arch);
   }
+  attn_space_free(&sp);
+}
+
+/* One CUDA (algorithm, dtype, d, d_v, causal): the documented default (attn_spec_fit) is in the space, it has a
+ * neighbour there whenever one of its one-step moves is admissible, and the model ranks it (no compiles). */
+static void default_in_space(const attn_gpu *g, attn_algo algo, attn_dtype t, int d, int dv, int causal) {
+  char err[256], why[256];
+  attn_spec fit = attn_spec_default(algo, ATTN_TARGET_CUDA, t, d, causal);
+  fit.dv = dv != d ? dv : 0;
+  snprintf(fit.arch, sizeof fit.arch, "%s", g->arch);
+  if (attn_spec_fit(&fit, err, sizeof err) != ATTN_OK) {
+    CHECK(0, "%s %s %s d=%d d_v=%d: no default: %s", g->name, attn_algo_name(algo), attn_dtype_name(t), d, dv, err);
+    return;
+  }
+  attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = t, .d = d, .dv = dv, .causal = causal,
+                       .algos = ATTN_ALGO_BIT(algo), .tolerance = 0.05, .gpu = g,
+                       .fast_mem_bytes = g->smem_per_block_kb * 1024};
+  snprintf(o.arch, sizeof o.arch, "%s", g->arch);
+  attn_space sp;
+  if (attn_space_build(&o, &sp, err, sizeof err) != ATTN_OK) {
+    CHECK(0, "%s d=%d d_v=%d: %s", g->name, d, dv, err);
+    return;
+  }
+  const int at = attn_space_find(&sp, &fit);
+  char txt[512];
+  attn_spec_format(&fit, txt, sizeof txt);
+  CHECK(at >= 0, "%s: the default %s is not in the space of %d (%s)", g->name, txt, sp.count,
+        attn_space_admit(&o, &fit, why, sizeof why) ? why : sp.pruned_example);
+  int movable = 0, nb[32];
+  for (int k = 0; k < 8; k++) { /* Br and warps halved or doubled, Bc (lowrank: and the rank) by 16, stages by 1 */
+    attn_spec c = fit;
+    if (k == 0) c.br *= 2;
+    if (k == 1) c.br /= 2;
+    if (k == 2) c.bc += 16;
+    if (k == 3) c.bc -= 16;
+    if (k == 4) c.warps *= 2, c.rank += algo == ATTN_ALGO_LOWRANK ? 16 : 0;
+    if (k == 5) c.warps /= 2, c.rank -= algo == ATTN_ALGO_LOWRANK ? 16 : 0;
+    if (k == 6) c.stages++;
+    if (k == 7) c.stages--;
+    movable |= attn_space_admit(&o, &c, why, sizeof why) == 0;
+  }
+  CHECK(at < 0 || !movable || attn_space_neighbours(&sp, at, nb, 32) > 0, "%s: the default %s has no neighbour in "
+        "the space of %d", g->name, txt, sp.count);
+  if (algo != ATTN_ALGO_LOWRANK) { /* the model ranks flash and smallcache */
+    attn_problem p = {.batch = 1, .heads = 16, .n = 1024, .d = d, .d_v = dv, .dtype = t, .causal = causal};
+    attn_model_result r;
+    CHECK(attn_model_time(g, &p, &fit, &r, err, sizeof err) == ATTN_OK && r.time_ms > 0, "%s: model of %s: %s",
+          g->name, txt, err);
+  }
+  attn_space_free(&sp);
+}
+
+/* README: any d and d_v in 1..576 on CUDA. d < 16 (padded to one mma k-step) and d_v > 256 (split over warps sharing
+ * the query rows, docs/cuda.md) included: every default of A100 and H100 in their space. */
+static void test_space_defaults(void) {
+  char err[256];
+  const char *const gpus[] = {"A100", "H100"};
+  static const int pairs[][2] = {{576, 512}, {192, 128}, {64, 128}};
+  for (int gi = 0; gi < 2; gi++) {
+    const attn_gpu *g = attn_gpu_find(gpus[gi], err, sizeof err);
+    for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++)
+      for (int t = ATTN_F32; t <= ATTN_BF16; t++)
+        for (int c = 0; c < 2; c++) {
+          const int before = failures;
+          for (int d = 1; d <= ATTN_MAX_D && failures - before < 3; d++)
+            default_in_space(g, (attn_algo)a, (attn_dtype)t, d, d, c);
+          for (int k = 0; k < 3 && failures - before < 3; k++)
+            default_in_space(g, (attn_algo)a, (attn_dtype)t, pairs[k][0], pairs[k][1], c);
+        }
+  }
+  /* DeepSeek's 576/512 in half precision: the default and more than it */
+  const attn_gpu *h100 = attn_gpu_find("H100", err, sizeof err);
+  attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = ATTN_BF16, .d = 576, .dv = 512,
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .gpu = h100,
+                       .fast_mem_bytes = h100->smem_per_block_kb * 1024};
+  snprintf(o.arch, sizeof o.arch, "%s", h100->arch);
+  attn_space sp;
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK && sp.count >= 2, "H100 bf16 576/512: %d (%s)", sp.count,
+        sp.pruned_example);
   attn_space_free(&sp);
 }
 
@@ -511,6 +606,7 @@ int main(void) {
   test_range();
   test_gpus();
   test_space();
+  test_space_defaults();
   test_model();
   test_model_figures();
   test_best();

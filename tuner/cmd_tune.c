@@ -42,7 +42,8 @@ static const char tune_usage[] =
     "  the performance model (attntune gpus lists the names; a variant's name, H100-SXM, is taken as its entry\n"
     "  with a note)\n"
     "  --n RANGE query rows (default 1024); --n-kv RANGE keys per head (default: n; every n with every n_kv):\n"
-    "  decode (n below 64) and cross-attention are tuned under their own key\n"
+    "  decode (n below 64) and cross-attention are tuned under their own key; every problem (each dtype, causal,\n"
+    "  d, d_v, n and n_kv with every other) is checked before anything runs, at most 65536 in one command\n"
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
     "  --strategy exhaustive|random|anneal|genetic|FILE.lua (default: exhaustive when the budget covers the space)\n"
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
@@ -59,6 +60,10 @@ static const char tune_usage[] =
     "  size; run the N parts with the same other arguments (e.g. a job array) and `attntune merge` their\n"
     "  databases: the rows of one unsharded run\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
+
+/* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
+ * takes about an hour; a larger sweep is a mistake in a range, or several commands. */
+#define ATTN_TUNE_MAX_PROBLEMS 65536
 
 #ifndef ATTN_VERSION
 #define ATTN_VERSION "0"
@@ -154,6 +159,8 @@ typedef struct tune_state {
   int db_error;
   char db_err[512];
   int fresh;              /* evaluations of this problem measured now (not found stored) */
+  int reranked;           /* model rows of estimated registers ranked again with the compiled kernel's */
+  int invalidated;        /* model rows of configurations the compiled kernel rules out, stored invalid now */
   struct confirm_item *confirm; /* problems whose finalist round ran now, for the confirmation pass */
   int nconfirm, confirm_cap;
   attn_kres *kres;        /* model mode: the compiled kernels' resources (NULL: the estimate) */
@@ -207,11 +214,21 @@ static void take_timing(attn_eval *e, const attn_meas_result *r) {
   e->load = r->load;
 }
 
+/* In a model row's log: its registers are the compiled kernel's */
+#define MODEL_PTXAS "from ptxas"
+
 static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   tune_state *ts = t->user;
   char err[512];
   int found = ts->o->remeasure ? 0 : attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
   if (found < 0) db_failed(ts, err);
+  /* A model row ranked by estimated registers, where the compiled kernel's are known now (--compiled, or stored by
+   * an earlier one): ranked again with them, and the row replaced */
+  attn_kernel_res kr0;
+  if (found > 0 && ts->model && ts->kres && !strstr(e->message, MODEL_PTXAS) && attn_kres_get(ts->kres, s, &kr0) == 0) {
+    found = 0;
+    ts->reranked++;
+  }
   if (found > 0) {
     ts->done++;
     ts->resumed++;
@@ -236,6 +253,10 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
     const int known = ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
     if (attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err) == ATTN_OK) {
       snprintf(e->status, sizeof e->status, "ok");
+      /* where the registers came from, kept in the row's log: a later run with the compiled ones ranks it again */
+      if (known) snprintf(e->message, sizeof e->message, "%d registers " MODEL_PTXAS " (%s)", m.registers,
+                          ts->kres->compiler);
+      else snprintf(e->message, sizeof e->message, "%d registers estimated", m.registers);
       snprintf(e->bound, sizeof e->bound, "%s", m.bound);
       e->time_ms = m.time_ms;
       e->io = (double)(m.reads + m.writes);
@@ -244,7 +265,7 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
       e->ok = 1;
     } else {
       snprintf(e->status, sizeof e->status, "invalid");
-      snprintf(e->message, sizeof e->message, "%s", err);
+      snprintf(e->message, sizeof e->message, "%.480s%s", err, known ? " (" MODEL_PTXAS ")" : "");
     }
   } else {
     attn_meas_result r;
@@ -282,6 +303,32 @@ static void eval_cb(attn_tuner *t, const attn_spec *s, attn_eval *e) {
   progress(ts, s, e, 0);
   /* a database that stops taking rows ends the run: measuring on without storing would be lost work */
   if (ts->db_error) g_stop = 1;
+}
+
+/* A point the space rules out, for a problem of a model run that reads compiled kernels' resources. */
+typedef struct prune_ctx {
+  tune_state *ts;
+  attn_problem p;
+} prune_ctx;
+
+/* Its stored model row, where one says "ok" (ranked by estimated registers, or by an older space), is stored
+ * "invalid" with the reason: the database's best never names what the compiled kernel rules out. */
+static void on_pruned(void *ctx, const attn_spec *c, const char *why) {
+  prune_ctx *pc = ctx;
+  tune_state *ts = pc->ts;
+  attn_eval e;
+  char err[512];
+  const int found = attn_store_find(ts->store, &pc->p, c, "model", &e, err, sizeof err);
+  if (found < 0) db_failed(ts, err);
+  if (found <= 0 || strcmp(e.status, "ok") != 0) return;
+  memset(&e, 0, sizeof e);
+  e.error = e.io = -1;
+  e.reads = e.writes = -1;
+  e.iqr_ms = e.ci_rel = e.load = -1;
+  snprintf(e.status, sizeof e.status, "invalid");
+  snprintf(e.message, sizeof e.message, "%.400s (ruled out of the space now, registers " MODEL_PTXAS ")", why);
+  if (attn_store_put(ts->store, &pc->p, c, "model", &e, err, sizeof err) != ATTN_OK) db_failed(ts, err);
+  else ts->invalidated++;
 }
 
 typedef struct prefetch_job {
@@ -614,22 +661,6 @@ int attn_cmd_tune(int argc, char **argv) {
     return usage("--dv: %s", err);
   }
   const int ndv = o.dvs ? o.ndv : 1; /* d_v values per d (without --dv: d_v = d) */
-  {
-    /* every n with every n_kv (n_kv defaults to n) */
-    int count = o.nn * (o.nkvs ? o.nnkv : 1);
-    int *ns = malloc(sizeof *ns * (size_t)count), *kv = malloc(sizeof *kv * (size_t)count);
-    if (!ns || !kv) {
-      free(ns), free(kv), free(o.ds), free(o.ns), free(o.nkvs);
-      fprintf(stderr, "attntune tune: out of memory\n");
-      return 1;
-    }
-    for (int i = 0, k = 0; i < o.nn; i++)
-      for (int j = 0; j < (o.nkvs ? o.nnkv : 1); j++, k++) ns[k] = o.ns[i], kv[k] = o.nkvs ? o.nkvs[j] : o.ns[i];
-    free(o.ns);
-    o.ns = ns;
-    o.kv = kv;
-    o.nn = count;
-  }
   int status = 0;
   attn_store *store = NULL;
   attn_runtime *rt = NULL;
@@ -667,6 +698,44 @@ int attn_cmd_tune(int argc, char **argv) {
     if (!o.ncausal) FAIL_USAGE("--causal %s: expected 0, 1 or 0,1", causal_s);
   }
   if (!o.heads) o.heads = target == ATTN_TARGET_CPU ? 2 : 16;
+
+  /* The problems: every dtype, causal value, d, d_v, n and n_kv with every other, counted in 64 bits (each list has
+   * at most ATTN_RANGE_MAX values, so the product cannot wrap) and capped before anything is allocated for them. */
+  {
+    const int nkv = o.nkvs ? o.nnkv : 1;
+    const long long ndtypes = __builtin_popcount(o.dtypes), total =
+        ndtypes * o.ncausal * (long long)o.nd * ndv * (long long)o.nn * nkv;
+    if (total > ATTN_TUNE_MAX_PROBLEMS)
+      FAIL_USAGE("--dtype, --causal, --d, --dv, --n and --n-kv make %lld problems, more than the %d one run tunes: "
+                 "narrow the ranges", total, ATTN_TUNE_MAX_PROBLEMS);
+    /* every n with every n_kv (n_kv defaults to n) */
+    const int count = o.nn * nkv;
+    int *ns = malloc(sizeof *ns * (size_t)count), *kv = malloc(sizeof *kv * (size_t)count);
+    if (!ns || !kv) {
+      free(ns), free(kv);
+      fprintf(stderr, "attntune tune: out of memory\n");
+      status = 1;
+      goto out;
+    }
+    for (int i = 0, k = 0; i < o.nn; i++)
+      for (int j = 0; j < nkv; j++, k++) ns[k] = o.ns[i], kv[k] = o.nkvs ? o.nkvs[j] : o.ns[i];
+    free(o.ns);
+    o.ns = ns;
+    o.kv = kv;
+    o.nn = count;
+    /* each problem within the runtime's limits (rows, elements), before anything runs: its message names the first
+     * that is not (the dtype and causal value do not change the limits) */
+    for (int di = 0; di < o.nd; di++)
+      for (int vi = 0; vi < ndv; vi++)
+        for (int ni = 0; ni < o.nn; ni++) {
+          const attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni],
+                                  .d = o.ds[di], .d_v = o.dvs ? o.dvs[vi] : 0, .dtype = ATTN_F32};
+          attn_problem norm;
+          if (attn_problem_normalize(NULL, &p, &norm) != ATTN_OK)
+            FAIL_USAGE("%s (--n %d --n-kv %d --d %d --dv %d --heads %d --batch %d)", attn_last_error(NULL), p.n,
+                       p.n_kv, p.d, p.d_v ? p.d_v : p.d, p.heads, p.batch);
+        }
+  }
 
   /* Strategy: a built-in name, a Lua strategy by name, or a file. */
   char lua_path[4300] = "", why[1400];
@@ -847,6 +916,13 @@ int attn_cmd_tune(int argc, char **argv) {
               attn_kres_fill(ts.kres, o.jobs);
             }
           }
+          prune_ctx pc = {.ts = &ts, .p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni],
+                                           .d = so.d, .dtype = so.dtype, .causal = so.causal, .tolerance = o.tolerance,
+                                           .d_v = dv == so.d ? 0 : dv}};
+          if (ts.kres) { /* stored model rows of what the compiled kernels rule out are ruled out too */
+            so.pruned = on_pruned;
+            so.pruned_ctx = &pc;
+          }
           if (attn_space_build(&so, &spaces[si], err, sizeof err) != ATTN_OK) {
             fprintf(stderr, "attntune tune: %s\n", err);
             status = 1;
@@ -884,6 +960,8 @@ int attn_cmd_tune(int argc, char **argv) {
   ts.t_start = now_s();
 
   si = 0;
+  int unusable = 0, tuned = 0; /* problems the strategy ran on, and those of them with no usable configuration */
+  char unusable_first[128] = "";
   for (int t = 0; t < 3 && !g_stop; t++) {
     if (!((o.dtypes >> t) & 1)) continue;
     for (int c = 0; c < o.ncausal && !g_stop; c++)
@@ -943,6 +1021,7 @@ int attn_cmd_tune(int argc, char **argv) {
           }
           if (ts.db_error) break;
           if (g_stop == 1) break; /* an interrupted problem has no best yet */
+          tuned++;
           char sum[256], kv[32] = "", dvs[24] = "";
           if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
           if (p.d_v && p.d_v != p.d) snprintf(dvs, sizeof dvs, " d_v=%d", p.d_v);
@@ -954,6 +1033,9 @@ int attn_cmd_tune(int argc, char **argv) {
           } else {
             printf("best n=%d%s d=%d%s %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, kv,
                    p.d, dvs, attn_dtype_name(p.dtype), p.causal, tu.used);
+            if (tu.used > 0 && !unusable++) /* a strategy that evaluated nothing has not found everything failing */
+              snprintf(unusable_first, sizeof unusable_first, "n=%d%s d=%d%s %s causal=%d", p.n, kv, p.d, dvs,
+                       attn_dtype_name(p.dtype), p.causal);
           }
           fflush(stdout);
         }
@@ -964,6 +1046,9 @@ int attn_cmd_tune(int argc, char **argv) {
   if (ts.kres && (kres.compiled || kres.stored_hits))
     printf("the model read %d compiled kernels' registers and spills (%d compiled now)\n",
            kres.compiled + kres.stored_hits, kres.compiled);
+  if (ts.reranked || ts.invalidated)
+    printf("stored model rows of estimated registers: %d ranked again with the compiled kernels' and %d ruled out "
+           "by them\n", ts.reranked, ts.invalidated);
   attn_kres_free(&kres);
   sigaction(SIGINT, &old_sa, NULL);
   attn_store_end(store, g_stop == 1);
@@ -979,6 +1064,11 @@ int attn_cmd_tune(int argc, char **argv) {
     printf("%d evaluations (%d stored now, %d found stored) in %.1f s into %s\n", ts.done, ts.stored_now, ts.resumed,
            now_s() - ts.t_start, db_path);
     if (empty && status == 0) status = 1;
+    if (unusable) { /* a run that stored only failures has no answer for those problems: not a success */
+      fprintf(stderr, "attntune tune: no usable configuration for %d of the %d problems tuned (%s%s): every one "
+              "evaluated failed (the rows say why)\n", unusable, tuned, unusable_first, unusable > 1 ? ", ..." : "");
+      status = 1;
+    }
   }
 out:
   attn_close(rt);

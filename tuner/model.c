@@ -24,6 +24,7 @@
 #include <string.h>
 #include "io_theory.h"
 #include "kcount.h"
+#include "kernel_abi_cuda.h"
 #include "launch.h"
 
 #define LAUNCH_MS 0.005          /* kernel launch latency */
@@ -105,6 +106,33 @@ static double schedule(const attn_spec *s, int causal, double bh, double n, doub
     }
   free(h);
   return end;
+}
+
+/* A key block's work (kcount.c) as the template runs it: d and d_v padded (templates/kernel_abi_cuda.h), and with
+ * d_v split over VS warps sharing the query rows each warp holds Br VS / W rows. kcount counts a d-deep Q K^T and a
+ * d-wide P V: here Q K^T is d̂ deep and each warp's P V d̂_v / VS wide, so the counts are the mean of the two
+ * widths' (equal to kcount's own where d = d_v is a multiple of 16; the V copies are then counted at d̂_v / VS). */
+static int kb_work(const attn_spec *s, attn_kb_work *w) {
+  const int es = (int)attn_dtype_size(s->dtype), dv = attn_spec_dv(s), vs = ATTN_FLASH_VS(es, dv);
+  attn_spec qk = *s, pv;
+  qk.d = ATTN_FLASH_DP(s->d);
+  qk.dv = 0;
+  qk.br = s->br * vs;
+  pv = qk;
+  pv.d = ATTN_FLASH_DVP(es, dv) / vs;
+  attn_kb_work a, b;
+  if (attn_kb_work_of(&qk, &a) != 0) return -1;
+  if (pv.d == qk.d) {
+    *w = a;
+    return 0;
+  }
+  if (attn_kb_work_of(&pv, &b) != 0) return -1;
+  w->mma_flops = (a.mma_flops + b.mma_flops) / 2;
+  w->ex2 = (a.ex2 + b.ex2) / 2;
+  w->alu = (a.alu + b.alu) / 2;
+  w->smem_bytes = (a.smem_bytes + b.smem_bytes) / 2;
+  w->threads = a.threads;
+  return 0;
 }
 
 static const char *unit_name(double t, double sfu, double alu, double smem) {
@@ -205,7 +233,7 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   const char *cbound;
   if (s->algo == ATTN_ALGO_FLASH) {
     attn_kb_work w;
-    if (attn_kb_work_of(s, &w) != 0) {
+    if (kb_work(s, &w) != 0) {
       snprintf(err, errlen, "no instruction counts for this flash configuration");
       return ATTN_EINVAL;
     }

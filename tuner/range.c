@@ -20,7 +20,7 @@ static int number(const char *b, const char *e, int *out) {
   memcpy(buf, b, (size_t)(e - b));
   buf[e - b] = '\0';
   errno = 0;
-  long v = strtol(buf, NULL, 10);
+  long long v = strtoll(buf, NULL, 10);
   if (errno == ERANGE || v > INT_MAX) return -3;
   if (v <= 0) return -2;
   *out = (int)v;
@@ -68,7 +68,7 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
     int lo, hi, step = 0;
     if ((why = number(s, dots, &lo))) return bad_number(why, s, s, dots, err, errlen);
     if (dots + 2 == hi_end) /* 2L: lo may be INT_MAX */
-      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': the upper end is missing (e.g. %d..%ld)", s, lo, 2L * lo);
+      return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': the upper end is missing (e.g. %d..%lld)", s, lo, 2LL * lo);
     if ((why = number(dots + 2, hi_end, &hi))) return bad_number(why, s, dots + 2, hi_end, err, errlen);
     if (colon) {
       if (colon[1] == '0' && strspn(colon + 1, "0") == strlen(colon + 1))
@@ -76,9 +76,10 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
       if ((why = number(colon + 1, end, &step))) return bad_number(why, s, colon + 1, end, err, errlen);
     }
     if (hi < lo) return attn_errf(err, errlen, ATTN_EINVAL, "range '%s': %d..%d is descending (write %d..%d)", s, lo, hi, hi, lo);
-    if (step && (long)(hi - lo) / step + 1 > ATTN_RANGE_MAX)
+    /* in 64 bits: hi - lo, x + step and x * 2 pass INT_MAX near the top of the range (long is 32 bits on some ABIs) */
+    if (step && ((long long)hi - lo) / step + 1 > ATTN_RANGE_MAX)
       return attn_errf(err, errlen, ATTN_EINVAL, "range '%s' has more than %d values", s, ATTN_RANGE_MAX);
-    for (long x = lo; x <= hi && rc == ATTN_OK; x = step ? x + step : x * 2)
+    for (long long x = lo; x <= hi && rc == ATTN_OK; x = step ? x + step : x * 2)
       rc = push(&v, &n, &cap, (int)x, s, err, errlen);
   } else {
     for (const char *b = s; rc == ATTN_OK;) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io_theory.h"
+#include "kernel_abi_cuda.h"
 #include "launch.h"
 
 const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo", "br",      "bc",     "unroll",
@@ -107,22 +108,36 @@ double attn_space_fast_bytes(const attn_spec *c) {
   return 4.0 * attn_io_fast_need(c);
 }
 
+/* Tensor-core flash's per-warp shape, as the template lays it out (templates/kernel_abi_cuda.h): d_v past 256 is
+ * split over VS warps sharing the query rows, so a warp holds MT = Br VS / (16 W) row tiles of d̂_v / VS columns of
+ * O (d̂_v: d_v padded to 16 VS) and of Bc scores. */
+static void flash_warp_shape(const attn_spec *c, double *mt, double *cols) {
+  const int dv = attn_spec_dv(c), vs = ATTN_FLASH_VS(2, dv);
+  *mt = (double)c->br * vs / (16.0 * c->warps);
+  *cols = (double)ATTN_FLASH_DVP(2, dv) / vs;
+}
+
 /* Per-thread register estimate of a CUDA kernel, for when the compiled kernel cannot be read (no NVRTC): its
- * occupancy. flash f16/bf16 from the fp32 accumulators of O and S a lane holds, acc = MT (d + Bc) / 2 words (MT =
- * Br / 16 W row tiles), causal counted 1.2x (the masked copy of the softmax): 1.55 acc + 40 up to 128 words, then
+ * occupancy. flash f16/bf16 from the fp32 accumulators of O and S a lane holds, acc = MT (d̂_v/VS + Bc) / 2 words
+ * (flash_warp_shape), causal counted 1.2x (the masked copy of the softmax): 1.55 acc + 40 up to 128 words, then
  * ptxas packs tighter and reaches 255 at about 192. Fitted to ptxas (NVRTC 13, sm_80 and sm_90, d = 64, 128, 256,
  * Br 64/128, Bc 32..128, 4/8 warps, stages 1..3) within about 25 registers. f32 and smallcache: their accumulators
- * spread over the threads plus 40. */
+ * (f32 flash: O of d̂_v and the scores) spread over the threads plus 40; lowrank: a constant (below). */
 double attn_cuda_regs_estimate(const attn_spec *c) {
   const double threads = 32.0 * c->warps;
   if (c->algo == ATTN_ALGO_FLASH && c->dtype != ATTN_F32) {
-    const double mt = c->br / (16.0 * c->warps), acc = mt * (c->d + c->bc) / 2.0 * (c->causal ? 1.2 : 1.0);
+    double mt, cols;
+    flash_warp_shape(c, &mt, &cols);
+    const double acc = mt * (cols + c->bc) / 2.0 * (c->causal ? 1.2 : 1.0);
     return acc <= 128 ? 1.55 * acc + 40.0 : 238.0 + (acc - 128.0) * 17.0 / 64.0;
   }
   double acc;
-  if (c->algo == ATTN_ALGO_FLASH) acc = ((double)c->br * c->d + (double)c->br * c->bc) / threads;
+  if (c->algo == ATTN_ALGO_FLASH)
+    acc = ((double)c->br * ATTN_FLASH_DVP(4, attn_spec_dv(c)) + (double)c->br * c->bc) / threads;
   else if (c->algo == ATTN_ALGO_SMALLCACHE) acc = 2.0 * (c->tile > 0 ? c->tile : c->br) * (c->tile > 0 ? c->tile : c->br) / threads;
-  else acc = (double)c->br * c->d / threads;
+  else /* lowrank.cu keeps no Br x d tile (its state and tiles are in shared memory): ptxas (NVRTC 13) gives 202 at
+        * d = 64 and 161 at d = 576, about the same for every d */
+    return 200.0;
   return acc + 40.0;
 }
 
@@ -131,11 +146,13 @@ double attn_cuda_regs_estimate(const attn_spec *c) {
  * more of S live), against the most that fit. Every tile NVRTC 13 compiles without spills for sm_80 and sm_90
  * (d = 48..256 sampled, Br 64/128, Bc 32..128, 4/8 warps, stages 1..3) is within it but for four causal tiles at
  * the edge, and every one that spills is outside: FlashAttention-2's d=64 128x128 and d=128 128x64 with 4 warps
- * (253-254 registers) are in, d=160 128x32 (192 words unweighted, spills) and the causal d=128 128x64 are out. */
+ * (253-254 registers) are in, d=160 128x32 (192 words unweighted, spills) and the causal d=128 128x64 are out.
+ * O's words are those of the warp's share of d̂_v (flash_warp_shape). */
 static double flash_words(const attn_spec *c, double *limit) {
-  const double mt = c->br / (16.0 * c->warps);
+  double mt, cols;
+  flash_warp_shape(c, &mt, &cols);
   *limit = c->causal ? 170.0 : 180.0;
-  return mt * (c->d + (c->causal ? 1.25 : 0.75) * c->bc) / 2.0;
+  return mt * (cols + (c->causal ? 1.25 : 0.75) * c->bc) / 2.0;
 }
 
 int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
@@ -247,11 +264,6 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
         return -1;
       }
     }
-    const int rows = c->dtype == ATTN_F32 ? 8 : 16; /* a warp's query rows: mma tiles, or the f32 lane grid */
-    if (c->algo == ATTN_ALGO_FLASH && c->br % (rows * c->warps)) {
-      snprintf(why, len, "Br=%d must be a multiple of %d rows x %d warps", c->br, rows, c->warps);
-      return -1;
-    }
   }
   return 0;
 }
@@ -270,17 +282,47 @@ static int vec_push(vec *v, const attn_spec *s) {
   return 0;
 }
 
+static int same_except(const attn_spec *a, const attn_spec *b, int skip);
+
+/* A grid point, or a point near the default: admitted once. */
 static int consider(attn_space *sp, vec *v, const attn_spec *c) {
   char why[256];
+  for (int i = 0; i < v->n; i++)
+    if (same_except(&v->v[i], c, -1)) return 0;
   sp->considered++;
   if (attn_space_admit(&sp->o, c, why, sizeof why) != 0) {
     if (!sp->pruned_example[0]) snprintf(sp->pruned_example, sizeof sp->pruned_example, "%s", why);
+    if (sp->o.pruned) sp->o.pruned(sp->o.pruned_ctx, c, why);
     return 0;
   }
   return vec_push(v, c);
 }
 
 #define LEN(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+/* A default off the grid (attn_spec_fit's, for large d and d_v, and lowrank's Bc 16 on CUDA) and its neighbours: one
+ * step in each tunable (Br, warps halved or doubled, Bc and lowrank's rank by 16, stages by 1), so that a strategy
+ * that starts from the default has somewhere to go. */
+static int consider_around(attn_space *sp, vec *v, const attn_spec *fit) {
+  int rc = consider(sp, v, fit);
+  for (int k = 0; k < 8 && !rc; k++) {
+    attn_spec c = *fit;
+    switch (k) {
+    case 0: c.br *= 2; break;
+    case 1: c.br /= 2; break;
+    case 2: c.bc += 16; break;
+    case 3: c.bc -= 16; break;
+    case 4: if (c.algo == ATTN_ALGO_LOWRANK) c.rank += 16; else c.warps *= 2; break;
+    case 5: if (c.algo == ATTN_ALGO_LOWRANK) c.rank -= 16; else c.warps /= 2; break;
+    case 6: c.stages++; break;
+    default: c.stages--; break;
+    }
+    if (c.algo == ATTN_ALGO_LOWRANK && k != 2 && k != 3 && k != 4 && k != 5) continue; /* Bc and rank only */
+    if (c.br < 1 || c.bc < 1 || c.warps < 1 || c.stages < 1 || (c.algo == ATTN_ALGO_LOWRANK && c.rank < 1)) continue;
+    rc = consider(sp, v, &c);
+  }
+  return rc;
+}
 
 int attn_space_dims_ok(attn_target t, int d, int dv, char *why, size_t len) {
   const int v = dv > 0 ? dv : d;
@@ -334,10 +376,10 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
     /* the default sized for d_v (attn_spec_fit: smaller tiles, or d_v split over more warps, for a wide d_v) when the
      * grid below does not hold it: for the widest d_v it is the configuration that fits */
     attn_spec fit = base;
-    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && attn_spec_fit(&fit, NULL, 0) == ATTN_OK &&
-        !((fit.br == 64 || fit.br == 128) && (fit.bc == 32 || fit.bc == 64 || fit.bc == 128) &&
-          (fit.warps == 4 || fit.warps == 8) && fit.stages >= 1 && fit.stages <= 3))
-      rc = consider(sp, &v, &fit);
+    const int have_fit = o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && attn_spec_fit(&fit, NULL, 0) == ATTN_OK;
+    if (have_fit && !((fit.br == 64 || fit.br == 128) && (fit.bc == 32 || fit.bc == 64 || fit.bc == 128) &&
+                      (fit.warps == 4 || fit.warps == 8) && fit.stages >= 1 && fit.stages <= 3))
+      rc = consider_around(sp, &v, &fit);
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))
       for (int a = 0; a < LEN(brs); a++)
         for (int b = 0; b < LEN(bcs); b++)
@@ -347,12 +389,17 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
               c.br = brs[a], c.bc = bcs[b], c.warps = warps[w], c.stages = stages[s];
               rc = consider(sp, &v, &c);
             }
+    if (have_fit && !rc) { /* a default on the grid whose grid neighbours are all ruled out (d_v = 512): its own */
+      attn_space sofar = {.cfg = v.v, .count = v.n};
+      int nb[2 * ATTN_SPACE_NPARAMS];
+      const int at = attn_space_find(&sofar, &fit);
+      if (at >= 0 && attn_space_neighbours(&sofar, at, nb, LEN(nb)) == 0) rc = consider_around(sp, &v, &fit);
+    }
     static const int sbrs[] = {32, 64, 128}, tiles[] = {16, 32, 64};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
       for (int a = 0; a < LEN(sbrs); a++)
         for (int t = 0; t < LEN(tiles) && !rc; t++) {
-          attn_spec c = base;
-          c.algo = ATTN_ALGO_SMALLCACHE;
+          attn_spec c = base_spec(o, ATTN_ALGO_SMALLCACHE); /* its own warps, not flash's for large d */
           c.br = sbrs[a], c.bc = 64, c.tile = tiles[t], c.stages = 1;
           rc = consider(sp, &v, &c);
         }
@@ -360,7 +407,9 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK) && o->tolerance > 0) {
     /* Random features of several ranks, and even-degree Taylor features (rank C(d+g, g), so only small d). */
     static const int ranks[] = {64, 128, 256, 512}, lbcs[] = {32, 64, 128}, degrees[] = {2, 4};
-    attn_spec lb = base_spec(o, ATTN_ALGO_LOWRANK);
+    attn_spec lb = base_spec(o, ATTN_ALGO_LOWRANK), lfit = lb;
+    /* CUDA: the default (Bc 16, its rank fitted to d_v) is not on the grid */
+    if (o->target == ATTN_TARGET_CUDA && attn_spec_fit(&lfit, NULL, 0) == ATTN_OK) rc = consider_around(sp, &v, &lfit);
     for (int b = 0; b < LEN(lbcs); b++) {
       for (int r = 0; r < LEN(ranks) && !rc; r++) {
         attn_spec c = lb;

@@ -38,6 +38,9 @@ typedef struct attn_space_opts {
   int (*resources)(void *ctx, const attn_spec *c, attn_kernel_res *out);
   void *resources_ctx;
   int dv;                  /* head dimension of V and O; 0: same as d */
+  /* Told of each point attn_space_build rules out, with the reason (NULL: not told). */
+  void (*pruned)(void *ctx, const attn_spec *c, const char *why);
+  void *pruned_ctx;
 } attn_space_opts;
 
 typedef struct attn_space {
