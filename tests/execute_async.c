@@ -6,11 +6,16 @@
  *                            is allocated and freed in that stream's order, and nothing a queued launch uses is freed
  *                            under it (attn_plan_destroy waits first); attn_execute still waits for its launch; a
  *                            device without memory pools makes a kernel with scratch wait instead. Flash (no
- *                            scratch) and smallcache (scratch) at a small d. Exit 77 without NVRTC: the fake driver
- *                            needs real cubins to get as far as a launch. */
+ *                            scratch) and smallcache (scratch) at a small d. Then a FIFO under the cubin's name in
+ *                            a fresh cache directory: refused (an open for reading would wait for a writer forever),
+ *                            compiled again and replaced. Exit 77 without NVRTC: the fake driver needs real cubins to
+ *                            get as far as a launch. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "cpu_util.h"
 #include "fake_libcuda.h"
 
@@ -149,6 +154,55 @@ static int cuda_plan(attn_runtime *rt, attn_algo algo, int pools, int *skipped) 
   return 0;
 }
 
+/* The cubins in dir, replaced by FIFOs (at most max; their paths in paths); the count. */
+static int plant_fifos(const char *dir, char paths[][4400], int max) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL && n < max;) {
+    if (!strstr(e->d_name, ".cubin")) continue;
+    snprintf(paths[n], sizeof paths[0], "%s/%s", dir, e->d_name);
+    CHECK(unlink(paths[n]) == 0 && mkfifo(paths[n], 0600) == 0, "cannot plant a FIFO at %s", paths[n]);
+    n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* A FIFO under a cached cubin's name: the plan is made all the same, and the FIFO replaced by the cubin. */
+static void cubin_fifo(void) {
+  const char *parent = getenv("ATTN_CACHE_DIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/fifo-XXXXXX", parent && *parent ? parent : "/tmp");
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp %s", dir);
+  setenv("ATTN_CACHE_DIR", dir, 1);
+  setenv("FAKE_LIBCUDA", "cc=80", 1);
+  const attn_problem p = {.batch = 1, .heads = 1, .n = 8, .d = 8, .algo = ATTN_ALGO_SMALLCACHE};
+  char paths[4][4400];
+  int planted = 0;
+  for (int round = 0; round < 2; round++) {
+    attn_runtime *rt = NULL;
+    attn_plan *plan = NULL;
+    int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+    if (rc == ATTN_OK) rc = attn_plan_create(rt, &p, &plan);
+    CHECK(rc == ATTN_OK, "%s: %s: %s", round ? "with a FIFO in the cache" : "first plan", attn_strerror(rc),
+          rc == ATTN_OK || !rt ? attn_last_error(NULL) : attn_last_error(rt));
+    attn_plan_destroy(plan);
+    attn_close(rt);
+    if (round == 0) {
+      planted = plant_fifos(dir, paths, 4);
+      CHECK(planted == 1, "%d cubins in %s, want the plan's one", planted, dir);
+      printf("cuda: planted a FIFO under the cached cubin's name; the next plan must compile again\n");
+    }
+  }
+  struct stat st;
+  for (int i = 0; i < planted; i++) {
+    CHECK(lstat(paths[i], &st) == 0 && S_ISREG(st.st_mode), "%s was not replaced by the cubin", paths[i]);
+    unlink(paths[i]);
+  }
+  rmdir(dir);
+  if (parent) setenv("ATTN_CACHE_DIR", parent, 1);
+}
+
 static int cuda(const char *fake) {
   void *h = dlopen(fake, RTLD_NOW | RTLD_LOCAL);
   record = h ? (fake_cuda_record_fn)dlsym(h, "fake_cuda_record") : NULL;
@@ -170,6 +224,7 @@ static int cuda(const char *fake) {
     attn_close(rt);
   }
   if (skipped) return 77;
+  cubin_fifo();
   printf("execute_async cuda: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
