@@ -299,6 +299,7 @@ typedef struct meas_runs {
 
 static int meas_run(void *user, int side, int timed, double *ms, double *delay) {
   meas_runs *m = user;
+  if (m->c->run_hook) return m->c->run_hook(m->c->run_hook_user, side, timed, ms, delay);
   attn_sched_probe none = {.count = 0};
   if (timed && !m->sp_open && m->c->rt->target == ATTN_TARGET_CPU) {
     attn_sched_open(&m->sp);

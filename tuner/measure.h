@@ -38,6 +38,9 @@ typedef struct attn_meas_ctx {
   int dev_sets, dev_next;
   size_t dev_set_bytes;
   void (*sleep_s)(double seconds); /* the load gate's waits; NULL: nanosleep (tests pass a fake clock) */
+  /* tests: a fake measurement source in place of the timed runs of the plans (which are still made and checked) */
+  attn_rounds_run run_hook;
+  void *run_hook_user;
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {
