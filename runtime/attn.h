@@ -66,7 +66,8 @@ const char *attn_strerror(int code);
 /* Detail of the calling thread's last failure (compiler log, SQL error, ...): attn_last_error(rt) of its last failure
  * on rt, attn_last_error(NULL) of its last failing call of any kind. Kept per thread: other threads' failures never
  * change it, and the text stays valid until this thread's next failing call into libattn or its exit. A thread that
- * has not failed on rt since attn_open gets the open's note (see attn_open; "" when there was none).
+ * has not failed on rt since attn_open gets the open's note (see attn_open; "" when there was none), valid until
+ * attn_close.
  * Threads: attn_plan_create, attn_execute(_async), attn_plan_describe and attn_last_error may be called from several
  * threads at once on one runtime (a kernel that two threads need at once may be compiled by both: each loads the
  * object it checked). attn_open and attn_close of different runtimes may run in any threads at once. attn_close must
