@@ -132,7 +132,8 @@ int attn_db_run_end(attn_db *db, long long run_id, const char *status) {
   pthread_mutex_lock(&db->mu);
   int rc = attn_dbi_write_begin(db);
   if (rc == ATTN_OK) {
-    sqlite3_stmt *s = attn_dbi_stmt(db, S_RUN_END, "UPDATE runs SET status = ?2, ended = " ATTN_DBI_NOW " WHERE id = ?1");
+    sqlite3_stmt *s =
+        attn_dbi_stmt(db, S_RUN_END, "UPDATE runs SET status = ?2, ended = " ATTN_DBI_NOW " WHERE id = ?1");
     if (s) {
       sqlite3_bind_int64(s, 1, run_id);
       attn_dbi_text(s, 2, status ? status : "done");

@@ -49,9 +49,9 @@ int attn_dbi_kernel_upsert(attn_db *db, const char *spec, const char *hash, long
   int dv = d;
   if (dvp && (sscanf(dvp + 4, "%d", &dv) != 1 || dv <= 0))
     return attn_dbi_fail(db, ATTN_EINVAL, "kernel spec '%.200s': bad dv", spec);
-  sqlite3_stmt *s = attn_dbi_stmt(db, S_KER_UPSERT, "INSERT INTO kernels(spec, algo, target, dtype, d, source_hash, d_v) "
-                                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(spec) DO UPDATE SET source_hash = "
-                                  "coalesce(excluded.source_hash, source_hash)");
+  sqlite3_stmt *s = attn_dbi_stmt(db, S_KER_UPSERT, "INSERT INTO kernels(spec, algo, target, dtype, d, source_hash, "
+                                  "d_v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(spec) DO UPDATE SET "
+                                  "source_hash = coalesce(excluded.source_hash, source_hash)");
   if (s) {
     attn_dbi_text(s, 1, spec);
     attn_dbi_text(s, 2, algo);

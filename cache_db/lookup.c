@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
-/* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode bound; ?13: the
- * query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row). Rows of the other regime are kept but
- * ranked last, so that a miss can say they exist (`other`). attn_logdist is a ratio, so the product of the four
- * orders as the sum of |log| distances does. At equal distance a row on the query's threads, then one that did not
- * record them, then the smaller problem. `later`: in a problem the finalist round judged, rows it did not choose
+/* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode bound; ?13:
+ * the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row). Rows of the other regime are
+ * kept but ranked last, so that a miss can say they exist (`other`). attn_logdist is a ratio, so the product of the
+ * four orders as the sum of |log| distances does. At equal distance a row on the query's threads, then one that did
+ * not record them, then the smaller problem. `later`: in a problem the finalist round judged, rows it did not choose
  * (lowrank rows are not judged by it); the tie rule's fastest time is taken within (problem, provenance class,
  * later). */
 static const char lookup_sql[] =

@@ -215,7 +215,8 @@ int attn_db_meas_choose(attn_db *db, const attn_db_meas *m) {
   if (rc == ATTN_OK) {
     long long dev, ker;
     rc = resolve_ids(db, m, 0, &dev, &ker);
-    if (rc == ATTN_OK && (dev <= 0 || ker <= 0)) rc = attn_dbi_fail(db, ATTN_EINVAL, "attn_db_meas_choose: no such row");
+    if (rc == ATTN_OK && (dev <= 0 || ker <= 0))
+      rc = attn_dbi_fail(db, ATTN_EINVAL, "attn_db_meas_choose: no such row");
     for (int slot = S_MEAS_UNCHOOSE; rc == ATTN_OK && slot <= S_MEAS_CHOOSE; slot++) {
       sqlite3_stmt *s = keyed(db, slot, sql[slot - S_MEAS_UNCHOOSE], m, dev, ker, dt);
       rc = attn_dbi_exec(db, s, "marking the finalist round's choice");

@@ -117,7 +117,8 @@ static int open_readonly(attn_db *db, const char *path) {
      * database, and immutable=1 reads it without the shared memory (db.h says what that costs). */
     char wal[4200], uri[16384];
     struct stat ws;
-    if (snprintf(wal, sizeof wal, "%s-wal", path) >= (int)sizeof wal) return attn_dbi_fail(db, ATTN_EDB, "path too long");
+    if (snprintf(wal, sizeof wal, "%s-wal", path) >= (int)sizeof wal)
+      return attn_dbi_fail(db, ATTN_EDB, "path too long");
     int no_changes = stat(wal, &ws) != 0 ? errno == ENOENT : ws.st_size == 0;
     if (!no_changes)
       return attn_dbi_fail(db, ATTN_EDB, "%s holds changes, and no shared-memory file (-shm) can be made beside it "
