@@ -25,6 +25,7 @@ static const struct {
     {"gpus", attn_cmd_gpus, "the GPU spec table"},
     {"io", attn_cmd_io, "count a kernel's transfers against the theory"},
     {"bench", attn_cmd_bench, "tuned plan against the baselines"},
+    {"replay", attn_cmd_replay, "search strategies replayed against stored whole spaces, compared"},
 };
 #define NVERBS (sizeof verbs / sizeof verbs[0])
 
@@ -173,7 +174,7 @@ int main(int argc, char **argv) {
   if (strcmp(v, "help") == 0 && argc > 2) { /* help VERB: that verb's options */
     int k = find_verb(argv[2]);
     if (k < 0 || argc > 3) {
-      fprintf(stderr, "attntune help: %s '%s' (tune, show, export, import, merge, gpus, io, bench)\n",
+      fprintf(stderr, "attntune help: %s '%s' (tune, show, export, import, merge, gpus, io, bench, replay)\n",
               k < 0 ? "unknown verb" : "one verb, not", k < 0 ? argv[2] : argv[3]);
       return 2;
     }
@@ -197,6 +198,6 @@ int main(int argc, char **argv) {
   if (strncmp(v, "--", 2) == 0) return attn_cmd_tune(argc - 1, argv + 1);
   int k = find_verb(v);
   if (k >= 0) return verbs[k].fn(argc - 1, argv + 1);
-  fprintf(stderr, "attntune: unknown verb '%s' (tune, show, export, import, merge, gpus, io, bench; see --help)\n", v);
+  fprintf(stderr, "attntune: unknown verb '%s' (tune, show, export, import, merge, gpus, io, bench, replay; see --help)\n", v);
   return 2;
 }
