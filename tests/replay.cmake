@@ -6,6 +6,7 @@ if(TARGET attntune)
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/replay.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/replay-${c})
     set_tests_properties(replay_${c} PROPERTIES LABELS tuner TIMEOUT 60
-      ENVIRONMENT "ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/replay-no-database.db;ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
+      ENVIRONMENT "ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/replay-no-database.db;\
+ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
   endforeach()
 endif()

@@ -74,6 +74,8 @@ bad_args)  # usage errors: exit 2, one line, before anything runs
   expect 2 "--seeds 0: expected" $R --strategy random --seeds 0
   expect 2 "unknown option '--bogus'" $R --strategy random --bogus
   expect 2 "--from FULL.db is required" $T replay --gpu A100 --d 64 --strategy random
+  "$T" help replay >"$out" 2>&1 && grep -q "^usage: attntune replay --from FULL.db" "$out" || fail "help replay"
+  grep -q "^\.B replay" "$(dirname "$T")/attntune.1" || fail "the manual page lacks replay"
   ;;
 lua_error)  # a Lua strategy that raises: exit 1 with its file, line and message
   printf 'return function(space, tune)\n  tune.evaluate(space:random())\n  error("boom")\nend\n' >"$W/boom.lua"

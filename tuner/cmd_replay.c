@@ -581,8 +581,11 @@ int attn_cmd_replay(int argc, char **argv) {
   int causals[2], ncausal = 0;
   if (!strcmp(causal_s, "0")) causals[ncausal++] = 0;
   else if (!strcmp(causal_s, "1")) causals[ncausal++] = 1;
-  else if (!strcmp(causal_s, "0,1") || !strcmp(causal_s, "1,0")) causals[0] = causal_s[0] == '1', causals[1] = !causals[0], ncausal = 2;
-  else return usage("--causal %s: expected 0, 1 or 0,1", causal_s);
+  else if (!strcmp(causal_s, "0,1") || !strcmp(causal_s, "1,0")) {
+    causals[0] = causal_s[0] == '1';
+    causals[1] = !causals[0];
+    ncausal = 2;
+  } else return usage("--causal %s: expected 0, 1 or 0,1", causal_s);
   if (!heads) heads = target == ATTN_TARGET_CPU ? 2 : 16;
 
   int *ds = NULL, nd = 0, *dvs = NULL, ndv = 0, *ns = NULL, nn = 0, *nkvs = NULL, nnkv = 0;
@@ -772,9 +775,9 @@ int attn_cmd_replay(int argc, char **argv) {
                     fprintf(stderr, "attntune replay: out of memory\n");
                     status = 1;
                   } else {
-                    const unsigned long long pseed = mix64((unsigned long long)n) ^ mix64((unsigned long long)nkv << 20) ^
-                                                     mix64((unsigned long long)d << 40 | (unsigned long long)dv << 50) ^
-                                                     mix64((unsigned long long)t << 8 | (unsigned long long)p.causal);
+                    typedef unsigned long long u64;
+                    const u64 pseed = mix64((u64)n) ^ mix64((u64)nkv << 20) ^ mix64((u64)d << 40 | (u64)dv << 50) ^
+                                      mix64((u64)t << 8 | (u64)p.causal);
                     status = replay_problem(&sp, stored, have, D->opt, D->budget, seeds, pseed, tolerance, st, nst,
                                             D->res, from, label);
                   }

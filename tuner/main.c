@@ -198,6 +198,7 @@ int main(int argc, char **argv) {
   if (strncmp(v, "--", 2) == 0) return attn_cmd_tune(argc - 1, argv + 1);
   int k = find_verb(v);
   if (k >= 0) return verbs[k].fn(argc - 1, argv + 1);
-  fprintf(stderr, "attntune: unknown verb '%s' (tune, show, export, import, merge, gpus, io, bench, replay; see --help)\n", v);
+  fprintf(stderr, "attntune: unknown verb '%s' (tune, show, export, import, merge, gpus, io, bench, replay; see "
+          "--help)\n", v);
   return 2;
 }
