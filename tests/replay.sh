@@ -66,6 +66,21 @@ missing)  # a space stored in part: skipped (an error when nothing qualifies); -
   $T replay --from "$part" --gpu A100 --d 64 --dtype f16 --strategy exhaustive --partial --budget 3 >"$out" 2>&1 ||
     fail "partial replay within the stored rows: exit $?"
   ;;
+bayes)  # bayes.lua: distinct configurations until the budget is spent, the optimum by the end of the space, seeded
+  $R --strategy bayes --seeds 2 --json >"$W/b1.json" 2>"$out" || fail "exit $?"
+  $R --strategy bayes --seeds 2 --json >"$W/b2.json" 2>"$out" || fail "exit $?"
+  cmp "$W/b1.json" "$W/b2.json" >/dev/null || fail "two replays differ"
+  python3 -c "
+import json
+p = json.load(open('$W/b1.json'))['problems'][0]
+s = p['strategies'][0]
+assert s['median'][-1] == 1.0 and s['q1'][-1] == 1.0, s
+assert all(a <= b for a, b in zip(s['median'], s['median'][1:])), s
+" || fail "bayes did not reach the optimum over the whole space"
+  "$T" --gpu H100 --d 64 --n 2048 --dtype bf16 --strategy bayes --budget 8 --db "$W/t.db" >"$out" 2>&1 ||
+    fail "tune exit $?"
+  grep -q "(model, 8 evaluated)" "$out" || fail "tune with bayes: not 8 evaluations"
+  ;;
 bad_args)  # usage errors: exit 2, one line, before anything runs
   expect 2 "--from $W/nosuch.db: No such file" $T replay --from "$W/nosuch.db" --gpu A100 --d 64 --strategy random
   expect 2 "--budget 0: expected a count >= 1" $R --strategy random --budget 0
