@@ -87,7 +87,7 @@ if ! { mkdir -p "$ATTN_PACK_LIBS" && [ -w "$ATTN_PACK_LIBS" ]; } 2>/dev/null; th
   ATTN_PACK_LIBS=$(mktemp -d "${TMPDIR:-/tmp}/attntune-pack-libs.XXXXXX")
 fi
 rm -f "$ATTN_PACK_LIBS"/*
-ATTN_SYSTEM_LIBS=$(ldconfig -p 2>/dev/null)
+ATTN_SYSTEM_LIBS=$( (ldconfig -p || /sbin/ldconfig -p || /usr/sbin/ldconfig -p) 2>/dev/null)  # /sbin: not on a user's PATH
 for f in "$ATTN_PACK"/lib/*.so*; do
   case ${f##*/} in libattn.so*) continue ;; esac
   if [ -z "${ATTN_PACK_ALL_LIBS:-}" ] && printf '%s\n' "$ATTN_SYSTEM_LIBS" | grep -q "^[[:space:]]*${f##*/} (.*x86-64"; then
