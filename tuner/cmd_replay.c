@@ -407,11 +407,17 @@ static int write_plot(const char *path, const done_problem *dp, int ndp, const s
     fprintf(f, "</text>\n");
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n", L, y0 + T,
             pw, ph);
-    for (int t = 0; t <= 4; t++) { /* y: 0 .. 1 */
+    /* y: from the lowest median, a tenth below, to 1 (the curves' interesting part is near the optimum) */
+    double lo = 1;
+    for (int a = 0; a < nst; a++)
+      for (int k = 0; k < K; k++) lo = d->res[a].med[k] < lo ? d->res[a].med[k] : lo;
+    lo = floor(lo * 10) / 10;
+    if (lo > 0.9) lo = 0.9;
+    for (int t = 0; t <= 4; t++) {
       const double y = y0 + T + ph - ph * t / 4.0;
       fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                 "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", L, y, L + pw, y, L - 4, y + 4,
-              t / 4.0);
+                 "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", L, y, L + pw, y, L - 4, y + 4,
+              lo + (1 - lo) * t / 4.0);
     }
     for (int k = 1; k <= K; k = k * 2 > K && k < K ? K : k * 2) { /* x: 1 .. K */
       const double x = L + (K > 1 ? pw * (k - 1.0) / (K - 1) : pw / 2.0);
@@ -425,7 +431,7 @@ static int write_plot(const char *path, const done_problem *dp, int ndp, const s
       fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", col);
       for (int k = 0; k < K; k++)
         fprintf(f, "%s%.1f,%.1f", k ? " " : "", L + (K > 1 ? pw * (double)k / (K - 1) : pw / 2.0),
-                y0 + T + ph - ph * d->res[a].med[k]);
+                y0 + T + ph - ph * (d->res[a].med[k] - lo) / (1 - lo));
       fprintf(f, "\"/>\n");
       fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
                  "<text x=\"%d\" y=\"%d\">", L + pw + 10, y0 + T + 10 + 16 * a, L + pw + 30, y0 + T + 10 + 16 * a,
