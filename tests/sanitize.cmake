@@ -17,7 +17,8 @@ set(ATTN_SANITIZE_TESTS
     tuner_cli_model tuner_cli_unknown_gpu tuner_cli_empty_space tuner_cli_bad_args tuner_cli_verbs tuner_cli_concurrent
     tuner_cli_compile_error tuner_cli_anneal tuner_cli_shard tuner_cli_help tuner_cli_gpu_alias
     tuner_cli_lua_error tuner_cli_lua_runaway tuner_cli_lua_nonsense tuner_cli_lua_gc tuner_cli_lua_xpcall
-    tuner_cli_lua_pattern tuner_cli_lua_sigint)
+    tuner_cli_lua_pattern tuner_cli_lua_sigint
+    meas_rounds cpu_cache_fifo tuner_cli_too_many tuner_cli_row_limit)
 function(attn_label_sanitize)
   foreach(t ${ATTN_SANITIZE_TESTS})
     if(TEST ${t})
