@@ -1,6 +1,6 @@
 #!/bin/sh
 # replay.sh CASE ATTNTUNE WORKDIR: `attntune replay` against a fixture of whole spaces stored by the performance
-# model (no compiling, no timing: the fixture takes a fraction of a second).
+# model (--model: no compiling, no timing, even where the GPU is present; the fixture takes a fraction of a second).
 set -u
 case_=$1 T=$2 W=$3
 rm -rf "$W"
@@ -18,7 +18,8 @@ expect() {
   grep -q -- "$text" "$out" || fail "stderr does not say '$text': $*"
 }
 full=$W/full.db
-"$T" --gpu A100 --d 64 --n 1024 --dtype f16 --strategy exhaustive --db "$full" >"$out" 2>&1 || fail "fixture exit $?"
+"$T" --gpu A100 --model --d 64 --n 1024 --dtype f16 --strategy exhaustive --db "$full" >"$out" 2>&1 ||
+  fail "fixture exit $?"
 size=$(sqlite3 "$full" "SELECT COUNT(*) FROM measurements WHERE provenance = 'model'")
 [ "$size" -gt 4 ] || fail "fixture has $size rows"
 R="$T replay --from $full --gpu A100 --d 64 --dtype f16"
@@ -56,7 +57,7 @@ assert s['evals_to_1pct'] is not None and s['evals_to_1pct'] <= $size
   ;;
 missing)  # a space stored in part: skipped (an error when nothing qualifies); --partial: the missing row is named
   part=$W/part.db
-  "$T" --gpu A100 --d 64 --n 1024 --dtype f16 --strategy exhaustive --budget 3 --db "$part" >"$out" 2>&1 ||
+  "$T" --gpu A100 --model --d 64 --n 1024 --dtype f16 --strategy exhaustive --budget 3 --db "$part" >"$out" 2>&1 ||
     fail "partial fixture exit $?"
   expect 1 "holds no whole search space" $T replay --from "$part" --gpu A100 --d 64 --dtype f16 --strategy random
   grep -q "skipped: 3 of $size configurations stored (no row for flash cuda f16 " "$W/stdout.txt" || fail "skip line"
@@ -77,7 +78,7 @@ s = p['strategies'][0]
 assert s['median'][-1] == 1.0 and s['q1'][-1] == 1.0, s
 assert all(a <= b for a, b in zip(s['median'], s['median'][1:])), s
 " || fail "bayes did not reach the optimum over the whole space"
-  "$T" --gpu H100 --d 64 --n 2048 --dtype bf16 --strategy bayes --budget 8 --db "$W/t.db" >"$out" 2>&1 ||
+  "$T" --gpu H100 --model --d 64 --n 2048 --dtype bf16 --strategy bayes --budget 8 --db "$W/t.db" >"$out" 2>&1 ||
     fail "tune exit $?"
   grep -q "(model, 8 evaluated)" "$out" || fail "tune with bayes: not 8 evaluations"
   ;;
