@@ -84,6 +84,11 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
  * count_io != 0 adds -DATTN_COUNT_IO's define. Returns malloc'd text (caller frees) or NULL with err. */
 char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t errlen);
 
+/* Source text of a CPU flash spec's backward kernel: attn_spec_source's #defines and kernel ABI with
+ * templates/flash_bwd.c (Br query rows and Bc key rows per block). The spec's canonical text is the forward's: the
+ * template's name in the first line and the body tell the two apart (and so their source hashes). */
+char *attn_spec_source_backward(const attn_spec *s, int count_io, char *err, size_t errlen);
+
 /* The text of an embedded template file ("flash.c", "flash.cu", "kernel_abi.h"), or NULL (gen/embedded_templates.c). */
 const char *attn_template_text(const char *name);
 

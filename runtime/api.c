@@ -428,6 +428,8 @@ static int execute(const char *what, const attn_plan *plan, void *stream, int sy
   attn_runtime *rt = plan->rt;
   if (!q || !k || !v || !o)
     return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, !q ? "q" : !k ? "k" : !v ? "v" : "o");
+  if (plan->backward)
+    return attn_fail(rt, ATTN_EINVAL, "%s: this is a backward plan: attn_execute_backward runs it", what);
   const attn_problem *p = &plan->p;
   if (plan->cuda)
     return sync ? attn_cuda_run(rt, plan->cuda, p, q, k, v, o, NULL, NULL)
@@ -445,6 +447,88 @@ ATTN_API int attn_execute(const attn_plan *plan, const void *q, const void *k, c
 ATTN_API int attn_execute_async(const attn_plan *plan, void *stream, const void *q, const void *k, const void *v,
                                 void *o) {
   return execute("attn_execute_async", plan, stream, 0, q, k, v, o);
+}
+
+ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *k, const void *v, void *o,
+                              float *lse) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_lse: plan is NULL");
+  attn_runtime *rt = plan->rt;
+  if (plan->backward)
+    return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: this is a backward plan: attn_execute_backward runs it");
+  if (!q || !k || !v || !o || !lse)
+    return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
+  if (plan->cuda)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: the CUDA kernels keep no lse yet (CPU flash plans do)");
+  if (plan->spec.algo != ATTN_ALGO_FLASH)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: %s plans keep no lse (flash plans do)%s",
+                     attn_algo_name(plan->spec.algo),
+                     plan->spec.algo == ATTN_ALGO_LOWRANK ? ": lowrank's normaliser is an approximation" : "");
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_lse: plan has no kernel");
+  const attn_problem *p = &plan->p;
+  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
+                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = lse};
+  return attn_cpu_run(rt, plan->cpu, &a, NULL);
+}
+
+/* Backward tiles: Br query rows and Bc key rows of 64 for every d (FA2 tunes them apart from the forward's; the
+ * tuner does not yet), d, d_v, dtype and causal as the problem's. */
+ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
+  if (out) *out = NULL;
+  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create_backward: runtime is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: out is NULL");
+  if (atomic_load_explicit(&rt->closed, memory_order_acquire))
+    return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: the runtime is closed");
+  attn_problem p = {0};
+  int rc = attn_problem_normalize(rt, prob, &p);
+  if (rc != ATTN_OK) return rc;
+  if (p.algo == ATTN_ALGO_LOWRANK)
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create_backward: lowrank's backward (its approximation's gradient) is not implemented");
+  if (rt->target != ATTN_TARGET_CPU)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_plan_create_backward: no CUDA backward kernel yet (the CPU has one)");
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
+  s.dv = p.d_v != p.d ? p.d_v : 0;
+  s.br = 64;
+  s.bc = 64;
+  char err[512];
+  rc = attn_spec_check(&s, err, sizeof err);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
+  attn_plan *plan = calloc(1, sizeof *plan);
+  if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
+  plan->rt = rt;
+  plan->p = p;
+  plan->spec = s;
+  plan->backward = 1;
+  rc = attn_cpu_load_backward(rt, &s, 0, &plan->cpu);
+  if (rc != ATTN_OK) {
+    free(plan);
+    return rc;
+  }
+  char sum[384];
+  attn_spec_summary(&s, sum, sizeof sum);
+  snprintf(plan->describe, sizeof plan->describe, "%s backward (default)", sum);
+  atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed); /* as attn_plan_create_spec */
+  *out = plan;
+  return ATTN_OK;
+}
+
+ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const void *k, const void *v, const void *o,
+                                   const float *lse, const void *dout, void *dq, void *dk, void *dv) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_backward: plan is NULL");
+  attn_runtime *rt = plan->rt;
+  if (!plan->backward)
+    return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: a forward plan (make one with attn_plan_create_backward)");
+  const void *const ptr[] = {q, k, v, o, lse, dout, dq, dk, dv};
+  static const char *const name[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
+  for (size_t i = 0; i < sizeof ptr / sizeof ptr[0]; i++)
+    if (!ptr[i]) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: %s is NULL", name[i]);
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_backward: plan has no kernel");
+  const attn_problem *p = &plan->p;
+  /* o is read, not written: the kernel ABI's o is the forward's output here */
+  attn_kargs a = {.q = q, .k = k, .v = v, .o = (void *)(uintptr_t)o, .batch = p->batch, .heads = p->heads,
+                  .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = (float *)(uintptr_t)lse,
+                  .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+  return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 
 ATTN_API const char *attn_plan_describe(const attn_plan *plan) { return plan ? plan->describe : "(no plan)"; }

@@ -56,12 +56,14 @@ static int load_object(attn_runtime *rt, int fd, const char *path, const char *l
   return rc;
 }
 
-int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out) {
+static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int backward, attn_cpu_kernel **out) {
   *out = NULL;
   char err[512] = "", label[400];
   attn_spec_summary(s, label, sizeof label);
+  if (backward) strncat(label, " backward", sizeof label - strlen(label) - 1);
   if (count_io) strncat(label, " (counting)", sizeof label - strlen(label) - 1);
-  char *src = attn_spec_source(s, count_io, err, sizeof err);
+  char *src = backward ? attn_spec_source_backward(s, count_io, err, sizeof err)
+                       : attn_spec_source(s, count_io, err, sizeof err);
   if (!src) {
     int rc = attn_spec_check(s, NULL, 0);
     return attn_fail(rt, rc != ATTN_OK ? rc : ATTN_EUNSUPPORTED, "%s: %s", label, err);
@@ -91,6 +93,14 @@ int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_k
   }
   *out = k;
   return ATTN_OK;
+}
+
+int attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out) {
+  return load_kernel(rt, s, count_io, 0, out);
+}
+
+int attn_cpu_load_backward(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out) {
+  return load_kernel(rt, s, count_io, 1, out);
 }
 
 void attn_cpu_unload(attn_cpu_kernel *k) {

@@ -47,6 +47,7 @@ struct attn_plan {
   char describe[512];
   attn_cpu_kernel *cpu;
   attn_cuda_kernel *cuda;
+  int backward;            /* attn_plan_create_backward's: spec's tiles, templates/flash_bwd.c's kernel */
 };
 
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale); ATTN_EINVAL with a reason otherwise. */
@@ -75,6 +76,8 @@ int attn_device_name(attn_target t, char *buf, size_t len);
 int  attn_cpu_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out);
 int  attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *a, attn_io *io);
 void attn_cpu_unload(attn_cpu_kernel *k);
+/* The backward kernel of a CPU flash spec (attn_spec_source_backward). */
+int  attn_cpu_load_backward(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out);
 /* 1 when the last attn_cpu_load found a compiled object in the cache instead of compiling. */
 int  attn_cpu_was_cached(const attn_cpu_kernel *k);
 
@@ -144,6 +147,11 @@ void   attn_round_dtype(attn_dtype t, float *x, size_t count);
 
 /* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
 void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);
+/* fp64 backward of the same problem from the definition: P = softmax(S) over the keys a row sees, dV = Pᵀ dO,
+ * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q (GQA: dK, dV summed over the query heads
+ * of a KV head). o: the forward output the kernel is given (the problem's layout), or NULL for the fp64 forward's. */
+void   attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
+                               const float *dout, double *dq, double *dk, double *dv);
 /* ||out - ref||_F / ||ref||_F; INFINITY when out holds a NaN or Inf. */
 double attn_rel_error(const double *ref, const float *out, size_t count);
 /* Fresh uniform(-1, 1) values from a seed (xoshiro-style; reproducible per seed). */

@@ -93,3 +93,71 @@ void attn_fill_random(float *x, size_t count, unsigned long long seed) {
 void attn_poison(float *x, size_t count) {
   for (size_t i = 0; i < count; i++) x[i] = NAN;
 }
+
+void attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
+                             const float *dout, double *dq, double *dk, double *dv) {
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
+  const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
+  memset(dq, 0, sizeof(double) * (size_t)(p->batch * heads * n * d));
+  memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
+  memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
+  double *P = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
+  double *orow = malloc(sizeof(double) * (size_t)dvw);
+  if (!P || !orow) {
+    /* no way to report from here: NaN gradients fail the comparison loudly */
+    for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;
+    free(P);
+    free(orow);
+    return;
+  }
+  for (long b = 0; b < p->batch; b++)
+    for (long h = 0; h < heads; h++) {
+      const long hk = h / group;
+      const float *qh = q + (b * heads + h) * n * d, *gh = dout + (b * heads + h) * n * dvw;
+      const float *oh = o ? o + (b * heads + h) * n * dvw : NULL;
+      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dvw;
+      double *dqh = dq + (b * heads + h) * n * d;
+      double *dkh = dk + (b * heads_kv + hk) * n_kv * d, *dvh = dv + (b * heads_kv + hk) * n_kv * dvw;
+      for (long i = 0; i < n; i++) {
+        long visible = n_kv;
+        if (p->causal) {
+          long last = i + (n_kv - n);
+          visible = last < 0 ? 0 : last + 1 < n_kv ? last + 1 : n_kv;
+        }
+        if (visible == 0) continue;
+        double mx = -INFINITY, sum = 0;
+        for (long j = 0; j < visible; j++) {
+          double acc = 0;
+          for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+          P[j] = acc * scale;
+          if (P[j] > mx) mx = P[j];
+        }
+        for (long j = 0; j < visible; j++) sum += (P[j] = exp(P[j] - mx));
+        for (long j = 0; j < visible; j++) P[j] /= sum;
+        /* D = rowsum(dO ∘ O), O the given one or this forward's */
+        for (long c = 0; c < dvw; c++) {
+          orow[c] = 0;
+          if (oh) orow[c] = oh[i * dvw + c];
+          else
+            for (long j = 0; j < visible; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+        }
+        double D = 0;
+        for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+        for (long j = 0; j < visible; j++) {
+          double dp = 0;
+          for (long c = 0; c < dvw; c++) {
+            dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
+            dvh[j * dvw + c] += P[j] * (double)gh[i * dvw + c];
+          }
+          const double ds = P[j] * (dp - D);
+          for (long c = 0; c < d; c++) {
+            dqh[i * d + c] += scale * ds * (double)kh[j * d + c];
+            dkh[j * d + c] += scale * ds * (double)qh[i * d + c];
+          }
+        }
+      }
+    }
+  free(P);
+  free(orow);
+}

@@ -617,6 +617,12 @@ size_t attn_kernel_scratch(const attn_kargs *a) {
 #define FL_PART FL_RUP(FL_BR * (FL_DVP + 2), 16) /* whole 64-byte lines: each part's O rows on a vector boundary */
 #endif
 
+/* lse of an item's rows (attn_execute_lse): m is in base 2, so ln sum = m ln 2 + ln l; a row that sees no key keeps
+ * m = -inf and l = 0 (-inf), as does one whose visible scores are all -inf; NaN stays NaN. */
+__attribute__((unused)) static void fl_write_lse(const attn_kargs *a, const fl_item *t, const float *m, const float *l, int rows) {
+  for (int r = 0; r < rows; r++) a->lse[fl_row(a, t, r)] = m[r] * 0.69314718055994531f + __builtin_logf(l[r]);
+}
+
 /* O row = o row * inv, d_v columns, rounded to the element type. */
 FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, float inv) {
 #if ATTN_HALF
@@ -726,6 +732,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     fl_write_row(out + fl_row(a, &t, r) * FL_DV, o + r * FL_DVP, inv);
   }
   ATTN_IO_WRITE(io, (long)rows * FL_DV);
+  if (a->lse) fl_write_lse(a, &t, m, l, rows);
 #endif
 }
 
@@ -768,6 +775,7 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
         for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, FL_FMA(wv, fl_ld(ps + r * FL_DVP + c), fl_ld(acc + c)));
       }
     fl_write_row(out + fl_row(a, &t, r) * FL_DV, acc, sees ? 1.0f / l : 0.0f);
+    if (a->lse) a->lse[fl_row(a, &t, r)] = mx * 0.69314718055994531f + __builtin_logf(l); /* l = 0 gives -inf */
   }
   ATTN_IO_WRITE(io, (long)rows * FL_DV);
 }

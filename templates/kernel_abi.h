@@ -8,8 +8,10 @@
 #include <string.h>
 
 /* 2: attn_kargs.partials and the optional split-K entry points attn_kernel_partials / attn_kernel_merge.
- * 3: q, k, v, o are untyped: elements of the kernel's ATTN_DTYPE (f32, or f16 / bf16 bits), V and O d_v wide. */
-#define ATTN_KERNEL_ABI_VERSION 3
+ * 3: q, k, v, o are untyped: elements of the kernel's ATTN_DTYPE (f32, or f16 / bf16 bits), V and O d_v wide.
+ * 4: attn_kargs.lse (forward kernels write the log-normaliser when it is not NULL) and the backward's dout, dq, dk,
+ *    dv (templates/flash_bwd.c, which reads o and lse). */
+#define ATTN_KERNEL_ABI_VERSION 4
 
 typedef struct attn_kargs {
   const void *q, *k;       /* [batch][heads|heads_kv][n|n_kv][d] */
@@ -18,6 +20,10 @@ typedef struct attn_kargs {
   long batch, heads, heads_kv, n, n_kv;
   float scale;
   void *partials;          /* split-K kernels: the partials buffer (set by the runtime); NULL otherwise */
+  float *lse;              /* [batch][heads][n]: forward flash writes ln sum_j exp(scale q.k_j) when not NULL (-inf for
+                            * a row that sees no key); the backward reads it. NULL for attn_execute */
+  const void *dout;        /* backward only: dO like o; dq like q, dk like k, dv like v (o is then read: the forward's) */
+  void *dq, *dk, *dv;
 } attn_kargs;
 
 /* Entries (not bytes) moved between slow memory (the arrays above, and any slow scratch) and fast memory. */

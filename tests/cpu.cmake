@@ -69,3 +69,13 @@ foreach(g f32 half half_all)
   set_tests_properties(cpu_align_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
 endforeach()
 set_tests_properties(cpu_align_half_all PROPERTIES LABELS nightly)
+# The backward (attn_execute_lse, attn_plan_create_backward, attn_execute_backward) against fp64, the fp64 backward
+# against finite differences, NaN patterns, the same bits from run to run and across thread counts; the d sweep
+# nightly.
+add_executable(cpu_backward ${CMAKE_CURRENT_LIST_DIR}/cpu_backward.c)
+target_link_libraries(cpu_backward PRIVATE attn_core m)
+foreach(g ref f32 half nan sweep)
+  add_test(NAME cpu_backward_${g} COMMAND cpu_backward ${g})
+  set_tests_properties(cpu_backward_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
+endforeach()
+set_tests_properties(cpu_backward_sweep PROPERTIES LABELS nightly TIMEOUT 1800)

@@ -1,0 +1,260 @@
+/* flash_bwd.c: FlashAttention-2's backward for the CPU, specialised at compile time on ATTN_D (head dimension of Q and
+ * K), ATTN_DV (of V and O), ATTN_BR (query rows per block), ATTN_BC (key rows per block), ATTN_CAUSAL and ATTN_DTYPE
+ * (f32, f16 or bf16 arrays; the arithmetic is fp32 throughout). The n x n_kv matrices are never stored: P is
+ * recomputed block by block from the forward's lse (P = exp(scale q.k - lse)), as FlashAttention does.
+ *
+ * Per (query block i, key block j): S = scale Q_i K_jᵀ, P = exp(S - lse_i), dP = dO_i V_jᵀ, dS = P ∘ (dP - D_i) with
+ * D = rowsum(dO ∘ O) (from the forward's O, recomputed per query block: rows x d_v against the block's rows x Bc x d).
+ * Two kinds of work item, independent of each other (both only read q, k, v, o, lse and dout):
+ *   - key items (batch, KV head, key block j), first: the outer loop over key blocks of FA2's algorithm. dV_j += Pᵀ dO_i
+ *     and dK_j += dSᵀ Q_i over the query heads of the KV head (GQA's sum), then their query blocks, in that order,
+ *     kept in the thread's scratch and written once (dk scaled by scale);
+ *   - query items (batch, head, query block i): dQ_i += dS K_j over the key blocks in order, written once (scaled).
+ * FA2 accumulates dQ across key blocks with atomic adds, whose order varies from run to run; here every element of
+ * dq, dk and dv is summed by one item in a fixed order, so the gradients are the same bits for any thread count and
+ * schedule, at the price of S and dP computed twice (7 block products where FA2 has 5).
+ *
+ * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n). Hidden entries take no
+ * part (they are skipped, not weighted by 0: a NaN in a hidden key's V or in a row's dO that does not see a key
+ * reaches nothing through it), key blocks no row of a query block sees are not loaded, and rows that see no key get
+ * zero dq; keys no row sees zero dk and dv. Everything else propagates NaN and Inf as the fp64 backward of the same
+ * formulas does (a row whose visible scores are all -inf has lse = -inf and P = exp(NaN): NaN gradients).
+ *
+ * I/O accounting (ATTN_IO_READ / ATTN_IO_WRITE), in elements: a key item reads K_j and V_j once and, per query block
+ * of each of its query heads that sees the block, Q_i, dO_i, O_i and lse_i (rows*(d + 2 d_v + 1)); it writes dK_j
+ * and dV_j. A query item reads its rows*(d + 2 d_v + 1) once, K_j and V_j for each key block its rows see, and
+ * writes dQ_i. */
+#ifndef ATTN_D
+#define ATTN_D 64
+#endif
+#ifndef ATTN_BR
+#define ATTN_BR 64
+#endif
+#ifndef ATTN_BC
+#define ATTN_BC 64
+#endif
+#ifndef ATTN_CAUSAL
+#define ATTN_CAUSAL 0
+#endif
+#ifndef ATTN_DV
+#define ATTN_DV ATTN_D
+#endif
+
+#ifndef ATTN_KERNEL_ABI_H
+#include "kernel_abi.h"
+#endif
+#include <stdint.h>
+#include <string.h>
+
+#define FB_D ATTN_D
+#define FB_DV ATTN_DV
+#define FB_BR ATTN_BR
+#define FB_BC ATTN_BC
+#define FB_RUP(x, m) (((x) + (m)-1) / (m) * (m))
+#define FB_BCP FB_RUP(FB_BC, 16) /* a row of S, P, dP, dS and of the transposed K and V: whole 64-byte lines */
+#define FB_DP FB_RUP(FB_D, 16)
+#define FB_DVP FB_RUP(FB_DV, 16)
+
+/* Scratch of one thread, in floats; each part starts on a 64-byte boundary. */
+#define FB_KR_SZ (FB_BC * FB_DP)             /* K_j rows (dQ += dS K) */
+#define FB_KT_SZ (FB_D * FB_BCP)             /* K_j transposed (S = Q Kᵀ along key lanes) */
+#define FB_VT_SZ (FB_DV * FB_BCP)            /* V_j transposed (dP = dO Vᵀ) */
+#define FB_DK_SZ (FB_BC * FB_DP)             /* dK_j accumulator */
+#define FB_DVA_SZ (FB_BC * FB_DVP)           /* dV_j accumulator */
+#define FB_QR_SZ (FB_BR * FB_DP)             /* Q_i rows */
+#define FB_DO_SZ (FB_BR * FB_DVP)            /* dO_i rows */
+#define FB_DQ_SZ (FB_BR * FB_DP)             /* dQ_i accumulator */
+#define FB_S_SZ (FB_BR * FB_BCP)             /* S, then P */
+#define FB_ROW_SZ FB_RUP(FB_BR, 16)          /* lse_i, D_i: one float per query row */
+#define FB_TMP_SZ FB_RUP(FB_D > FB_DV ? FB_D : FB_DV, 16) /* one row in fp32 (V, O; scaled dK, dQ) */
+
+typedef struct fb_scratch {
+  float *kr, *kt, *vt, *dk, *dv, *qr, *dor, *dq, *s, *ds, *lse, *dd, *tmp;
+} fb_scratch;
+
+static fb_scratch fb_parts(void *scratch) {
+  fb_scratch w;
+  float *p = (float *)scratch;
+  w.kr = p; p += FB_KR_SZ;
+  w.kt = p; p += FB_KT_SZ;
+  w.vt = p; p += FB_VT_SZ;
+  w.dk = p; p += FB_DK_SZ;
+  w.dv = p; p += FB_DVA_SZ;
+  w.qr = p; p += FB_QR_SZ;
+  w.dor = p; p += FB_DO_SZ;
+  w.dq = p; p += FB_DQ_SZ;
+  w.s = p; p += FB_S_SZ;
+  w.ds = p; p += FB_S_SZ;
+  w.lse = p; p += FB_ROW_SZ;
+  w.dd = p; p += FB_ROW_SZ;
+  w.tmp = p;
+  return w;
+}
+
+int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
+
+static long fb_heads_kv(const attn_kargs *a) { return a->heads_kv > 0 ? a->heads_kv : a->heads; }
+static long fb_key_items(const attn_kargs *a) { return a->batch * fb_heads_kv(a) * ((a->n_kv + FB_BC - 1) / FB_BC); }
+static long fb_query_items(const attn_kargs *a) { return a->batch * a->heads * ((a->n + FB_BR - 1) / FB_BR); }
+
+long attn_kernel_items(const attn_kargs *a) { return fb_key_items(a) + fb_query_items(a); }
+
+size_t attn_kernel_scratch(const attn_kargs *a) {
+  (void)a;
+  return (size_t)(FB_KR_SZ + FB_KT_SZ + FB_VT_SZ + FB_DK_SZ + FB_DVA_SZ + FB_QR_SZ + FB_DO_SZ + FB_DQ_SZ +
+                  2 * FB_S_SZ + 2 * FB_ROW_SZ + FB_TMP_SZ) *
+         sizeof(float);
+}
+
+/* Keys visible to query i: j < fb_key_end(i) (n_kv without the mask; 0 or less for a row that sees none). */
+static inline long fb_key_end(const attn_kargs *a, long i) {
+  if (!ATTN_CAUSAL) return a->n_kv;
+  const long e = i + a->n_kv - a->n + 1;
+  return e < a->n_kv ? e : a->n_kv;
+}
+
+/* K_j, V_j (cols rows from key j0 of KV head bkv) into fp32: K rows and K, V transposed. */
+static void fb_load_kv(const attn_kargs *a, long bkv, long j0, int cols, fb_scratch *w, attn_io *io) {
+  const attn_el *k = (const attn_el *)a->k + (bkv * a->n_kv + j0) * FB_D;
+  const attn_el *v = (const attn_el *)a->v + (bkv * a->n_kv + j0) * FB_DV;
+  ATTN_IO_READ(io, (long)cols * (FB_D + FB_DV));
+  for (int c = 0; c < cols; c++) {
+    float *kr = w->kr + c * FB_DP;
+    attn_load_row(kr, k + (long)c * FB_D, FB_D);
+    for (int x = 0; x < FB_D; x++) w->kt[x * FB_BCP + c] = kr[x];
+    attn_load_row(w->tmp, v + (long)c * FB_DV, FB_DV);
+    for (int x = 0; x < FB_DV; x++) w->vt[x * FB_BCP + c] = w->tmp[x];
+  }
+}
+
+/* Q_i, dO_i, lse_i and D_i = rowsum(dO_i ∘ O_i) of rows rows from query i0 of head bh. */
+static void fb_load_q(const attn_kargs *a, long bh, long i0, int rows, fb_scratch *w, attn_io *io) {
+  const long row0 = bh * a->n + i0;
+  const attn_el *q = (const attn_el *)a->q + row0 * FB_D;
+  const attn_el *o = (const attn_el *)a->o + row0 * FB_DV, *dout = (const attn_el *)a->dout + row0 * FB_DV;
+  ATTN_IO_READ(io, (long)rows * (FB_D + 2 * FB_DV + 1));
+  for (int r = 0; r < rows; r++) {
+    attn_load_row(w->qr + r * FB_DP, q + (long)r * FB_D, FB_D);
+    float *dor = w->dor + r * FB_DVP;
+    attn_load_row(dor, dout + (long)r * FB_DV, FB_DV);
+    attn_load_row(w->tmp, o + (long)r * FB_DV, FB_DV);
+    float d = 0.0f;
+    for (int x = 0; x < FB_DV; x++) d += dor[x] * w->tmp[x];
+    w->dd[r] = d;
+    w->lse[r] = a->lse[row0 + r];
+  }
+}
+
+/* For the rows x cols block: s = P = exp(scale Q Kᵀ - lse), ds = dS = P ∘ (dO Vᵀ - D). Every entry is computed
+ * (hidden ones too); the callers read only the visible ones. */
+static void fb_block(fb_scratch *w, float scale, int rows, int cols) {
+  for (int r = 0; r < rows; r++) {
+    float *restrict s = w->s + r * FB_BCP, *restrict ds = w->ds + r * FB_BCP;
+    const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
+    for (int c = 0; c < cols; c++) s[c] = ds[c] = 0.0f;
+    for (int x = 0; x < FB_D; x++) {
+      const float qx = qr[x];
+      const float *restrict kt = w->kt + x * FB_BCP;
+      for (int c = 0; c < cols; c++) s[c] += qx * kt[c];
+    }
+    for (int x = 0; x < FB_DV; x++) {
+      const float gx = dor[x];
+      const float *restrict vt = w->vt + x * FB_BCP;
+      for (int c = 0; c < cols; c++) ds[c] += gx * vt[c];
+    }
+    const float lse = w->lse[r], dd = w->dd[r];
+    for (int c = 0; c < cols; c++) {
+      const float p = __builtin_expf(scale * s[c] - lse);
+      s[c] = p;
+      ds[c] = p * (ds[c] - dd);
+    }
+  }
+}
+
+/* Visible keys of row r of a block (query i0 + r, keys from j0): c < the result (clamped to cols; <= 0: none). */
+static inline long fb_cols_seen(const attn_kargs *a, long i0, int r, long j0, int cols) {
+  const long e = fb_key_end(a, i0 + r) - j0;
+  return e < cols ? e : cols;
+}
+
+/* Key item: dK_j, dV_j of one key block, summed over the query heads of its KV head and their query blocks. */
+static void fb_key_item(const attn_kargs *a, long item, fb_scratch *w, float scale, attn_io *io) {
+  const long heads_kv = fb_heads_kv(a), G = a->heads / heads_kv, nkb = (a->n_kv + FB_BC - 1) / FB_BC;
+  const long bkv = item / nkb, j0 = item % nkb * FB_BC, b = bkv / heads_kv, hk = bkv % heads_kv;
+  const int cols = (int)(a->n_kv - j0 < FB_BC ? a->n_kv - j0 : FB_BC);
+  memset(w->dk, 0, sizeof(float) * FB_DK_SZ);
+  memset(w->dv, 0, sizeof(float) * FB_DVA_SZ);
+  /* the first query that sees key j0: i + n_kv - n >= j0 */
+  long i_first = ATTN_CAUSAL ? j0 - (a->n_kv - a->n) : 0;
+  if (i_first < 0) i_first = 0;
+  if (i_first < a->n) {
+    fb_load_kv(a, bkv, j0, cols, w, io);
+    for (long g = 0; g < G; g++) {
+      const long bh = b * a->heads + hk * G + g;
+      for (long i0 = i_first / FB_BR * FB_BR; i0 < a->n; i0 += FB_BR) {
+        const int rows = (int)(a->n - i0 < FB_BR ? a->n - i0 : FB_BR);
+        fb_load_q(a, bh, i0, rows, w, io);
+        fb_block(w, scale, rows, cols);
+        for (int r = 0; r < rows; r++) {
+          const long seen = fb_cols_seen(a, i0, r, j0, cols);
+          const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
+          for (long c = 0; c < seen; c++) {
+            const float p = w->s[r * FB_BCP + c], ds = w->ds[r * FB_BCP + c];
+            float *restrict dv = w->dv + c * FB_DVP, *restrict dk = w->dk + c * FB_DP;
+            for (int x = 0; x < FB_DV; x++) dv[x] += p * dor[x];
+            for (int x = 0; x < FB_D; x++) dk[x] += ds * qr[x];
+          }
+        }
+      }
+    }
+  }
+  attn_el *dk = (attn_el *)a->dk + (bkv * a->n_kv + j0) * FB_D;
+  attn_el *dv = (attn_el *)a->dv + (bkv * a->n_kv + j0) * FB_DV;
+  for (int c = 0; c < cols; c++) {
+    for (int x = 0; x < FB_D; x++) w->tmp[x] = scale * w->dk[c * FB_DP + x];
+    attn_store_row(dk + (long)c * FB_D, w->tmp, FB_D);
+    attn_store_row(dv + (long)c * FB_DV, w->dv + c * FB_DVP, FB_DV);
+  }
+  ATTN_IO_WRITE(io, (long)cols * (FB_D + FB_DV));
+}
+
+/* Query item: dQ_i of one query block over the key blocks its rows see. */
+static void fb_query_item(const attn_kargs *a, long item, fb_scratch *w, float scale, attn_io *io) {
+  const long nqb = (a->n + FB_BR - 1) / FB_BR, heads_kv = fb_heads_kv(a), G = a->heads / heads_kv;
+  const long bh = item / nqb, i0 = item % nqb * FB_BR;
+  const long bkv = (bh / a->heads) * heads_kv + (bh % a->heads) / G;
+  const int rows = (int)(a->n - i0 < FB_BR ? a->n - i0 : FB_BR);
+  memset(w->dq, 0, sizeof(float) * FB_DQ_SZ);
+  const long j_end = fb_key_end(a, i0 + rows - 1); /* the last row sees the most keys */
+  if (j_end > 0) fb_load_q(a, bh, i0, rows, w, io);
+  for (long j0 = 0; j0 < j_end; j0 += FB_BC) {
+    const int cols = (int)(j_end - j0 < FB_BC ? j_end - j0 : FB_BC);
+    fb_load_kv(a, bkv, j0, cols, w, io);
+    fb_block(w, scale, rows, cols);
+    for (int r = 0; r < rows; r++) {
+      const long seen = fb_cols_seen(a, i0, r, j0, cols);
+      float *restrict dq = w->dq + r * FB_DP;
+      for (long c = 0; c < seen; c++) {
+        const float ds = w->ds[r * FB_BCP + c];
+        const float *restrict kr = w->kr + c * FB_DP;
+        for (int x = 0; x < FB_D; x++) dq[x] += ds * kr[x];
+      }
+    }
+  }
+  attn_el *dq = (attn_el *)a->dq + (bh * a->n + i0) * FB_D;
+  for (int r = 0; r < rows; r++) {
+    for (int x = 0; x < FB_D; x++) w->tmp[x] = scale * w->dq[r * FB_DP + x];
+    attn_store_row(dq + (long)r * FB_D, w->tmp, FB_D);
+  }
+  ATTN_IO_WRITE(io, (long)rows * FB_D);
+}
+
+void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
+  fb_scratch w = fb_parts(scratch);
+  const float scale = a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FB_D);
+  const long keys = fb_key_items(a);
+  if (item < keys)
+    fb_key_item(a, item, &w, scale, io);
+  else
+    fb_query_item(a, item - keys, &w, scale, io);
+}

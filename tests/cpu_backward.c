@@ -1,0 +1,470 @@
+/* cpu_backward: attn_execute_lse and the CPU flash backward against fp64 on fresh random inputs (never zeros), with
+ * every output poisoned (NaN) before each run and checked written. argv[1] picks a group:
+ *   ref    the fp64 reference backward against central finite differences of the fp64 forward (so that it cannot be
+ *          wrong the way the kernel is), and bad input (NULL pointers, plans of the wrong kind, lowrank);
+ *   f32    shape classes: n = 1, odd n, n not a multiple of a block, n_kv != n both ways (rows that see no key),
+ *          causal both ways, GQA 4/2, batch > 1, d_v != d, d in {3, 64}; the same bits twice with 2 threads and
+ *          once with 1; lse through attn_execute_lse in the causal cases;
+ *   half   f16 and bf16;
+ *   nan    NaN in q, k, v and dout: the gradients' NaN pattern is the fp64 backward's, element by element;
+ *   sweep  (nightly) d in 1..576 (1, 3, 111, ...), d_v != d, larger n, packed and split-K forwards, half precision,
+ *          all through attn_execute_lse.
+ * Where a case takes the fp64 forward's O and lse (rounded) instead of the forward kernel's, it says so: a forward
+ * kernel costs ~5 s to compile, and CI keeps to a few.
+ * Limits: f32 1e-5 relative (Frobenius; fp32 sums of at most a few hundred terms against fp64); f16 1e-3 and bf16
+ * 8e-3, twice the unit roundoff (2^-11, 2^-8) of the rounded outputs (measured: 2e-4 and 1.4e-3; O and lse are the
+ * same rounded ones on both sides). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "cpu_util.h"
+
+static int cases;
+
+static double tol_of(attn_dtype t) { return t == ATTN_F32 ? 1e-5 : t == ATTN_F16 ? 1e-3 : 8e-3; }
+
+/* A typed copy (the problem's dtype) of count floats; NULL when out of memory. */
+static void *typed(attn_dtype t, const float *x, size_t count) {
+  void *p = malloc(count * attn_dtype_size(t) + 1);
+  if (p) attn_to_dtype(t, x, count, p);
+  return p;
+}
+
+/* A typed buffer full of NaN. */
+static void *poisoned(attn_dtype t, size_t count) {
+  float *f = malloc(count * sizeof(float) + 1);
+  if (!f) return NULL;
+  attn_poison(f, count);
+  void *p = typed(t, f, count);
+  free(f);
+  return p;
+}
+
+static float *as_f32(attn_dtype t, const void *x, size_t count) {
+  float *f = malloc(count * sizeof(float) + 1);
+  if (f) attn_from_dtype(t, x, count, f);
+  return f;
+}
+
+/* fp64 lse of every row: log sum over the visible keys of exp(scale q.k), -inf for none. */
+static void ref_lse(const attn_problem *p, const float *q, const float *k, double *lse) {
+  const long G = p->heads / p->heads_kv;
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
+    const long bkv = bh / p->heads * p->heads_kv + bh % p->heads / G;
+    for (long i = 0; i < p->n; i++) {
+      long vis = p->n_kv;
+      if (p->causal) vis = i + p->n_kv - p->n + 1 < 0 ? 0 : i + p->n_kv - p->n + 1 < p->n_kv ? i + p->n_kv - p->n + 1 : p->n_kv;
+      double mx = -INFINITY, sum = 0;
+      double *s = malloc(sizeof(double) * (size_t)(vis + 1));
+      if (!s) {
+        lse[bh * p->n + i] = NAN;
+        continue;
+      }
+      for (long j = 0; j < vis; j++) {
+        double a = 0;
+        for (long c = 0; c < p->d; c++) a += (double)q[(bh * p->n + i) * p->d + c] * k[(bkv * p->n_kv + j) * p->d + c];
+        s[j] = a * p->scale;
+        if (s[j] > mx) mx = s[j];
+      }
+      for (long j = 0; j < vis; j++) sum += exp(s[j] - mx);
+      lse[bh * p->n + i] = vis ? mx + log(sum) : -INFINITY;
+      free(s);
+    }
+  }
+}
+
+typedef struct {
+  attn_problem p;
+  size_t nq, nk, nv, no, nl;
+  float *q, *k, *v, *g;  /* inputs, rounded through the dtype; g = dO */
+  void *tq, *tk, *tv, *tg, *to; /* typed copies; to = the forward's O */
+  float *o, *lse;        /* the forward's O (as fp32) and lse */
+} bwd_case;
+
+static void bwd_free(bwd_case *c) {
+  free(c->q), free(c->k), free(c->v), free(c->g), free(c->tq), free(c->tk), free(c->tv), free(c->tg), free(c->to);
+  free(c->o), free(c->lse);
+}
+
+/* Fresh inputs; with nan_at >= 0, NaN planted (q row, k row, one v entry, dout row) per that pattern's seed. */
+static int bwd_setup(const attn_problem *p0, unsigned long long seed, bwd_case *c) {
+  memset(c, 0, sizeof *c);
+  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
+  const attn_problem *p = &c->p;
+  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
+  c->nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  c->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
+  c->no = (size_t)p->batch * p->heads * p->n * p->d_v;
+  c->nl = (size_t)p->batch * p->heads * p->n;
+  c->q = malloc(c->nq * 4), c->k = malloc(c->nk * 4), c->v = malloc(c->nv * 4), c->g = malloc(c->no * 4);
+  c->lse = malloc(c->nl * 4);
+  if (!c->q || !c->k || !c->v || !c->g || !c->lse) return -1;
+  seed = seed * 1000003ULL + test_seed() * 7;
+  attn_fill_random(c->q, c->nq, seed * 5 + 1);
+  attn_fill_random(c->k, c->nk, seed * 5 + 2);
+  attn_fill_random(c->v, c->nv, seed * 5 + 3);
+  attn_fill_random(c->g, c->no, seed * 5 + 4);
+  return 0;
+}
+
+/* Rounds the inputs, makes typed copies and gives c->o, c->lse: fwd 1, the forward kernel's (attn_execute_lse); 0,
+ * the fp64 forward's rounded to the dtype and fp32 (no forward kernel to compile: each costs seconds). */
+static int bwd_forward(attn_runtime *rt, bwd_case *c, int fwd) {
+  const attn_problem *p = &c->p;
+  attn_round_dtype(p->dtype, c->q, c->nq);
+  attn_round_dtype(p->dtype, c->k, c->nk);
+  attn_round_dtype(p->dtype, c->v, c->nv);
+  attn_round_dtype(p->dtype, c->g, c->no);
+  c->tq = typed(p->dtype, c->q, c->nq), c->tk = typed(p->dtype, c->k, c->nk);
+  c->tv = typed(p->dtype, c->v, c->nv), c->tg = typed(p->dtype, c->g, c->no);
+  c->to = poisoned(p->dtype, c->no);
+  if (!c->tq || !c->tk || !c->tv || !c->tg || !c->to) return -1;
+  if (!fwd) {
+    double *o = malloc(c->no * sizeof(double) + 1), *l = malloc(c->nl * sizeof(double) + 1);
+    c->o = malloc(c->no * sizeof(float) + 1);
+    if (o && l && c->o) {
+      attn_reference(p, c->q, c->k, c->v, o);
+      ref_lse(p, c->q, c->k, l);
+      for (size_t i = 0; i < c->no; i++) c->o[i] = (float)o[i];
+      for (size_t i = 0; i < c->nl; i++) c->lse[i] = (float)l[i];
+      attn_round_dtype(p->dtype, c->o, c->no);
+      attn_to_dtype(p->dtype, c->o, c->no, c->to);
+    }
+    free(o), free(l);
+    return c->o && o && l ? 0 : -1;
+  }
+  attn_problem fp = *p;
+  fp.algo = ATTN_ALGO_FLASH;
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create(rt, &fp, &plan);
+  CHECK(rc == ATTN_OK, "%s: forward plan: %s", shape(p), attn_last_error(rt));
+  if (rc != ATTN_OK) return -1;
+  attn_poison(c->lse, c->nl);
+  rc = attn_execute_lse(plan, c->tq, c->tk, c->tv, c->to, c->lse);
+  CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", shape(p), attn_last_error(rt));
+  attn_plan_destroy(plan);
+  if (rc != ATTN_OK) return -1;
+  c->o = as_f32(p->dtype, c->to, c->no);
+  return c->o ? 0 : -1;
+}
+
+/* The kernel's gradients (fp32 copies) of one backward run into freshly poisoned buffers. */
+static int bwd_run(attn_plan *plan, bwd_case *c, float **dq, float **dk, float **dv) {
+  const attn_dtype t = c->p.dtype;
+  void *tq = poisoned(t, c->nq), *tk = poisoned(t, c->nk), *tv = poisoned(t, c->nv);
+  int rc = -1;
+  if (tq && tk && tv) {
+    rc = attn_execute_backward(plan, c->tq, c->tk, c->tv, c->to, c->lse, c->tg, tq, tk, tv);
+    CHECK(rc == ATTN_OK, "%s: attn_execute_backward: %s", shape(&c->p), attn_last_error(plan->rt));
+    if (rc == ATTN_OK) {
+      *dq = as_f32(t, tq, c->nq), *dk = as_f32(t, tk, c->nk), *dv = as_f32(t, tv, c->nv);
+      rc = *dq && *dk && *dv ? 0 : -1;
+    }
+  }
+  free(tq), free(tk), free(tv);
+  return rc;
+}
+
+/* out against ref: relative Frobenius error within tol, every element written (no poison left where ref is
+ * finite), and exact zeros in the rows of dq that see no key (zd = d; 0 for dk and dv: bottom-right causal shows
+ * every key to the last row). The error is relative to max(||ref||, 0.1 sqrt(count)): dS = P (dP - D) is a
+ * difference of terms of order 1 (inputs in [-1, 1)), so fp32 leaves an absolute error of ~1e-7 in gradients that
+ * cancel to 0 (one visible key: P = 1 and dP = D, so dq = dk = 0 exactly); an RMS of 0.1 is the floor they are
+ * measured against (the shapes here have gradients of RMS 0.01 to 1). */
+static void compare(const char *what, const attn_problem *p, const double *ref, const float *out, size_t count,
+                    double tol, long zd) {
+  size_t unwritten = 0, nonzero = 0;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (isnan(out[i]) && !isnan(ref[i])) unwritten++;
+    if (zd > 0 && p->causal && (long)(i / (size_t)zd) % p->n + p->n_kv - p->n < 0 && out[i] != 0.0f) nonzero++;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double floor = 0.1 * sqrt((double)count);
+  const double err = sqrt(num) / (sqrt(den) > floor ? sqrt(den) : floor);
+  CHECK(unwritten == 0, "%s: %s: %zu of %zu elements NaN (unwritten?)", shape(p), what, unwritten, count);
+  CHECK(nonzero == 0, "%s: %s: %zu elements nonzero in rows that see no key", shape(p), what, nonzero);
+  CHECK(err <= tol, "%s %s: %s relative error %.3g > %g", shape(p), attn_dtype_name(p->dtype), what, err, tol);
+  printf("  %-4s err %.2e\n", what, err);
+}
+
+/* One problem: lse against fp64 (fwd: through attn_execute_lse, else the fp64 forward's), the gradients against the
+ * fp64 backward, and the same bits on a second run (and on rt1, a one-thread runtime, when given). */
+static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, unsigned long long seed, int fwd) {
+  bwd_case c;
+  if (bwd_setup(p0, seed, &c) != 0 || bwd_forward(rt, &c, fwd) != 0) {
+    CHECK(0, "%s: setup failed", shape(p0));
+    bwd_free(&c);
+    return;
+  }
+  const attn_problem *p = &c.p;
+  cases++;
+  printf("%s %s\n", shape(p), attn_dtype_name(p->dtype));
+  double *lref = malloc(c.nl * sizeof(double)), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
+  if (!lref || !rq || !rk || !rv) {
+    CHECK(0, "out of memory");
+    goto out;
+  }
+  ref_lse(p, c.q, c.k, lref);
+  size_t bad = 0;
+  for (size_t i = 0; i < c.nl; i++)
+    if (!(lref[i] == c.lse[i] || fabs(lref[i] - c.lse[i]) <= 2e-5 * (1 + fabs(lref[i])))) bad++;
+  CHECK(bad == 0, "%s: %zu of %zu lse entries off the fp64 lse by > 2e-5 (or unwritten)", shape(p), bad, c.nl);
+  attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_backward(rt, p, &plan);
+  CHECK(rc == ATTN_OK, "%s: backward plan: %s", shape(p), attn_last_error(rt));
+  if (rc != ATTN_OK) goto out;
+  float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
+  if (bwd_run(plan, &c, &dq, &dk, &dv) == 0) {
+    const double tol = tol_of(p->dtype);
+    compare("dq", p, rq, dq, c.nq, tol, p->d);
+    compare("dk", p, rk, dk, c.nk, tol, 0);
+    compare("dv", p, rv, dv, c.nv, tol, 0);
+    if (bwd_run(plan, &c, &dq2, &dk2, &dv2) == 0)
+      CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
+            "%s: a second run gave other bits", shape(p));
+    free(dq2), free(dk2), free(dv2);
+    dq2 = dk2 = dv2 = NULL;
+    attn_plan *plan1 = NULL;
+    if (rt1 && attn_plan_create_backward(rt1, p, &plan1) == ATTN_OK && bwd_run(plan1, &c, &dq2, &dk2, &dv2) == 0)
+      CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
+            "%s: one thread gave other bits than two", shape(p));
+    else
+      CHECK(!rt1, "%s: one-thread run failed: %s", shape(p), attn_last_error(rt1));
+    attn_plan_destroy(plan1);
+  }
+  free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
+  attn_plan_destroy(plan);
+out:
+  free(lref), free(rq), free(rk), free(rv);
+  bwd_free(&c);
+}
+
+/* NaN planted in q (row iq), k (key jk), v (key jv, column 0) and dout (row ig) of head 0: the kernel's gradients are
+ * NaN exactly where the fp64 backward's are (given the kernel's forward O and lse, as the kernel is). */
+static void run_nan(attn_runtime *rt, const attn_problem *p0, long iq, long jk, long jv, long ig) {
+  bwd_case c;
+  if (bwd_setup(p0, 99, &c) != 0) {
+    CHECK(0, "%s: setup failed", shape(p0));
+    bwd_free(&c);
+    return;
+  }
+  const attn_problem *p = &c.p;
+  if (iq >= 0) c.q[iq * p->d] = NAN;
+  if (jk >= 0) c.k[jk * p->d + p->d - 1] = NAN;
+  if (jv >= 0) c.v[jv * p->d_v] = NAN;
+  if (ig >= 0) c.g[ig * p->d_v] = NAN;
+  if (bwd_forward(rt, &c, 0) != 0) {
+    bwd_free(&c);
+    return;
+  }
+  cases++;
+  double *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
+  attn_plan *plan = NULL;
+  float *dq = NULL, *dk = NULL, *dv = NULL;
+  if (rq && rk && rv && attn_plan_create_backward(rt, p, &plan) == ATTN_OK && bwd_run(plan, &c, &dq, &dk, &dv) == 0) {
+    attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
+    const struct { const char *name; const double *r; const float *o; size_t n; } a[] = {
+        {"dq", rq, dq, c.nq}, {"dk", rk, dk, c.nk}, {"dv", rv, dv, c.nv}};
+    for (int t = 0; t < 3; t++) {
+      size_t diff = 0, nans = 0;
+      for (size_t i = 0; i < a[t].n; i++) {
+        diff += !isnan(a[t].r[i]) != !isnan(a[t].o[i]);
+        nans += isnan(a[t].r[i]) != 0;
+      }
+      CHECK(diff == 0, "%s nan(q %ld, k %ld, v %ld, dout %ld): %s: %zu elements differ in NaN-ness from fp64", shape(p),
+            iq, jk, jv, ig, a[t].name, diff);
+      printf("%s nan(q %ld, k %ld, v %ld, dout %ld): %s has %zu NaN, as fp64\n", shape(p), iq, jk, jv, ig, a[t].name,
+             nans);
+    }
+  } else {
+    CHECK(0, "%s: backward failed: %s", shape(p), attn_last_error(rt));
+  }
+  free(dq), free(dk), free(dv), free(rq), free(rk), free(rv);
+  attn_plan_destroy(plan);
+  bwd_free(&c);
+}
+
+/* L(x) = sum(dO ∘ O(x)) in fp64: its derivative in each input is the backward's gradient. */
+static double loss(const attn_problem *p, const float *q, const float *k, const float *v, const float *g, double *o) {
+  attn_reference(p, q, k, v, o);
+  double s = 0;
+  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) s += g[i] * o[i];
+  return s;
+}
+
+/* The fp64 backward against central differences with h = 2^-10 (inputs on a 2^-23 grid in [-1, 1): x ± h exact in
+ * fp32), truncation error O(h^2) ~ 1e-6. */
+static void check_reference(void) {
+  static const attn_problem ps[] = {
+      {.batch = 1, .heads = 2, .heads_kv = 1, .n = 3, .n_kv = 4, .d = 3, .d_v = 2, .causal = 1, .scale = 0.9f},
+      {.batch = 1, .heads = 2, .heads_kv = 1, .n = 4, .n_kv = 3, .d = 3, .d_v = 2, .causal = 1, .scale = 0.9f},
+      {.batch = 2, .heads = 1, .n = 3, .d = 2, .d_v = 3, .causal = 0, .scale = 1.3f}};
+  for (size_t t = 0; t < sizeof ps / sizeof ps[0]; t++) {
+    bwd_case c;
+    if (bwd_setup(&ps[t], 7 + t, &c) != 0) {
+      CHECK(0, "setup failed");
+      bwd_free(&c);
+      continue;
+    }
+    const attn_problem *p = &c.p;
+    double *o = malloc(c.no * 8), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
+    if (!o || !rq || !rk || !rv) {
+      CHECK(0, "out of memory");
+    } else {
+      attn_reference_backward(p, c.q, c.k, c.v, NULL, c.g, rq, rk, rv);
+      const struct { const char *name; float *x; double *r; size_t n; } a[] = {
+          {"dq", c.q, rq, c.nq}, {"dk", c.k, rk, c.nk}, {"dv", c.v, rv, c.nv}};
+      const float h = 1.0f / 1024;
+      double worst = 0;
+      for (int w = 0; w < 3; w++)
+        for (size_t i = 0; i < a[w].n; i++) {
+          const float x = a[w].x[i];
+          a[w].x[i] = x + h;
+          const double up = loss(p, c.q, c.k, c.v, c.g, o);
+          a[w].x[i] = x - h;
+          const double down = loss(p, c.q, c.k, c.v, c.g, o);
+          a[w].x[i] = x;
+          const double fd = (up - down) / (2.0 * h), e = fabs(fd - a[w].r[i]);
+          if (e > worst) worst = e;
+          CHECK(e <= 1e-5 * (1 + fabs(fd)), "%s: reference %s[%zu] = %.9f, finite differences %.9f", shape(p),
+                a[w].name, i, a[w].r[i], fd);
+        }
+      printf("%s: fp64 backward within %.2e of finite differences\n", shape(p), worst);
+      cases++;
+    }
+    free(o), free(rq), free(rk), free(rv);
+    bwd_free(&c);
+  }
+}
+
+static void check_bad(attn_runtime *rt) {
+  const attn_problem p = {.batch = 1, .heads = 2, .n = 5, .d = 64, .causal = 1}; /* the f32 group's kernels */
+  float buf[640], lse[10];
+  attn_fill_random(buf, 640, 3);
+  attn_plan *fw = NULL, *bw = NULL, *sc = NULL;
+  attn_plan *out = (attn_plan *)&out; /* must come back NULL on failure */
+  CHECK(attn_plan_create_backward(NULL, &p, &out) == ATTN_EINVAL && !out, "NULL runtime accepted");
+  CHECK(attn_plan_create_backward(rt, NULL, &out) == ATTN_EINVAL, "NULL problem accepted");
+  CHECK(attn_plan_create_backward(rt, &p, NULL) == ATTN_EINVAL, "NULL out accepted");
+  attn_problem lr = p;
+  lr.algo = ATTN_ALGO_LOWRANK;
+  lr.tolerance = 0.1;
+  CHECK(attn_plan_create_backward(rt, &lr, &out) == ATTN_EUNSUPPORTED, "lowrank backward accepted");
+  printf("lowrank: %s\n", attn_last_error(rt));
+  attn_problem sp = p;
+  sp.algo = ATTN_ALGO_SMALLCACHE;
+  if (attn_plan_create(rt, &p, &fw) != ATTN_OK || attn_plan_create_backward(rt, &p, &bw) != ATTN_OK ||
+      attn_plan_create(rt, &sp, &sc) != ATTN_OK) {
+    CHECK(0, "plans: %s", attn_last_error(rt));
+  } else {
+    float *b = buf;
+    CHECK(attn_execute_lse(NULL, b, b, b, b, lse) == ATTN_EINVAL, "NULL plan accepted");
+    CHECK(attn_execute_lse(fw, b, b, b, b, NULL) == ATTN_EINVAL, "NULL lse accepted");
+    CHECK(attn_execute_lse(fw, NULL, b, b, b, lse) == ATTN_EINVAL, "NULL q accepted");
+    CHECK(attn_execute_lse(bw, b, b, b, b, lse) == ATTN_EINVAL, "a backward plan ran attn_execute_lse");
+    CHECK(attn_execute(bw, b, b, b, b) == ATTN_EINVAL, "a backward plan ran attn_execute");
+    CHECK(attn_execute_lse(sc, b, b, b, b, lse) == ATTN_EUNSUPPORTED, "smallcache gave an lse");
+    printf("smallcache: %s\n", attn_last_error(rt));
+    CHECK(attn_execute_backward(NULL, b, b, b, b, lse, b, b, b, b) == ATTN_EINVAL, "NULL plan accepted");
+    CHECK(attn_execute_backward(fw, b, b, b, b, lse, b, b, b, b) == ATTN_EINVAL, "a forward plan ran the backward");
+    for (int i = 0; i < 9; i++) {
+      const void *x[9] = {b, b, b, b, lse, b, b, b, b};
+      x[i] = NULL;
+      CHECK(attn_execute_backward(bw, x[0], x[1], x[2], x[3], x[4], x[5], (void *)x[6], (void *)x[7], (void *)x[8]) ==
+                ATTN_EINVAL,
+            "argument %d NULL accepted", i);
+    }
+    printf("bad input refused: %s\n", attn_last_error(rt));
+  }
+  attn_plan_destroy(fw);
+  attn_plan_destroy(bw);
+  attn_plan_destroy(sc);
+  cases++;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: cpu_backward ref|f32|half|nan|sweep\n");
+    return 2;
+  }
+  attn_runtime *rt = NULL, *rt1 = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
+  if (rc != ATTN_OK) {
+    fprintf(stderr, "attn_open: %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
+    return 1;
+  }
+  unsigned long long seed = 1;
+  const char *g = argv[1];
+  if (!strcmp(g, "ref")) {
+    check_reference();
+    check_bad(rt);
+  } else if (!strcmp(g, "f32")) {
+    CHECK(rt->threads == 2, "the test expects ATTN_THREADS=2 (has %d)", rt->threads);
+    setenv("ATTN_THREADS", "1", 1);
+    rc = attn_open(NULL, ATTN_TARGET_CPU, &rt1);
+    CHECK(rc == ATTN_OK && rt1->threads == 1, "one-thread runtime: %s", attn_last_error(NULL));
+    for (int causal = 0; causal <= 1; causal++) {
+      const attn_problem ps[] = {
+          {.batch = 1, .heads = 2, .n = 1, .d = 64, .causal = causal},
+          {.batch = 1, .heads = 2, .n = 67, .d = 64, .causal = causal},
+          {.batch = 1, .heads = 1, .n = 100, .n_kv = 37, .d = 64, .causal = causal},
+          {.batch = 1, .heads = 1, .n = 37, .n_kv = 150, .d = 64, .causal = causal},
+          {.batch = 1, .heads = 4, .heads_kv = 2, .n = 70, .n_kv = 90, .d = 64, .causal = causal},
+          {.batch = 2, .heads = 2, .n = 45, .d = 64, .causal = causal, .scale = 0.3f},
+      };
+      /* the forward kernel's lse and O where causal (rows that see no key: -inf); the fp64 forward's otherwise */
+      for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) run_bwd(rt, i == 4 ? rt1 : NULL, &ps[i], seed++, causal);
+    }
+    /* d and d_v of other sizes (d = 1 and 111 nightly: each head dimension is a kernel to compile) */
+    const attn_problem more = {.batch = 1, .heads = 4, .heads_kv = 2, .n = 29, .n_kv = 31, .d = 3, .d_v = 5,
+                               .causal = 1};
+    run_bwd(rt, rt1, &more, seed++, 0);
+  } else if (!strcmp(g, "half")) {
+    const attn_problem ps[] = {
+        {.batch = 1, .heads = 4, .heads_kv = 2, .n = 67, .n_kv = 80, .d = 64, .causal = 1, .dtype = ATTN_F16},
+        {.batch = 1, .heads = 2, .n = 90, .n_kv = 47, .d = 64, .causal = 1, .dtype = ATTN_F16},
+        {.batch = 1, .heads = 4, .heads_kv = 2, .n = 67, .n_kv = 80, .d = 64, .d_v = 24, .dtype = ATTN_BF16},
+        {.batch = 1, .heads = 2, .n = 1, .d = 64, .d_v = 24, .dtype = ATTN_BF16},
+    };
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) run_bwd(rt, NULL, &ps[i], seed++, 0);
+  } else if (!strcmp(g, "nan")) {
+    /* head 0's rows and keys: q row 5, k key 20, v key 3, dout row 40; causal: row 5 sees keys 0..5 + n_kv - n */
+    for (int causal = 0; causal <= 1; causal++) {
+      const attn_problem p = {.batch = 1, .heads = 2, .heads_kv = 1, .n = 70, .n_kv = 66, .d = 64, .causal = causal};
+      run_nan(rt, &p, 5, -1, -1, -1);
+      run_nan(rt, &p, -1, 20, -1, -1);
+      run_nan(rt, &p, -1, -1, 3, -1);
+      run_nan(rt, &p, -1, -1, -1, 40);
+      run_nan(rt, &p, 2, 60, 3, 40); /* causal: row 2 sees no key (2 + 66 - 70 < 0), key 60 only late rows */
+    }
+  } else if (!strcmp(g, "sweep")) {
+    static const int ds[] = {1, 2, 3, 8, 16, 31, 64, 80, 111, 128, 192, 256, 576};
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+      for (int causal = 0; causal <= 1; causal++) {
+        const attn_problem ps[] = {
+            {.batch = 2, .heads = 6, .heads_kv = 2, .n = 129, .n_kv = 200, .d = ds[di], .causal = causal},
+            {.batch = 1, .heads = 3, .n = 257, .n_kv = 63, .d = ds[di], .causal = causal},
+            /* packed rows and split-K in the forward (its merge writes lse) */
+            {.batch = 1, .heads = 8, .heads_kv = 1, .n = 1, .n_kv = 300, .d = ds[di], .causal = causal},
+            {.batch = 1, .heads = 2, .n = 71, .n_kv = 65, .d = ds[di], .d_v = ds[di] / 2 + 1, .causal = causal},
+        };
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) run_bwd(rt, NULL, &ps[i], seed++, 1);
+      }
+    for (int t = ATTN_F16; t <= ATTN_BF16; t++) {
+      const attn_problem p = {.batch = 1, .heads = 4, .heads_kv = 1, .n = 300, .d = 128, .d_v = 96, .causal = 1,
+                              .dtype = (attn_dtype)t};
+      run_bwd(rt, NULL, &p, seed++, 1);
+    }
+  } else {
+    fprintf(stderr, "unknown group %s\n", g);
+    attn_close(rt);
+    return 2;
+  }
+  attn_close(rt);
+  attn_close(rt1);
+  printf("%d cases, %d checks, %d failures\n", cases, checks, failures);
+  return failures ? 1 : 0;
+}
