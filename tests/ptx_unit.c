@@ -17,7 +17,11 @@ static ptx_module *load(const char *body, char *err, size_t len) {
   return ptx_parse(text, err, len);
 }
 
-/* runs entry k(.param .u64 p) with p = a 1 KiB allocation (its first 512 bytes defined), one block of `threads`,
+/* blocks of a run's grid; the buffer after the run */
+static unsigned grid = 1;
+static unsigned char after[1024];
+
+/* runs entry k(.param .u64 p) with p = a 1 KiB allocation (its first 512 bytes defined), `grid` blocks of `threads`,
  * 256 bytes of dynamic shared memory; 0 or -1 with err */
 static int run(const char *body, unsigned threads, char *err, size_t len) {
   ptx_module *m = load(body, err, len);
@@ -29,8 +33,9 @@ static int run(const char *body, unsigned threads, char *err, size_t len) {
     unsigned char init[512];
     for (int i = 0; i < 512; i++) init[i] = (unsigned char)i;
     if (buf && ptx_copy_in(x, buf, init, sizeof init) == 0) {
-      const ptx_launch_cfg c = {.grid = 1, .block = threads, .dyn_smem = 256, .order = 0};
+      const ptx_launch_cfg c = {.grid = grid, .block = threads, .dyn_smem = 256, .order = 0};
       rc = ptx_launch(x, "k", &c, &buf, sizeof buf, err, len);
+      if (rc == 0 && ptx_copy_out(x, buf, after, sizeof after, NULL)) rc = -2;
     }
   }
   ptx_machine_free(x);
@@ -112,6 +117,34 @@ int main(void) {
               "nothing has written");
   expect_fail("shared past the end", ENTRY "mov.u32 %r3, sm;\nld.shared.u32 %r4, [%r3+256];\nret;\n}\n", 32,
               "outside the block");
+
+  /* global memory across the blocks of a grid: nothing orders them, so a byte one block writes is off limits to the
+   * others in that launch (atomics excepted); blocks resident at once run in turns between their barriers */
+  grid = 4;
+  static const char g0[] = ENTRY "mov.u32 %r2, %ctaid.x;\n";
+  static const char g1[] = "\nret;\n}\n";
+  join(body, sizeof body, g0, "st.global.u32 [%rd2+512], %r1;", g1);
+  expect_fail("blocks writing the same bytes", body, 32, "race across blocks");
+  join(body, sizeof body, g0,
+       "mul.wide.u32 %rd3, %r2, 4;\nadd.s64 %rd4, %rd2, %rd3;\nst.global.u32 [%rd4+512], %r1;", g1);
+  expect_ok("blocks writing their own bytes", body, 32);
+  join(body, sizeof body, g0, "setp.ne.s32 %p1, %r2, 2;\n@%p1 bra $L1;\nst.global.u32 [%rd2], %r1;\n$L1:\n"
+                              "ld.global.u32 %r3, [%rd2];", g1);
+  expect_fail("a block reading another's write", body, 1, "race across blocks");
+  join(body, sizeof body, g0, "atom.global.add.u32 %r3, [%rd2], 1;", g1);
+  expect_ok("atomics from every block", body, 32);
+  join(body, sizeof body, g0, "atom.global.add.u32 %r3, [%rd2], 1;\nld.global.u32 %r4, [%rd2];", g1);
+  expect_fail("a plain read of another block's atomic", body, 1, "race across blocks");
+  /* each block's clock (the machine's instruction count) before and after a barrier: with blocks resident together
+   * and switched at barriers, block 1 starts before block 0 ends */
+  join(body, sizeof body, g0, "mul.wide.u32 %rd3, %r2, 8;\nadd.s64 %rd4, %rd2, %rd3;\nmov.u32 %r3, %clock;\n"
+                              "st.global.u32 [%rd4+512], %r3;\nbar.sync 0;\nmov.u32 %r4, %clock;\n"
+                              "st.global.u32 [%rd4+516], %r4;", g1);
+  expect_ok("blocks with a barrier", body, 1);
+  uint32_t clk[4];
+  memcpy(clk, after + 512, sizeof clk);
+  CHECK(clk[2] < clk[1], "blocks do not interleave: block 1 started at %u, block 0 ended at %u", clk[2], clk[1]);
+  grid = 1;
 
   /* cp.async: its bytes are off limits until the wait_group that completes it */
   static const char cp0[] = ENTRY "mov.u32 %r3, sm;\ncp.async.cg.shared.global [%r3], [%rd2], 16;\n"

@@ -1,12 +1,14 @@
 /* ptx.h: a PTX interpreter for the tests. It loads the PTX that NVRTC emits for a generated kernel (the whole
- * module: entries, device functions, inline asm) and executes it as a GPU would: a grid of blocks, warps of 32
- * lanes with their own program counters, per-thread registers and predicates, divergence and reconvergence,
- * bar.sync and warp collectives (shfl, vote, ldmatrix, mma.sync), cp.async groups, and the global, shared, local,
- * param and const spaces. It also checks what the hardware would not: out-of-bounds and misaligned accesses, reads
- * of uninitialised memory and registers, shared-memory races between barriers, divergent barriers and collectives,
- * and cp.async data touched before its wait; and it counts global traffic in 32-byte sectors per warp instruction
- * and shared-memory wavefronts (bank conflicts). An opcode, modifier or directive it does not know is refused when
- * the module is loaded, naming it. The first error of a launch stops it, with the block, thread and PTX line. */
+ * module: entries, device functions, inline asm) and executes it as a GPU would: a grid of blocks (several
+ * resident at once, switched at their barriers), warps of 32 lanes with their own program counters, per-thread
+ * registers and predicates, divergence and reconvergence, bar.sync and warp collectives (shfl, vote, ldmatrix,
+ * mma.sync), cp.async groups, and the global, shared, local, param and const spaces. It also checks what the
+ * hardware would not: out-of-bounds and misaligned accesses, reads of uninitialised memory and registers,
+ * shared-memory races between barriers, global-memory races between the blocks of a launch, divergent barriers and
+ * collectives, and cp.async data touched before its wait; and it counts global traffic in 32-byte sectors per warp
+ * instruction and shared-memory wavefronts (bank conflicts). An opcode, modifier or directive it does not know is
+ * refused when the module is loaded, naming it. The first error of a launch stops it, with the block, thread and PTX
+ * line. */
 #ifndef ATTN_PTX_H
 #define ATTN_PTX_H
 
@@ -39,7 +41,9 @@ int ptx_copy_out(ptx_machine *x, uint64_t addr, void *dst, size_t len, size_t *u
 typedef struct {
   unsigned grid, block;  /* 1-D */
   uint64_t dyn_smem;     /* bytes of dynamic shared memory */
-  unsigned order;        /* blocks and warps: 0 in order, 1 reversed, >= 2 shuffled with this seed */
+  unsigned order;        /* blocks and warps: 0 in order, 1 reversed, >= 2 shuffled with this seed; also which
+                            resident block runs next (round robin, reversed, seeded random) */
+  unsigned resident;     /* blocks resident at once, switched at their barriers (0: 4) */
 } ptx_launch_cfg;
 
 /* Runs entry over the grid with the kernel parameters params (the bytes of the entry's .param list). 0, or -1

@@ -1,4 +1,8 @@
-/* ptx_exec.c: the machine. Blocks run one after another; within a block every thread has its own program counter
+/* ptx_exec.c: the machine. Several blocks of a grid are resident at once (ptx_launch_cfg.resident), and the machine
+ * switches between them at their barriers in the launch's order (round robin forward or backward, or seeded
+ * random); a block that ends makes room for the next. Global memory is race-checked across the blocks of a launch:
+ * a byte one block writes that another block reads or writes in the same launch (atomics to it excepted) is an
+ * error, since nothing orders two blocks of a grid. Within a block every thread has its own program counter
  * and call stack, and a warp advances the group of its runnable lanes that sit at the lowest program counter, one
  * instruction at a time (lanes that branched ahead wait there: structured code reconverges where its paths meet).
  * A lane that reaches bar.sync waits until every live thread of the block has; a warp collective (shfl, vote,
@@ -22,10 +26,19 @@
 #define WINSIZE 0x100000000ull
 #define MAXDEPTH 8
 
+/* a global byte's last plain write, plain read and atomic: in which launch (ptx_machine.launch; 0: none) and by
+ * which block (GB_MANY: several blocks) */
+#define GB_MANY 0xfffffffeu
+typedef struct {
+  uint32_t wl, rl, al; /* launches of the last plain write, plain read, atomic */
+  uint32_t wb, rb, ab;
+} gshadow;
+
 typedef struct {
   uint64_t addr, size;
   char name[32];
   uint8_t *data, *def;
+  gshadow *gs;
   ptx_buffer_stats st;
 } galloc;
 
@@ -37,6 +50,7 @@ struct ptx_machine {
   uint64_t *symaddr; /* module .global / .const symbols: their addresses */
   ptx_stats st;
   int approx_worst;
+  uint32_t launch; /* launches so far: the global shadow's epoch */
 };
 
 void ptx_machine_set_approx(ptx_machine *x, int worst) { x->approx_worst = worst != 0; }
@@ -101,6 +115,7 @@ typedef struct {
   size_t errlen;
   int failed;
   int cur_tid, cur_pc;
+  int atomic; /* the access being made is an atomic's */
   access acc[32 * 4];
   int nacc;
 } L;
@@ -141,9 +156,11 @@ static int galloc_add(ptx_machine *x, uint64_t bytes, const char *name, uint64_t
   g->addr = x->next;
   g->data = calloc(1, bytes ? bytes : 1);
   g->def = calloc(1, bytes ? bytes : 1);
-  if (!g->data || !g->def) {
+  g->gs = calloc(bytes ? bytes : 1, sizeof *g->gs); /* launch 0 is none: nothing accessed yet */
+  if (!g->data || !g->def || !g->gs) {
     free(g->data);
     free(g->def);
+    free(g->gs);
     return -1;
   }
   snprintf(g->name, sizeof g->name, "%.31s", name);
@@ -185,6 +202,7 @@ void ptx_machine_free(ptx_machine *x) {
   for (int i = 0; i < x->na; i++) {
     free(x->a[i].data);
     free(x->a[i].def);
+    free(x->a[i].gs);
   }
   free(x->a);
   free(x->symaddr);
@@ -414,6 +432,40 @@ static void sh_commit_write(L *l, int tid, uint64_t off, uint32_t n, const uint8
   }
 }
 
+/* A global access of n bytes at data offset off of allocation ai by the current block, against the other blocks'
+ * accesses in this launch. */
+static int g_check(L *l, int ai, uint64_t off, uint32_t n, int write) {
+  galloc *g = &l->x->a[ai];
+  const uint32_t ln = l->x->launch, b = l->bid;
+  for (uint32_t i = 0; i < n; i++) {
+    gshadow *s = &g->gs[off + i];
+    const char *what = NULL;
+    uint32_t other = 0;
+    if (s->wl == ln && s->wb != b) what = "written", other = s->wb;
+    else if (l->atomic ? 0 : s->al == ln && s->ab != b) what = "updated atomically", other = s->ab;
+    else if (write && s->rl == ln && s->rb != b) what = "read", other = s->rb;
+    if (what) {
+      char by[48];
+      if (other == GB_MANY) snprintf(by, sizeof by, "other blocks");
+      else snprintf(by, sizeof by, "block %u", other);
+      return lfail(l, "race across blocks: %s%s byte %llu of %s, %s by %s in the same launch (nothing orders the "
+                      "blocks of a grid)", l->atomic ? "atomically " : "", write ? "writes" : "reads",
+                   (unsigned long long)off + i, g->name, what, by);
+    }
+    if (l->atomic) {
+      s->ab = s->al == ln && s->ab != b ? GB_MANY : b;
+      s->al = ln;
+    } else if (write) {
+      s->wb = b;
+      s->wl = ln;
+    } else {
+      s->rb = s->rl == ln && s->rb != b ? GB_MANY : b;
+      s->rl = ln;
+    }
+  }
+  return 0;
+}
+
 static void record(L *l, int lane, uint8_t space, int write, int alloc, uint64_t addr, uint32_t size) {
   if (l->nacc >= (int)(sizeof l->acc / sizeof l->acc[0])) return;
   access *a = &l->acc[l->nacc++];
@@ -505,6 +557,7 @@ static int mem_read(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uint
       return lfail(l, "reads %s byte %u of %u at 0x%llx, which nothing has written",
                    rsp == SP_LOCAL ? "local" : rsp == SP_PARAM ? "param" : l->x->a[alloc].name, i, n,
                    (unsigned long long)addr);
+  if (rsp == SP_GLOBAL && !l->atomic && g_check(l, alloc, (uint64_t)(p - l->x->a[alloc].data), n, 0)) return -1;
   memcpy(out, p, n);
   if (rsp == SP_GLOBAL) record(l, tid % 32, SP_GLOBAL, 0, alloc, addr, n);
   return 0;
@@ -523,6 +576,7 @@ static int mem_write(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uin
   }
   if (rsp == SP_PARAM && l->t[tid].depth == 0 && addr < l->m->func[top(&l->t[tid])->func].formal_size)
     return lfail(l, "writes a kernel parameter");
+  if (rsp == SP_GLOBAL && g_check(l, alloc, (uint64_t)(p - l->x->a[alloc].data), n, 1)) return -1;
   memcpy(p, val, n);
   memset(pd, 1, n);
   if (rsp == SP_GLOBAL) record(l, tid % 32, SP_GLOBAL, 1, alloc, addr, n);
@@ -678,6 +732,7 @@ static int cp_issue(L *l, int tid, const ptx_insn *in) {
       if (!gd[i])
         return lfail(l, "cp.async reads %s byte %u at 0x%llx, which nothing has written", l->x->a[ga].name, i,
                      (unsigned long long)src);
+    if (g_check(l, ga, (uint64_t)(gp - l->x->a[ga].data), srcn, 0)) return -1;
     memcpy(c->data, gp, srcn);
     record(l, tid % 32, SP_GLOBAL, 0, ga, src, srcn);
   }
@@ -752,7 +807,10 @@ static int lane_atom(L *l, int tid, const ptx_insn *in) {
   const uint64_t c = in->nops == 4 ? get(l, tid, &in->o[3], t, &d2) : 0;
   if (!d1 || !d2) return lfail(l, "an atomic with an undefined operand");
   uint8_t buf[8];
-  if (mem_read(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf)) return -1;
+  l->atomic = 1; /* the read-modify-write is checked once, as an atomic write */
+  const int rd = mem_read(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf);
+  l->atomic = 0;
+  if (rd) return -1;
   uint64_t old = 0, nv;
   memcpy(&old, buf, eb);
   const uint64_t mk = eb >= 8 ? ~0ull : (1ull << (8 * eb)) - 1;
@@ -784,7 +842,10 @@ static int lane_atom(L *l, int tid, const ptx_insn *in) {
   }
   memcpy(buf, &nv, eb);
   l->nacc = l->nacc > 0 ? l->nacc - 1 : 0; /* the read-modify-write counts once, as a write */
-  if (mem_write(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf)) return -1;
+  l->atomic = 1;
+  const int wr = mem_write(l, tid, (ptx_space)(in->space ? in->space : SP_GENERIC), addr, eb, eb, buf);
+  l->atomic = 0;
+  if (wr) return -1;
   if (!isred) put(l, f, in->o[0].reg, old, 1);
   return 0;
 }
@@ -1314,16 +1375,37 @@ static void orders(unsigned *a, unsigned n, unsigned order, unsigned salt) {
   if (order >= 2) shuffle(a, n, order * 7919u + salt);
 }
 
-static int run_block(L *l, int entry, unsigned bid, unsigned *worder) {
-  l->bid = bid;
-  l->epoch = 0;
+/* a resident block: its threads, shared memory and barrier state, swapped into L while it runs */
+typedef struct {
+  unsigned bid;
+  int live;
+  thread *t;
+  uint8_t *smem;
+  shadow *sh;
+  uint32_t *wsync, epoch;
+} slot;
+
+static void slot_enter(L *l, const slot *s) {
+  l->bid = s->bid;
+  l->t = s->t;
+  l->smem = s->smem;
+  l->sh = s->sh;
+  l->wsync = s->wsync;
+  l->epoch = s->epoch;
   l->cur_pc = -1;
   l->cur_tid = -1;
-  memset(l->wsync, 0, l->nwarps * sizeof *l->wsync);
-  memset(l->sh, 0, l->smem_size * sizeof *l->sh);
+}
+
+/* block bid starts in slot s */
+static void block_start(L *l, slot *s, int entry, unsigned bid) {
+  s->bid = bid;
+  s->epoch = 0;
+  s->live = 1;
+  memset(s->wsync, 0, l->nwarps * sizeof *s->wsync);
+  memset(s->sh, 0, l->smem_size * sizeof *s->sh);
   const ptx_func *fn = &l->m->func[entry];
   for (unsigned i = 0; i < l->nthreads; i++) {
-    thread *t = &l->t[i];
+    thread *t = &s->t[i];
     t->pc = fn->first;
     t->depth = 0;
     t->state = TS_RUN;
@@ -1335,14 +1417,21 @@ static int run_block(L *l, int entry, unsigned bid, unsigned *worder) {
     memset(f->ldef, 0, fn->local_size);
     memset(f->pdef + fn->formal_size, 0, fn->param_size - fn->formal_size);
   }
-  for (;;) {
-    for (unsigned k = 0; k < l->nwarps; k++)
-      if (run_warp(l, (int)worder[k])) return -1;
-    int waiting = 0;
-    for (unsigned i = 0; i < l->nthreads; i++) waiting += l->t[i].state == TS_BAR;
-    if (!waiting) break;
-    if (release(l)) return -1;
+}
+
+/* Runs the block in slot s up to its next barrier (released) or its end (s->live = 0). 0, or -1 on an error. */
+static int block_step(L *l, slot *s, unsigned *worder) {
+  slot_enter(l, s);
+  for (unsigned k = 0; k < l->nwarps; k++)
+    if (run_warp(l, (int)worder[k])) return -1;
+  int waiting = 0;
+  for (unsigned i = 0; i < l->nthreads; i++) waiting += l->t[i].state == TS_BAR;
+  if (waiting) {
+    const int rc = release(l);
+    s->epoch = l->epoch;
+    return rc;
   }
+  s->live = 0;
   for (unsigned i = 0; i < l->nthreads; i++) {
     thread *t = &l->t[i];
     while (t->depth > 0) frame_free(&t->fr[t->depth--]);
@@ -1353,6 +1442,13 @@ static int run_block(L *l, int entry, unsigned bid, unsigned *worder) {
     }
   }
   return 0;
+}
+
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
 }
 
 int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, const void *params, size_t len,
@@ -1384,6 +1480,8 @@ int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, con
     snprintf(err, errlen, "%llu bytes of shared memory a block, more than any GPU has", (unsigned long long)smem);
     return -1;
   }
+  x->launch++;
+  const unsigned nres = cfg->resident == 0 ? 4 : cfg->resident, nslot = nres < cfg->grid ? nres : cfg->grid;
   L l;
   memset(&l, 0, sizeof l);
   l.x = x;
@@ -1396,45 +1494,78 @@ int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, con
   l.smem_size = smem;
   l.cur_pc = -1;
   l.cur_tid = -1;
-  l.t = calloc(cfg->block, sizeof *l.t);
-  l.smem = calloc(smem + 1, 1);
-  l.sh = calloc(smem + 1, sizeof *l.sh);
-  l.wsync = calloc(l.nwarps, sizeof *l.wsync);
+  slot *sl = calloc(nslot, sizeof *sl);
   unsigned *border = calloc(cfg->grid, sizeof *border), *worder = calloc(l.nwarps, sizeof *worder);
   int rc = -1;
-  if (!l.t || !l.smem || !l.sh || !l.wsync || !border || !worder) {
+  if (!sl || !border || !worder) {
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  /* each thread's entry frame: the kernel's parameters, then its call sites' .param variables */
-  for (unsigned i = 0; i < cfg->block; i++) {
-    frame *f = &l.t[i].fr[0];
-    if (frame_init(&l, f, e)) goto out;
-    f->param = malloc(fn->param_size + 1);
-    f->pdef = calloc(fn->param_size + 1, 1);
-    f->owns_param = 1;
-    if (!f->param || !f->pdef) {
+  for (unsigned k = 0; k < nslot; k++) {
+    slot *s = &sl[k];
+    s->t = calloc(cfg->block, sizeof *s->t);
+    s->smem = calloc(smem + 1, 1);
+    s->sh = calloc(smem + 1, sizeof *s->sh);
+    s->wsync = calloc(l.nwarps, sizeof *s->wsync);
+    if (!s->t || !s->smem || !s->sh || !s->wsync) {
       snprintf(err, errlen, "out of memory");
       goto out;
     }
-    memcpy(f->param, params, len);
-    memset(f->pdef, 1, len);
+    /* each thread's entry frame: the kernel's parameters, then its call sites' .param variables */
+    for (unsigned i = 0; i < cfg->block; i++) {
+      frame *f = &s->t[i].fr[0];
+      if (frame_init(&l, f, e)) goto out;
+      f->param = malloc(fn->param_size + 1);
+      f->pdef = calloc(fn->param_size + 1, 1);
+      f->owns_param = 1;
+      if (!f->param || !f->pdef) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+      }
+      memcpy(f->param, params, len);
+      memset(f->pdef, 1, len);
+    }
   }
   orders(border, cfg->grid, cfg->order, 1);
   orders(worder, l.nwarps, cfg->order, 2);
+  /* the first blocks resident, in the launch's order; then each step runs one resident block to its next barrier:
+   * round robin (reversed for order 1) or, for a shuffled order, a seeded random pick among the resident blocks */
+  unsigned next = 0, live = 0;
+  for (; next < nslot; next++, live++) block_start(&l, &sl[next], e, border[next]);
+  uint64_t rs = (uint64_t)cfg->order * 0x9e3779b97f4a7c15ull + 3;
+  unsigned turn = 0;
   rc = 0;
-  for (unsigned b = 0; b < cfg->grid && !rc; b++) rc = run_block(&l, e, border[b], worder);
-out:
-  if (l.t)
-    for (unsigned i = 0; i < cfg->block; i++) {
-      thread *t = &l.t[i];
-      for (int d = t->depth; d >= 0; d--) frame_free(&t->fr[d]);
-      free(t->cp);
+  while (live > 0 && !rc) {
+    unsigned k;
+    if (cfg->order >= 2) {
+      unsigned pick = (unsigned)(xorshift(&rs) % live);
+      for (k = 0; k < nslot && (!sl[k].live || pick-- > 0); k++) {}
+    } else {
+      do k = cfg->order == 1 ? nslot - 1 - turn++ % nslot : turn++ % nslot;
+      while (!sl[k].live);
     }
-  free(l.t);
-  free(l.smem);
-  free(l.sh);
-  free(l.wsync);
+    rc = block_step(&l, &sl[k], worder);
+    if (!rc && !sl[k].live) {
+      if (next < cfg->grid) block_start(&l, &sl[k], e, border[next++]);
+      else live--;
+    }
+  }
+out:
+  if (sl)
+    for (unsigned k = 0; k < nslot; k++) {
+      slot *s = &sl[k];
+      if (s->t)
+        for (unsigned i = 0; i < cfg->block; i++) {
+          thread *t = &s->t[i];
+          for (int d = t->depth; d >= 0; d--) frame_free(&t->fr[d]);
+          free(t->cp);
+        }
+      free(s->t);
+      free(s->smem);
+      free(s->sh);
+      free(s->wsync);
+    }
+  free(sl);
   free(border);
   free(worder);
   return rc;
