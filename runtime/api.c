@@ -459,10 +459,9 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
     return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
   if (plan->cuda)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: the CUDA kernels keep no lse yet (CPU flash plans do)");
-  if (plan->spec.algo != ATTN_ALGO_FLASH)
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: %s plans keep no lse (flash plans do)%s",
-                     attn_algo_name(plan->spec.algo),
-                     plan->spec.algo == ATTN_ALGO_LOWRANK ? ": lowrank's normaliser is an approximation" : "");
+  if (plan->spec.algo == ATTN_ALGO_LOWRANK)
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_execute_lse: lowrank's normaliser is its approximation's, not the exact lse (use flash)");
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_lse: plan has no kernel");
   const attn_problem *p = &plan->p;
   attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,

@@ -141,6 +141,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   }
   /* 0 for a row with no visible key; a row that sees keys divides whatever l is, as the reference does: NaN stays
    * NaN and l = 0 (every visible score -inf) gives 0 * inf = NaN, the reference's 0/0. */
+  /* lse (attn_execute_lse): m + ln l; -inf for a row that sees no key or whose visible scores are all -inf */
+  if (a->lse)
+    for (long r = 0; r < R; r++) a->lse[bh * n + i0 + r] = m[r] + logf(l[r]);
   for (long r = 0; r < R; r++) l[r] = !ATTN_CAUSAL || i0 + r + off >= 0 ? 1.0f / l[r] : 0.0f;
 
   /* 2. O = P V, P = exp(S - m) / l applied to each S tile as it is read. */
