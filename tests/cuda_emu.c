@@ -15,7 +15,7 @@
  *       lowrank kernel on the same inputs), rows that see no key exactly 0
  *   cuda_emu [OPTIONS] io ALGO DTYPE [FIELD=VALUE ...]
  *       also the counting build: per shape, its counted entries, the kernel's sectors and the closed form
- *   OPTIONS: --quick (fewer shapes), --all-orders (every shape under every block and warp order), --approx-worst
+ *   OPTIONS: --quick (fewer shapes), --all-orders (every fixed shape under every block and warp order), --approx-worst
  *            (ex2, rcp, div.approx and the other approximate instructions off by their largest error)
  * For each spec the source the runtime compiles (attn_spec_source) goes through NVRTC to the PTX of its arch, with
  * the runtime's options, and the interpreter runs that PTX on shapes with n = 1, odd n, n not a multiple of any
@@ -940,15 +940,17 @@ static void run_spec(const attn_spec *s) {
   shape list[NSHAPES + 9];
   int nshapes = 0;
   for (int i = 0; i < (nan_mode ? NNAN_SHAPES : quick ? 4 : NSHAPES); i++) list[nshapes++] = SHAPES[i];
+  const int nfixed = nshapes;
   /* the tiles' edges (the io mode checks the counting build on the fixed shapes; every mode checks sectors) */
   if (!nan_mode && !io_mode) nshapes += boundary_shapes(s, list + nshapes);
   unsigned long long base = 1;
   const char *e = getenv("ATTN_TEST_SEED");
   if (e && *e) base = strtoull(e, NULL, 10);
   for (int i = 0; i < nshapes; i++)
-    for (int j = 0; j < (all_orders ? 3 : 1); j++) {
-      /* blocks and warps in order, reversed, or shuffled (the seed from the shape); one order per shape in turn */
-      const int o = all_orders ? j : i % 3;
+    for (int j = 0; j < (all_orders && i < nfixed ? 3 : 1); j++) {
+      /* blocks and warps in order, reversed, or shuffled (the seed from the shape); one order per shape in turn
+       * (--all-orders: every order on the fixed shapes) */
+      const int o = all_orders && i < nfixed ? j : i % 3;
       const unsigned order = o == 2 ? 2u + (unsigned)i : (unsigned)o;
       const unsigned long long seed = base * 1000003ULL + (unsigned long long)i;
       if (io_mode) run_io_shape(s, label, &list[i], order, seed);
