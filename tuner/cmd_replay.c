@@ -27,7 +27,7 @@ static const char replay_usage[] =
     "  runs each strategy against the rows FULL.db holds for each problem whose whole search space is stored\n"
     "  (tune --strategy exhaustive, measured or model rows): tune.evaluate answers with the stored time, status and\n"
     "  I/O; nothing is compiled or timed, and the same arguments give the same output\n"
-    "  --strategy exhaustive|random|anneal|genetic|FILE.lua, once per strategy to compare (at least one)\n"
+    "  --strategy exhaustive|random|anneal|genetic|bayes|FILE.lua, once per strategy to compare (at least one)\n"
     "  --budget K: evaluations per run (default: the whole space); --seeds S: runs per strategy and problem, seeded\n"
     "  0..S-1 (default 10)\n"
     "  the problem options are tune's, with its defaults (attntune tune --help)\n"
