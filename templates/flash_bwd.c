@@ -145,9 +145,36 @@ static void fb_load_q(const attn_kargs *a, long bh, long i0, int rows, fb_scratc
   }
 }
 
+/* e^x, relative error ~1e-6, in a form GCC vectorises (glibc's expf is a call per element): 2^t with t = x log2(e)
+ * split into n = round(t) and |f| <= 1/2, 2^f by its degree-7 Taylor polynomial (as templates/flash.c), times 2^n
+ * built in the exponent bits. t below -100 gives exactly 0 (-inf: a hidden or -inf score weighs nothing), NaN stays
+ * NaN, +inf gives NaN (x = S - lse is +inf only where lse is -inf or S is +inf: the fp64 backward's NaN). */
+static inline float fb_exp(float x) {
+  float t = x * 1.4426950408889634f;
+  const int under = t < -100.0f;
+  t = under ? -100.0f : t;
+  t = t > 127.0f ? 127.0f : t; /* only hidden entries get here (S <= lse for the visible ones, up to rounding) */
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+  const float r = t + magic, f = t - (r - magic);
+  uint32_t rb;
+  memcpy(&rb, &r, 4);
+  const uint32_t eb = (rb - 0x4B400000u + 127u) << 23;
+  float e;
+  memcpy(&e, &eb, 4);
+  float p = 1.5252733804059841e-5f;
+  p = p * f + 1.5403530393381606e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  return under ? 0.0f : p * e;
+}
+
 /* For the rows x cols block: s = P = exp(scale Q Kᵀ - lse), ds = dS = P ∘ (dO Vᵀ - D). Every entry is computed
  * (hidden ones too); the callers read only the visible ones. */
-static void fb_block(fb_scratch *w, float scale, int rows, int cols) {
+static inline __attribute__((always_inline)) void fb_block(fb_scratch *w, float scale, int rows, int cols) {
   for (int r = 0; r < rows; r++) {
     float *restrict s = w->s + r * FB_BCP, *restrict ds = w->ds + r * FB_BCP;
     const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
@@ -164,7 +191,7 @@ static void fb_block(fb_scratch *w, float scale, int rows, int cols) {
     }
     const float lse = w->lse[r], dd = w->dd[r];
     for (int c = 0; c < cols; c++) {
-      const float p = __builtin_expf(scale * s[c] - lse);
+      const float p = fb_exp(scale * s[c] - lse);
       s[c] = p;
       ds[c] = p * (ds[c] - dd);
     }
@@ -194,13 +221,16 @@ static void fb_key_item(const attn_kargs *a, long item, fb_scratch *w, float sca
       for (long i0 = i_first / FB_BR * FB_BR; i0 < a->n; i0 += FB_BR) {
         const int rows = (int)(a->n - i0 < FB_BR ? a->n - i0 : FB_BR);
         fb_load_q(a, bh, i0, rows, w, io);
-        fb_block(w, scale, rows, cols);
-        for (int r = 0; r < rows; r++) {
-          const long seen = fb_cols_seen(a, i0, r, j0, cols);
-          const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
-          for (long c = 0; c < seen; c++) {
+        if (cols == FB_BC) fb_block(w, scale, rows, FB_BC); /* full blocks: a compile-time width */
+        else fb_block(w, scale, rows, cols);
+        /* key c is seen by rows r >= its first (bottom-right causal: later rows see more) */
+        for (int c = 0; c < cols; c++) {
+          long r_lo = ATTN_CAUSAL ? j0 + c - (a->n_kv - a->n) - i0 : 0;
+          if (r_lo < 0) r_lo = 0;
+          float *restrict dv = w->dv + c * FB_DVP, *restrict dk = w->dk + c * FB_DP;
+          for (long r = r_lo; r < rows; r++) {
             const float p = w->s[r * FB_BCP + c], ds = w->ds[r * FB_BCP + c];
-            float *restrict dv = w->dv + c * FB_DVP, *restrict dk = w->dk + c * FB_DP;
+            const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
             for (int x = 0; x < FB_DV; x++) dv[x] += p * dor[x];
             for (int x = 0; x < FB_D; x++) dk[x] += ds * qr[x];
           }
@@ -230,7 +260,8 @@ static void fb_query_item(const attn_kargs *a, long item, fb_scratch *w, float s
   for (long j0 = 0; j0 < j_end; j0 += FB_BC) {
     const int cols = (int)(j_end - j0 < FB_BC ? j_end - j0 : FB_BC);
     fb_load_kv(a, bkv, j0, cols, w, io);
-    fb_block(w, scale, rows, cols);
+    if (cols == FB_BC) fb_block(w, scale, rows, FB_BC);
+    else fb_block(w, scale, rows, cols);
     for (int r = 0; r < rows; r++) {
       const long seen = fb_cols_seen(a, i0, r, j0, cols);
       float *restrict dq = w->dq + r * FB_DP;
