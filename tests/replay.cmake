@@ -1,7 +1,7 @@
 # attntune replay: strategies replayed against a database of whole spaces (tests/replay.sh; the fixture is the
 # performance model's, stored in a fraction of a second, so each case takes about a second).
 if(TARGET attntune)
-  foreach(c same optimum missing bayes bad_args lua_error)
+  foreach(c same optimum missing bayes history bad_args lua_error)
     add_test(NAME replay_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/replay.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/replay-${c})

@@ -82,6 +82,29 @@ assert all(a <= b for a, b in zip(s['median'], s['median'][1:])), s
     fail "tune exit $?"
   grep -q "(model, 8 evaluated)" "$out" || fail "tune with bayes: not 8 evaluations"
   ;;
+history)  # tune.history(): this run's evaluations in order, repeats and refusals left out
+  cat >"$W/hist.lua" <<'LUA'
+return function(space, tune)
+  local all = space:all()
+  assert(#tune.history() == 0, "history before any evaluation")
+  local ra = tune.evaluate(all[2])
+  local rb = tune.evaluate(all[1])
+  tune.evaluate(all[2])                       -- a repeat: from memory, not in the history
+  tune.evaluate({algo = "flash", br = 7})     -- refused: no budget, not in the history
+  local rc = tune.evaluate(all[3])
+  local h = tune.history()
+  assert(#h == 3, "history has " .. #h .. " entries")
+  local want = {{all[2], ra}, {all[1], rb}, {all[3], rc}}
+  for i, w in ipairs(want) do
+    for k, v in pairs(w[1]) do assert(h[i].cfg[k] == v, "entry " .. i .. ": cfg." .. k) end
+    assert(h[i].result.time_ms == w[2].time_ms and h[i].result.status == w[2].status, "entry " .. i .. ": result")
+  end
+  print("history ok")
+end
+LUA
+  $R --strategy "$W/hist.lua" --seeds 1 --budget 3 >"$W/stdout.txt" 2>"$out" || fail "exit $?"
+  grep -q "^history ok$" "$out" || fail "the script did not finish"
+  ;;
 bad_args)  # usage errors: exit 2, one line, before anything runs
   expect 2 "--from $W/nosuch.db: No such file" $T replay --from "$W/nosuch.db" --gpu A100 --d 64 --strategy random
   expect 2 "--budget 0: expected a count >= 1" $R --strategy random --budget 0

@@ -34,8 +34,13 @@
 #define POLL_SLICE_MS 100 /* how often the parent looks at the stop flag while the child runs */
 
 /* Child -> parent requests; the parent answers EVAL with an attn_eval, BUDGET with an int32_t, BEST with a
- * best_msg. DONE ends the script: an int32_t status (ATTN_*) and the error text, if any. */
-enum { MSG_EVAL = 1, MSG_BUDGET, MSG_BEST, MSG_DONE };
+ * best_msg, HISTORY with an int32_t count and that many hist_msg. DONE ends the script: an int32_t status (ATTN_*)
+ * and the error text, if any. */
+enum { MSG_EVAL = 1, MSG_BUDGET, MSG_BEST, MSG_DONE, MSG_HISTORY };
+typedef struct hist_msg {
+  int32_t idx;    /* a space index: the child holds the space (inherited at fork) */
+  attn_eval eval;
+} hist_msg;
 typedef struct msg_hdr {
   uint32_t type, len; /* len: the payload's bytes after the header */
 } msg_hdr;
@@ -371,6 +376,30 @@ static int l_best(lua_State *L) {
   return 2;
 }
 
+/* {{cfg = ..., result = ...}, ...}: this run's evaluations in the order they were made (repeats answered from
+ * memory and refusals, which use no budget, are not in it). */
+static int l_history(lua_State *L) {
+  const attn_space *sp = host(L)->t->space;
+  int32_t count;
+  ask(L, MSG_HISTORY, NULL, 0, &count, sizeof count);
+  if (count < 0 || count > sp->count) _exit(3);
+  lua_createtable(L, count, 0);
+  for (int32_t i = 0; i < count; i++) {
+    hist_msg m;
+    if (recv_all(host(L)->fd, &m, sizeof m) != 0 || m.idx < 0 || m.idx >= sp->count) _exit(3);
+    m.eval.status[sizeof m.eval.status - 1] = '\0';
+    m.eval.message[sizeof m.eval.message - 1] = '\0';
+    m.eval.bound[sizeof m.eval.bound - 1] = '\0';
+    lua_createtable(L, 0, 2);
+    push_cfg(L, &sp->cfg[m.idx]);
+    lua_setfield(L, -2, "cfg");
+    push_result(L, &m.eval);
+    lua_setfield(L, -2, "result");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static int l_problem(lua_State *L) {
   const attn_space_opts *o = &host(L)->t->space->o;
   lua_createtable(L, 0, 6);
@@ -451,7 +480,7 @@ static void push_api(lua_State *L) {
                                    {"neighbours", l_neighbours}, {"neighbors", l_neighbours},
                                    {"contains", l_contains}, {"params", l_params},     {NULL, NULL}};
   static const luaL_Reg tune[] = {{"evaluate", l_evaluate}, {"budget_left", l_budget_left}, {"best", l_best},
-                                  {"problem", l_problem},   {NULL, NULL}};
+                                  {"problem", l_problem},   {"history", l_history},         {NULL, NULL}};
   luaL_newlib(L, space);
   luaL_newlib(L, tune);
 }
@@ -595,6 +624,19 @@ static int serve(lparent *c, const msg_hdr *hd) {
       b.eval = c->t->best_eval;
     }
     return send_all(c->fd, &b, sizeof b) == 0 ? RD_OK : RD_EOF;
+  }
+  case MSG_HISTORY: {
+    if (hd->len != 0) return RD_PROTO;
+    int32_t count = c->t->order ? c->t->norder : 0;
+    if (send_all(c->fd, &count, sizeof count) != 0) return RD_EOF;
+    for (int32_t i = 0; i < count; i++) {
+      hist_msg m;
+      memset(&m, 0, sizeof m);
+      m.idx = c->t->order[i];
+      m.eval = c->t->memo[m.idx];
+      if (send_all(c->fd, &m, sizeof m) != 0) return RD_EOF;
+    }
+    return RD_OK;
   }
   default:
     return RD_PROTO;

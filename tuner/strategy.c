@@ -28,8 +28,11 @@ int attn_tuner_budget_left(const attn_tuner *t) {
 void attn_tuner_release(attn_tuner *t) {
   free(t->memo);
   free(t->memo_have);
+  free(t->order);
   t->memo = NULL;
   t->memo_have = NULL;
+  t->order = NULL;
+  t->norder = 0;
 }
 int attn_tuner_stopped(const attn_tuner *t) { return t->stop && *t->stop; }
 
@@ -86,7 +89,9 @@ int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
   if (!t->memo) {
     t->memo = calloc((size_t)t->space->count, sizeof *t->memo);
     t->memo_have = calloc((size_t)t->space->count, 1);
-    if (!t->memo || !t->memo_have) {
+    t->order = malloc(sizeof *t->order * (size_t)t->space->count);
+    t->norder = 0;
+    if (!t->memo || !t->memo_have || !t->order) {
       attn_tuner_release(t);
       set(out, "error", "out of memory");
       return 0;
@@ -106,6 +111,7 @@ int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
   t->used++;
   t->memo[idx] = *out;
   t->memo_have[idx] = 1;
+  t->order[t->norder++] = idx;
   if (out->ok) update_best(t);
   return out->ok;
 }

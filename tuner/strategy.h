@@ -43,6 +43,8 @@ struct attn_tuner {
   attn_eval best_eval;
   attn_eval *memo;              /* per space index, this run's results (allocated on first use) */
   unsigned char *memo_have;
+  int *order;                   /* the space indices in the order this run evaluated them (norder of them) */
+  int norder;
 };
 
 /* The one entry point strategies call: 'invalid' (no budget used) for a configuration outside the space,
