@@ -456,7 +456,8 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
   if (plan->backward)
     return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: this is a backward plan: attn_execute_backward runs it");
   if (!q || !k || !v || !o || !lse)
-    return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: %s is NULL", !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
+    return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: %s is NULL",
+                     !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
   if (plan->cuda)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: the CUDA kernels keep no lse yet (CPU flash plans do)");
   if (plan->spec.algo == ATTN_ALGO_LOWRANK)
@@ -516,7 +517,8 @@ ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const v
   if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_backward: plan is NULL");
   attn_runtime *rt = plan->rt;
   if (!plan->backward)
-    return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: a forward plan (make one with attn_plan_create_backward)");
+    return attn_fail(rt, ATTN_EINVAL,
+                     "attn_execute_backward: a forward plan (make one with attn_plan_create_backward)");
   const void *const ptr[] = {q, k, v, o, lse, dout, dq, dk, dv};
   static const char *const name[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
   for (size_t i = 0; i < sizeof ptr / sizeof ptr[0]; i++)
@@ -525,8 +527,8 @@ ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const v
   const attn_problem *p = &plan->p;
   /* o is read, not written: the kernel ABI's o is the forward's output here */
   attn_kargs a = {.q = q, .k = k, .v = v, .o = (void *)(uintptr_t)o, .batch = p->batch, .heads = p->heads,
-                  .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = (float *)(uintptr_t)lse,
-                  .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+                  .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale,
+                  .lse = (float *)(uintptr_t)lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 

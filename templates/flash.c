@@ -619,7 +619,8 @@ size_t attn_kernel_scratch(const attn_kargs *a) {
 
 /* lse of an item's rows (attn_execute_lse): m is in base 2, so ln sum = m ln 2 + ln l; a row that sees no key keeps
  * m = -inf and l = 0 (-inf), as does one whose visible scores are all -inf; NaN stays NaN. */
-__attribute__((unused)) static void fl_write_lse(const attn_kargs *a, const fl_item *t, const float *m, const float *l, int rows) {
+__attribute__((unused)) static void fl_write_lse(const attn_kargs *a, const fl_item *t, const float *m,
+                                                 const float *l, int rows) {
   for (int r = 0; r < rows; r++) a->lse[fl_row(a, t, r)] = m[r] * 0.69314718055994531f + __builtin_logf(l[r]);
 }
 

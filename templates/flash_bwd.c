@@ -6,9 +6,9 @@
  * Per (query block i, key block j): S = scale Q_i K_jᵀ, P = exp(S - lse_i), dP = dO_i V_jᵀ, dS = P ∘ (dP - D_i) with
  * D = rowsum(dO ∘ O) (from the forward's O, recomputed per query block: rows x d_v against the block's rows x Bc x d).
  * Two kinds of work item, independent of each other (both only read q, k, v, o, lse and dout):
- *   - key items (batch, KV head, key block j), first: the outer loop over key blocks of FA2's algorithm. dV_j += Pᵀ dO_i
- *     and dK_j += dSᵀ Q_i over the query heads of the KV head (GQA's sum), then their query blocks, in that order,
- *     kept in the thread's scratch and written once (dk scaled by scale);
+ *   - key items (batch, KV head, key block j), first: the outer loop over key blocks of FA2's algorithm.
+ *     dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i over the query heads of the KV head (GQA's sum), then their query blocks,
+ *     in that order, kept in the thread's scratch and written once (dk scaled by scale);
  *   - query items (batch, head, query block i): dQ_i += dS K_j over the key blocks in order, written once (scaled).
  * FA2 accumulates dQ across key blocks with atomic adds, whose order varies from run to run; here every element of
  * dq, dk and dv is summed by one item in a fixed order, so the gradients are the same bits for any thread count and

@@ -22,7 +22,7 @@ typedef struct attn_kargs {
   void *partials;          /* split-K kernels: the partials buffer (set by the runtime); NULL otherwise */
   float *lse;              /* [batch][heads][n]: forward flash writes ln sum_j exp(scale q.k_j) when not NULL (-inf for
                             * a row that sees no key); the backward reads it. NULL for attn_execute */
-  const void *dout;        /* backward only: dO like o; dq like q, dk like k, dv like v (o is then read: the forward's) */
+  const void *dout;        /* backward only: dO like o; dq like q, dk like k, dv like v (o is read: the forward's) */
   void *dq, *dk, *dv;
 } attn_kargs;
 

@@ -54,7 +54,8 @@ static void ref_lse(const attn_problem *p, const float *q, const float *k, doubl
     const long bkv = bh / p->heads * p->heads_kv + bh % p->heads / G;
     for (long i = 0; i < p->n; i++) {
       long vis = p->n_kv;
-      if (p->causal) vis = i + p->n_kv - p->n + 1 < 0 ? 0 : i + p->n_kv - p->n + 1 < p->n_kv ? i + p->n_kv - p->n + 1 : p->n_kv;
+      const long last = i + p->n_kv - p->n + 1; /* one past the last key row i sees (causal) */
+      if (p->causal) vis = last < 0 ? 0 : last < p->n_kv ? last : p->n_kv;
       double mx = -INFINITY, sum = 0;
       double *s = malloc(sizeof(double) * (size_t)(vis + 1));
       if (!s) {
