@@ -147,13 +147,14 @@ static void fb_load_q(const attn_kargs *a, long bh, long i0, int rows, fb_scratc
 
 /* e^x, relative error ~1e-6, in a form GCC vectorises (glibc's expf is a call per element): 2^t with t = x log2(e)
  * split into n = round(t) and |f| <= 1/2, 2^f by its degree-7 Taylor polynomial (as templates/flash.c), times 2^n
- * built in the exponent bits. t below -100 gives exactly 0 (-inf: a hidden or -inf score weighs nothing), NaN stays
- * NaN, +inf gives NaN (x = S - lse is +inf only where lse is -inf or S is +inf: the fp64 backward's NaN). */
+ * built in the exponent bits. t below -100 gives exactly 0 (-inf: a -inf score weighs nothing), NaN stays NaN, and t
+ * is clamped at 127: for a visible entry S <= lse up to rounding (S = +inf makes lse NaN, and lse = -inf means every
+ * visible S is -inf: x = NaN either way, as in the fp64 backward), so only hidden entries, never read, get there. */
 static inline float fb_exp(float x) {
   float t = x * 1.4426950408889634f;
   const int under = t < -100.0f;
   t = under ? -100.0f : t;
-  t = t > 127.0f ? 127.0f : t; /* only hidden entries get here (S <= lse for the visible ones, up to rounding) */
+  t = t > 127.0f ? 127.0f : t;
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
   const float r = t + magic, f = t - (r - magic);
   uint32_t rb;
