@@ -12,7 +12,8 @@
  *   - query items (batch, head, query block i): dQ_i += dS K_j over the key blocks in order, written once (scaled).
  * FA2 accumulates dQ across key blocks with atomic adds, whose order varies from run to run; here every element of
  * dq, dk and dv is summed by one item in a fixed order, so the gradients are the same bits for any thread count and
- * schedule, at the price of S and dP computed twice (7 block products where FA2 has 5).
+ * schedule, at the price of S and dP computed twice (7 block products where FA2 has 5). The products run in register
+ * tiles of 2 rows x 4 vectors of 8 floats (S, dP) or 4 vectors held across the sum (dV, dK, dQ).
  *
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n). Hidden entries take no
  * part (they are skipped, not weighted by 0: a NaN in a hidden key's V or in a row's dO that does not see a key
@@ -51,9 +52,17 @@
 #define FB_BR ATTN_BR
 #define FB_BC ATTN_BC
 #define FB_RUP(x, m) (((x) + (m)-1) / (m) * (m))
-#define FB_BCP FB_RUP(FB_BC, 16) /* a row of S, P, dP, dS and of the transposed K and V: whole 64-byte lines */
-#define FB_DP FB_RUP(FB_D, 16)
-#define FB_DVP FB_RUP(FB_DV, 16)
+/* Rows of the scratch tiles padded to whole register tiles of FB_TW vectors of 8 floats (64-byte lines too); the
+ * padding holds zeros, computed with and never stored. */
+#define FB_TW 4
+#define FB_BCP FB_RUP(FB_BC, 8 * FB_TW) /* a row of S, P, dP, dS and of the transposed K and V */
+#define FB_DP FB_RUP(FB_D, 8 * FB_TW)
+#define FB_DVP FB_RUP(FB_DV, 8 * FB_TW)
+typedef float fb_v __attribute__((vector_size(32)));
+typedef float fb_vu __attribute__((vector_size(32), aligned(4), may_alias));
+#define FB_LD(p) (*(const fb_vu *)(p))
+#define FB_ST(p, x) (*(fb_vu *)(p) = (x))
+static inline fb_v fb_splat(float x) { return (fb_v){x, x, x, x, x, x, x, x}; }
 
 /* Scratch of one thread, in floats; each part starts on a 64-byte boundary. */
 #define FB_KR_SZ (FB_BC * FB_DP)             /* K_j rows (dQ += dS K) */
@@ -121,9 +130,14 @@ static void fb_load_kv(const attn_kargs *a, long bkv, long j0, int cols, fb_scra
   for (int c = 0; c < cols; c++) {
     float *kr = w->kr + c * FB_DP;
     attn_load_row(kr, k + (long)c * FB_D, FB_D);
+    memset(kr + FB_D, 0, sizeof(float) * (FB_DP - FB_D));
     for (int x = 0; x < FB_D; x++) w->kt[x * FB_BCP + c] = kr[x];
     attn_load_row(w->tmp, v + (long)c * FB_DV, FB_DV);
     for (int x = 0; x < FB_DV; x++) w->vt[x * FB_BCP + c] = w->tmp[x];
+  }
+  if (cols < FB_BCP) {
+    for (int x = 0; x < FB_D; x++) memset(w->kt + x * FB_BCP + cols, 0, sizeof(float) * (size_t)(FB_BCP - cols));
+    for (int x = 0; x < FB_DV; x++) memset(w->vt + x * FB_BCP + cols, 0, sizeof(float) * (size_t)(FB_BCP - cols));
   }
 }
 
@@ -135,8 +149,10 @@ static void fb_load_q(const attn_kargs *a, long bh, long i0, int rows, fb_scratc
   ATTN_IO_READ(io, (long)rows * (FB_D + 2 * FB_DV + 1));
   for (int r = 0; r < rows; r++) {
     attn_load_row(w->qr + r * FB_DP, q + (long)r * FB_D, FB_D);
+    memset(w->qr + r * FB_DP + FB_D, 0, sizeof(float) * (FB_DP - FB_D));
     float *dor = w->dor + r * FB_DVP;
     attn_load_row(dor, dout + (long)r * FB_DV, FB_DV);
+    memset(dor + FB_DV, 0, sizeof(float) * (FB_DVP - FB_DV));
     attn_load_row(w->tmp, o + (long)r * FB_DV, FB_DV);
     float d = 0.0f;
     for (int x = 0; x < FB_DV; x++) d += dor[x] * w->tmp[x];
@@ -173,29 +189,60 @@ static inline float fb_exp(float x) {
   return under ? 0.0f : p * e;
 }
 
+/* out[r][c] = sum_x a[r][x] bt[x][c] over x < len for rows r0, r0 + 1 (the second only when two), all FB_BCP
+ * columns: register tiles of 2 rows x FB_TW vectors, each bt vector loaded once for both rows. */
+static inline __attribute__((always_inline)) void fb_product(const float *restrict a, int lda, const float *restrict bt,
+                                                             int len, float *restrict out, int two) {
+  for (int c0 = 0; c0 < FB_BCP; c0 += 8 * FB_TW) {
+    fb_v s0[FB_TW], s1[FB_TW];
+    for (int j = 0; j < FB_TW; j++) s0[j] = s1[j] = (fb_v){0};
+    for (int x = 0; x < len; x++) {
+      const fb_v a0 = fb_splat(a[x]), a1 = fb_splat(two ? a[lda + x] : 0.0f);
+      for (int j = 0; j < FB_TW; j++) {
+        const fb_v b = FB_LD(bt + x * FB_BCP + c0 + 8 * j);
+        s0[j] += a0 * b;
+        s1[j] += a1 * b;
+      }
+    }
+    for (int j = 0; j < FB_TW; j++) FB_ST(out + c0 + 8 * j, s0[j]);
+    if (two)
+      for (int j = 0; j < FB_TW; j++) FB_ST(out + FB_BCP + c0 + 8 * j, s1[j]);
+  }
+}
+
 /* For the rows x cols block: s = P = exp(scale Q Kᵀ - lse), ds = dS = P ∘ (dO Vᵀ - D). Every entry is computed
- * (hidden ones too); the callers read only the visible ones. */
-static inline __attribute__((always_inline)) void fb_block(fb_scratch *w, float scale, int rows, int cols) {
+ * (hidden ones and the zero padding past cols too); the callers read only the visible ones. */
+static void fb_block(fb_scratch *w, float scale, int rows) {
+  for (int r = 0; r < rows; r += 2) {
+    const int two = r + 1 < rows;
+    fb_product(w->qr + r * FB_DP, FB_DP, w->kt, FB_D, w->s + r * FB_BCP, two);
+    fb_product(w->dor + r * FB_DVP, FB_DVP, w->vt, FB_DV, w->ds + r * FB_BCP, two);
+  }
   for (int r = 0; r < rows; r++) {
     float *restrict s = w->s + r * FB_BCP, *restrict ds = w->ds + r * FB_BCP;
-    const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
-    for (int c = 0; c < cols; c++) s[c] = ds[c] = 0.0f;
-    for (int x = 0; x < FB_D; x++) {
-      const float qx = qr[x];
-      const float *restrict kt = w->kt + x * FB_BCP;
-      for (int c = 0; c < cols; c++) s[c] += qx * kt[c];
-    }
-    for (int x = 0; x < FB_DV; x++) {
-      const float gx = dor[x];
-      const float *restrict vt = w->vt + x * FB_BCP;
-      for (int c = 0; c < cols; c++) ds[c] += gx * vt[c];
-    }
     const float lse = w->lse[r], dd = w->dd[r];
-    for (int c = 0; c < cols; c++) {
+    for (int c = 0; c < FB_BCP; c++) {
       const float p = fb_exp(scale * s[c] - lse);
       s[c] = p;
       ds[c] = p * (ds[c] - dd);
     }
+  }
+}
+
+/* acc[0 .. width) += sum over i in [lo, hi) of coef[i * cstride] * rows[i * rstride + ...]: register tiles of FB_TW
+ * vectors held across the sum (width a multiple of 8 FB_TW). */
+static inline __attribute__((always_inline)) void fb_accumulate(float *restrict acc, int width,
+                                                                const float *restrict coef, long cstride,
+                                                                const float *restrict rows, long rstride, long lo,
+                                                                long hi) {
+  for (int x0 = 0; x0 < width; x0 += 8 * FB_TW) {
+    fb_v t[FB_TW];
+    for (int j = 0; j < FB_TW; j++) t[j] = FB_LD(acc + x0 + 8 * j);
+    for (long i = lo; i < hi; i++) {
+      const fb_v cf = fb_splat(coef[i * cstride]);
+      for (int j = 0; j < FB_TW; j++) t[j] += cf * FB_LD(rows + i * rstride + x0 + 8 * j);
+    }
+    for (int j = 0; j < FB_TW; j++) FB_ST(acc + x0 + 8 * j, t[j]);
   }
 }
 
@@ -222,19 +269,13 @@ static void fb_key_item(const attn_kargs *a, long item, fb_scratch *w, float sca
       for (long i0 = i_first / FB_BR * FB_BR; i0 < a->n; i0 += FB_BR) {
         const int rows = (int)(a->n - i0 < FB_BR ? a->n - i0 : FB_BR);
         fb_load_q(a, bh, i0, rows, w, io);
-        if (cols == FB_BC) fb_block(w, scale, rows, FB_BC); /* full blocks: a compile-time width */
-        else fb_block(w, scale, rows, cols);
+        fb_block(w, scale, rows);
         /* key c is seen by rows r >= its first (bottom-right causal: later rows see more) */
         for (int c = 0; c < cols; c++) {
           long r_lo = ATTN_CAUSAL ? j0 + c - (a->n_kv - a->n) - i0 : 0;
           if (r_lo < 0) r_lo = 0;
-          float *restrict dv = w->dv + c * FB_DVP, *restrict dk = w->dk + c * FB_DP;
-          for (long r = r_lo; r < rows; r++) {
-            const float p = w->s[r * FB_BCP + c], ds = w->ds[r * FB_BCP + c];
-            const float *restrict qr = w->qr + r * FB_DP, *restrict dor = w->dor + r * FB_DVP;
-            for (int x = 0; x < FB_DV; x++) dv[x] += p * dor[x];
-            for (int x = 0; x < FB_D; x++) dk[x] += ds * qr[x];
-          }
+          fb_accumulate(w->dv + c * FB_DVP, FB_DVP, w->s + c, FB_BCP, w->dor, FB_DVP, r_lo, rows);
+          fb_accumulate(w->dk + c * FB_DP, FB_DP, w->ds + c, FB_BCP, w->qr, FB_DP, r_lo, rows);
         }
       }
     }
@@ -261,16 +302,10 @@ static void fb_query_item(const attn_kargs *a, long item, fb_scratch *w, float s
   for (long j0 = 0; j0 < j_end; j0 += FB_BC) {
     const int cols = (int)(j_end - j0 < FB_BC ? j_end - j0 : FB_BC);
     fb_load_kv(a, bkv, j0, cols, w, io);
-    if (cols == FB_BC) fb_block(w, scale, rows, FB_BC);
-    else fb_block(w, scale, rows, cols);
+    fb_block(w, scale, rows);
     for (int r = 0; r < rows; r++) {
       const long seen = fb_cols_seen(a, i0, r, j0, cols);
-      float *restrict dq = w->dq + r * FB_DP;
-      for (long c = 0; c < seen; c++) {
-        const float ds = w->ds[r * FB_BCP + c];
-        const float *restrict kr = w->kr + c * FB_DP;
-        for (int x = 0; x < FB_D; x++) dq[x] += ds * kr[x];
-      }
+      if (seen > 0) fb_accumulate(w->dq + r * FB_DP, FB_DP, w->ds + r * FB_BCP, 1, w->kr, FB_DP, 0, seen);
     }
   }
   attn_el *dq = (attn_el *)a->dq + (bh * a->n + i0) * FB_D;
