@@ -46,6 +46,9 @@ typedef struct attn_problem {
 int  attn_open(const char *db_path, attn_target target, attn_runtime **out);
 int  attn_plan_create(attn_runtime *rt, const attn_problem *p, attn_plan **out);   /* *out stays NULL on error */
 /* Host pointers on the CPU; on CUDA device pointers, 16-byte aligned, and the call returns when o is written.
+ * On the CPU, q, k, v and o need only be aligned to their element (4 bytes for f32, 2 for f16 and bf16) and run at
+ * the same speed at any such alignment: the kernels copy what their compute-bound loops read into aligned tiles, so
+ * arrays from malloc run as fast as 64-byte aligned ones (64 bytes saves flash one copy of each f32 V block).
  * NaN and Inf propagate as in an fp64 softmax(scale QK^T)V, on the CPU and on CUDA, in every dtype (docs/io.md,
  * docs/cuda.md): NaN in q row i makes row i NaN; NaN in key row j makes every row that sees key j NaN; NaN or Inf in
  * v[j][c] reaches column c of exactly the rows that see key j; a +Inf score makes its row NaN; -Inf scores weigh 0
