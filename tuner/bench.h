@@ -1,6 +1,4 @@
-/* bench.h: what the parts of `attntune bench` share: the CPU rows, the settings from its arguments (cmd_bench.c),
- * the CPU points (bench_cpu.c), the CUDA points (bench_cuda.c), the ceilings (bench_ceiling.c), the output
- * (bench_report.c). */
+/* bench.h: what the parts of `attntune bench` share (rows, settings from the arguments, each part's calls). */
 #ifndef ATTN_BENCH_H
 #define ATTN_BENCH_H
 #include <stddef.h>

@@ -1,5 +1,4 @@
-/* bench_ceiling.c: `attntune bench`'s ceilings: the square-sgemm rate, the FMA peak and read bandwidth measured
- * before the CPU points (and again after them when under load), and each row's fraction of them. */
+/* bench_ceiling.c: bench's ceilings: sgemm rate, FMA peak and read bandwidth, each row's fraction of them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

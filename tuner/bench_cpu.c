@@ -1,5 +1,4 @@
-/* bench_cpu.c: `attntune bench`'s CPU points: the plans, the untuned default and the OpenBLAS baseline timed in
- * alternation on rotating aligned and offset inputs, their peak memory, and the fp64 check of the outputs. */
+/* bench_cpu.c: bench's CPU points: plans, default and OpenBLAS baseline timed in alternation, checked against fp64. */
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -238,7 +237,7 @@ void attn_bench_caps(int reps, int threads, attn_rounds_caps *k) {
  * the plan reads), the plans run on copies in the dtype made once per input set, and their output is converted back
  * for the checks. The fractions of the ceilings are the caller's (bench_ceiling.c). */
 int attn_bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtype dt, int heads, int causal,
-                       int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
+                     int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows) {
   const int maxv = nsplit > 0 ? nsplit : 1;
   *nrows = 0;
   attn_problem p = {0};
@@ -424,7 +423,8 @@ int attn_bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtyp
     row->plan_iqr_ms = st[i].iqr_ms;
     row->plan_gflops = flops / row->plan_ms * 1e-6;
     /* decode streams K and V once per call (every query of a head reads all of its keys): bytes over time */
-    row->kv_gbs = (attn_bench_heads_kv > 0 ? attn_bench_heads_kv : heads) * (double)n_kv * (d + dv) * (double)es / row->plan_ms * 1e-6;
+    row->kv_gbs = (attn_bench_heads_kv > 0 ? attn_bench_heads_kv : heads) * (double)n_kv * (d + dv) * (double)es /
+                  row->plan_ms * 1e-6;
     row->default_ms = st[2 * nv].median_ms;
     row->vs_default = row->default_ms / row->plan_ms;
     snprintf(row->def, sizeof row->def, "%s", attn_plan_describe(dplan));

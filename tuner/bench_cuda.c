@@ -1,5 +1,4 @@
-/* bench_cuda.c: `attntune bench --target cuda`: the plan against the default flash kernel on the device present,
- * checked against fp64 on sample rows, then timed in alternation on device buffers (CUDA events); table or JSON. */
+/* bench_cuda.c: bench --target cuda: the plan against the default flash kernel on the device present. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -157,7 +156,7 @@ done:
 }
 
 int attn_bench_cuda(const char *db, const int *ns, int nn, const int *ds, int nd, int heads, int causal, int reps,
-                      unsigned dtypes, int json) {
+                    unsigned dtypes, int json) {
   attn_runtime *rt = NULL;
   int e = attn_open(db, ATTN_TARGET_CUDA, &rt);
   if (e != ATTN_OK) {

@@ -1,5 +1,4 @@
-/* bench_report.c: `attntune bench`'s output: the CPU rows as a table (its header, the ceilings' line and the
- * footnotes) or JSON, the formatting both targets share, and the line naming the database read. */
+/* bench_report.c: bench's output: the CPU table or JSON, and the formatting both targets share. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -68,7 +67,8 @@ static void row_text(const bench_row *r) {
   attn_bench_fmt_num(pm, sizeof pm, "%.3f", r->plan_ms), attn_bench_fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
   attn_bench_fmt_num(bm, sizeof bm, "%.3f", r->blas_ms), attn_bench_fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
   attn_bench_fmt_num(ra, sizeof ra, "%.2fx", r->ratio), attn_bench_fmt_num(sg, sizeof sg, "%.1f", r->sgemm_gflops);
-  attn_bench_fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib), attn_bench_fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
+  attn_bench_fmt_num(pp, sizeof pp, "%.1f", r->plan_peak_mib);
+  attn_bench_fmt_num(bp, sizeof bp, "%.1f", r->blas_peak_mib);
   attn_bench_fmt_num(dm, sizeof dm, "%.3f", r->default_ms), attn_bench_fmt_num(vd, sizeof vd, "%.3fx", r->vs_default);
   attn_bench_fmt_num(mm, sizeof mm, "%.3f", r->plan_ms_misaligned);
   char frac[32];

@@ -221,7 +221,7 @@ int attn_cmd_bench(int argc, char **argv) {
           }
           int nrows = 0;
           if (attn_bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps, no_blas,
-                          splits, nsplit, all + nall, &nrows))
+                               splits, nsplit, all + nall, &nrows))
             rc = 1;
           nall += nrows;
         }

@@ -1,7 +1,8 @@
 /* cmd_tune.c: `attntune [tune]`: for every (dtype, causal, d, d_v, n) asked for, builds the search space, runs a
  * strategy over it and stores each evaluation as it is made: measured on this CPU (--gpu cpu) or, for a GPU that
  * is not present, ranked by the performance model (provenance "model"); the GPU present is measured. A rerun of the same command skips what is
- * stored, so SIGINT loses at most the measurement in flight. */
+ * stored, so SIGINT loses at most the measurement in flight.
+ * Here: the arguments and every problem's checks; the run is tune_run.c and its parts (tune.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -166,7 +167,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   }
   /* no silent default: a forgotten --gpu A100 would otherwise spend the run measuring this CPU */
   if (!o.gpu_name)
-    return attn_tune_usage("--gpu is required: --gpu cpu measures this CPU, --gpu NAME a GPU (attntune gpus lists them)");
+    return attn_tune_usage(
+        "--gpu is required: --gpu cpu measures this CPU, --gpu NAME a GPU (attntune gpus lists them)");
   if (!d_s) return attn_tune_usage("--d RANGE is required (e.g. --d 64..256)");
   char err[4096], bad[128];
 

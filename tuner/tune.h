@@ -1,6 +1,4 @@
-/* tune.h: what the parts of `attntune [tune]` share: its options (cmd_tune.c), the run's state and driver
- * (tune_run.c), the model's evaluations and the --compiled re-ranking (tune_model.c), the finalist round and the
- * confirmation (tune_final.c), the progress lines (tune_report.c). */
+/* tune.h: what the parts of `attntune [tune]` share: its options, the run's state, each part's calls. */
 #ifndef ATTN_TUNE_H
 #define ATTN_TUNE_H
 #include <signal.h>

@@ -1,5 +1,4 @@
-/* tune_final.c: the end of a measured problem: the finalist round (the fastest few and the default re-timed
- * interleaved, the winner chosen) and, at the end of the run, the confirmation pass. */
+/* tune_final.c: a measured problem's finalist round, and the run's closing confirmation pass. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

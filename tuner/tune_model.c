@@ -1,5 +1,4 @@
-/* tune_model.c: a GPU that is absent: a configuration's time from the performance model, on the compiled kernel's
- * registers when known, and the --compiled re-ranking of stored model rows (ranked again, or ruled out). */
+/* tune_model.c: the performance model's evaluations and the --compiled re-ranking of stored model rows. */
 #include <stdio.h>
 #include <string.h>
 #include "model.h"

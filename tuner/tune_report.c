@@ -1,5 +1,4 @@
-/* tune_report.c: `attntune [tune]`'s progress: the tty's one line (the fastest so far, the ETA), else a line per
- * evaluation. */
+/* tune_report.c: tune's progress: the tty's one line (fastest so far, ETA), else a line per evaluation. */
 #include <stdio.h>
 #include <string.h>
 #include "tune.h"

@@ -1,5 +1,4 @@
-/* tune_run.c: a tuning run: measured or modelled, the database and the runtime, every problem's search space (and
- * its shard), the strategy on each with its evaluations and parallel compiles, the finalists, the summary. */
+/* tune_run.c: a tuning run: mode, database and runtime, the problems' spaces, the strategy on each, the summary. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -427,7 +426,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           attn_eval best_eval = tu.best_eval;
           int have_best = tu.have_best;
           if (src == ATTN_OK && !ts.model && !attn_tune_stop && tu.have_best && !ts.db_error) {
-            if (attn_tune_finalist_round(&ts, &tu, &best, &best_eval, why, sizeof why) != 0 && !attn_tune_stop && !ts.db_error)
+            if (attn_tune_finalist_round(&ts, &tu, &best, &best_eval, why, sizeof why) != 0 && !attn_tune_stop &&
+                !ts.db_error)
               snprintf(why, sizeof why, "finalist round failed: screening times");
           }
           attn_tuner_release(&tu);
@@ -436,7 +436,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           if (src != ATTN_OK) {
             fprintf(stderr, "attntune tune: %s\n", b == 3 ? err : attn_strerror(src));
             status = 1;
-            attn_tune_stop = attn_tune_stop ? attn_tune_stop : 2; /* a broken strategy breaks every problem the same way */
+            /* a broken strategy breaks every problem the same way */
+            attn_tune_stop = attn_tune_stop ? attn_tune_stop : 2;
             break;
           }
           if (ts.db_error) break;
