@@ -124,6 +124,9 @@ static void *prefetch_worker(void *arg) {
 static void prefetch_cb(attn_tuner *t, const int *idx, int count) {
   tune_state *ts = t->user;
   if (ts->model || ts->o->jobs <= 1 || count <= 1) return;
+  /* the cache directory is set up here, once: each worker copies the runtime (attn_meas_precompile), and a copy taken
+   * while another thread sets the directory up would read it half-written. A failure shows when measured. */
+  if (attn_cache_dir_ready(ts->rt) != ATTN_OK) return;
   attn_spec *specs = malloc(sizeof *specs * (size_t)count);
   if (!specs) return;
   int n = 0;
