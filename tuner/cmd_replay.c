@@ -453,29 +453,6 @@ static int write_plot(const char *path, const done_problem *dp, int ndp, const s
   return 0;
 }
 
-/* Comma list of names through parse (returns < 0 for unknown); bits set in *mask. */
-static int parse_names(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *mask = 0;
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    int v = parse(t);
-    if (v < 0) {
-      snprintf(bad, blen, "%s", t);
-      return -1;
-    }
-    *mask |= 1u << v;
-  }
-  if (!*mask) snprintf(bad, blen, "%s", s);
-  return *mask ? 0 : -1;
-}
-
-static int algo_parse_exact(const char *s) {
-  int v = attn_algo_parse(s);
-  return v == ATTN_ALGO_AUTO ? -1 : v;
-}
-
 static void free_rows(rows *r) {
   for (int i = 0; i < r->count; i++) {
     free(r->v[i].device);
@@ -574,12 +551,12 @@ int attn_cmd_replay(int argc, char **argv) {
     target = ATTN_TARGET_CUDA;
   }
   unsigned algos = 0, dtypes = 0;
-  if (parse_names(algo_s, algo_parse_exact, &algos, bad, sizeof bad))
+  if (attn_names_parse(algo_s, attn_algo_parse_exact, &algos, bad, sizeof bad))
     return usage("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if ((algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && tolerance <= 0)
     return usage("--algo lowrank is approximate: give --tolerance > 0 (e.g. --tolerance 0.05)");
   if (dtype_s) {
-    if (parse_names(dtype_s, attn_dtype_parse, &dtypes, bad, sizeof bad))
+    if (attn_names_parse(dtype_s, attn_dtype_parse, &dtypes, bad, sizeof bad))
       return usage("--dtype: unknown dtype '%s' (f32, f16, bf16)", bad);
   } else {
     dtypes = target == ATTN_TARGET_CPU ? 1u << ATTN_F32 : (1u << ATTN_F16) | (1u << ATTN_BF16);

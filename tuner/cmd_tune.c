@@ -69,29 +69,6 @@ int attn_tune_usage(const char *fmt, ...) {
 const char *attn_tuner_version(void);
 const char *attn_tuner_version(void) { return ATTN_VERSION; }
 
-/* Comma list of names through parse (returns < 0 for unknown); bits set in *mask. */
-static int parse_names(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  *mask = 0;
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    int v = parse(t);
-    if (v < 0) {
-      snprintf(bad, blen, "%s", t);
-      return -1;
-    }
-    *mask |= 1u << v;
-  }
-  if (!*mask) snprintf(bad, blen, "%s", s);
-  return *mask ? 0 : -1;
-}
-
-static int algo_parse_exact(const char *s) {
-  int v = attn_algo_parse(s);
-  return v == ATTN_ALGO_AUTO ? -1 : v;
-}
-
 /* The arguments into *op, every problem checked: -1 when the run goes on, else the exit status (0 after --help). */
 static int tune_args(int argc, char **argv, tune_opts *op) {
   tune_opts o = {.gpu_name = NULL, .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S,
@@ -203,12 +180,12 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   for (int i = 0; i < o.nd; i++)
     for (int j = 0; j < o.ndv; j++)
       if (attn_space_dims_ok(o.target, o.ds[i], o.dvs ? o.dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
-  if (parse_names(algo_s, algo_parse_exact, &o.algos, bad, sizeof bad))
+  if (attn_names_parse(algo_s, attn_algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if ((o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && o.tolerance <= 0)
     FAIL_USAGE("--algo lowrank is approximate: give --tolerance > 0 (e.g. --tolerance 0.05)");
   if (dtype_s) {
-    if (parse_names(dtype_s, attn_dtype_parse, &o.dtypes, bad, sizeof bad))
+    if (attn_names_parse(dtype_s, attn_dtype_parse, &o.dtypes, bad, sizeof bad))
       FAIL_USAGE("--dtype: unknown dtype '%s' (f32, f16, bf16)", bad);
   } else {
     o.dtypes = o.target == ATTN_TARGET_CPU ? 1u << ATTN_F32 : (1u << ATTN_F16) | (1u << ATTN_BF16);

@@ -1,5 +1,5 @@
-/* range.c: parses the CLI's RANGE arguments (doubling, stepped, list, single value) into a list of ints, and its
- * single integers. */
+/* range.c: parses the CLI's RANGE arguments (doubling, stepped, list, single value) into a list of ints, its
+ * single integers and its comma lists of names (--algo, --dtype). */
 #include "range.h"
 #include <ctype.h>
 #include <errno.h>
@@ -121,4 +121,26 @@ int attn_parse_int(const char *s, long lo, long hi, int *out) {
   if (lo < INT_MIN || hi > INT_MAX || attn_parse_long(s, lo, hi, &v)) return -1;
   *out = (int)v;
   return 0;
+}
+
+int attn_names_parse(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  *mask = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int v = parse(t);
+    if (v < 0) {
+      snprintf(bad, blen, "%s", t);
+      return -1;
+    }
+    *mask |= 1u << v;
+  }
+  if (!*mask) snprintf(bad, blen, "%s", s);
+  return *mask ? 0 : -1;
+}
+
+int attn_algo_parse_exact(const char *s) {
+  int v = attn_algo_parse(s);
+  return v == ATTN_ALGO_AUTO ? -1 : v;
 }

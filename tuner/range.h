@@ -18,4 +18,10 @@ int attn_range_parse(const char *s, int **vals, int *count, char *err, size_t er
 int attn_parse_long(const char *s, long lo, long hi, long *out);
 int attn_parse_int(const char *s, long lo, long hi, int *out);
 
+/* A comma list of names, each through parse (< 0 for an unknown name): 0 with their bits set in *mask, or -1 with
+ * the first unknown name (or all of s when it names none) in bad. For --algo and --dtype. */
+int attn_names_parse(const char *s, int (*parse)(const char *), unsigned *mask, char *bad, size_t blen);
+/* attn_algo_parse without "auto": a value for attn_names_parse. */
+int attn_algo_parse_exact(const char *s);
+
 #endif
