@@ -2,12 +2,26 @@
  * (registers, spills, static shared memory), which the performance model and the search space read instead of
  * compiling again. */
 #include "db_int.h"
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A head dimension in spec text: digits to a space or the end, 1..2^20 (import's bound on d_v); sscanf's %d would
+ * wrap a longer number into a plausible one. */
+static int spec_dim(const char *p, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(p, &end, 10);
+  if (errno || end == p || (*end && *end != ' ') || v < 1 || v > 1 << 20) return -1;
+  *out = (int)v;
+  return 0;
+}
 
 /* The algorithm, target, dtype and d at the head of canonical spec text ("flash cpu f32 d=64 ..."). */
 static int spec_head(attn_db *db, const char *spec, char algo[16], char target[16], char dtype[16], int *d) {
-  if (sscanf(spec, "%15s %15s %15s d=%d", algo, target, dtype, d) != 4 ||
+  int at = -1;
+  if (sscanf(spec, "%15s %15s %15s d=%n", algo, target, dtype, &at) != 3 || at < 0 || spec_dim(spec + at, d) ||
       (strcmp(algo, "flash") && strcmp(algo, "smallcache") && strcmp(algo, "lowrank")) ||
       (strcmp(target, "cpu") && strcmp(target, "cuda")) ||
       (strcmp(dtype, "f32") && strcmp(dtype, "f16") && strcmp(dtype, "bf16")) || *d <= 0)
@@ -41,13 +55,13 @@ int attn_dbi_kernel_find(attn_db *db, const char *spec, long long *id, int *hash
 
 int attn_dbi_kernel_upsert(attn_db *db, const char *spec, const char *hash, long long *id) {
   char algo[16], target[16], dtype[16];
-  int d, differs;
+  int d = 0, differs;
   int rc = spec_head(db, spec, algo, target, dtype, &d);
   if (rc != ATTN_OK) return rc;
   /* d_v: the text's " dv=N" (written only when it differs from d), else d */
   const char *dvp = strstr(spec, " dv=");
   int dv = d;
-  if (dvp && (sscanf(dvp + 4, "%d", &dv) != 1 || dv <= 0))
+  if (dvp && spec_dim(dvp + 4, &dv))
     return attn_dbi_fail(db, ATTN_EINVAL, "kernel spec '%.200s': bad dv", spec);
   sqlite3_stmt *s = attn_dbi_stmt(db, S_KER_UPSERT, "INSERT INTO kernels(spec, algo, target, dtype, d, source_hash, "
                                   "d_v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(spec) DO UPDATE SET "
