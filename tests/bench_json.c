@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char cmd[8192], *out = NULL;
-  snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
+  snprintf(cmd, sizeof cmd, "'%s' bench --target cpu --n 600,100 --d 64 --reps 3 --time-cap 0.2 --db '%s' --json", argv[1], argv[2]);
   int st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   json_error_t jerr;
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
   json_decref(arr);
   free(out);
 
-  snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --time-cap 1 --db '%s' --json", argv[1], argv[2]);
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 130 --d 32 --causal --reps 1 --time-cap 0.2 --db '%s' --json", argv[1], argv[2]);
   st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
   arr = json_loads(out ? out : "", 0, &jerr);
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
   free(out);
 
   /* decode with n_kv keys, the plan's configuration at each --split value: one row each, added fields n_kv, split */
-  snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --time-cap 1 --db '%s' --json",
+  snprintf(cmd, sizeof cmd, "'%s' bench --n 1 --n-kv 300 --d 32 --heads 1 --split 1,2,4 --reps 1 --time-cap 0.2 --db '%s' --json",
            argv[1], argv[2]);
   st = run_cmd(cmd, &out);
   CHECK(st == 0, "%s exited %d", cmd, st);
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   /* d_v != d and the half dtypes on the CPU: "d_v" and "dtype" in every row; a half plan agrees with the fp32
    * baseline and the fp64 reference (both on the rounded inputs) within 1e-2 */
   snprintf(cmd, sizeof cmd,
-           "'%s' bench --n 70 --d 24 --dv 40 --dtype f32,f16,bf16 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
+           "'%s' bench --n 70 --d 24 --dv 40 --dtype f32,f16,bf16 --reps 1 --time-cap 0.2 --db '%s' --json", argv[1],
            argv[2]);
   arr = bench_rows(cmd, 3, "--dv --dtype");
   static const char *const dts[] = {"f32", "f16", "bf16"};
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
   /* grouped-query decode: "heads_kv" in the row, the packed plan agrees with fp64, and kv_gbs counts K and V once
    * per KV head (bytes over the plan's time) */
   snprintf(cmd, sizeof cmd,
-           "'%s' bench --n 1 --n-kv 300 --d 24 --heads 8 --heads-kv 2 --reps 1 --time-cap 1 --db '%s' --json", argv[1],
+           "'%s' bench --n 1 --n-kv 300 --d 24 --heads 8 --heads-kv 2 --reps 1 --time-cap 0.2 --db '%s' --json", argv[1],
            argv[2]);
   arr = bench_rows(cmd, 1, "--heads-kv");
   if (json_is_array(arr) && json_array_size(arr) == 1) {
