@@ -181,7 +181,7 @@ genetic)
   ;;
 sigint)  # interrupted after the first stored row, resumed with no repeats (own cache: compiles keep it slow)
   export ATTN_CACHE_DIR="$W/cache"
-  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$W/run1.txt" 2>&1 &
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --time-cap 0.25 --db "$W/s.db" >"$W/run1.txt" 2>&1 &
   pid=$!
   i=0
   while [ "$(rows "$W/s.db")" -lt 1 ] 2>/dev/null; do
@@ -197,13 +197,13 @@ sigint)  # interrupted after the first stored row, resumed with no repeats (own 
   grep -q "interrupted: [0-9]* measurements stored; run the same command to resume" "$out" || fail "message"
   first=$(rows "$W/s.db")
   [ "$first" -ge 1 ] && [ "$first" -lt 6 ] || fail "rows after interrupt: $first"
-  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$out" 2>&1 || fail "resume exit $?"
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --time-cap 0.25 --db "$W/s.db" >"$out" 2>&1 || fail "resume exit $?"
   # the six, then the untuned default (not among the first six of the grid) for the finalist round
   grep -q "7 evaluations ($((7 - first)) stored now, $first found stored)" "$out" || fail "resume counts"
   [ "$(rows "$W/s.db")" -eq 7 ] || fail "rows after resume: $(rows "$W/s.db")"
   # a third run finds everything, keeps the stored choice, and measures nothing
   before=$(sqlite3 "$W/s.db" "SELECT kernel_id, time_ms FROM measurements WHERE chosen = 1")
-  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --db "$W/s.db" >"$out" 2>&1 || fail "rerun exit $?"
+  "$T" --gpu cpu --d 32 --n 96 --budget 6 --strategy exhaustive --time-cap 0.25 --db "$W/s.db" >"$out" 2>&1 || fail "rerun exit $?"
   grep -q "7 evaluations (0 stored now, 7 found stored)" "$out" || fail "rerun measured again"
   grep -q "the stored finalist round's choice" "$out" || fail "rerun did not keep the choice"
   [ "$(sqlite3 "$W/s.db" "SELECT kernel_id, time_ms FROM measurements WHERE chosen = 1")" = "$before" ] || fail "choice"
