@@ -88,7 +88,7 @@ static void bwd_free(bwd_case *c) {
   free(c->o), free(c->lse);
 }
 
-/* Fresh inputs; with nan_at >= 0, NaN planted (q row, k row, one v entry, dout row) per that pattern's seed. */
+/* Fresh random q, k, v and dO (dout) from seed; the callers plant NaN or round them afterwards (bwd_forward). */
 static int bwd_setup(const attn_problem *p0, unsigned long long seed, bwd_case *c) {
   memset(c, 0, sizeof *c);
   if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
