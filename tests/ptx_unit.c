@@ -63,11 +63,13 @@ static void expect_ok(const char *what, const char *body, unsigned threads) {
   CHECK(rc == 0, "%s: %s", what, err);
 }
 
-/* ex2.approx.ftz.f32 of 0.5 stored by one thread, with the approximations exact or at their worst */
-static float ex2_half(int worst) {
-  char err[512];
-  ptx_module *m = load(ENTRY "mov.f32 %f1, 0f3F000000;\nex2.approx.ftz.f32 %f2, %f1;\n"
-                             "st.global.f32 [%rd2+512], %f2;\nret;\n}\n", err, sizeof err);
+/* op (an approximate f32 instruction: "ex2.approx.ftz.f32", "tanh.approx.f32") of 0.5 stored by one thread, with
+ * the approximations exact or at their worst */
+static float approx_half(const char *op, int worst) {
+  char err[512], body[1024];
+  join(body, sizeof body, ENTRY "mov.f32 %f1, 0f3F000000;\n", op,
+       " %f2, %f1;\nst.global.f32 [%rd2+512], %f2;\nret;\n}\n");
+  ptx_module *m = load(body, err, sizeof err);
   ptx_machine *x = m ? ptx_machine_new(m, err, sizeof err) : NULL;
   float out = -1.0f;
   if (x) {
@@ -170,11 +172,16 @@ int main(void) {
                     "$L2:\nret;\n}\n",
               64, "barrier divergence");
   /* approximations: correctly rounded by default, off by their bound (2 ulp for ex2) in the worst-case mode */
-  const float exact = ex2_half(0), worst = ex2_half(1);
+  const float exact = approx_half("ex2.approx.ftz.f32", 0), worst = approx_half("ex2.approx.ftz.f32", 1);
   CHECK(exact == (float)1.4142135623730951, "ex2.approx(0.5) = %.9g", (double)exact);
   const double rel = fabs((double)worst / exact - 1);
   CHECK(worst > 0 && rel > 0x1p-23 && rel < 0x1p-21, "ex2.approx(0.5) at its worst = %.9g (%.3g off)", (double)worst,
         rel);
+  /* tanh.approx.f32 (NVRTC's tanhf under --use_fast_math): its documented 2^-10.987 relative at its worst */
+  const float th = approx_half("tanh.approx.f32", 0), thw = approx_half("tanh.approx.f32", 1);
+  CHECK(th == (float)tanh(0.5), "tanh.approx(0.5) = %.9g", (double)th);
+  const double threl = fabs((double)thw / th - 1);
+  CHECK(threl > 0x1p-11 && threl < 0x1p-10, "tanh.approx(0.5) at its worst = %.9g (%.3g off)", (double)thw, threl);
   /* cvt.rn between f32 and f16/bf16 (what the templates' packs and loads use) against the runtime's own conversions,
    * on every exponent, subnormals, infinities and NaN */
   long bad16 = 0, badb = 0, badback = 0;

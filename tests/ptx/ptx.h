@@ -25,9 +25,9 @@ void ptx_module_free(ptx_module *m);
 /* A device: global memory (allocations with guard gaps, every byte's definedness) and the module's variables. */
 ptx_machine *ptx_machine_new(const ptx_module *m, char *err, size_t errlen);
 void ptx_machine_free(ptx_machine *x);
-/* worst != 0: the approximate f32 instructions (ex2, rcp, div.approx, sqrt, rsqrt, lg2, sin, cos) return results off
- * by their largest error, in a direction that varies with the lane and the instruction; 0 (the default): correctly
- * rounded. */
+/* worst != 0: the approximate f32 instructions (ex2, rcp, div.approx, sqrt, rsqrt, lg2, sin, cos, tanh) return
+ * results off by their largest error, in a direction that varies with the lane and the instruction; 0 (the
+ * default): correctly rounded. */
 void ptx_machine_set_approx(ptx_machine *x, int worst);
 
 /* A global allocation of `bytes`, named for messages and statistics; its bytes are undefined until written.

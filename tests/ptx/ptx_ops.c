@@ -304,8 +304,9 @@ static double fminmax(int is_max, double a, double b, int nan_prop) {
 }
 
 /* The approximate f32 instructions' error, made as large as the bounds below in direction sign (worst-case mode):
- * 2 units in the last place for ex2, div, sqrt and rsqrt, 1 for rcp, 2^-22 absolute for lg2 and 2^-20.5 absolute
- * for sin and cos (at or above what the PTX ISA and the CUDA intrinsics' tables give for them). */
+ * 2 units in the last place for ex2, div, sqrt and rsqrt, 1 for rcp, 2^-22 absolute for lg2, 2^-20.5 absolute
+ * for sin and cos, 2^-10.987 relative for tanh (at or above what the PTX ISA and the CUDA intrinsics' tables give
+ * for them). */
 static double approx_error(ptx_op op, double v, int sign) {
   if (!sign || !isfinite(v) || v == 0) return v;
   switch (op) {
@@ -313,6 +314,7 @@ static double approx_error(ptx_op op, double v, int sign) {
   case OP_RCP: return v * (1 + sign * ldexp(1.0, -23));
   case OP_LG2: return v + sign * ldexp(1.0, -22);
   case OP_SIN: case OP_COS: return v + sign * ldexp(1.4142135623730951, -21); /* 2^-20.5 */
+  case OP_TANH: return v * (1 + sign * exp2(-10.987));
   default: return v;
   }
 }
@@ -372,11 +374,13 @@ static int float_op(const ptx_insn *in, const uint64_t *s, uint64_t *dst, int ap
   case OP_LG2: v = log2(a); break;
   case OP_SIN: v = sin(a); break;
   case OP_COS: v = cos(a); break;
+  case OP_TANH: v = tanh(a); break;
   case OP_COPYSIGN: v = copysign(b, a); break;
   default: return err(why, len, "no float form");
   }
   if (is32 && approx &&
-      ((in->flags & F_APPROX) || in->op == OP_EX2 || in->op == OP_LG2 || in->op == OP_SIN || in->op == OP_COS))
+      ((in->flags & F_APPROX) || in->op == OP_EX2 || in->op == OP_LG2 || in->op == OP_SIN || in->op == OP_COS ||
+       in->op == OP_TANH))
     v = approx_error((ptx_op)in->op, v, approx);
   if (in->flags & F_SAT) v = isnan(v) ? 0.0 : v < 0 ? 0.0 : v > 1 ? 1.0 : v;
   *dst = is32 ? fbits(T_F32, v, r, flush) : bits64(v);
@@ -412,7 +416,7 @@ int ptx_alu(const ptx_insn *in, const uint64_t *s, int nsrc, uint64_t *dst, uint
   if (ptx_type_is_float(t) &&
       (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_DIV || op == OP_NEG ||
        op == OP_ABS || op == OP_MIN || op == OP_MAX || op == OP_RCP || op == OP_SQRT || op == OP_RSQRT ||
-       op == OP_EX2 || op == OP_LG2 || op == OP_SIN || op == OP_COS || op == OP_COPYSIGN))
+       op == OP_EX2 || op == OP_LG2 || op == OP_SIN || op == OP_COS || op == OP_TANH || op == OP_COPYSIGN))
     return float_op(in, s, dst, approx, why, len);
   const uint64_t a = s[0] & m, b = s[1] & m, c = s[2] & m;
   const int64_t sa = sext(a, bits), sb = sext(b, bits);

@@ -227,7 +227,7 @@ static const struct {
     {"exit", OP_EXIT},     {"shfl", OP_SHFL},       {"vote", OP_VOTE},       {"mma", OP_MMA},
     {"ldmatrix", OP_LDMATRIX}, {"atom", OP_ATOM},   {"red", OP_RED},         {"membar", OP_MEMBAR},
     {"fence", OP_FENCE},   {"lop3", OP_LOP3},       {"mul24", OP_MUL24},     {"mad24", OP_MAD24},
-    {"fns", OP_FNS}};
+    {"fns", OP_FNS},       {"tanh", OP_TANH}};
 
 /* Applies one modifier word to in; -1 when it means nothing to this opcode. */
 static int modifier(ptx_insn *in, const char *w, int *ntypes) {
@@ -311,7 +311,7 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
       (op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FMA || op == OP_MAD || op == OP_CVT))
     return in->flags |= F_SAT, 0;
   if (!strcmp(w, "approx") && (op == OP_RCP || op == OP_SQRT || op == OP_RSQRT || op == OP_EX2 || op == OP_LG2 ||
-                               op == OP_SIN || op == OP_COS || op == OP_DIV))
+                               op == OP_SIN || op == OP_COS || op == OP_TANH || op == OP_DIV))
     return in->flags |= F_APPROX, 0;
   if (!strcmp(w, "full") && op == OP_DIV) return in->flags |= F_FULL, 0;
   if (!strcmp(w, "uni") && (op == OP_BRA || op == OP_CALL)) return in->flags |= F_UNI, 0;
@@ -1146,7 +1146,7 @@ static int check_insn(parser *p, ptx_insn *in) {
     break;
   case OP_MOV: case OP_LD: case OP_ST: case OP_CVTA: case OP_NEG: case OP_ABS: case OP_NOT:
   case OP_CNOT: case OP_POPC: case OP_CLZ: case OP_BREV: case OP_RCP: case OP_SQRT: case OP_RSQRT: case OP_EX2:
-  case OP_LG2: case OP_SIN: case OP_COS: case OP_TESTP: case OP_LDMATRIX: want = 2; break;
+  case OP_LG2: case OP_SIN: case OP_COS: case OP_TANH: case OP_TESTP: case OP_LDMATRIX: want = 2; break;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_REM: case OP_MIN: case OP_MAX: case OP_AND:
   case OP_OR: case OP_XOR: case OP_SHL: case OP_SHR: case OP_COPYSIGN: case OP_ADDC: case OP_SUBC: case OP_MUL24:
   case OP_FNS:
