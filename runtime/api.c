@@ -245,7 +245,16 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
     return attn_fail(rt, ATTN_EINVAL,
                      "problem too large: batch*heads*max(n, n_kv)*max(d, d_v) = %.3g elements, at most %llu",
                      (double)p.batch * p.heads * (double)rows * dmax, lim);
+  if (p.window < 0) return attn_fail(rt, ATTN_EINVAL, "window=%d must be >= 0 (0: no window)", p.window);
+  if (!(p.softcap >= 0) || !isfinite(p.softcap))
+    return attn_fail(rt, ATTN_EINVAL, "softcap=%g must be finite and >= 0 (0: no soft-capping)", (double)p.softcap);
+  if (p.alibi_slopes)
+    for (int h = 0; h < p.heads; h++)
+      if (!isfinite(p.alibi_slopes[h]))
+        return attn_fail(rt, ATTN_EINVAL, "alibi_slopes[%d]=%g must be finite", h, (double)p.alibi_slopes[h]);
   p.causal = p.causal ? 1 : 0;
+  /* a window every row's keys fit in hides nothing: the dense problem (same kernel, same tuned rows) */
+  if (p.window >= (p.causal ? p.n_kv : p.n > p.n_kv ? p.n : p.n_kv)) p.window = 0;
   if (p.scale == 0.0f) p.scale = (float)(1.0 / sqrt((double)p.d));
   *out = p;
   return ATTN_OK;
@@ -276,15 +285,28 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
                      attn_dtype_name(p.dtype));
   if (s->algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "lowrank is approximate: it needs a problem tolerance > 0");
+  if (attn_problem_has_mods(&p))
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "window, softcap and ALiBi: no kernel applies them yet");
 
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create: out of memory");
   plan->rt = rt;
   plan->p = p;
   plan->spec = *s;
+  if (p.alibi_slopes) {
+    /* the plan's own copy: the caller's array need not outlive plan creation */
+    plan->alibi = malloc(sizeof(float) * (size_t)p.heads);
+    if (!plan->alibi) {
+      free(plan);
+      return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create: out of memory");
+    }
+    memcpy(plan->alibi, p.alibi_slopes, sizeof(float) * (size_t)p.heads);
+    plan->p.alibi_slopes = plan->alibi;
+  }
   rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, s, count_io, &plan->cuda)
                                       : attn_cpu_load(rt, s, count_io, &plan->cpu);
   if (rc != ATTN_OK) {
+    free(plan->alibi);
     free(plan);
     return rc;
   }
@@ -484,6 +506,9 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
   if (p.algo == ATTN_ALGO_LOWRANK)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "attn_plan_create_backward: lowrank's backward (its approximation's gradient) is not implemented");
+  if (attn_problem_has_mods(&p))
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create_backward: no backward for window, softcap or ALiBi yet (the forward has them)");
   if (rt->target != ATTN_TARGET_CPU)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_plan_create_backward: no CUDA backward kernel yet (the CPU has one)");
   attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
@@ -539,6 +564,7 @@ ATTN_API void attn_plan_destroy(attn_plan *plan) {
   attn_runtime *rt = plan->rt;
   if (plan->cpu) attn_cpu_unload(plan->cpu);
   if (plan->cuda) attn_cuda_unload(plan->cuda); /* before the release: it needs the runtime's CUDA context */
+  free(plan->alibi);
   free(plan);
   if (rt) runtime_release(rt);
 }

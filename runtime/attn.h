@@ -29,6 +29,18 @@ typedef struct attn_problem {
   double tolerance;         /* 0: exact algorithms only; > 0: an approximate algorithm may serve within this error */
   attn_algo algo;           /* AUTO: the tuned choice, else a default heuristic */
   int d_v;                  /* 0: same as d; V is [batch][heads_kv][n_kv][d_v], O [batch][heads][n][d_v] */
+  /* Score modifiers (0 / NULL: off). With i' = i + n_kv - n (query i's position among the keys), the score of query
+   * row i and key j is computed in this order, as FlashAttention does: s = scale·q_i·k_j; softcap c > 0:
+   * s = c·tanh(s/c); ALiBi: s = s - slope_h·|i' - j|; then the mask hides keys (causal: j > i'; window w > 0:
+   * causal j <= i' - w, not causal |i' - j| >= w). A row that sees no key is 0, as causal rows are. Key blocks
+   * wholly outside the window are skipped, not read. A window >= max(n, n_kv) hides nothing (same as none).
+   * NaN and Inf: softcap maps ±Inf scores to ±c (finite: the row does not become NaN) and keeps NaN; ALiBi's bias is
+   * finite and changes no NaN pattern; the window hides keys as the causal mask does (a NaN key outside a row's
+   * window does not reach it). Refused at plan creation (ATTN_EINVAL, one line): window < 0; softcap NaN, Inf or
+   * < 0; a slope that is NaN or Inf. The slopes (heads floats) are copied at plan creation. */
+  int window;               /* w > 0: causal: i' - w < j <= i'; not causal: |i' - j| < w */
+  float softcap;            /* c > 0: each scaled score s becomes c·tanh(s/c) before the bias and the softmax */
+  const float *alibi_slopes; /* NULL, or one slope per query head: the score gains -slope_h·|i' - j| */
 } attn_problem;
 
 /* db_path NULL: $ATTN_DB, else attntune.db in the cache directory: $XDG_CACHE_HOME/attntune when XDG_CACHE_HOME is

@@ -48,10 +48,16 @@ struct attn_plan {
   attn_cpu_kernel *cpu;
   attn_cuda_kernel *cuda;
   int backward;            /* attn_plan_create_backward's: spec's tiles, templates/flash_bwd.c's kernel */
+  float *alibi;            /* the plan's copy of the ALiBi slopes (p.alibi_slopes points here); NULL without */
 };
 
-/* Validates and normalises a problem (fills n_kv, heads_kv, scale); ATTN_EINVAL with a reason otherwise. */
+/* Validates and normalises a problem (fills n_kv, heads_kv, scale; a window that hides nothing becomes 0);
+ * ATTN_EINVAL with a reason otherwise. */
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
+/* 1 when a normalised problem has a score modifier (window, softcap or ALiBi). */
+static inline int attn_problem_has_mods(const attn_problem *p) {
+  return p->window > 0 || p->softcap > 0 || p->alibi_slopes != NULL;
+}
 
 /* The configuration attn_plan_create uses for a normalised problem, without compiling it: the stored row (tuned or
  * model, nearest problem) or the default, and its origin for describe ("tuned", "tuned at n=4096 n_kv=4096: nearest
@@ -145,8 +151,13 @@ void   attn_from_dtype(attn_dtype t, const void *src, size_t count, float *x);
 /* x rounded to dtype t and back (no-op for f32): the inputs a half-precision plan really sees, for the reference. */
 void   attn_round_dtype(attn_dtype t, float *x, size_t count);
 
-/* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout. */
+/* Checking (runtime/reference.c): fp64 reference on a normalised problem, inputs f32 in the problem's layout, with
+ * attn.h's definitions of the mask and the score modifiers. */
 void   attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o);
+/* The keys query row i sees: [*lo, *hi) (empty when *hi <= *lo), from causal and window (attn.h). */
+void   attn_visible_keys(const attn_problem *p, long i, long *lo, long *hi);
+/* A scaled score s of query head h, row i, key j after softcap and ALiBi (attn.h's order), in fp64. */
+double attn_score_mod(const attn_problem *p, double s, long h, long i, long j);
 /* fp64 backward of the same problem from the definition: P = softmax(S) over the keys a row sees, dV = Pᵀ dO,
  * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q (GQA: dK, dV summed over the query heads
  * of a KV head). o: the forward output the kernel is given (the problem's layout), or NULL for the fp64 forward's. */

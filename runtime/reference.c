@@ -1,10 +1,30 @@
 /* reference.c: what kernels are checked against — a plain fp64 attention with the library's semantics (GQA,
- * bottom-right causal mask, zero rows), the relative error, reproducible random inputs, and poisoning. */
+ * bottom-right causal mask, window, softcap, ALiBi, zero rows), the relative error, reproducible random inputs, and poisoning. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+
+void attn_visible_keys(const attn_problem *p, long i, long *lo, long *hi) {
+  const long n_kv = p->n_kv > 0 ? p->n_kv : p->n, ip = i + (n_kv - p->n), w = p->window > 0 ? p->window : 0;
+  long a = 0, b = n_kv;
+  if (p->causal && ip + 1 < b) b = ip + 1;
+  if (w) {
+    if (ip - w + 1 > a) a = ip - w + 1;
+    if (!p->causal && ip + w < b) b = ip + w;
+  }
+  if (b < a) b = a;
+  *lo = a < n_kv ? a : n_kv;
+  *hi = b < n_kv ? b : n_kv;
+}
+
+double attn_score_mod(const attn_problem *p, double s, long h, long i, long j) {
+  const long n_kv = p->n_kv > 0 ? p->n_kv : p->n, ip = i + (n_kv - p->n);
+  if (p->softcap > 0) s = (double)p->softcap * tanh(s / (double)p->softcap);
+  if (p->alibi_slopes) s -= (double)p->alibi_slopes[h] * (double)labs(ip - j);
+  return s;
+}
 
 void attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o) {
   const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dv = p->d_v > 0 ? p->d_v : p->d;
@@ -23,27 +43,24 @@ void attn_reference(const attn_problem *p, const float *q, const float *k, const
       const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dv;
       double *oh = o + (b * heads + h) * n * dv;
       for (long i = 0; i < n; i++) {
-        long visible = n_kv;
-        if (p->causal) {
-          long last = i + (n_kv - n); /* last key index query i may see */
-          visible = last < 0 ? 0 : last + 1 < n_kv ? last + 1 : n_kv;
-        }
+        long lo, hi;
+        attn_visible_keys(p, i, &lo, &hi);
         double *orow = oh + i * dv;
         memset(orow, 0, sizeof(double) * (size_t)dv);
-        if (visible == 0) continue;
+        if (hi <= lo) continue;
         double mx = -INFINITY;
-        for (long j = 0; j < visible; j++) {
+        for (long j = lo; j < hi; j++) {
           double acc = 0;
           for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-          s[j] = acc * scale;
+          s[j] = attn_score_mod(p, acc * scale, h, i, j);
           if (s[j] > mx) mx = s[j];
         }
         double sum = 0;
-        for (long j = 0; j < visible; j++) {
+        for (long j = lo; j < hi; j++) {
           s[j] = exp(s[j] - mx);
           sum += s[j];
         }
-        for (long j = 0; j < visible; j++) {
+        for (long j = lo; j < hi; j++) {
           const double w = s[j] / sum;
           for (long c = 0; c < dv; c++) orow[c] += w * (double)vh[j * dv + c];
         }

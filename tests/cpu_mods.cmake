@@ -1,0 +1,6 @@
+# Score modifiers (window, softcap, ALiBi) on the CPU: the fp64 reference against attn.h's definitions and the
+# refusals of bad modifiers (tests/cpu_mods.c).
+add_executable(cpu_mods ${CMAKE_CURRENT_LIST_DIR}/cpu_mods.c)
+target_link_libraries(cpu_mods PRIVATE attn_core m)
+add_test(NAME cpu_mods_ref COMMAND cpu_mods ref)
+set_tests_properties(cpu_mods_ref PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${ATTN_CPU_ENV}")
