@@ -4,13 +4,40 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "spec.h"
+#include "spec_bwd.h"
+
+/* templates/flash_bwd.c's scratch for its blocks: rows of d and d_v floats and rows of Bc keys padded to whole
+ * register tiles (32 floats at most); K and V transposed and in rows, dK and dV, Q and dO rows, S and dS. */
+long attn_spec_backward_scratch(const attn_spec *s) {
+  const long br = s->br, bc = s->bc, d = s->d, dv = attn_spec_dv(s);
+  const long dp = (d + 31) / 32 * 32, dvp = (dv + 31) / 32 * 32, bcp = (bc + 31) / 32 * 32;
+  const long floats = d * bcp + dv * bcp + 2 * bc * dp + bc * dvp + br * dp + br * dvp + br * dp + 2 * br * bcp +
+                      2 * ((br + 15) / 16 * 16) + (d > dv ? dp : dvp);
+  return floats * (long)sizeof(float);
+}
+
+int attn_spec_check_backward(const attn_spec *s, char *err, size_t len) {
+  int rc = attn_spec_check(s, err, len);
+  if (rc != ATTN_OK) return rc;
+  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "the CPU backward is a flash cpu kernel, not %s %s",
+                     attn_algo_name(s->algo), attn_target_name(s->target));
+  if (s->br > ATTN_BWD_MAX_BLOCK || s->bc > ATTN_BWD_MAX_BLOCK)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "backward Br=%d Bc=%d: each must be in 1..%d", s->br, s->bc,
+                     ATTN_BWD_MAX_BLOCK);
+  if (s->split > 1 || s->unroll != 0)
+    return attn_errf(err, len, ATTN_EINVAL, "split=%d unroll=%d: the backward takes neither (forward-only fields)",
+                     s->split, s->unroll);
+  const long bytes = attn_spec_backward_scratch(s);
+  if (bytes > ATTN_BWD_MAX_SCRATCH)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "backward Br=%d Bc=%d d=%d d_v=%d needs %ld bytes of scratch a thread, more than %ld: use smaller "
+                     "blocks", s->br, s->bc, s->d, attn_spec_dv(s), bytes, ATTN_BWD_MAX_SCRATCH);
+  return ATTN_OK;
+}
 
 char *attn_spec_source_backward(const attn_spec *s, int count_io, char *err, size_t len) {
-  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU) {
-    attn_errf(err, len, ATTN_EUNSUPPORTED, "a backward kernel exists only for flash on the cpu");
-    return NULL;
-  }
+  if (attn_spec_check_backward(s, err, len) != ATTN_OK) return NULL;
   const char *tmpl = attn_template_text("flash_bwd.c");
   if (!tmpl) {
     attn_errf(err, len, ATTN_EUNSUPPORTED, "no template templates/flash_bwd.c in this build");

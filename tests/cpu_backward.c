@@ -5,7 +5,8 @@
  *          smallcache's lse;
  *   f32    shape classes: n = 1, odd n, n not a multiple of a block, n_kv != n both ways (rows that see no key),
  *          causal both ways, GQA 4/2, batch > 1, d_v != d, d in {3, 64}; the same bits twice with 2 threads and
- *          once with 1; lse through attn_execute_lse in the causal cases;
+ *          once with 1; lse through attn_execute_lse in the causal cases; Br and Bc apart from the spec (16 x 96,
+ *          96 x 16, 7 x 13) and the sizes the template does not take refused;
  *   half   f16 and bf16;
  *   nan    NaN in q, k, v and dout: the gradients' NaN pattern is the fp64 backward's, element by element;
  *   sweep  (nightly) d in 1..576 (1, 3, 111, ...), d_v != d, larger n, packed and split-K forwards, half precision,
@@ -19,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "cpu_util.h"
+#include "spec_bwd.h"
 
 static int cases;
 
@@ -191,9 +193,32 @@ static void compare(const char *what, const attn_problem *p, const double *ref, 
   printf("  %-4s err %.2e\n", what, err);
 }
 
+/* A backward plan for p with Br = br and Bc = bc (0, 0: attn_plan_create_backward's own): the default plan with its
+ * kernel swapped for the spec's (what a tuned row gives the runtime). */
+static int bwd_plan(attn_runtime *rt, const attn_problem *p, int br, int bc, attn_plan **out) {
+  int rc = attn_plan_create_backward(rt, p, out);
+  if (rc != ATTN_OK || !br) return rc;
+  attn_plan *plan = *out;
+  attn_spec s = plan->spec;
+  s.br = br, s.bc = bc;
+  attn_cpu_kernel *k = NULL;
+  rc = attn_cpu_load_backward(rt, &s, 0, &k);
+  if (rc != ATTN_OK) {
+    attn_plan_destroy(plan);
+    *out = NULL;
+    return rc;
+  }
+  attn_cpu_unload(plan->cpu);
+  plan->cpu = k;
+  plan->spec = s;
+  return ATTN_OK;
+}
+
 /* One problem: lse against fp64 (fwd: through attn_execute_lse, else the fp64 forward's), the gradients against the
- * fp64 backward, and the same bits on a second run (and on rt1, a one-thread runtime, when given). */
-static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, unsigned long long seed, int fwd) {
+ * fp64 backward, and the same bits on a second run (and on rt1, a one-thread runtime, when given); Br, Bc as
+ * bwd_plan's. */
+static void run_bwd_tiles(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, unsigned long long seed, int fwd,
+                          int br, int bc) {
   bwd_case c;
   if (bwd_setup(p0, seed, &c) != 0 || bwd_forward(rt, &c, fwd) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
@@ -202,7 +227,8 @@ static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0,
   }
   const attn_problem *p = &c.p;
   cases++;
-  printf("%s %s\n", shape(p), attn_dtype_name(p->dtype));
+  printf("%s %s%s", shape(p), attn_dtype_name(p->dtype), br ? "" : "\n");
+  if (br) printf(" Br=%d Bc=%d\n", br, bc);
   double *lref = malloc(c.nl * sizeof(double)), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
   if (!lref || !rq || !rk || !rv) {
     CHECK(0, "out of memory");
@@ -215,7 +241,7 @@ static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0,
   CHECK(bad == 0, "%s: %zu of %zu lse entries off the fp64 lse by > 2e-5 (or unwritten)", shape(p), bad, c.nl);
   attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
   attn_plan *plan = NULL;
-  int rc = attn_plan_create_backward(rt, p, &plan);
+  int rc = bwd_plan(rt, p, br, bc, &plan);
   CHECK(rc == ATTN_OK, "%s: backward plan: %s", shape(p), attn_last_error(rt));
   if (rc != ATTN_OK) goto out;
   float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
@@ -230,7 +256,7 @@ static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0,
     free(dq2), free(dk2), free(dv2);
     dq2 = dk2 = dv2 = NULL;
     attn_plan *plan1 = NULL;
-    if (rt1 && attn_plan_create_backward(rt1, p, &plan1) == ATTN_OK && bwd_run(plan1, &c, &dq2, &dk2, &dv2) == 0)
+    if (rt1 && bwd_plan(rt1, p, br, bc, &plan1) == ATTN_OK && bwd_run(plan1, &c, &dq2, &dk2, &dv2) == 0)
       CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
             "%s: one thread gave other bits than two", shape(p));
     else
@@ -242,6 +268,46 @@ static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0,
 out:
   free(lref), free(rq), free(rk), free(rv);
   bwd_free(&c);
+}
+
+static void run_bwd(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, unsigned long long seed, int fwd) {
+  run_bwd_tiles(rt, rt1, p0, seed, fwd, 0, 0);
+}
+
+/* Br and Bc from the spec, apart: the sizes the template takes are checked and built, the others refused with a
+ * reason by the check and by the runtime. */
+static void check_tiles(attn_runtime *rt, attn_runtime *rt1, unsigned long long *seed) {
+  /* causal both ways (rows that see no key, keys no row sees), blocks that do not divide n, odd d and d_v */
+  static const struct { int br, bc; } t[] = {{16, 96}, {96, 16}, {7, 13}};
+  const attn_problem ps[] = {
+      {.batch = 1, .heads = 4, .heads_kv = 2, .n = 101, .n_kv = 70, .d = 64, .causal = 1},
+      {.batch = 1, .heads = 2, .n = 50, .n_kv = 123, .d = 64, .causal = 1, .scale = 0.4f},
+      {.batch = 2, .heads = 1, .n = 45, .d = 3, .d_v = 5}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    run_bwd_tiles(rt, i == 2 ? rt1 : NULL, &ps[i], (*seed)++, 0, t[i].br, t[i].bc);
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
+  char err[256];
+  s.br = 1, s.bc = ATTN_BWD_MAX_BLOCK;
+  CHECK(attn_spec_check_backward(&s, err, sizeof err) == ATTN_OK, "Br=1 Bc=%d refused: %s", s.bc, err);
+  const struct { int br, bc, d, split, unroll, algo; } bad[] = {
+      {0, 64, 64, 0, 0, ATTN_ALGO_FLASH},     {64, 0, 64, 0, 0, ATTN_ALGO_FLASH},
+      {ATTN_BWD_MAX_BLOCK + 1, 64, 64, 0, 0, ATTN_ALGO_FLASH}, {64, ATTN_BWD_MAX_BLOCK + 1, 64, 0, 0, ATTN_ALGO_FLASH},
+      {512, 512, 576, 0, 0, ATTN_ALGO_FLASH}, {64, 64, 64, 2, 0, ATTN_ALGO_FLASH},
+      {64, 64, 64, 0, 4, ATTN_ALGO_FLASH},    {64, 64, 64, 0, 0, ATTN_ALGO_SMALLCACHE}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    attn_spec b = attn_spec_default((attn_algo)bad[i].algo, ATTN_TARGET_CPU, ATTN_F32, bad[i].d, 0);
+    b.br = bad[i].br, b.bc = bad[i].bc, b.split = bad[i].split, b.unroll = bad[i].unroll;
+    err[0] = '\0';
+    CHECK(attn_spec_check_backward(&b, err, sizeof err) != ATTN_OK && err[0] && !strchr(err, '\n'),
+          "backward spec %zu (Br=%d Bc=%d d=%d) accepted", i, b.br, b.bc, b.d);
+    char *src = attn_spec_source_backward(&b, 0, err, sizeof err);
+    CHECK(!src, "backward source of spec %zu generated", i);
+    free(src);
+    attn_cpu_kernel *k = NULL;
+    CHECK(attn_cpu_load_backward(rt, &b, 0, &k) != ATTN_OK && !k, "backward kernel of spec %zu loaded", i);
+    printf("refused: %s\n", err);
+  }
+  cases++;
 }
 
 /* NaN planted in q (row iq), k (key jk), v (key jv, column 0) and dout (row ig) of head 0: the kernel's gradients are
@@ -433,6 +499,7 @@ int main(int argc, char **argv) {
     const attn_problem more = {.batch = 1, .heads = 4, .heads_kv = 2, .n = 29, .n_kv = 31, .d = 3, .d_v = 5,
                                .causal = 1};
     run_bwd(rt, rt1, &more, seed++, 0);
+    check_tiles(rt, rt1, &seed);
   } else if (!strcmp(g, "half")) {
     const attn_problem ps[] = {
         {.batch = 1, .heads = 4, .heads_kv = 2, .n = 67, .n_kv = 80, .d = 64, .causal = 1, .dtype = ATTN_F16},
