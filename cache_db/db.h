@@ -82,6 +82,9 @@ typedef struct attn_db_query {
   int n_kv, batch, heads, heads_kv;
   int threads;            /* the runtime's CPU threads; 0 on a GPU */
   int d_v;                /* head dimension of V and O (schema 7); 0: same as d. Matched exactly, like d */
+  /* Schema 8, matched exactly: a forward's row never serves a backward's problem, nor a variant's a dense one. */
+  const char *pass;       /* "fwd" | "bwd"; NULL: "fwd" */
+  const char *variant;    /* score modifiers and KV layout as canonical text; NULL: "" (dense) */
 } attn_db_query;
 
 typedef struct attn_db_best {
@@ -95,15 +98,15 @@ typedef struct attn_db_best {
 } attn_db_best;
 
 /* ATTN_OK and *out filled; ATTN_EUNSUPPORTED when no row matches (caller falls back to defaults); ATTN_EDB on error.
- * Exact (device, d, d_v, dtype, causal) and the same regime (decode or prefill, ATTN_DB_DECODE_BELOW); measured rows
- * before model rows; then the nearest problem by the sum of |log| distances of n, n_kv, the parallel width per thread
- * (batch*heads/threads; a row without threads counts as the query's) and the group size heads/heads_kv. Only status
- * 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <= tolerance. Within the
- * nearest problem the finalist round's choice (and qualifying lowrank rows) before other rows, then the tie rule.
- * error is -1 when the row has none. At equal distance, a row on the query's threads, then one without threads, then
- * the problem with the smaller n, n_kv, batch*heads, heads_kv, batch, threads.
- * On ATTN_EUNSUPPORTED *out is zeroed except n: the n of the nearest row of the other regime when only rows of that
- * regime fit (so that the caller can say why the default serves), else 0. */
+ * Exact (device, d, d_v, dtype, causal, pass, variant) and the same regime (decode or prefill, ATTN_DB_DECODE_BELOW);
+ * measured rows before model rows; then the nearest problem by the sum of |log| distances of n, n_kv, the parallel
+ * width per thread (batch*heads/threads; a row without threads counts as the query's) and the group size
+ * heads/heads_kv. Only status 'ok' rows with a time; lowrank rows only when tolerance > 0 and their measured error <=
+ * tolerance. Within the nearest problem the finalist round's choice (and qualifying lowrank rows) before other rows,
+ * then the tie rule. error is -1 when the row has none. At equal distance, a row on the query's threads, then one
+ * without threads, then the problem with the smaller n, n_kv, batch*heads, heads_kv, batch, threads. On
+ * ATTN_EUNSUPPORTED *out is zeroed except n: the n of the nearest row of the other regime when only rows of that regime
+ * fit (so that the caller can say why the default serves), else 0. */
 int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out);
 
 /* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch, each stored with the
@@ -166,7 +169,7 @@ int attn_db_run_put(attn_db *db, const attn_db_run *run, long long *run_id);
 int attn_db_run_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_run *run), void *ctx);
 
 /* One measurement (or model estimate). Key: device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv,
- * threads, provenance (the kernel's spec text fixes d and d_v). */
+ * threads, provenance, pass, variant (the kernel's spec text fixes d and d_v). */
 typedef struct attn_db_meas {
   long long id;                  /* filled by foreach / exists */
   long long run_id;              /* 0: none */
@@ -206,7 +209,16 @@ typedef struct attn_db_meas {
   /* Schema 7: the head dimension of V and O. put: 0 takes the kernel's (its spec text's " dv=N", else d); foreach
    * and the best view: always the stored value (rows from before schema 7 were migrated to d_v = d). */
   int d_v;
+  /* Schema 8, part of the key: the pass ("fwd" | "bwd"; NULL on put: "fwd") and the variant (score modifiers and KV
+   * layout as canonical text, at most ATTN_DB_VARIANT_MAX bytes of printable ASCII; NULL on put: "", dense). foreach
+   * and the best view: the stored text (rows from before schema 8 are "fwd" and ""). */
+  const char *pass;
+  const char *variant;
 } attn_db_meas;
+
+#define ATTN_DB_VARIANT_MAX 255
+/* Backward rows' gflops count 2.5 times the forward's flops, as FlashAttention does. */
+#define ATTN_DB_BWD_FLOPS 2.5
 
 /* INSERT OR REPLACE of m (its key replaces an existing row), committed before it returns unless inside
  * attn_db_begin. */
@@ -232,10 +244,10 @@ int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m
 /* Number of measurements stored, or -1. */
 long long attn_db_meas_count(attn_db *db);
 
-/* The view `best`: per problem (device, d, d_v, dtype, causal, n, n_kv, batch, heads, heads_kv, threads) one 'ok'
- * row: exact algorithms before approximate ones, measured before model, the finalist round's choice before any
- * other, then the tie rule above. Ordered by device, dtype, causal, d, d_v, n, n_kv, width. Same return convention as
- * meas_foreach. */
+/* The view `best`: per problem (device, d, d_v, dtype, causal, n, n_kv, batch, heads, heads_kv, threads, pass,
+ * variant) one 'ok' row: exact algorithms before approximate ones, measured before model, the finalist round's choice
+ * before any other, then the tie rule above. Ordered by device, pass, variant, dtype, causal, d, d_v, n, n_kv, width.
+ * Same return convention as meas_foreach. */
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx);
 
 /* ---- What ptxas reports for a compiled configuration (schema 6), keyed by its canonical spec text (which names

@@ -5,12 +5,12 @@
 #include <string.h>
 
 /* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode bound; ?13:
- * the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row). Rows of the other regime are
- * kept but ranked last, so that a miss can say they exist (`other`). attn_logdist is a ratio, so the product of the
- * four orders as the sum of |log| distances does. At equal distance a row on the query's threads, then one that did
- * not record them, then the smaller problem. `later`: in a problem the finalist round judged, rows it did not choose
- * (lowrank rows are not judged by it); the tie rule's fastest time is taken within (problem, provenance class,
- * later). */
+ * the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row); ?14, ?15: its pass and variant
+ * (never crossed either). Rows of the other regime are kept but ranked last, so that a miss can say they exist
+ * (`other`). attn_logdist is a ratio, so the product of the four orders as the sum of |log| distances does. At equal
+ * distance a row on the query's threads, then one that did not record them, then the smaller problem. `later`: in a
+ * problem the finalist round judged, rows it did not choose (lowrank rows are not judged by it); the tie rule's
+ * fastest time is taken within (problem, provenance class, later). */
 static const char lookup_sql[] =
     "SELECT spec, n, time_ms, error, provenance, n_kv, batch, heads, heads_kv, threads, chosen, is_default, id, "
     "other FROM "
@@ -26,6 +26,7 @@ static const char lookup_sql[] =
     "?8 * ?9 * 1.0 / ?11) * attn_logdist(m.heads * 1.0 / m.heads_kv, ?9 * 1.0 / ?10) AS dist "
     "FROM measurements m JOIN kernels k ON k.id = m.kernel_id JOIN devices dv ON dv.id = m.device_id "
     "WHERE dv.name = ?1 AND m.d = ?2 AND m.d_v = ?13 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' "
+    "AND m.pass = ?14 AND m.variant = ?15 "
     "AND m.time_ms > 0 "
     "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))))) "
     "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
@@ -88,6 +89,8 @@ int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
     sqlite3_bind_int(s, 11, q->threads > 0 ? q->threads : 1);
     sqlite3_bind_int(s, 12, ATTN_DB_DECODE_BELOW);
     sqlite3_bind_int(s, 13, q->d_v > 0 ? q->d_v : q->d);
+    attn_dbi_text(s, 14, q->pass ? q->pass : "fwd");
+    attn_dbi_text(s, 15, q->variant ? q->variant : "");
     memset(out, 0, sizeof *out);
   }
   lookup_ctx c = {db, out, n};

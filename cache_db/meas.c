@@ -22,7 +22,20 @@ static double flops_of(const attn_db_meas *m) {
     const long long n = m->n, nkv = m->n_kv, first = nkv - n + 1; /* keys row 0 sees; <= 0: none */
     pairs = first >= 1 ? (double)((first + nkv) * n / 2) : (double)(nkv * (nkv + 1) / 2);
   }
-  return 4.0 * m->d * pairs * m->batch * m->heads;
+  const double fwd = 4.0 * m->d * pairs * m->batch * m->heads;
+  return m->pass && strcmp(m->pass, "bwd") == 0 ? ATTN_DB_BWD_FLOPS * fwd : fwd;
+}
+
+/* The key's pass and variant as stored: NULL reads as "fwd" and "" (dense). */
+static const char *pass_of(const attn_db_meas *m) { return m->pass ? m->pass : "fwd"; }
+static const char *variant_of(const attn_db_meas *m) { return m->variant ? m->variant : ""; }
+
+/* A variant is canonical text made by a program: printable ASCII, bounded. */
+static int variant_ok(const char *v) {
+  size_t i = 0;
+  for (; v[i]; i++)
+    if (v[i] < 0x20 || v[i] > 0x7e || i >= ATTN_DB_VARIANT_MAX) return 0;
+  return 1;
 }
 
 /* The row's device and kernel ids: given, or looked up by name (create != 0: created when new). */
@@ -44,10 +57,11 @@ static int resolve_ids(attn_db *db, const attn_db_meas *m, int create, long long
 }
 
 /* A row's key is parameters 1..11 (device, kernel, n, n_kv, dtype, causal, batch, heads, heads_kv, provenance, threads)
- * in every statement of this file: KEY_WHERE matches ?3..?11, keyed gives the statement of slot with m's key bound. */
+ * and 30..31 (pass, variant: schema 8's, numbered after put's other columns) in every statement of this file:
+ * KEY_WHERE matches ?3..?11 and ?30..?31, keyed gives the statement of slot with m's key bound. */
 #define KEY_WHERE                                                                                                   \
   "n = ?3 AND n_kv = ?4 AND dtype = ?5 AND causal = ?6 AND batch = ?7 AND heads = ?8 AND heads_kv = ?9 "          \
-  "AND provenance = ?10 AND threads = ?11"
+  "AND provenance = ?10 AND threads = ?11 AND pass = ?30 AND variant = ?31"
 static sqlite3_stmt *keyed(attn_db *db, int slot, const char *sql, const attn_db_meas *m, long long dev,
                            long long ker, const char *dt) {
   sqlite3_stmt *s = attn_dbi_stmt(db, slot, sql);
@@ -63,6 +77,8 @@ static sqlite3_stmt *keyed(attn_db *db, int slot, const char *sql, const attn_db
   sqlite3_bind_int(s, 9, m->heads_kv);
   attn_dbi_text(s, 10, m->provenance);
   sqlite3_bind_int(s, 11, m->threads > 0 ? m->threads : 0);
+  attn_dbi_text(s, 30, pass_of(m));
+  attn_dbi_text(s, 31, variant_of(m));
   return s;
 }
 
@@ -70,11 +86,11 @@ static sqlite3_stmt *keyed(attn_db *db, int slot, const char *sql, const attn_db
 static const char put_sql[] =
     "INSERT OR REPLACE INTO measurements(device_id, kernel_id, n, n_kv, dtype, causal, batch, heads, heads_kv, "
     "provenance, threads, run_id, d, time_ms, gflops, reads, writes, error, status, log, created, reps, iqr_ms, load, "
-    "final, chosen, is_default, bound, d_v) VALUES "
+    "final, chosen, is_default, bound, d_v, pass, variant) VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
     "coalesce(?21, " ATTN_DBI_NOW "), ?22, ?23, ?24, ?25, ?26, ?27, ?28, "
     /* d_v: the row's own, else its kernel's (the spec's " dv=N", else d) */
-    "coalesce(?29, (SELECT d_v FROM kernels WHERE id = ?2), ?13))";
+    "coalesce(?29, (SELECT d_v FROM kernels WHERE id = ?2), ?13), ?30, ?31)";
 
 static void bind_rest(sqlite3_stmt *s, const attn_db_meas *m, double gflops) {
   attn_dbi_id(s, 12, m->run_id);
@@ -112,6 +128,11 @@ int attn_db_meas_put(attn_db *db, const attn_db_meas *m) {
   if (m->n <= 0 || m->n_kv <= 0 || m->d <= 0 || m->batch <= 0 || m->heads <= 0 || m->heads_kv <= 0)
     return attn_dbi_fail(db, ATTN_EINVAL, "measurement: n, n_kv, d, batch, heads and heads_kv must be positive");
   if (m->d_v < 0) return attn_dbi_fail(db, ATTN_EINVAL, "measurement: d_v=%d must be >= 0 (0: the kernel's)", m->d_v);
+  if (strcmp(pass_of(m), "fwd") && strcmp(pass_of(m), "bwd"))
+    return attn_dbi_fail(db, ATTN_EINVAL, "measurement: pass '%s' is not fwd or bwd", m->pass);
+  if (!variant_ok(variant_of(m)))
+    return attn_dbi_fail(db, ATTN_EINVAL, "measurement: variant is not printable ASCII of at most %d bytes",
+                         ATTN_DB_VARIANT_MAX);
   double gflops = m->gflops;
   if (!(gflops > 0)) gflops = m->time_ms > 0 ? flops_of(m) / (m->time_ms * 1e-3) / 1e9 : 0;
   pthread_mutex_lock(&db->mu);

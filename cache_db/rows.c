@@ -8,7 +8,7 @@
 #define ROW_COLS                                                                                                      \
   "id, run_id, device, spec, source_hash, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms, gflops, reads, " \
   "writes, error, status, log, provenance, created, device_id, kernel_id, threads, reps, iqr_ms, load, final, "      \
-  "chosen, is_default, bound, d_v"
+  "chosen, is_default, bound, d_v, pass, variant"
 
 static void read_row(sqlite3_stmt *s, attn_db_meas *m) {
   memset(m, 0, sizeof *m);
@@ -46,6 +46,8 @@ static void read_row(sqlite3_stmt *s, attn_db_meas *m) {
   m->is_default = sqlite3_column_int(s, 30);
   m->bound = (const char *)sqlite3_column_text(s, 31); /* NULL: none */
   m->d_v = sqlite3_column_int(s, 32);
+  m->pass = (const char *)sqlite3_column_text(s, 33);
+  m->variant = (const char *)sqlite3_column_text(s, 34);
 }
 
 typedef struct {
@@ -79,6 +81,7 @@ int attn_db_meas_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m
 }
 
 int attn_db_best_foreach(attn_db *db, int (*cb)(void *ctx, const attn_db_meas *m), void *ctx) {
-  return each_row(db, S_BEST_ALL, "SELECT " ROW_COLS " FROM best ORDER BY device, dtype, causal, d, d_v, n, n_kv, "
+  return each_row(db, S_BEST_ALL, "SELECT " ROW_COLS " FROM best ORDER BY device, pass = 'bwd', variant, dtype, "
+                  "causal, d, d_v, n, n_kv, "
                   "batch * heads, heads_kv, threads", cb, ctx);
 }

@@ -127,6 +127,50 @@ static const char migration7[] =
     "DROP VIEW IF EXISTS best;\n"
     BEST_VIEW(BEST_COLS4 ", bound, d_v", BEST_KEY7, BEST_KEY7_M, " chosen DESC,");
 
+/* 8: the pass (fwd: the forward, bwd: the backward, attn_execute_backward's kernel) and the variant (a canonical text
+ * of score modifiers and KV layout: window, softcap, ALiBi, paged, varlen; '' for dense attention) in the problem key:
+ * a backward's row has the forward's kernel text (gen/spec.h), and neither a pass nor a variant ever serves another's
+ * problem. The table is rebuilt (a UNIQUE constraint cannot change in place); rows keep their ids and become fwd ''. */
+#define BEST_KEY8 BEST_KEY7 ", pass, variant"
+#define BEST_KEY8_M BEST_KEY7_M ", m.pass, m.variant"
+static const char migration8[] =
+    "DROP VIEW IF EXISTS best;\n"
+    "CREATE TABLE measurements8 (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,\n"
+    "  device_id INTEGER NOT NULL REFERENCES devices(id),\n"
+    "  kernel_id INTEGER NOT NULL REFERENCES kernels(id),\n"
+    "  n INTEGER NOT NULL, n_kv INTEGER NOT NULL, d INTEGER NOT NULL,\n"
+    "  dtype TEXT NOT NULL CHECK (dtype IN ('f32', 'f16', 'bf16')),\n"
+    "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+    "  batch INTEGER NOT NULL, heads INTEGER NOT NULL, heads_kv INTEGER NOT NULL,\n"
+    "  time_ms REAL NOT NULL, gflops REAL, reads INTEGER, writes INTEGER, error REAL,\n"
+    "  status TEXT NOT NULL CHECK (status IN ('ok', 'wrong', 'compile_error', 'launch_error', 'skipped',\n"
+    "                                         'invalid', 'error')),\n"
+    "  log TEXT NOT NULL DEFAULT '',\n"
+    "  provenance TEXT NOT NULL CHECK (provenance IN ('measured', 'model')),\n"
+    "  created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),\n"
+    "  threads INTEGER NOT NULL DEFAULT 0, reps INTEGER, iqr_ms REAL, load REAL,\n"
+    "  final INTEGER NOT NULL DEFAULT 0, chosen INTEGER NOT NULL DEFAULT 0, is_default INTEGER NOT NULL DEFAULT 0,\n"
+    "  bound TEXT, d_v INTEGER NOT NULL DEFAULT 0,\n"
+    "  pass TEXT NOT NULL DEFAULT 'fwd' CHECK (pass IN ('fwd', 'bwd')),  -- the forward or the backward\n"
+    "  variant TEXT NOT NULL DEFAULT '',                                 -- score modifiers, KV layout; '': dense\n"
+    "  UNIQUE (device_id, kernel_id, n, n_kv, dtype, causal, batch, heads, heads_kv, threads, provenance, pass,\n"
+    "          variant)\n"
+    ");\n"
+    "INSERT INTO measurements8(id, run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv,\n"
+    "  time_ms, gflops, reads, writes, error, status, log, provenance, created, threads, reps, iqr_ms, load, final,\n"
+    "  chosen, is_default, bound, d_v)\n"
+    "SELECT id, run_id, device_id, kernel_id, n, n_kv, d, dtype, causal, batch, heads, heads_kv, time_ms, gflops,\n"
+    "  reads, writes, error, status, log, provenance, created, threads, reps, iqr_ms, load, final, chosen,\n"
+    "  is_default, bound, d_v FROM measurements;\n"
+    "DROP TABLE measurements;\n"
+    "ALTER TABLE measurements8 RENAME TO measurements;\n"
+    "CREATE INDEX measurements_kernel ON measurements(kernel_id);\n"
+    "CREATE INDEX measurements_run ON measurements(run_id);\n"
+    "CREATE INDEX measurements_lookup ON measurements(device_id, d, d_v, dtype, causal, pass, variant, status);\n"
+    BEST_VIEW(BEST_COLS4 ", bound, d_v, pass, variant", BEST_KEY8, BEST_KEY8_M, " chosen DESC,");
+
 static const struct {
   const char *sql;        /* NULL: attn_schema_sql */
   const char *set_version;
@@ -138,6 +182,7 @@ static const struct {
     {migration5, "PRAGMA user_version = 5"},
     {migration6, "PRAGMA user_version = 6"},
     {migration7, "PRAGMA user_version = 7"},
+    {migration8, "PRAGMA user_version = 8"},
 };
 #define ATTN_DB_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 

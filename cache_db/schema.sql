@@ -2,6 +2,8 @@
 -- migration in its list, inside one transaction per step and records the step in PRAGMA user_version.
 -- Columns added later (threads, final, chosen, bound, d_v, ...) are in those migrations: schema 7 gave kernels and
 -- measurements d_v, the head dimension of V and O, with d_v = d for every row stored before it.
+-- Schema 8 gave measurements pass ('fwd' | 'bwd') and variant ('' for dense attention) in the problem key, with
+-- 'fwd' and '' for every row stored before it.
 
 -- A device rows were measured on ("cpu:<model>") or modelled for (a GPU table name such as "H100").
 CREATE TABLE devices (

@@ -9,7 +9,9 @@
  * import: older files lack them and read as not recorded. Schema 7's d_v (the head dimension of V and O) is optional
  * too: a row without it takes its kernel's (the spec's dv, else d); one that contradicts the spec is refused. The
  * steps between the document and the database are json_io.h's functions (attn_export_doc, attn_import_check,
- * attn_import_doc); the verbs add the arguments and the files. */
+ * attn_import_doc); the verbs add the arguments and the files. Schema 8's pass ("fwd" | "bwd") and variant (score
+ * modifiers and KV layout as text, "" for dense) are part of the key and optional: a file without them holds forward
+ * rows of dense attention. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -166,6 +168,9 @@ static int export_meas(void *vctx, const attn_db_meas *m) {
   json_object_set_new(o, "is_default", json_integer(m->is_default));
   /* schema 6: what limits a model row's time; null on measured rows */
   json_object_set_new(o, "bound", m->bound ? json_string(m->bound) : json_null());
+  /* schema 8: the pass and the variant, part of the key */
+  json_object_set_new(o, "pass", json_string(m->pass ? m->pass : "fwd"));
+  json_object_set_new(o, "variant", json_string(m->variant ? m->variant : ""));
   return 0;
 }
 
@@ -380,7 +385,8 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
   static const char *const keys[] = {"device", "spec", "source_hash", "run", "n", "n_kv", "d", "dtype", "causal",
                                      "batch", "heads", "heads_kv", "time_ms", "gflops", "reads", "writes", "error",
                                      "status", "log", "provenance", "created", "threads", "reps", "iqr_ms", "load",
-                                     "final", "chosen", "is_default", "bound", "d_v", NULL};
+                                     "final", "chosen", "is_default", "bound", "d_v", "pass", "variant",
+                                     NULL};
   memset(m, 0, sizeof *m);
   if (!json_is_object(o)) return bad(e, "", "must be an object");
   if (only_keys(e, o, keys)) return -1;
@@ -402,8 +408,18 @@ static int import_meas(import_err *e, json_t *o, const long long *runs, int nrun
       get_opt_int(e, o, "reps", 0, 1 << 30, 0, &m->reps) || get_opt_nonneg(e, o, "iqr_ms", &m->iqr_ms) ||
       get_opt_nonneg(e, o, "load", &m->load) || get_opt_int(e, o, "final", 0, 1, 0, &m->final) ||
       get_opt_int(e, o, "chosen", 0, 1, 0, &m->chosen) || get_opt_int(e, o, "is_default", 0, 1, 0, &m->is_default) ||
-      get_str(e, o, "bound", 1, &m->bound) || get_opt_int(e, o, "d_v", 1, 1 << 20, 0, &m->d_v))
+      get_str(e, o, "bound", 1, &m->bound) || get_opt_int(e, o, "d_v", 1, 1 << 20, 0, &m->d_v) ||
+      get_str(e, o, "pass", 1, &m->pass) || get_str(e, o, "variant", 1, &m->variant))
     return -1;
+  /* files from before schema 8 have neither: their rows are the forward's, dense */
+  if (m->pass && strcmp(m->pass, "fwd") && strcmp(m->pass, "bwd")) return bad(e, "pass", "must be fwd, bwd or null");
+  if (m->variant) {
+    size_t i = 0;
+    for (; m->variant[i]; i++)
+      if (m->variant[i] < 0x20 || m->variant[i] > 0x7e) break;
+    if (m->variant[i] || i > ATTN_DB_VARIANT_MAX)
+      return bad(e, "variant", "must be printable ASCII of at most 255 bytes, or null");
+  }
   /* d_v is the kernel's: a row that says otherwise would be served to problems its kernel does not compute */
   attn_spec ks;
   char kerr[256];

@@ -1,11 +1,11 @@
-/* cmd_merge.c: `attntune merge TARGET.db A.db [B.db ...]`: the rows of each source into TARGET, source by source in
- * the order given, all in one transaction on TARGET (created when missing, and removed again when the merge fails,
- * so that the parts of a `tune --shard` run merge into a new file): every source or none. A row whose key
- * (device, kernel, problem shape, threads, provenance) is new to TARGET is added; where TARGET has the key (from
- * before, or from an earlier source), the better row stays by the tuner's rule (attn_db_meas_better): ok over
- * failed, a kernel's own failure (wrong, compile_error, invalid) over an environmental one (error, launch_error,
- * skipped), a finalist-round time over a screening time, the lower time, then the newer. Devices and runs a source
- * has and TARGET lacks come along; TARGET's description of a device it has stays. */
+/* cmd_merge.c: `attntune merge TARGET.db A.db [B.db ...]`: the rows of each source into TARGET, source by source in the
+ * order given, all in one transaction on TARGET (created when missing, and removed again when the merge fails, so that
+ * the parts of a `tune --shard` run merge into a new file): every source or none. A row whose key (device, kernel,
+ * problem shape, threads, provenance, pass, variant) is new to TARGET is added; where TARGET has the key (from before,
+ * or from an earlier source), the better row stays by the tuner's rule (attn_db_meas_better): ok over failed, a
+ * kernel's own failure (wrong, compile_error, invalid) over an environmental one (error, launch_error, skipped), a
+ * finalist-round time over a screening time, the lower time, then the newer. Devices and runs a source has and TARGET
+ * lacks come along; TARGET's description of a device it has stays. */
 #define _DEFAULT_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -150,10 +150,10 @@ int attn_cmd_merge(int argc, char **argv) {
              "  copies the rows of each source (A, then B, ...) into TARGET, all in one transaction: every source\n"
              "  or none. TARGET is created when it does not exist (the parts of tune --shard merge into a new\n"
              "  file), and removed again when the merge fails. Where TARGET (or an earlier source) has a row for\n"
-             "  the same device, kernel, problem, threads and provenance, the better one stays: ok over failed, a\n"
-             "  kernel's own failure (wrong, compile_error, invalid) over an environmental one (error,\n"
-             "  launch_error, skipped), a finalist-round time over a screening time, then the lower time, then\n"
-             "  the newer.\n");
+             "  the same device, kernel, problem, threads, provenance, pass (fwd, bwd) and variant, the better one\n"
+             "  stays: ok over failed, a kernel's own failure (wrong, compile_error, invalid) over an\n"
+             "  environmental one (error, launch_error, skipped), a finalist-round time over a screening time, then\n"
+             "  the lower time, then the newer.\n");
       free(files);
       return 0;
     }

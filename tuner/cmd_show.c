@@ -1,7 +1,7 @@
 /* cmd_show.c: `attntune show [--db PATH] [--json]`: the best stored configuration per problem (device, d, d_v, n, n_kv,
- * dtype, causal, batch*heads, heads_kv, threads), from cache_db's `best` view, as an aligned table or a JSON array,
- * with how each time was measured: repetitions, spread, the load meanwhile, a flag on noisy rows, and for rows of the
- * performance model what limits the time (`bound`). */
+ * dtype, causal, batch*heads, heads_kv, threads, pass, variant), from cache_db's `best` view, as an aligned table or a
+ * JSON array, with how each time was measured: repetitions, spread, the load meanwhile, a flag on noisy rows, and for
+ * rows of the performance model what limits the time (`bound`). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +22,8 @@ typedef struct {
   int threads, reps, final, chosen, is_default;
   double iqr_ms, load;
   char bound[32];          /* model rows: what limits the time; "" when none */
+  char pass[4];            /* "fwd" | "bwd" */
+  char *variant;           /* score modifiers, KV layout; "" for dense attention */
 } show_row;
 
 /* A row is flagged noisy when its repetitions spread over more than this fraction of the median, or other processes
@@ -64,10 +66,21 @@ static int collect(void *ctx, const attn_db_meas *m) {
   r->device = dup_str(m->device);
   r->spec = dup_str(m->spec);
   r->summary = dup_str(parsed ? sum : m->spec);
+  const int bwd = m->pass && strcmp(m->pass, "bwd") == 0;
+  if (r->summary && (bwd || (m->variant && m->variant[0]))) {
+    /* the backward's rows say so after the configuration, as attn_plan_describe does, and a variant's its text */
+    const char *v = m->variant ? m->variant : "";
+    char *both = malloc(strlen(r->summary) + strlen(v) + 16);
+    if (both) sprintf(both, "%s%s%s%s%s", r->summary, bwd ? " backward" : "", v[0] ? " [" : "", v, v[0] ? "]" : "");
+    free(r->summary);
+    r->summary = both;
+  }
   r->algo = dup_str(parsed ? attn_algo_name(s.algo) : "?");
   r->created = dup_str(m->created);
+  r->variant = dup_str(m->variant);
   l->count++; /* counted before the check so the strings are freed either way */
-  if (!r->device || !r->spec || !r->summary || !r->algo || !r->created) return 1;
+  if (!r->device || !r->spec || !r->summary || !r->algo || !r->created || !r->variant) return 1;
+  snprintf(r->pass, sizeof r->pass, "%s", bwd ? "bwd" : "fwd");
   r->d = m->d;
   r->d_v = m->d_v > 0 ? m->d_v : m->d;
   r->gpu = parsed && s.target == ATTN_TARGET_CUDA;
@@ -103,6 +116,7 @@ static void free_list(show_list *l) {
     free(l->rows[i].summary);
     free(l->rows[i].algo);
     free(l->rows[i].created);
+    free(l->rows[i].variant);
   }
   free(l->rows);
 }
@@ -135,6 +149,8 @@ static int print_json(const show_list *l) {
     json_object_set_new(o, "is_default", json_boolean(r->is_default));
     json_object_set_new(o, "noisy", json_boolean(noisy(r)));
     json_object_set_new(o, "bound", r->bound[0] ? json_string(r->bound) : json_null());
+    json_object_set_new(o, "pass", json_string(r->pass));
+    json_object_set_new(o, "variant", json_string(r->variant));
   }
   char *s = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
   json_decref(arr);
@@ -271,11 +287,13 @@ int attn_cmd_show(int argc, char **argv) {
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: attntune show [--db PATH] [--json]\n"
              "  the best stored configuration per problem (device, d, d_v, n, n_kv, dtype, causal, batch*heads,\n"
-             "  heads_kv, threads): exact algorithms before approximate ones, measured rows before model rows, the\n"
-             "  finalist round's choice, then the fastest (within 3%%: the fewest transfers). The last column says how\n"
-             "  the time was measured; NOISY marks rows whose repetitions spread over 10%% or that ran beside other\n"
-             "  load.\n"
-             "  The rate is in GFLOP/s on CPU rows and TFLOP/s on GPU rows (--json: gflops on every row).\n"
+             "  heads_kv, threads, pass, variant): exact algorithms before approximate ones, measured rows before\n"
+             "  model rows, the finalist round's choice, then the fastest (within 3%%: the fewest transfers). The\n"
+             "  backward's rows (pass bwd, attn_plan_create_backward's) say \"backward\" after the configuration, and\n"
+             "  a variant's score modifiers follow it in [ ] (--json: \"pass\" and \"variant\"). The last column says how the time was measured; NOISY marks rows\n"
+             "  whose repetitions spread over 10%% or that ran beside other load.\n"
+             "  The rate is in GFLOP/s on CPU rows and TFLOP/s on GPU rows (--json: gflops on every row; a backward\n"
+             "  counts 2.5 times the forward's flops, as FlashAttention does).\n"
              "  database: --db, else $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else\n"
              "  ~/.cache/attntune/attntune.db\n");
       return 0;
