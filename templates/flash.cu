@@ -28,13 +28,22 @@
  * visible key outputs zeros. Every warp computes every loaded block: a warp-level skip of the few blocks that are
  * all hidden from a warp's rows costs the registers of a second path through the loop (and spills).
  *
+ * Score modifiers (attn.h; compiled in by ATTN_WINDOW, ATTN_SOFTCAP, ATTN_ALIBI, their values from the kernel
+ * arguments): the raw score x = q.k becomes, in base 2, co*tanh(ci*x) with ci = scale/c and co = c*log2(e)
+ * (softcap c), else x*scale*log2(e); ALiBi subtracts slope_h*log2(e)*|i' - j|; then the mask. A window w bounds the
+ * keys of row i' = i + n_kv - n to (i' - w, i'] (causal) or (i' - w, i' + w) (not causal): the block loads only the
+ * key blocks from the one holding its first row's lowest key through the one holding its last row's highest (the
+ * grid is unchanged; a block outside every window loads none), and masks elementwise the blocks that cut some row's
+ * window. tanh: tanh.approx.f32 on the tensor cores (2^-10.987 relative, as FlashAttention's soft-capping: below
+ * the half-precision P it feeds), and to a few fp32 ulp in the f32 kernel (fa_tanh).
+ *
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) and flash.c give: a NaN or +inf score, or a
  * row whose visible scores are all -inf, makes the row NaN (the running max drops NaN and only sets the shift; ex2
  * keeps NaN in P, l and O; O is divided by l even when l = 0); a NaN or inf in V reaches the rows that see its key.
  * The one place where the tiling differs from the reference: P V weights a key hidden from a row by P = 0 when its
- * block is loaded for rows that see it, and 0 * NaN is NaN. A causal warp whose accumulators hold NaN or inf checks
- * for that after writing its rows and computes the outputs so spoiled again (fa_fix); finite inputs pay one sum
- * and one vote per warp.
+ * block is loaded for rows that see it, and 0 * NaN is NaN. A causal or windowed warp whose accumulators hold NaN
+ * or inf checks for that after writing its rows and computes the outputs so spoiled again (fa_fix); finite inputs
+ * pay one sum and one vote per warp. Soft-capping maps an infinite score to +-c (as the reference does).
  *
  * Any d and d_v in 1..576 (V and O rows have d_v = ATTN_DV entries): shared-memory rows are padded to multiples
  * of 16 columns (ATTN_FLASH_DP, ATTN_FLASH_DVP), the padded columns zero-filled once and never loaded from or
@@ -46,9 +55,10 @@
  *
  * I/O accounting (ATTN_COUNT_IO), entries per thread block, rows = min(Br, n - i0):
  *   reads  = rows*d (Q_i, once)
- *          + sum over j0 = 0, Bc, 2Bc, ... while j0 < L of (d + d_v)*min(Bc, n_kv - j0) (K_j and V_j: whole blocks,
- *            also where the causal bound L ends inside one), with L = n_kv when not causal;
- *            in closed form (d + d_v)*min(ceil(L/Bc)*Bc, n_kv)
+ *          + sum over j0 = J, J + Bc, ... while j0 < L of (d + d_v)*min(Bc, n_kv - j0) (K_j and V_j: whole blocks,
+ *            also where the bounds cut one), with e = i0 + n_kv - n, L = min(n_kv, e + rows) causal,
+ *            min(n_kv, e + rows - 1 + w) windowed, else n_kv, and J = 0, or floor(max(0, e - w + 1)/Bc)*Bc windowed;
+ *            in closed form (d + d_v)*(min(ceil(L/Bc)*Bc, n_kv) - J) when L > J, else 0
  *   writes = rows*d_v (O_i). */
 
 #define FA_D ATTN_D
@@ -71,6 +81,18 @@
 #define FA_AD (FA_D % FA_VE == 0)         /* Q, K rows are whole 16-byte chunks */
 #define FA_ADV (FA_DV % FA_VE == 0)       /* V, O rows are whole 16-byte chunks */
 #define FA_PAD (FA_DP != FA_D || FA_DVP != FA_DV)
+/* score modifiers compiled in (gen/spec.c defines them for the specs that have them) */
+#ifndef ATTN_WINDOW
+#define ATTN_WINDOW 0
+#endif
+#ifndef ATTN_SOFTCAP
+#define ATTN_SOFTCAP 0
+#endif
+#ifndef ATTN_ALIBI
+#define ATTN_ALIBI 0
+#endif
+#define FA_WIN (ATTN_WINDOW != 0)
+#define FA_MASK (ATTN_CAUSAL || FA_WIN) /* keys hidden by their position */
 
 static_assert(FA_BC % 16 == 0 && FA_S >= 1, "Bc must be a multiple of 16");
 static_assert(FA_W % FA_VS == 0 && FA_DVW % 16 == 0, "d_v's split must give each warp whole 16-column tiles");
@@ -121,6 +143,13 @@ __device__ __forceinline__ float fa_ex2(float x) {
   return y;
 }
 #if ATTN_DTYPE != 0
+__device__ __forceinline__ float fa_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+#if ATTN_DTYPE != 0
 __device__ __forceinline__ void fa_ldsm4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -168,6 +197,45 @@ __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
 #define FA_NEG_INF (-__int_as_float(0x7f800000))
 #define FA_STR(x) #x
 #define FA_PRAGMA(x) _Pragma(FA_STR(x))
+
+#if ATTN_DTYPE == 0
+/* tanh to 3 fp32 ulp (tanhf is tanh.approx.f32 under --use_fast_math, 2^-11 relative, too coarse for the exact
+ * fp32 kernel): 1 - 2/(e^(2|x|) + 1) from |x| = 0.6 (the result is above 0.53: no cancellation), an odd polynomial
+ * fitted to the relative error below it; NaN stays NaN (both branches give NaN), +-inf gives +-1 */
+__device__ __forceinline__ float fa_tanh(float x) {
+  const float a = fabsf(x), x2 = x * x;
+  const float big = a >= 9.0f ? 1.0f : 1.0f - 2.0f / (fa_ex2(a * 2.8853900817779268f) + 1.0f);
+  const float p = fmaf(fmaf(fmaf(0x1.ff9b3cp-7f, x2, -0x1.abb89cp-5f), x2, 0x1.10a71ap-3f), x2, -0x1.555368p-2f);
+  return a < 0.6f ? fmaf(p * x2, x, x) : copysignf(big, x);
+}
+#endif
+
+/* What the score modifiers need, per block (soft-capping, ALiBi's slope) and per key block of a warp (ALiBi's
+ * distance, the window's lower bound); the fields of modifiers not compiled in are never read. */
+struct fa_mods {
+  float ci, co; /* softcap c: a raw score x becomes co * tanh(ci * x), ci = scale / c, co = c * log2(e) */
+  float al;     /* ALiBi: slope_h * log2(e) */
+  float ib;     /* ALiBi: i' - j for the warp's first row and the key block's first key */
+  int lw;       /* window: key c of the key block is hidden from warp row rr when c < lw + rr (clamped to
+                 * [-RW, Bc]) */
+};
+/* A raw score x of a row at distance dist = i' - j from its key, scaled to base 2 and modified (before the mask) */
+__device__ __forceinline__ float fa_mod(float x, float sl2, const fa_mods &md, float dist) {
+#if ATTN_SOFTCAP
+  float v = md.co * fa_tanh(x * md.ci);
+#else
+  float v = x * sl2;
+#endif
+#if ATTN_ALIBI
+  v = fmaf(-md.al, fabsf(dist), v);
+#endif
+  (void)md, (void)sl2, (void)dist;
+  return v;
+}
+/* ... for warp row rr and key c of the key block */
+__device__ __forceinline__ float fa_score(float x, float sl2, const fa_mods &md, int rr, int c) {
+  return fa_mod(x, sl2, md, ATTN_ALIBI ? md.ib + (float)(rr - c) : 0.0f);
+}
 
 /* Swizzle of a tile whose rows are NC 16-byte chunks (NC even): chunk c of row r is stored at c ^ phase(r), with
  * phase(r) < G = gcd(NC, 8) taken from the row bits that advance the bank group. Any 8 consecutive rows then put
@@ -302,13 +370,16 @@ __device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int row
 #endif
 }
 
-/* Keys [0, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
- * lb + rr) with lb = (last key the warp's first row sees) + 1 - j0, clamped to [-RW, Bc]; lim <= 0 hides them all. */
-__device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return ATTN_CAUSAL ? min(cols, lb + rr) : cols; }
+/* Keys [low, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
+ * lb + rr) with lb = (last key the warp's first row sees) + 1 - j0, clamped to [-RW, Bc]; lim <= 0 hides them all;
+ * low = lw + rr (fa_mods) in a windowed kernel, else 0. */
+__device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return FA_MASK ? min(cols, lb + rr) : cols; }
+__device__ __forceinline__ int fa_low(const fa_mods &md, int rr) { return FA_WIN ? md.lw + rr : 0; }
 
-/* Tile row r of a block whose first row is e0 - (n_kv - n) sees a key (causal); a row that sees none outputs zeros
- * (0 * O, and fa_fix where O is NaN from a hidden key's V row). */
-__device__ __forceinline__ bool fa_sees(int r, int e0) { return !ATTN_CAUSAL || r + e0 >= 0; }
+/* Tile row r sees a key iff r + ev >= 0: ev = i' of the block's first row (causal), that + w - 1 (a window, not
+ * causal), clamped to [-Br - 1, 0]; a row that sees none outputs zeros (0 * O, and fa_fix where O is NaN from a
+ * hidden key's V row). */
+__device__ __forceinline__ bool fa_sees(int r, int ev) { return !FA_MASK || r + ev >= 0; }
 __device__ __forceinline__ bool fa_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
 
 #if ATTN_DTYPE != 0
@@ -430,10 +501,11 @@ __device__ __forceinline__ void fa_qk(fa_scores &sc, const fa_state &st, unsigne
   }
 }
 
-/* Scale (base 2), mask, online softmax, O = alpha O + P V_j. masked: some key of the block is hidden from some row
- * of the warp (cols, lb as in fa_limit). u0: the warp's first pair of V chunks (its column group). */
+/* Scale (base 2), modifiers, mask, online softmax, O = alpha O + P V_j. masked: some key of the block is hidden from
+ * some row of the warp (cols, lb as in fa_limit, md.lw as in fa_low). u0: the warp's first pair of V chunks (its
+ * column group). */
 __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsigned sv, float sl2, bool masked,
-                                              int cols, int lb, int lane, int u0) {
+                                              int cols, int lb, const fa_mods &md, int lane, int u0) {
   const int g = lane >> 2, t = lane & 3;
   /* P, rounded as soon as it is computed: register pa[mt][k2][h + 2*(nt & 1)] holds row h of n-tile nt = 2*k2 or
    * 2*k2+1, which is the A fragment of keys 16*k2 .. 16*k2+15 */
@@ -442,15 +514,17 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
   for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int lim = masked ? fa_limit(cols, lb, 16 * mt + 8 * h + g) : FA_BC;
+      const int rr = 16 * mt + 8 * h + g;
+      const int lim = masked ? fa_limit(cols, lb, rr) : FA_BC, low = masked ? fa_low(md, rr) : 0;
       float mx = FA_NEG_INF;
 #pragma unroll
       for (int nt = 0; nt < FA_NT; nt++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           /* scaled before masking: a negative scale must not turn -inf into +inf */
-          float v = sc.s[mt][nt][2 * h + e] * sl2;
-          if (masked && 8 * nt + 2 * t + e >= lim) v = FA_NEG_INF;
+          const int c = 8 * nt + 2 * t + e;
+          float v = fa_score(sc.s[mt][nt][2 * h + e], sl2, md, rr, c);
+          if (masked && (c >= lim || c < low)) v = FA_NEG_INF;
           sc.s[mt][nt][2 * h + e] = v;
           mx = fmaxf(mx, v);
         }
@@ -493,7 +567,7 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
 /* O / l, rounded, staged in the warp's rows and columns of the Q buffer (V's layout), then stored as 16-byte chunks
  * of whole rows (by element where rows are not whole chunks). cg: the warp's column group. Returns whether an
  * accumulator of the lane is NaN or infinite (see fa_fix). */
-__device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int e0,
+__device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int ev,
                                             int lane, int cg) {
   const int g = lane >> 2, t = lane & 3;
   bool bad = false;
@@ -509,7 +583,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int r = wr0 + 16 * mt + 8 * h + g;
       /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
-      const float inv = fa_sees(r, e0) ? 1.0f / l : 0.0f;
+      const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
       float chk = 0.0f;
 #pragma unroll
       for (int dt = 0; dt < FA_DT; dt++) {
@@ -615,16 +689,18 @@ __device__ __forceinline__ void fa_qk(fa_scores &sc, const fa_state &st, const u
 
 __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsigned char *sp,
                                               const unsigned char *sv, float sl2, bool masked, int cols, int lb,
-                                              int wr0) {
+                                              const fa_mods &md, int wr0) {
 #pragma unroll
   for (int i = 0; i < FA_TM; i++) {
     const int r = wr0 + st.ry + FA_RL * i; /* tile row */
-    const int lim = masked ? fa_limit(cols, lb, st.ry + FA_RL * i) : FA_BC;
+    const int rr = st.ry + FA_RL * i;
+    const int lim = masked ? fa_limit(cols, lb, rr) : FA_BC, low = masked ? fa_low(md, rr) : 0;
     float mx = FA_NEG_INF;
 #pragma unroll
     for (int j = 0; j < FA_TS; j++) {
-      float v = sc.s[i][j] * sl2;
-      if (masked && st.cx + FA_CL * j >= lim) v = FA_NEG_INF;
+      const int c = st.cx + FA_CL * j;
+      float v = fa_score(sc.s[i][j], sl2, md, rr, c);
+      if (masked && (c >= lim || c < low)) v = FA_NEG_INF;
       sc.s[i][j] = v;
       mx = fmaxf(mx, v);
     }
@@ -676,7 +752,7 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
 }
 
 /* O / l; returns whether an accumulator of the lane is NaN or infinite (see fa_fix). */
-__device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0, int e0) {
+__device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0, int ev) {
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < FA_TM; i++) {
@@ -685,7 +761,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
     for (int x = 1; x < FA_CL; x *= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
     const int r = wr0 + st.ry + FA_RL * i;
     /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
-    const float inv = fa_sees(r, e0) ? 1.0f / l : 0.0f;
+    const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
     if (r < rows) {
       float chk = 0.0f;
 #pragma unroll
@@ -713,7 +789,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
 /* Key block jb of n_kv keys: its first key and its number of rows. n_kv < 2^31 (gen/launch.c), so ints hold them. */
 __device__ __forceinline__ int fa_cols(int j0, int n_kv) { return n_kv - j0 < FA_BC ? n_kv - j0 : FA_BC; }
 
-#if ATTN_CAUSAL
+#if FA_MASK
 /* One input element as fp32, one fp32 value rounded to an output element, and NaN or inf in an element. */
 __device__ __forceinline__ float fa_in(fa_elem x) {
 #if ATTN_DTYPE == 0
@@ -750,21 +826,24 @@ __device__ __forceinline__ float fa_dot(const fa_elem *q, const fa_elem *k, int 
   return s;
 }
 
-/* The rare path of causal blocks, taken by a warp whose accumulators hold NaN or inf, after its rows are written.
- * P V weights a key hidden from a row by P = 0 when the key's block is loaded for rows that see it, and 0 * NaN
- * (or inf) in the key's V row is NaN where the reference adds nothing. The warp finds its rows with a non-finite
- * output in a column where a loaded, hidden key has a non-finite V entry, and computes those outputs again in fp32
- * over the keys the row sees, from global memory (not counted: the I/O model is for finite inputs). Everything is
- * derived again from the arguments, as attn_kernel derives it, so that nothing stays live across the key loop. */
+/* The rare path of causal and windowed blocks, taken by a warp whose accumulators hold NaN or inf, after its rows
+ * are written. P V weights a key hidden from a row by P = 0 when the key's block is loaded for rows that see it,
+ * and 0 * NaN (or inf) in the key's V row is NaN where the reference adds nothing. The warp finds its rows with a
+ * non-finite output in a column where a loaded, hidden key has a non-finite V entry, and computes those outputs
+ * again in fp32 over the keys the row sees, with the score modifiers, from global memory (not counted: the I/O
+ * model is for finite inputs). Everything is derived again from the arguments, as attn_kernel derives it, so that
+ * nothing stays live across the key loop. */
 __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa_elem *v, fa_elem *o, int n,
-                                    int n_kv, long long heads, long long heads_kv, float scale) {
+                                    int n_kv, long long heads, long long heads_kv, float scale, int w, float cap,
+                                    const float *alibi) {
   constexpr int CPL = (FA_DVW + 31) / 32; /* columns of the warp's group per lane */
   const int lane = threadIdx.x & 31, wr0 = (threadIdx.x >> 5) / FA_VS * FA_RW;
   /* the warp's columns of O: [c0, cend) */
   const int c0 = (threadIdx.x >> 5) % FA_VS * FA_DVW, cend = c0 + FA_DVW < FA_DV ? c0 + FA_DVW : FA_DV;
   const int nqb = (n - 1) / FA_BR + 1;
   const long long bh = blockIdx.x / nqb;
-  const int i0 = (nqb - 1 - (int)(blockIdx.x % nqb)) * FA_BR, rows = n - i0 < FA_BR ? n - i0 : FA_BR;
+  const int qb = (int)(blockIdx.x % nqb), i0 = (ATTN_CAUSAL ? nqb - 1 - qb : qb) * FA_BR;
+  const int rows = n - i0 < FA_BR ? n - i0 : FA_BR;
   if (heads_kv <= 0) heads_kv = heads;
   const long long kvh = bh / heads * heads_kv + (bh % heads) / (heads / heads_kv);
   q += (bh * n + i0) * FA_D;
@@ -772,28 +851,43 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   k += kvh * n_kv * FA_D;
   v += kvh * n_kv * FA_DV;
   const float sl2 = scale * 1.4426950408889634f;
-  const long long e0 = (long long)i0 + n_kv - n, last = e0 + rows; /* row r sees keys below e0 + r + 1 */
-  const long long up = (last + FA_BC - 1) / FA_BC * FA_BC;          /* the keys loaded: whole blocks below last */
-  const int lload = last <= 0 ? 0 : up < n_kv ? (int)up : n_kv;
-  /* the columns where a key loaded and hidden from the warp's first row (which sees the fewest) has NaN or inf in V;
-   * none: every non-finite output of the warp is the reference's */
-  const long long e1 = e0 + wr0 + 1;
-  const int vmin = e1 < 0 ? 0 : e1 < lload ? (int)e1 : lload;
+  fa_mods md;
+  md.ci = ATTN_SOFTCAP ? scale / cap : 0.0f;
+  md.co = ATTN_SOFTCAP ? cap * 1.4426950408889634f : 0.0f;
+  md.al = ATTN_ALIBI ? alibi[bh % heads] * 1.4426950408889634f : 0.0f;
+  md.ib = 0.0f, md.lw = 0;
+  w = FA_WIN ? (w > 0 ? w : 0x7fffffff) : 0;
+  const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
+  /* row r (from the block's first) sees keys [lo, hi) clamped to [0, n_kv] */
+  const auto lo_of = [&](long long r) -> int {
+    const long long x = FA_WIN ? e0 + r - w + 1 : 0;
+    return x < 0 ? 0 : x < n_kv ? (int)x : n_kv;
+  };
+  const auto hi_of = [&](long long r) -> int {
+    const long long x = ATTN_CAUSAL ? e0 + r + 1 : e0 + r + w;
+    return x < 0 ? 0 : x < n_kv ? (int)x : n_kv;
+  };
+  /* the keys loaded: whole blocks from the one holding the first row's lowest key through the last row's highest */
+  const int jl = lo_of(0) / FA_BC * FA_BC, hl = hi_of(rows - 1);
+  if (hl <= jl) return;
+  const long long up = ((long long)hl + FA_BC - 1) / FA_BC * FA_BC;
+  const int lload = up < n_kv ? (int)up : n_kv;
+  /* the columns where a loaded key has NaN or inf in V; none: every non-finite output of the warp is the
+   * reference's */
   bool col[CPL], some = false;
 #pragma unroll
   for (int u = 0; u < CPL; u++) {
     const int c = c0 + lane + 32 * u;
     col[u] = false;
-    for (int j = vmin; c < cend && j < lload && !col[u]; j++) col[u] = fa_bad_elem(v[(long long)j * FA_DV + c]);
+    for (int j = jl; c < cend && j < lload && !col[u]; j++) col[u] = fa_bad_elem(v[(long long)j * FA_DV + c]);
     some |= col[u];
   }
   if (!__any_sync(0xffffffffu, some)) return;
   __syncwarp(); /* the warp's output stores are visible to all its lanes */
 #pragma unroll 1
   for (int r = wr0; r < wr0 + FA_RW && r < rows; r++) {
-    const long long e = e0 + r + 1;
-    const int vis = e < 0 ? 0 : e < lload ? (int)e : lload; /* keys [0, vis) visible */
-    if (vis == lload) continue;                             /* no hidden key loaded */
+    const int lo = lo_of(r), hi = hi_of(r) > lo ? hi_of(r) : lo; /* keys [lo, hi) visible */
+    if (lo == jl && hi == lload) continue;                       /* no hidden key loaded */
     fa_elem *orow = o + (long long)r * FA_DV;
     bool fix[CPL], any = false;
 #pragma unroll
@@ -801,22 +895,25 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
       const int c = c0 + lane + 32 * u;
       fix[u] = false;
       if (col[u] && fa_bad_elem(orow[c])) {
-        if (vis == 0) orow[c] = fa_out(0.0f); /* a row that sees no key */
+        if (hi == lo) orow[c] = fa_out(0.0f); /* a row that sees no key */
         else
-          for (int j = vis; j < lload && !fix[u]; j++) fix[u] = fa_bad_elem(v[(long long)j * FA_DV + c]);
+          for (int j = jl; j < lload && !fix[u]; j++)
+            fix[u] = (j < lo || j >= hi) && fa_bad_elem(v[(long long)j * FA_DV + c]);
       }
       any |= fix[u];
     }
     if (!__any_sync(0xffffffffu, any)) continue;
     const fa_elem *qrow = q + (long long)r * FA_D;
+    const float ip = (float)(e0 + r); /* i' */
     float m = FA_NEG_INF;
-    for (int j = 0; j < vis; j++) m = fmaxf(m, fa_dot(qrow, k + (long long)j * FA_D, lane) * sl2);
+    for (int j = lo; j < hi; j++)
+      m = fmaxf(m, fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, ip - (float)j));
     const float mu = m == FA_NEG_INF ? 0.0f : m;
     float l = 0.0f, acc[CPL];
 #pragma unroll
     for (int u = 0; u < CPL; u++) acc[u] = 0.0f;
-    for (int j = 0; j < vis; j++) {
-      const float p = fa_ex2(fa_dot(qrow, k + (long long)j * FA_D, lane) * sl2 - mu);
+    for (int j = lo; j < hi; j++) {
+      const float p = fa_ex2(fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, ip - (float)j) - mu);
       l += p;
 #pragma unroll
       for (int u = 0; u < CPL; u++)
@@ -828,6 +925,21 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   }
 }
 #endif
+
+/* The masks of key block j0 for a warp (diag, lw0: its first row's last and first visible keys, see attn_kernel):
+ * fa_limit's lb and fa_low's md.lw, and ALiBi's distance md.ib from e = i' of the warp's first row. Returns whether
+ * the block hides some key from some row of the warp. */
+__device__ __forceinline__ bool fa_block_masks(int j0, int diag, long long lw0, long long e, int &lb, fa_mods &md) {
+  lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW);
+  bool masked = j0 > diag - FA_BC + 1;
+  if (FA_WIN) {
+    const long long x = lw0 - j0;
+    md.lw = x < -FA_RW ? -FA_RW : x < FA_BC ? (int)x : FA_BC;
+    masked |= md.lw + FA_RW - 1 > 0;
+  }
+  if (ATTN_ALIBI) md.ib = (float)(e - j0);
+  return masked;
+}
 
 extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
@@ -851,21 +963,38 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     const int cg = FA_VS == 1 ? 0 : warp % FA_VS, rg = FA_VS == 1 ? warp : warp / FA_VS;
     const int wr0 = rg * FA_RW; /* the warp's first row in the block */
 
-    /* keys visible to some row of the block: [0, L); causal: L = min(n_kv, max(0, i0 + rows + n_kv - n)) */
-    int L = n_kv;
-    if (ATTN_CAUSAL) {
-      const long long e = (long long)i0 + rows + n_kv - n;
+    const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
+    /* a windowed kernel given no window (0: one that hides nothing) runs as if the window were 2^31 - 1 */
+    const int w = FA_WIN ? (a.window > 0 ? a.window : 0x7fffffff) : 0;
+    /* keys visible to some row of the block: [jlo, L); L = min(n_kv, max(0, e0 + rows)) causal, min(n_kv, max(0,
+     * e0 + rows - 1 + w)) windowed, else n_kv; jlo = min(n_kv, max(0, e0 - w + 1)) windowed, else 0. Key blocks
+     * jb0 .. nb-1 are loaded. */
+    int L = n_kv, jlo = 0;
+    if (FA_MASK) {
+      const long long e = ATTN_CAUSAL ? e0 + rows : e0 + rows - 1 + w;
       L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
     }
-    const int nb = L > 0 ? (L - 1) / FA_BC + 1 : 0;
+    if (FA_WIN) {
+      const long long e = e0 - w + 1;
+      jlo = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
+    }
+    const int jb0 = jlo / FA_BC, nb = L > jlo ? (L - 1) / FA_BC + 1 : jb0;
     /* Last key visible to the warp's first row, clamped to [-RW-1, n_kv-1] (the same masks, and 32 bits): key
-     * block j0 hides a key from some row of the warp iff j0 > diag - Bc + 1 (the first row sees the fewest keys;
-     * with diag = n_kv - 1 that is the block cut by n_kv). */
+     * block j0 hides a key from some row of the warp above the row's keys iff j0 > diag - Bc + 1 (the first row sees
+     * the lowest last key; with diag = n_kv - 1 that is the block cut by n_kv). Windowed: key j0 + c is below row
+     * rr's keys iff c < lw + rr, lw = (first key the warp's first row sees) - j0, hiding a key from some row of the
+     * warp iff lw + RW - 1 > 0. */
     int diag = n_kv - 1;
-    if (ATTN_CAUSAL) {
-      const long long dg = (long long)i0 + wr0 + n_kv - n;
+    if (FA_MASK) {
+      const long long dg = e0 + wr0 + (ATTN_CAUSAL ? 0 : w - 1);
       diag = dg < -FA_RW - 1 ? -FA_RW - 1 : dg < n_kv - 1 ? (int)dg : n_kv - 1;
     }
+    const long long lw0 = e0 + wr0 - w + 1;
+    fa_mods md;
+    md.ci = ATTN_SOFTCAP ? a.scale / a.softcap : 0.0f;
+    md.co = ATTN_SOFTCAP ? a.softcap * 1.4426950408889634f : 0.0f;
+    md.al = ATTN_ALIBI ? a.alibi[bh % heads] * 1.4426950408889634f : 0.0f;
+    md.ib = 0.0f, md.lw = 0;
 
     const unsigned sbase = fa_saddr(attn_smem);
     fa_state st;
@@ -881,9 +1010,9 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     fa_commit();
 
 #if FA_S == 1
-    if (nb > 0) {
-      const int cols = fa_cols(0, n_kv);
-      fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(0), k, cols, tid);
+    if (nb > jb0) {
+      const int cols = fa_cols(jb0 * FA_BC, n_kv);
+      fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(0), k + (long long)jb0 * FA_BC * FA_D, cols, tid);
       ATTN_CIO_READ((long long)cols * FA_D);
     }
     fa_commit();
@@ -891,10 +1020,10 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     if (FA_VS > 1) __syncthreads(); /* Q rows loaded by the warps of the row group */
     else __syncwarp();
     fa_q_regs(st, sbase, wr0);
-    for (int jb = 0; jb < nb; jb++) {
+    for (int jb = jb0; jb < nb; jb++) {
       const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
-      const bool masked = j0 > diag - FA_BC + 1;
-      const int lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW); /* see fa_limit */
+      int lb;
+      const bool masked = fa_block_masks(j0, diag, lw0, e0 + wr0, lb, md);
       fa_wait<0>();    /* K_j */
       __syncthreads(); /* K_j visible to all; every warp is done with V_{j-1} */
       fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(0), v + (long long)j0 * FA_DV, cols, tid);
@@ -915,17 +1044,17 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
         fa_commit();
       }
 #if ATTN_DTYPE == 0
-      fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(0), sl2, masked, cols, lb, wr0);
+      fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(0), sl2, masked, cols, lb, md, wr0);
 #else
-      fa_softmax_pv(st, sc, sbase + FA_OFF_V(0), sl2, masked, cols, lb, lane, cg * (FA_DT / 2));
+      fa_softmax_pv(st, sc, sbase + FA_OFF_V(0), sl2, masked, cols, lb, md, lane, cg * (FA_DT / 2));
 #endif
     }
 #else
-    /* prologue: blocks 0 .. S-2, one group each (empty groups keep the count of groups fixed) */
+    /* prologue: blocks jb0 .. jb0+S-2, one group each (empty groups keep the count of groups fixed) */
 #pragma unroll
     for (int s = 0; s < FA_S - 1; s++) {
-      if (s < nb) {
-        const int j0 = s * FA_BC, cols = fa_cols(j0, n_kv);
+      if (jb0 + s < nb) {
+        const int j0 = (jb0 + s) * FA_BC, cols = fa_cols(j0, n_kv);
         fa_load_block<FA_NC, FA_D>(sbase + FA_OFF_K(s), k + (long long)j0 * FA_D, cols, tid);
         fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(s), v + (long long)j0 * FA_DV, cols, tid);
         ATTN_CIO_READ((long long)cols * (FA_D + FA_DV));
@@ -937,10 +1066,10 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     else __syncwarp();
     fa_q_regs(st, sbase, wr0);
     int stage = 0;
-    for (int jb = 0; jb < nb; jb++) {
+    for (int jb = jb0; jb < nb; jb++) {
       const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
-      const bool masked = j0 > diag - FA_BC + 1;
-      const int lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW); /* see fa_limit */
+      int lb;
+      const bool masked = fa_block_masks(j0, diag, lw0, e0 + wr0, lb, md);
       fa_wait<FA_S - 2>(); /* block j */
       __syncthreads();     /* block j visible to all; every warp is done with block j-1, whose buffer refills now */
       {
@@ -958,10 +1087,10 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
         fa_scores sc;
 #if ATTN_DTYPE == 0
         fa_qk(sc, st, attn_smem, attn_smem + FA_OFF_K(stage), wr0);
-        fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(stage), sl2, masked, cols, lb, wr0);
+        fa_softmax_pv(st, sc, attn_smem + FA_OFF_P, attn_smem + FA_OFF_V(stage), sl2, masked, cols, lb, md, wr0);
 #else
         fa_qk(sc, st, sbase, sbase + FA_OFF_K(stage), wr0);
-        fa_softmax_pv(st, sc, sbase + FA_OFF_V(stage), sl2, masked, cols, lb, lane, cg * (FA_DT / 2));
+        fa_softmax_pv(st, sc, sbase + FA_OFF_V(stage), sl2, masked, cols, lb, md, lane, cg * (FA_DT / 2));
 #endif
       }
       stage = stage == FA_S - 1 ? 0 : stage + 1;
@@ -969,18 +1098,22 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
 #endif
 
     fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_DV;
-    const int e0 = i0 + n_kv - n; /* tile row r sees keys iff r + e0 >= 0 */
+    int ev = 0; /* tile row r sees keys iff r + ev >= 0 (fa_sees) */
+    {
+      const long long e = e0 + (ATTN_CAUSAL ? 0 : w - 1);
+      ev = e < -FA_BR - 1 ? -FA_BR - 1 : e < 0 ? (int)e : 0;
+    }
 #if ATTN_DTYPE == 0
     fa_wait<0>();
-    const bool bad = fa_epilogue(st, o, rows, wr0, e0);
+    const bool bad = fa_epilogue(st, o, rows, wr0, ev);
 #else
-    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, e0, lane, cg);
+    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, ev, lane, cg);
 #endif
     ATTN_CIO_WRITE((long long)rows * FA_DV);
-#if ATTN_CAUSAL
+#if FA_MASK
     if (__any_sync(0xffffffffu, bad))
       fa_fix((const fa_elem *)a.q, (const fa_elem *)a.k, (const fa_elem *)a.v, (fa_elem *)a.o, (int)a.n, (int)a.n_kv,
-             a.heads, a.heads_kv, a.scale);
+             a.heads, a.heads_kv, a.scale, a.window, a.softcap, a.alibi);
 #else
     (void)bad;
 #endif

@@ -12,7 +12,7 @@
 #ifndef ATTN_KERNEL_ABI_CUDA_H
 #define ATTN_KERNEL_ABI_CUDA_H
 
-#define ATTN_CUDA_ABI_VERSION 1
+#define ATTN_CUDA_ABI_VERSION 2
 
 typedef struct attn_cuda_kargs {
   const void *q, *k, *v;   /* device pointers, [batch][heads|heads_kv][n|n_kv][d] (v: [d_v]), the spec's dtype */
@@ -23,6 +23,10 @@ typedef struct attn_cuda_kargs {
   long long batch, heads, heads_kv, n, n_kv;
   float scale;             /* never 0: the runtime resolves the default 1/sqrt(d) */
   int grid_items;          /* work items (query blocks x heads, or heads); the grid may be smaller and loop */
+  /* score modifiers (attn.h), read only by kernels built with them (flash: ATTN_WINDOW, ATTN_SOFTCAP, ATTN_ALIBI) */
+  const float *alibi;      /* device pointer: one slope per query head, copied at plan creation; NULL without */
+  int window;              /* > 0 in a windowed kernel */
+  float softcap;           /* > 0 in a soft-capping kernel */
 } attn_cuda_kargs;
 
 /* Head dimensions that are not multiples of the templates' granularity are padded at compile time: the padded
