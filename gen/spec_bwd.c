@@ -6,12 +6,12 @@
 #include <string.h>
 #include "spec_bwd.h"
 
-/* templates/flash_bwd.c's scratch for its blocks: rows of d and d_v floats and rows of Bc keys padded to whole
- * register tiles (32 floats at most); K and V transposed and in rows, dK and dV, Q and dO rows, S and dS. */
+/* templates/flash_bwd.c's scratch for its blocks (FB_FIXED): rows of d, d_v and Bc floats padded to whole register
+ * tiles (32 floats at most); K and V transposed, K rows, dK and dV, Q and dO rows, S and dS, lse, D and one row. */
 long attn_spec_backward_scratch(const attn_spec *s) {
   const long br = s->br, bc = s->bc, d = s->d, dv = attn_spec_dv(s);
   const long dp = (d + 31) / 32 * 32, dvp = (dv + 31) / 32 * 32, bcp = (bc + 31) / 32 * 32;
-  const long floats = d * bcp + dv * bcp + 2 * bc * dp + bc * dvp + br * dp + br * dvp + br * dp + 2 * br * bcp +
+  const long floats = (d + dv) * bcp + 2 * bc * dp + bc * dvp + br * (dp + dvp) + 2 * br * bcp +
                       2 * ((br + 15) / 16 * 16) + (d > dv ? dp : dvp);
   return floats * (long)sizeof(float);
 }
