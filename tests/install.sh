@@ -38,7 +38,8 @@ strategy)  # the moved CLI runs a Lua strategy by name; a missing one is reporte
   real=$(cd "$P/share/attntune/strategies" && pwd -P)
   "$P/bin/attntune" --gpu cpu --d 32 --strategy nosuch --db "$W/x.db" >"$out" 2>&1
   [ $? -eq 2 ] || fail "nosuch: exit, want 2"
-  grep -q "^attntune tune: --strategy nosuch: .* one of the strategies in $real (anneal, bayes, genetic)$" "$out" ||
+  grep -q "^attntune tune: --strategy nosuch: .* one of the strategies in $real (anneal, bayes, genetic, guided)$" \
+    "$out" ||
     fail "nosuch: the message does not list the installed strategies"
   # a CLI without its strategies says so, and offers none
   rm -rf "$W/bare"
@@ -51,7 +52,7 @@ strategy)  # the moved CLI runs a Lua strategy by name; a missing one is reporte
   if grep -q "anneal," "$out"; then fail "bare: offers strategies that are not there"; fi
   # the build tree's CLI has its own copies, beside it as in an install
   "$B/tuner/attntune" --gpu cpu --d 32 --strategy nosuch --db "$W/x.db" >"$out" 2>&1
-  grep -q "strategies in $(cd "$B" && pwd -P)/share/attntune/strategies (anneal, bayes, genetic)$" "$out" ||
+  grep -q "strategies in $(cd "$B" && pwd -P)/share/attntune/strategies (anneal, bayes, genetic, guided)$" "$out" ||
     fail "build tree: strategies not beside the CLI"
   [ ! -e "$W/x.db" ] || fail "a usage error created the database"
   ;;

@@ -214,7 +214,7 @@ check(r.returncode == 0 and r.stdout.strip() == "attntune " + attntune.__version
 r = subprocess.run([sys.executable, "-m", "attntune", "tune", "--gpu", "cpu", "--d", "32", "--strategy", "nosuch",
                     "--db", os.path.join(os.getcwd(), "unused.db")], capture_output=True, text=True, check=False)
 bundled = os.path.dirname(os.path.realpath(attntune.__file__))
-check(r.returncode == 2 and "(anneal, bayes, genetic)" in r.stderr and bundled in r.stderr,
+check(r.returncode == 2 and "(anneal, bayes, genetic, guided)" in r.stderr and bundled in r.stderr,
       "python -m attntune: the bundled CLI offers its bundled strategies: %r" % r.stderr.strip())
 
 # the CUDA path on a stand-in torch and libattn, in a process of its own (python_stream.py)

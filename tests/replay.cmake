@@ -1,12 +1,12 @@
 # attntune replay: strategies replayed against a database of whole spaces (tests/replay.sh; the fixture is the
 # performance model's, stored in a fraction of a second, so each case takes about a second).
 if(TARGET attntune)
-  foreach(c same optimum missing bayes history bad_args lua_error)
+  foreach(c same optimum missing bayes history bad_args lua_error model_api)
     add_test(NAME replay_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/replay.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/replay-${c})
     set_tests_properties(replay_${c} PROPERTIES LABELS tuner TIMEOUT 60
       ENVIRONMENT "ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/replay-no-database.db;\
-ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
+ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies;REPLAY_SPACES=${PROJECT_SOURCE_DIR}/tests/data/spaces")
   endforeach()
 endif()

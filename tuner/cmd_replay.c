@@ -27,7 +27,7 @@ static const char replay_usage[] =
     "  runs each strategy against the rows FULL.db holds for each problem whose whole search space is stored\n"
     "  (tune --strategy exhaustive, measured or model rows): tune.evaluate answers with the stored time, status and\n"
     "  I/O; nothing is compiled or timed, and the same arguments give the same output\n"
-    "  --strategy exhaustive|random|anneal|genetic|bayes|FILE.lua, once per strategy to compare (at least one)\n"
+    "  --strategy exhaustive|random|anneal|genetic|bayes|guided|FILE.lua: once per strategy to compare (one at least)\n"
     "  --budget K: evaluations per run (default: the whole space); --seeds S: runs per strategy and problem, seeded\n"
     "  0..S-1 (default 10)\n"
     "  the problem options are tune's, with its defaults (attntune tune --help)\n"
@@ -35,7 +35,8 @@ static const char replay_usage[] =
     "  error that names it\n"
     "  --json: the report as JSON; --plot FILE.svg: the median curves of best found / optimum, a panel per problem\n"
     "  report per problem: the median [quartiles] over the seeds of the optimum's time / the best time found after k\n"
-    "  evaluations (1.0: the optimum found), and the median evaluations to come within 5% and 1% of the optimum\n";
+    "  evaluations (1.0: the optimum found), and the median [quartiles] of the evaluations to come within 5% and 1%\n"
+    "  of the optimum\n";
 
 #define MAX_STRATEGIES 16
 
@@ -199,6 +200,7 @@ static double quantile(const double *v, int n, double q) {
 typedef struct strat_res {
   double *med, *q1, *q3;  /* [budget]: best found / optimum after k + 1 evaluations */
   double to5, to1;        /* median evaluations to within 5% / 1% of the optimum (infinity: not reached) */
+  double to5q[2], to1q[2];/* their quartiles over the seeds (infinity: more than a quarter, three quarters never) */
 } strat_res;
 
 typedef struct strat {
@@ -271,6 +273,10 @@ static int replay_problem(const attn_space *sp, const attn_eval *stored, const u
     qsort(r1, (size_t)seeds, sizeof *r1, cmp_double);
     R->to5 = quantile(r5, seeds, 0.5);
     R->to1 = quantile(r1, seeds, 0.5);
+    R->to5q[0] = quantile(r5, seeds, 0.25);
+    R->to5q[1] = quantile(r5, seeds, 0.75);
+    R->to1q[0] = quantile(r1, seeds, 0.25);
+    R->to1q[1] = quantile(r1, seeds, 0.75);
   }
 out:
   free(ratio);
@@ -292,9 +298,14 @@ typedef struct done_problem {
   strat_res *res;         /* [nst] */
 } done_problem;
 
-static void print_evals(double v) {
-  if (isinf(v)) printf(" %20s", "-");
-  else printf(" %20g", v);
+/* "median [q1,q3]" of evaluations, "-" for what more than that share of the seeds never reached */
+static void print_evals(double v, const double q[2]) {
+  char m[24], a[24], b[24], cell[80];
+  snprintf(m, sizeof m, isinf(v) ? "-" : "%g", v);
+  snprintf(a, sizeof a, isinf(q[0]) ? "-" : "%g", q[0]);
+  snprintf(b, sizeof b, isinf(q[1]) ? "-" : "%g", q[1]);
+  snprintf(cell, sizeof cell, "%s [%s,%s]", m, a, b);
+  printf(" %20s", cell);
 }
 
 static void print_text(const done_problem *dp, int ndp, const strat *st, int nst, int seeds) {
@@ -316,9 +327,9 @@ static void print_text(const done_problem *dp, int ndp, const strat *st, int nst
       printf("\n");
     }
     printf("  %-8s", "to 5%");
-    for (int a = 0; a < nst; a++) print_evals(d->res[a].to5);
+    for (int a = 0; a < nst; a++) print_evals(d->res[a].to5, d->res[a].to5q);
     printf("\n  %-8s", "to 1%");
-    for (int a = 0; a < nst; a++) print_evals(d->res[a].to1);
+    for (int a = 0; a < nst; a++) print_evals(d->res[a].to1, d->res[a].to1q);
     printf("\n");
   }
 }
@@ -360,6 +371,13 @@ static int print_json(const done_problem *dp, int ndp, const strat *st, int nst,
       json_object_set_new(s, "q3", jarray_of(d->res[a].q3, d->budget));
       json_object_set_new(s, "evals_to_5pct", isinf(d->res[a].to5) ? json_null() : json_real(d->res[a].to5));
       json_object_set_new(s, "evals_to_1pct", isinf(d->res[a].to1) ? json_null() : json_real(d->res[a].to1));
+      json_t *q5 = json_array(), *q1 = json_array();
+      for (int k = 0; k < 2; k++) {
+        json_array_append_new(q5, isinf(d->res[a].to5q[k]) ? json_null() : json_real(d->res[a].to5q[k]));
+        json_array_append_new(q1, isinf(d->res[a].to1q[k]) ? json_null() : json_real(d->res[a].to1q[k]));
+      }
+      json_object_set_new(s, "evals_to_5pct_quartiles", q5);
+      json_object_set_new(s, "evals_to_1pct_quartiles", q1);
       json_array_append_new(ss, s);
     }
     json_object_set_new(o, "strategies", ss);

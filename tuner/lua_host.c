@@ -34,9 +34,9 @@
 #define POLL_SLICE_MS 100 /* how often the parent looks at the stop flag while the child runs */
 
 /* Child -> parent requests; the parent answers EVAL with an attn_eval, BUDGET with an int32_t, BEST with a
- * best_msg, HISTORY with an int32_t count and that many hist_msg. DONE ends the script: an int32_t status (ATTN_*)
- * and the error text, if any. */
-enum { MSG_EVAL = 1, MSG_BUDGET, MSG_BEST, MSG_DONE, MSG_HISTORY };
+ * best_msg, HISTORY with an int32_t count and that many hist_msg, MODEL with an attn_model_est per configuration of
+ * the space, in its order. DONE ends the script: an int32_t status (ATTN_*) and the error text, if any. */
+enum { MSG_EVAL = 1, MSG_BUDGET, MSG_BEST, MSG_DONE, MSG_HISTORY, MSG_MODEL };
 typedef struct hist_msg {
   int32_t idx;    /* a space index: the child holds the space (inherited at fork) */
   attn_eval eval;
@@ -57,6 +57,7 @@ typedef struct lhost {
   int fd; /* the child's end of the socket */
   size_t mem;
   unsigned long long rng;
+  attn_model_est *model; /* the model's estimates, per space index: asked for once, on first use */
 } lhost;
 
 static double now_s(void) {
@@ -331,6 +332,95 @@ static int l_params(lua_State *L) {
   return 1;
 }
 
+/* The model's estimates of the whole space, asked of the parent (which holds what the model needs: the compiled
+ * kernels' resources come from the database) the first time a script wants one. */
+static const attn_model_est *model_all(lua_State *L) {
+  lhost *h = host(L);
+  const int count = h->t->space->count;
+  if (h->model || count == 0) return h->model;
+  attn_model_est *m = malloc(sizeof *m * (size_t)count);
+  if (!m) {
+    luaL_error(L, "out of memory");
+    return NULL;
+  }
+  if (send_msg(h->fd, MSG_MODEL, NULL, 0) != 0 || recv_all(h->fd, m, sizeof *m * (size_t)count) != 0) _exit(3);
+  for (int i = 0; i < count; i++) {
+    m[i].bound[sizeof m[i].bound - 1] = '\0';
+    m[i].why[sizeof m[i].why - 1] = '\0';
+  }
+  h->model = m;
+  return m;
+}
+
+/* space:model(cfg): {time_ms =, io =, bound =} (time_ms and bound only from a GPU's performance model), or nil and
+ * the reason (not a point of the space, or one the model cannot rank). */
+static int l_model(lua_State *L) {
+  const attn_space *sp = host(L)->t->space;
+  int arg = lua_gettop(L) >= 2 ? 2 : 1;
+  attn_spec s;
+  char why[256] = "not a point of the search space"; /* to_cfg's reason replaces it for what is no configuration */
+  int idx = to_cfg(L, arg, sp, &s, why, sizeof why) == 0 ? attn_space_find(sp, &s) : -1;
+  if (idx < 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, why);
+    return 2;
+  }
+  const attn_model_est *e = &model_all(L)[idx];
+  if (!e->ok) {
+    lua_pushnil(L);
+    lua_pushstring(L, e->why);
+    return 2;
+  }
+  lua_createtable(L, 0, 3);
+  if (e->time_ms > 0) {
+    lua_pushnumber(L, e->time_ms);
+    lua_setfield(L, -2, "time_ms");
+  }
+  if (e->io >= 0) {
+    lua_pushnumber(L, e->io);
+    lua_setfield(L, -2, "io");
+  }
+  if (e->bound[0]) {
+    lua_pushstring(L, e->bound);
+    lua_setfield(L, -2, "bound");
+  }
+  return 1;
+}
+
+typedef struct ranked_entry {
+  int idx, ok;
+  double time_ms, io;
+} ranked_entry;
+
+/* The model's order: what it ranks before what it cannot, then the faster, then the fewer transfers (unknown
+ * last), then grid order: a total order, so the ranking is the same on every run. */
+static int cmp_ranked(const void *pa, const void *pb) {
+  const ranked_entry *a = pa, *b = pb;
+  if (a->ok != b->ok) return b->ok - a->ok;
+  if (a->time_ms != b->time_ms) return a->time_ms < b->time_ms ? -1 : 1;
+  const double ia = a->io >= 0 ? a->io : INFINITY, ib = b->io >= 0 ? b->io : INFINITY;
+  if (ia != ib) return ia < ib ? -1 : 1;
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* space:ranked(): every configuration, the model's best first (on the CPU: the fewest transfers first). */
+static int l_ranked(lua_State *L) {
+  const attn_space *sp = host(L)->t->space;
+  const attn_model_est *m = model_all(L);
+  ranked_entry *r = malloc(sizeof *r * (size_t)(sp->count ? sp->count : 1));
+  if (!r) return luaL_error(L, "out of memory");
+  for (int i = 0; i < sp->count; i++)
+    r[i] = (ranked_entry){.idx = i, .ok = m[i].ok, .time_ms = m[i].ok ? m[i].time_ms : 0, .io = m[i].io};
+  qsort(r, (size_t)sp->count, sizeof *r, cmp_ranked);
+  lua_createtable(L, sp->count, 0);
+  for (int i = 0; i < sp->count; i++) {
+    push_cfg(L, &sp->cfg[r[i].idx]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  free(r);
+  return 1;
+}
+
 /* ---- tune ---- */
 
 static int l_evaluate(lua_State *L) {
@@ -478,7 +568,8 @@ static void open_sandbox(lua_State *L, unsigned long long seed) {
 static void push_api(lua_State *L) {
   static const luaL_Reg space[] = {{"size", l_size},         {"random", l_random},     {"all", l_all},
                                    {"neighbours", l_neighbours}, {"neighbors", l_neighbours},
-                                   {"contains", l_contains}, {"params", l_params},     {NULL, NULL}};
+                                   {"contains", l_contains}, {"params", l_params},     {"model", l_model},
+                                   {"ranked", l_ranked},     {NULL, NULL}};
   static const luaL_Reg tune[] = {{"evaluate", l_evaluate}, {"budget_left", l_budget_left}, {"best", l_best},
                                   {"problem", l_problem},   {"history", l_history},         {NULL, NULL}};
   luaL_newlib(L, space);
@@ -634,6 +725,15 @@ static int serve(lparent *c, const msg_hdr *hd) {
       memset(&m, 0, sizeof m);
       m.idx = c->t->order[i];
       m.eval = c->t->memo[m.idx];
+      if (send_all(c->fd, &m, sizeof m) != 0) return RD_EOF;
+    }
+    return RD_OK;
+  }
+  case MSG_MODEL: { /* computed here, not in the child: the model may read the database's compiled resources */
+    if (hd->len != 0) return RD_PROTO;
+    for (int i = 0; i < c->t->space->count; i++) {
+      attn_model_est m;
+      attn_tuner_model(c->t, i, &m);
       if (send_all(c->fd, &m, sizeof m) != 0) return RD_EOF;
     }
     return RD_OK;

@@ -1,8 +1,11 @@
-/* strategy.c: the tuner's evaluation gate (constraints, budget, stop, best so far) and the built-in strategies:
- * exhaustive (every point of the space in grid order, up to the budget) and random (a seeded sample without
- * repetition). Both hand their whole list to prefetch first, so --jobs can compile it in parallel. */
+/* strategy.c: the tuner's evaluation gate (constraints, budget, stop, best so far), the model's estimates that
+ * model-guided strategies rank by, and the built-in strategies: exhaustive (every point of the space in grid order,
+ * up to the budget) and random (a seeded sample without repetition). Both hand their whole list to prefetch first,
+ * so --jobs can compile it in parallel. */
 #include "strategy.h"
 #include "db.h"
+#include "io_theory.h"
+#include "model.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +117,51 @@ int attn_tuner_evaluate(attn_tuner *t, const attn_spec *s, attn_eval *out) {
   t->order[t->norder++] = idx;
   if (out->ok) update_best(t);
   return out->ok;
+}
+
+void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out) {
+  memset(out, 0, sizeof *out);
+  out->io = -1;
+  const attn_space_opts *o = &t->space->o;
+  if (idx < 0 || idx >= t->space->count) {
+    snprintf(out->why, sizeof out->why, "not a point of the search space");
+    return;
+  }
+  if (o->n <= 0 || o->heads <= 0) { /* a space built without its problem (0: unknown) */
+    snprintf(out->why, sizeof out->why, "the space was built without its problem size");
+    return;
+  }
+  const attn_spec *s = &t->space->cfg[idx];
+  const long n_kv = o->n_kv > 0 ? o->n_kv : o->n;
+  if (o->target == ATTN_TARGET_CUDA) {
+    if (!o->gpu) {
+      snprintf(out->why, sizeof out->why, "no GPU spec to model");
+      return;
+    }
+    /* batch * heads as one batch: the model sees only their product and the KV grouping (none in tune) */
+    attn_problem p = {.batch = 1, .heads = (int)o->heads, .n = (int)o->n, .n_kv = (int)n_kv, .d = o->d,
+                      .dtype = o->dtype, .causal = o->causal, .tolerance = o->tolerance,
+                      .d_v = o->dv && o->dv != o->d ? o->dv : 0};
+    attn_kernel_res kr;
+    const int known = o->resources && o->resources(o->resources_ctx, s, &kr) == 0;
+    attn_model_result m;
+    char err[sizeof out->why];
+    if (attn_model_time_res(o->gpu, &p, s, known ? &kr : NULL, &m, err, sizeof err) != ATTN_OK) {
+      snprintf(out->why, sizeof out->why, "%s", err);
+      return;
+    }
+    out->time_ms = m.time_ms;
+    out->io = (double)m.reads + (double)m.writes;
+    snprintf(out->bound, sizeof out->bound, "%s", m.bound);
+  } else {
+    unsigned long long r, w;
+    if (attn_io_formula_gqa(s, 1, o->heads, o->heads, o->n, n_kv, &r, &w) != ATTN_OK) {
+      snprintf(out->why, sizeof out->why, "no I/O closed form for %s", attn_algo_name(s->algo));
+      return;
+    }
+    out->io = (double)r + (double)w;
+  }
+  out->ok = 1;
 }
 
 /* Evaluate the first min(count, budget) configurations of the order idx (prefetched first: compiles in parallel),

@@ -59,6 +59,21 @@ int attn_tuner_stopped(const attn_tuner *t);
 unsigned long long attn_rand_next(unsigned long long *state);
 int attn_rand_below(unsigned long long *state, int n);
 
+/* What the performance and I/O model says of a configuration of the space, for model-guided strategies: on a GPU the
+ * performance model's time and bound (model.h, with the compiled kernels' resources where the space's opts know
+ * them, as tune's model rows are made), on the CPU, which has no time model, the kernel's I/O closed form alone
+ * (io_theory.h). */
+typedef struct attn_model_est {
+  int ok;               /* 0: the model cannot rank it (why says so) */
+  double time_ms;       /* the performance model's time; 0 on the CPU */
+  double io;            /* entries moved (reads + writes) for the problem; -1 unknown */
+  char bound[32];       /* what limits the modelled time ("" on the CPU) */
+  char why[200];
+} attn_model_est;
+
+/* The model's estimate of t->space->cfg[idx] for the problem the space was built for (its opts' n, n_kv, heads). */
+void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out);
+
 /* Built-in strategies: ATTN_OK (also when stopped or out of budget). */
 int attn_strategy_exhaustive(attn_tuner *t);
 int attn_strategy_random(attn_tuner *t);
