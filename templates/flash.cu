@@ -215,11 +215,12 @@ __device__ __forceinline__ float fa_tanh(float x) {
 struct fa_mods {
   float ci, co; /* softcap c: a raw score x becomes co * tanh(ci * x), ci = scale / c, co = c * log2(e) */
   float al;     /* ALiBi: slope_h * log2(e) */
-  float ib;     /* ALiBi: i' - j for the warp's first row and the key block's first key */
+  int ib;       /* ALiBi: i' - j for the warp's first row and the key block's first key, clamped to +-2^30 (an
+                 * int: a float costs the tensor-core kernels a register they do not have) */
   int lw;       /* window: key c of the key block is hidden from warp row rr when c < lw + rr (clamped to
                  * [-RW, Bc]) */
 };
-/* A raw score x of a row at distance dist = i' - j from its key, scaled to base 2 and modified (before the mask) */
+/* A raw score x of a row at distance |i' - j| = dist from its key, scaled to base 2 and modified (before the mask) */
 __device__ __forceinline__ float fa_mod(float x, float sl2, const fa_mods &md, float dist) {
 #if ATTN_SOFTCAP
   float v = md.co * fa_tanh(x * md.ci);
@@ -227,14 +228,14 @@ __device__ __forceinline__ float fa_mod(float x, float sl2, const fa_mods &md, f
   float v = x * sl2;
 #endif
 #if ATTN_ALIBI
-  v = fmaf(-md.al, fabsf(dist), v);
+  v = fmaf(-md.al, dist, v);
 #endif
   (void)md, (void)sl2, (void)dist;
   return v;
 }
 /* ... for warp row rr and key c of the key block */
 __device__ __forceinline__ float fa_score(float x, float sl2, const fa_mods &md, int rr, int c) {
-  return fa_mod(x, sl2, md, ATTN_ALIBI ? md.ib + (float)(rr - c) : 0.0f);
+  return fa_mod(x, sl2, md, ATTN_ALIBI ? (float)abs(md.ib + rr - c) : 0.0f);
 }
 
 /* Swizzle of a tile whose rows are NC 16-byte chunks (NC even): chunk c of row r is stored at c ^ phase(r), with
@@ -855,7 +856,7 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   md.ci = ATTN_SOFTCAP ? scale / cap : 0.0f;
   md.co = ATTN_SOFTCAP ? cap * 1.4426950408889634f : 0.0f;
   md.al = ATTN_ALIBI ? alibi[bh % heads] * 1.4426950408889634f : 0.0f;
-  md.ib = 0.0f, md.lw = 0;
+  md.ib = 0, md.lw = 0;
   w = FA_WIN ? (w > 0 ? w : 0x7fffffff) : 0;
   const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
   /* row r (from the block's first) sees keys [lo, hi) clamped to [0, n_kv] */
@@ -904,16 +905,17 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
     }
     if (!__any_sync(0xffffffffu, any)) continue;
     const fa_elem *qrow = q + (long long)r * FA_D;
-    const float ip = (float)(e0 + r); /* i' */
+    const long long ip = e0 + r; /* i' */
     float m = FA_NEG_INF;
     for (int j = lo; j < hi; j++)
-      m = fmaxf(m, fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, ip - (float)j));
+      m = fmaxf(m, fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, (float)llabs(ip - j)));
     const float mu = m == FA_NEG_INF ? 0.0f : m;
     float l = 0.0f, acc[CPL];
 #pragma unroll
     for (int u = 0; u < CPL; u++) acc[u] = 0.0f;
     for (int j = lo; j < hi; j++) {
-      const float p = fa_ex2(fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, ip - (float)j) - mu);
+      const float p =
+          fa_ex2(fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, (float)llabs(ip - j)) - mu);
       l += p;
 #pragma unroll
       for (int u = 0; u < CPL; u++)
@@ -927,17 +929,20 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
 #endif
 
 /* The masks of key block j0 for a warp (diag, lw0: its first row's last and first visible keys, see attn_kernel):
- * fa_limit's lb and fa_low's md.lw, and ALiBi's distance md.ib from e = i' of the warp's first row. Returns whether
- * the block hides some key from some row of the warp. */
-__device__ __forceinline__ bool fa_block_masks(int j0, int diag, long long lw0, long long e, int &lb, fa_mods &md) {
+ * fa_limit's lb and fa_low's md.lw, and ALiBi's distance md.ib from e = i' of the warp's first row (32-bit ints:
+ * the registers are few). Returns whether the block hides some key from some row of the warp. */
+__device__ __forceinline__ bool fa_block_masks(int j0, int diag, int lw0, int e, int &lb, fa_mods &md) {
   lb = diag + 1 - j0 > FA_BC ? FA_BC : max(diag + 1 - j0, -FA_RW);
   bool masked = j0 > diag - FA_BC + 1;
   if (FA_WIN) {
-    const long long x = lw0 - j0;
-    md.lw = x < -FA_RW ? -FA_RW : x < FA_BC ? (int)x : FA_BC;
+    const int x = lw0 - j0; /* lw0 >= -RW and j0 >= 0: no overflow */
+    md.lw = x < -FA_RW ? -FA_RW : x < FA_BC ? x : FA_BC;
     masked |= md.lw + FA_RW - 1 > 0;
   }
-  if (ATTN_ALIBI) md.ib = (float)(e - j0);
+  if (ATTN_ALIBI) {
+    const long long x = (long long)e - j0;
+    md.ib = x < -(1 << 30) ? -(1 << 30) : x < (1 << 30) ? (int)x : 1 << 30;
+  }
   return masked;
 }
 
@@ -989,12 +994,14 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       const long long dg = e0 + wr0 + (ATTN_CAUSAL ? 0 : w - 1);
       diag = dg < -FA_RW - 1 ? -FA_RW - 1 : dg < n_kv - 1 ? (int)dg : n_kv - 1;
     }
-    const long long lw0 = e0 + wr0 - w + 1;
+    /* the warp's first row: its lowest visible key (clamped below at -RW: the masks are the same) and i' */
+    const long long lwl = e0 + wr0 - w + 1;
+    const int lw0 = lwl < -FA_RW ? -FA_RW : (int)lwl, ew = (int)(e0 + wr0); /* both <= n_kv + Br */
     fa_mods md;
     md.ci = ATTN_SOFTCAP ? a.scale / a.softcap : 0.0f;
     md.co = ATTN_SOFTCAP ? a.softcap * 1.4426950408889634f : 0.0f;
     md.al = ATTN_ALIBI ? a.alibi[bh % heads] * 1.4426950408889634f : 0.0f;
-    md.ib = 0.0f, md.lw = 0;
+    md.ib = 0, md.lw = 0;
 
     const unsigned sbase = fa_saddr(attn_smem);
     fa_state st;
@@ -1023,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     for (int jb = jb0; jb < nb; jb++) {
       const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
       int lb;
-      const bool masked = fa_block_masks(j0, diag, lw0, e0 + wr0, lb, md);
+      const bool masked = fa_block_masks(j0, diag, lw0, ew, lb, md);
       fa_wait<0>();    /* K_j */
       __syncthreads(); /* K_j visible to all; every warp is done with V_{j-1} */
       fa_load_block<FA_NCV, FA_DV>(sbase + FA_OFF_V(0), v + (long long)j0 * FA_DV, cols, tid);
@@ -1069,7 +1076,7 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     for (int jb = jb0; jb < nb; jb++) {
       const int j0 = jb * FA_BC, cols = fa_cols(j0, n_kv);
       int lb;
-      const bool masked = fa_block_masks(j0, diag, lw0, e0 + wr0, lb, md);
+      const bool masked = fa_block_masks(j0, diag, lw0, ew, lb, md);
       fa_wait<FA_S - 2>(); /* block j */
       __syncthreads();     /* block j visible to all; every warp is done with block j-1, whose buffer refills now */
       {
