@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "internal.h"
+#include "spec_bwd.h"
 
 /* The shared library hides everything but the public API. */
 #define ATTN_API __attribute__((visibility("default")))
@@ -341,14 +342,15 @@ static void shape_diff(const attn_db_best *b, const attn_problem *p, int threads
     if (f[i].differs && k < len) k += (size_t)snprintf(buf + k, len - k, " %s=%lld", f[i].name, f[i].row);
 }
 
-/* The tuned row for this problem, when the database has one that fits; 0 and *s filled, else -1 (origin says why
- * when it is worth saying). */
-static int tuned_spec(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen) {
+/* The tuned row for this problem and pass ("fwd", "bwd"), when the database has one that fits; 0 and *s filled, else
+ * -1 (origin says why when it is worth saying). */
+static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass, attn_spec *s, char *origin,
+                      size_t olen) {
   if (!rt->db) return -1;
   const int threads = rt->target == ATTN_TARGET_CPU ? rt->threads : 0;
   attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
                      .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
-                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v};
+                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
@@ -416,7 +418,7 @@ int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "lowrank is approximate: set the problem's tolerance > 0 to allow it, or ask for flash");
   snprintf(origin, olen, "default");
-  if (tuned_spec(rt, p, s, origin, olen) != 0) {
+  if (tuned_spec(rt, p, "fwd", s, origin, olen) != 0) {
     attn_algo a = p->algo == ATTN_ALGO_AUTO ? ATTN_ALGO_FLASH : p->algo;
     /* An approximation's error is measured, never assumed: without a stored row that met the tolerance on this
      * shape, the exact algorithm serves, and describe says why. */
@@ -492,12 +494,12 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 
-/* Backward tiles: Br query rows and Bc key rows of 64 for every d (FA2 tunes them apart from the forward's; the
- * tuner does not yet), d, d_v, dtype and causal as the problem's. */
-ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
+int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, const attn_spec *s, int count_io,
+                                   const char *origin, attn_plan **out) {
   if (out) *out = NULL;
   if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create_backward: runtime is NULL");
   if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: out is NULL");
+  if (!s) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: spec is NULL");
   if (atomic_load_explicit(&rt->closed, memory_order_acquire))
     return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: the runtime is closed");
   attn_problem p = {0};
@@ -511,30 +513,61 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
                      "attn_plan_create_backward: no backward for window, softcap or ALiBi yet (the forward has them)");
   if (rt->target != ATTN_TARGET_CPU)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_plan_create_backward: no CUDA backward kernel yet (the CPU has one)");
-  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
-  s.dv = p.d_v != p.d ? p.d_v : 0;
-  s.br = 64;
-  s.bc = 64;
+  if (s->d != p.d || attn_spec_dv(s) != p.d_v || s->causal != p.causal || s->dtype != p.dtype)
+    return attn_fail(rt, ATTN_EINVAL,
+                     "attn_plan_create_backward: spec (d=%d d_v=%d causal=%d %s) does not match the problem (d=%d "
+                     "d_v=%d causal=%d %s)", s->d, attn_spec_dv(s), s->causal, attn_dtype_name(s->dtype), p.d, p.d_v,
+                     p.causal, attn_dtype_name(p.dtype));
   char err[512];
-  rc = attn_spec_check(&s, err, sizeof err);
+  rc = attn_spec_check_backward(s, err, sizeof err);
   if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
   plan->rt = rt;
   plan->p = p;
-  plan->spec = s;
+  plan->spec = *s;
   plan->backward = 1;
-  rc = attn_cpu_load_backward(rt, &s, 0, &plan->cpu);
+  rc = attn_cpu_load_backward(rt, s, count_io, &plan->cpu);
   if (rc != ATTN_OK) {
     free(plan);
     return rc;
   }
   char sum[384];
-  attn_spec_summary(&s, sum, sizeof sum);
-  snprintf(plan->describe, sizeof plan->describe, "%s backward (default)", sum);
+  attn_spec_summary(s, sum, sizeof sum);
+  snprintf(plan->describe, sizeof plan->describe, "%s backward (%s)", sum, origin && *origin ? origin : "given");
   atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed); /* as attn_plan_create_spec */
   *out = plan;
   return ATTN_OK;
+}
+
+/* The backward's tiles: the tuned row of pass bwd for this problem (FlashAttention-2 tunes Br and Bc apart from the
+ * forward's), else Br = Bc = 64; d, d_v, dtype and causal as the problem's, flash whatever algorithm ran forward. */
+ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *prob, attn_plan **out) {
+  if (out) *out = NULL;
+  if (!rt) return attn_fail(NULL, ATTN_EINVAL, "attn_plan_create_backward: runtime is NULL");
+  if (!out) return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: out is NULL");
+  if (atomic_load_explicit(&rt->closed, memory_order_acquire))
+    return attn_fail(rt, ATTN_EINVAL, "attn_plan_create_backward: the runtime is closed");
+  attn_problem p = {0};
+  int rc = attn_problem_normalize(rt, prob, &p);
+  if (rc != ATTN_OK) return rc;
+  attn_spec s;
+  char origin[128] = "default", err[512];
+  attn_problem any = p;
+  any.algo = ATTN_ALGO_AUTO;
+  int tuned = rt->target == ATTN_TARGET_CPU && p.algo != ATTN_ALGO_LOWRANK && !attn_problem_has_mods(&p) &&
+              tuned_spec(rt, &any, "bwd", &s, origin, sizeof origin) == 0;
+  if (tuned && (s.algo != ATTN_ALGO_FLASH || attn_spec_check_backward(&s, err, sizeof err) != ATTN_OK)) {
+    tuned = 0; /* a row the backward template does not take (made elsewhere): the default serves */
+    snprintf(origin, sizeof origin, "default: stored row not a backward kernel");
+  }
+  if (!tuned) {
+    s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
+    s.dv = p.d_v != p.d ? p.d_v : 0;
+    s.br = 64;
+    s.bc = 64;
+  }
+  return attn_plan_create_backward_spec(rt, &p, &s, 0, origin, out);
 }
 
 ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const void *k, const void *v, const void *o,

@@ -72,6 +72,10 @@ void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo 
 /* A plan with an explicit spec (the tuner's entry point); origin is "tuned", "default", ... for describe. */
 int attn_plan_create_spec(attn_runtime *rt, const attn_problem *p, const attn_spec *s, int count_io,
                           const char *origin, attn_plan **out);
+/* The backward's: a plan of attn_execute_backward with the spec's tiles (attn_spec_check_backward's specs); describe
+ * says "<spec> backward (<origin>)". */
+int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *p, const attn_spec *s, int count_io,
+                                   const char *origin, attn_plan **out);
 
 /* The device name the runtime files rows under for its target. */
 int attn_device_name(attn_target t, char *buf, size_t len);

@@ -31,6 +31,16 @@ if(TARGET attntune)
     set_tests_properties(tuner_cli_${c} PROPERTIES LABELS tuner TIMEOUT 120
       ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/tuner-no-database.db;ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies")
   endforeach()
+  # --pass fwd,bwd: both passes of one tiny problem, each under its own key; the runtime's backward plan from its row
+  add_executable(tuner_bwd_plan ${CMAKE_CURRENT_LIST_DIR}/tuner_bwd_plan.c)
+  target_link_libraries(tuner_bwd_plan PRIVATE attn_core m)
+  foreach(c run usage)
+    add_test(NAME tune_pass_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tune_pass.sh ${c} $<TARGET_FILE:attntune>
+                     ${CMAKE_CURRENT_BINARY_DIR}/tune-pass-${c} $<TARGET_FILE:tuner_bwd_plan>)
+    set_tests_properties(tune_pass_${c} PROPERTIES LABELS tuner TIMEOUT 120
+      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TUNER_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/tuner-no-database.db")
+  endforeach()
   # they compile a kernel per configuration, dtype and counting build: on two loaded cores that is minutes
   set_tests_properties(tuner_cli_dv tuner_cli_cpu_half PROPERTIES TIMEOUT 300)
   # a few NVRTC compiles; skipped without NVRTC

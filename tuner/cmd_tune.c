@@ -20,7 +20,7 @@ static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
-    "                [--compiled] [--shard K/N]\n"
+    "                [--compiled] [--shard K/N] [--pass fwd,bwd]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
     "  with every d_v): each in 1..576 (tiles that do not fit a GPU's shared memory are left out of its space)\n"
@@ -46,11 +46,17 @@ static const char tune_usage[] =
     "  --shard K/N: only part K of N (1..N) of the problems, each problem whole in one part, the parts balanced by\n"
     "  size; run the N parts with the same other arguments (e.g. a job array) and `attntune merge` their\n"
     "  databases: the rows of one unsharded run\n"
+    "  --pass fwd,bwd: the forward (fwd, the default), the backward (bwd: attn_plan_create_backward's flash kernel,\n"
+    "  CPU only; its Br and Bc tuned apart from the forward's, each configuration checked against the fp64\n"
+    "  backward), or both: each pass of each problem is its own problem, stored under its own key\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 /* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
  * takes about an hour; a larger sweep is a mistake in a range, or several commands. */
 #define ATTN_TUNE_MAX_PROBLEMS 65536
+
+/* --pass's names: bit 0 the forward, bit 1 the backward */
+static int pass_parse(const char *s) { return strcmp(s, "fwd") == 0 ? 0 : strcmp(s, "bwd") == 0 ? 1 : -1; }
 
 int attn_tune_usage(const char *fmt, ...) {
   va_list ap;
@@ -74,7 +80,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   tune_opts o = {.gpu_name = NULL, .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S,
                 .target = ATTN_TARGET_CPU};
   const char *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL,
-             *causal_s = "0";
+             *causal_s = "0", *pass_s = "fwd";
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   for (int i = i0; i < argc; i++) {
     const char *a = argv[i];
@@ -97,7 +103,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--batch", "--reps", "--n-kv",
-                                             "--time-cap", "--shard", "--dv"};
+                                             "--time-cap", "--shard", "--dv", "--pass"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return attn_tune_usage("unknown option '%s' (see attntune tune --help)", a);
@@ -113,6 +119,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     else if (strcmp(a, "--db") == 0) o.db_path = v;
     else if (strcmp(a, "--dtype") == 0) dtype_s = v;
     else if (strcmp(a, "--causal") == 0) causal_s = v;
+    else if (strcmp(a, "--pass") == 0) pass_s = v;
     else if (strcmp(a, "--shard") == 0) {
       char serr[160];
       if (attn_shard_parse(v, &o.shard_k, &o.shard_n, serr, sizeof serr)) return attn_tune_usage("%s", serr);
@@ -180,6 +187,12 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   for (int i = 0; i < o.nd; i++)
     for (int j = 0; j < o.ndv; j++)
       if (attn_space_dims_ok(o.target, o.ds[i], o.dvs ? o.dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
+  if (attn_names_parse(pass_s, pass_parse, &o.passes, bad, sizeof bad))
+    FAIL_USAGE("--pass: unknown pass '%s' (fwd, bwd)", bad);
+  /* the backward is measured here only: no CUDA backward is timed yet and the performance model has none */
+  if ((o.passes & 2) && o.target != ATTN_TARGET_CPU)
+    FAIL_USAGE("--pass bwd: the backward is tuned on the CPU only (the performance model has no backward, and no "
+               "CUDA backward is measured yet): use --gpu cpu");
   if (attn_names_parse(algo_s, attn_algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if ((o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && o.tolerance <= 0)
@@ -209,11 +222,12 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
    * at most ATTN_RANGE_MAX values, so the product cannot wrap) and capped before anything is allocated for them. */
   {
     const int nkv = o.nkvs ? o.nnkv : 1;
-    const long long ndtypes = __builtin_popcount(o.dtypes), total =
-        ndtypes * o.ncausal * (long long)o.nd * o.ndv * (long long)o.nn * nkv;
+    const long long ndtypes = __builtin_popcount(o.dtypes), total = ndtypes * __builtin_popcount(o.passes) *
+                                                                    o.ncausal * (long long)o.nd * o.ndv *
+                                                                    (long long)o.nn * nkv;
     if (total > ATTN_TUNE_MAX_PROBLEMS)
-      FAIL_USAGE("--dtype, --causal, --d, --dv, --n and --n-kv make %lld problems, more than the %d one run tunes: "
-                 "narrow the ranges", total, ATTN_TUNE_MAX_PROBLEMS);
+      FAIL_USAGE("--pass, --dtype, --causal, --d, --dv, --n and --n-kv make %lld problems, more than the %d one run "
+                 "tunes: narrow the ranges", total, ATTN_TUNE_MAX_PROBLEMS);
     /* every n with every n_kv (n_kv defaults to n) */
     const int count = o.nn * nkv;
     int *ns = malloc(sizeof *ns * (size_t)count), *kv = malloc(sizeof *kv * (size_t)count);

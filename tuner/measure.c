@@ -121,6 +121,7 @@ void attn_meas_free(attn_meas_ctx *c) {
   if (c->karena != c->arena) free(c->karena);
   if (c->kout != c->out) free(c->kout);
   c->karena = c->kout = NULL;
+  attn_meas_bwd_free(c);
   free(c->arena);
   free(c->out);
   free(c->ref);
@@ -253,7 +254,7 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
     return attn_cuda_run(rt, plan->cuda, &c->p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es,
                          c->dev_out, NULL, ms);
   }
-  attn_kargs a = kargs(c, c->next_set);
+  attn_kargs a = plan->backward ? attn_meas_bwd_kargs(c, c->next_set) : kargs(c, c->next_set);
   c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
   int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
@@ -365,8 +366,68 @@ static int time_plan(attn_meas_ctx *c, attn_plan *plan, attn_meas_result *r) {
   return rc < 0 && !m.rc ? attn_fail(c->rt, ATTN_ENOMEM, "out of memory for timings") : m.rc;
 }
 
+/* attn_measure of the backward: the plan of attn_execute_backward for s, checked on set 0 with poisoned gradients,
+ * timed on the rotated sets, counted once. */
+static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
+  attn_runtime *rt = c->rt;
+  char err[256];
+  if (attn_meas_bwd_ensure(c, err, sizeof err) != ATTN_OK) {
+    set_status(r, "error", err);
+    return;
+  }
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_backward_spec(rt, &c->p, s, 0, "tuning", &plan);
+  if (rc != ATTN_OK) {
+    set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
+    return;
+  }
+  attn_meas_bwd_poison(c);
+  attn_kargs a = attn_meas_bwd_kargs(c, 0);
+  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  if (rc == ATTN_OK) rc = attn_meas_bwd_error(c, &r->error, err, sizeof err);
+  else snprintf(err, sizeof err, "%s", attn_last_error(rt));
+  if (rc != ATTN_OK) {
+    set_status(r, "error", err);
+    attn_plan_destroy(plan);
+    return;
+  }
+  const int wrong = !(r->error <= attn_meas_exact_tolerance(s->dtype));
+  const double cap = c->cap_s;
+  if (wrong) c->cap_s = 0;
+  rc = time_plan(c, plan, r);
+  c->cap_s = cap;
+  attn_plan_destroy(plan);
+  if (rc != ATTN_OK) {
+    set_status(r, "error", attn_last_error(rt));
+    return;
+  }
+  attn_plan *counting = NULL;
+  if (attn_plan_create_backward_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
+    attn_io io = {0, 0};
+    a = attn_meas_bwd_kargs(c, 0);
+    if (attn_cpu_run(rt, counting->cpu, &a, &io) == ATTN_OK) {
+      r->reads = io.reads;
+      r->writes = io.writes;
+      r->have_io = 1;
+    }
+    attn_plan_destroy(counting);
+  }
+  if (wrong) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "gradients' relative error %.3g exceeds %.0e in %s", r->error,
+             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
+    set_status(r, "wrong", msg);
+  } else {
+    set_status(r, "ok", "");
+  }
+}
+
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   memset(r, 0, sizeof *r);
+  if (c->backward) {
+    measure_backward(c, s, r);
+    return;
+  }
   attn_runtime *rt = c->rt;
   const int cuda = rt->target == ATTN_TARGET_CUDA;
   char err[256];
@@ -441,12 +502,15 @@ int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, dou
     memset(&out[i], 0, sizeof out[i]);
     set_status(&out[i], "error", rc == ATTN_OK ? "" : "out of memory");
   }
-  if (rc == ATTN_OK && (ensure_inputs(c, err, sizeof err) != ATTN_OK ||
-                        (rt->target == ATTN_TARGET_CUDA && ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))
+  if (rc == ATTN_OK && (c->backward ? attn_meas_bwd_ensure(c, err, sizeof err) != ATTN_OK
+                                    : ensure_inputs(c, err, sizeof err) != ATTN_OK ||
+                                          (rt->target == ATTN_TARGET_CUDA &&
+                                           ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))
     rc = ATTN_ENOMEM;
   /* Plans, compiled before, so from the cache (the rounds' warm-up runs each once). */
   for (int i = 0; i < count && rc == ATTN_OK; i++)
-    if ((rc = attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK)
+    if ((rc = c->backward ? attn_plan_create_backward_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])
+                          : attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK)
       set_status(&out[i], "error", attn_last_error(rt));
   if (rc == ATTN_OK) {
     attn_rounds_caps k;

@@ -41,6 +41,10 @@ typedef struct attn_meas_ctx {
   /* tests: a fake measurement source in place of the timed runs of the plans (which are still made and checked) */
   attn_rounds_run run_hook;
   void *run_hook_user;
+  /* 1: the backward pass (attn_execute_backward's kernel of each spec, checked against attn_reference_backward; set
+   * before the first measurement); its inputs are measure_bwd.c's */
+  int backward;
+  struct attn_meas_bwd *bwd;
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {
@@ -101,6 +105,15 @@ void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps
  * pass's figure: a lower one always (interference only adds time), a higher one when it is beyond both estimates'
  * noise (at least ATTN_MEAS_REL_TOL) and the load did not make the confirmation worthless. */
 int attn_meas_confirm_keeps(double round_ms, double round_ci_rel, const attn_meas_result *conf);
+
+/* measure_bwd.c: the backward's input sets (q, k, v, dout and the forward's o and lse, made by the default forward
+ * plan on each set, rotated like the forward's), its outputs, and its check: the largest relative error of dq, dk
+ * and dv against the fp64 backward on set 0, the outputs poisoned before. */
+int  attn_meas_bwd_ensure(attn_meas_ctx *c, char *err, size_t errlen);
+attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set);
+void attn_meas_bwd_poison(attn_meas_ctx *c);
+int  attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errlen);
+void attn_meas_bwd_free(attn_meas_ctx *c);
 
 /* Compiles s (and its counting build) into the runtime's cache without running it, so that a later attn_measure
  * finds it compiled; safe to call from several threads at once (each uses its own runtime copy). */

@@ -9,6 +9,7 @@
 #include "io_theory.h"
 #include "kernel_abi_cuda.h"
 #include "launch.h"
+#include "spec_bwd.h"
 
 const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo", "br",      "bc",     "unroll",
                                                                 "warps", "stages", "tile",    "feature",
@@ -155,7 +156,26 @@ static double flash_words(const attn_spec *c, double *limit) {
   return mt * (cols + (c->causal ? 1.25 : 0.75) * c->bc) / 2.0;
 }
 
+/* The backward's constraints: its template's (attn_spec_check_backward) and the space's problem. */
+static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
+  char err[256];
+  if (attn_spec_check_backward(c, err, sizeof err) != ATTN_OK) {
+    snprintf(why, len, "backward: %s", err);
+    return -1;
+  }
+  const int odv = o->dv > 0 ? o->dv : o->d;
+  if (c->target != o->target || c->d != o->d || attn_spec_dv(c) != odv || c->causal != o->causal ||
+      c->dtype != o->dtype) {
+    snprintf(why, len, "configuration is for %s %s d=%d d_v=%d causal=%d, the space for %s %s d=%d d_v=%d causal=%d",
+             attn_target_name(c->target), attn_dtype_name(c->dtype), c->d, attn_spec_dv(c), c->causal,
+             attn_target_name(o->target), attn_dtype_name(o->dtype), o->d, odv, o->causal);
+    return -1;
+  }
+  return 0;
+}
+
 int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
+  if (o->backward) return admit_backward(o, c, why, len);
   char err[256];
   if (attn_spec_check(c, err, sizeof err) != ATTN_OK) {
     snprintf(why, len, "%s", err);
@@ -351,7 +371,16 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   vec v = {0};
   attn_spec base = base_spec(o, ATTN_ALGO_FLASH);
   int rc = 0;
-  if (o->target == ATTN_TARGET_CPU) {
+  if (o->backward) {
+    /* Br and Bc apart; 64 x 64 is the untuned default */
+    static const int bbs[] = {16, 32, 64, 128, 256};
+    for (int a = 0; a < LEN(bbs); a++)
+      for (int b = 0; b < LEN(bbs) && !rc; b++) {
+        attn_spec c = base;
+        c.br = bbs[a], c.bc = bbs[b], c.unroll = 0, c.split = 0;
+        rc = consider(sp, &v, &c);
+      }
+  } else if (o->target == ATTN_TARGET_CPU) {
     static const int brs[] = {16, 32, 64, 128}, bcs[] = {32, 64, 128, 256}, unrolls[] = {0, 4, 5},
                      splits[] = {0, 2, 4, 8};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH))

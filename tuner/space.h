@@ -41,6 +41,10 @@ typedef struct attn_space_opts {
   /* Told of each point attn_space_build rules out, with the reason (NULL: not told). */
   void (*pruned)(void *ctx, const attn_spec *c, const char *why);
   void *pruned_ctx;
+  /* 1: the backward's space (CPU flash, templates/flash_bwd.c): Br and Bc each on its own (FlashAttention-2 tunes
+   * them apart from the forward's), admitted by attn_spec_check_backward; algos and the forward's constraints do not
+   * apply */
+  int backward;
 } attn_space_opts;
 
 typedef struct attn_space {

@@ -16,6 +16,7 @@ struct attn_store {
   attn_db *db;
   long long device_id, run_id;
   int threads;
+  int backward;             /* the rows' pass: 1 'bwd', 0 'fwd' */
   char device[256];
   int lock_fd;              /* the run's lock file, write-locked while the run lives; -1: none */
   char lock_path[4200];
@@ -176,12 +177,14 @@ void attn_store_end(attn_store *st, int interrupted) {
 
 void attn_store_set_threads(attn_store *st, int threads) { st->threads = threads > 0 ? threads : 0; }
 
+void attn_store_set_backward(attn_store *st, int backward) { st->backward = backward != 0; }
+
 /* Statuses a kernel earns itself; the others are the environment's and are measured again. */
 static int final_status(const char *s) {
   return !strcmp(s, "ok") || !strcmp(s, "wrong") || !strcmp(s, "compile_error") || !strcmp(s, "invalid");
 }
 
-/* The row's key: problem shape, kernel, device, threads, provenance. */
+/* The row's key: problem shape, kernel, device, threads, provenance, pass (the variant: '', dense). */
 static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                     attn_db_meas *m, char *spec, size_t speclen) {
   memset(m, 0, sizeof *m);
@@ -203,6 +206,7 @@ static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, c
   m->causal = p->causal;
   m->provenance = provenance;
   m->threads = st->threads;
+  m->pass = st->backward ? "bwd" : "fwd";
   return ATTN_OK;
 }
 

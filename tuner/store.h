@@ -20,6 +20,9 @@ int attn_store_begin(attn_store *st, const char *device, const char *device_json
 void attn_store_end(attn_store *st, int interrupted);
 /* The CPU threads the rows of this run are measured on (part of their key); 0 (the default) for a GPU or the model. */
 void attn_store_set_threads(attn_store *st, int threads);
+/* The pass the rows stored and found from now on belong to (part of their key): 0 the forward (the default), 1 the
+ * backward. */
+void attn_store_set_backward(attn_store *st, int backward);
 /* The database underneath (for the compiled kernels' resources, kres.h). */
 attn_db *attn_store_db(attn_store *st);
 

@@ -15,6 +15,7 @@ typedef struct tune_opts {
   int *dvs, ndv;           /* --dv: the d_v values (NULL: d_v = d) and how many each d has (1 without --dv) */
   int *kv;                 /* after parsing: the shapes, ns[i] query rows with kv[i] keys, i < nn */
   unsigned algos, dtypes;
+  unsigned passes;         /* --pass: bit 0 the forward, bit 1 the backward (CPU only), each its own problem */
   int causals[2], ncausal;
   int budget, jobs, heads, batch, reps, force_model, remeasure, compiled;
   int shard_k, shard_n;    /* --shard K/N; N = 0: every problem */
@@ -36,6 +37,7 @@ typedef struct confirm_item {
   attn_spec spec[2];      /* the chosen configuration and, when it is another one, the default */
   attn_eval eval[2];
   int count;
+  int backward;           /* the problem's pass */
 } confirm_item;
 
 typedef struct tune_state {
@@ -62,6 +64,7 @@ typedef struct tune_state {
   struct confirm_item *confirm; /* problems whose finalist round ran now, for the confirmation pass */
   int nconfirm, confirm_cap;
   attn_kres *kres;        /* model mode: the compiled kernels' resources (NULL: the estimate) */
+  int backward;           /* the problem's pass: 1 the backward (rows stored with pass 'bwd') */
   attn_spec default_cfg;  /* the problem's untuned default (measured mode) */
   char default_spec[512]; /* its canonical text ("" in model mode) */
 } tune_state;
@@ -97,6 +100,8 @@ void attn_tune_take_timing(attn_eval *e, const attn_meas_result *r);
 int attn_tune_finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_eval *best_eval, char *why,
                              size_t wlen);
 void attn_tune_confirm_pass(tune_state *ts);
+/* tune_run.c: the backward's untuned default for a problem, attn_plan_create_backward's without a tuned row */
+attn_spec attn_tune_backward_default(const attn_problem *p);
 /* tune_report.c */
 void attn_tune_progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed);
 

@@ -122,6 +122,7 @@ int attn_tune_finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, at
     }
     confirm_item *c = &ts->confirm[ts->nconfirm++];
     c->p = ts->prob;
+    c->backward = ts->backward;
     c->count = 0;
     c->spec[c->count] = specs[pick];
     c->eval[c->count++] = evals[pick];
@@ -146,8 +147,11 @@ void attn_tune_confirm_pass(tune_state *ts) {
   for (int k = 0; k < ts->nconfirm && !attn_tune_stop && !ts->db_error; k++) {
     confirm_item *c = &ts->confirm[k];
     ts->prob = c->p;
+    ts->backward = c->backward;
+    attn_store_set_backward(ts->store, c->backward);
     if (attn_meas_init(&ts->meas, ts->rt, &c->p, ts->o->reps, err, sizeof err) != ATTN_OK) continue;
     ts->meas.cap_s = ts->o->cap_s;
+    ts->meas.backward = c->backward;
     attn_meas_result res[2];
     int rc = attn_meas_finalists(&ts->meas, c->spec, c->count, 2 * ts->o->cap_s, res);
     attn_meas_free(&ts->meas);
@@ -156,7 +160,7 @@ void attn_tune_confirm_pass(tune_state *ts) {
     if (c->p.n_kv != c->p.n) snprintf(kv, sizeof kv, " n_kv=%d", c->p.n_kv);
     char dvs[24] = "";
     if (c->p.d_v && c->p.d_v != c->p.d) snprintf(dvs, sizeof dvs, " d_v=%d", c->p.d_v);
-    printf("  n=%d%s d=%d%s causal=%d:", c->p.n, kv, c->p.d, dvs, c->p.causal);
+    printf("  %sn=%d%s d=%d%s causal=%d:", c->backward ? "bwd " : "", c->p.n, kv, c->p.d, dvs, c->p.causal);
     for (int i = 0; i < c->count; i++) {
       attn_eval *e = &c->eval[i];
       const int lower = attn_meas_confirm_keeps(e->time_ms, e->ci_rel, &res[i]);

@@ -25,8 +25,8 @@ void attn_tune_progress(tune_state *ts, const attn_spec *s, const attn_eval *e, 
     if (ts->prob.n_kv && ts->prob.n_kv != ts->prob.n) snprintf(kv, sizeof kv, " n_kv=%d", ts->prob.n_kv);
     if (e->reps > 0 && e->time_ms > 0)
       snprintf(st, sizeof st, " (%d reps, iqr %.1f%%)", e->reps, 100 * e->iqr_ms / e->time_ms);
-    printf("[%d/%d] n=%d%s %s: %s%s%s%s%s%s\n", ts->done, ts->total, ts->prob.n, kv, sum, e->status, tm, st, io, er,
-           resumed ? " (stored before)" : "");
+    printf("[%d/%d] %sn=%d%s %s: %s%s%s%s%s%s\n", ts->done, ts->total, ts->backward ? "bwd " : "", ts->prob.n, kv,
+           sum, e->status, tm, st, io, er, resumed ? " (stored before)" : "");
     if (!e->ok && e->message[0]) printf("    %.*s\n", (int)strcspn(e->message, "\n"), e->message);
     fflush(stdout);
   }

@@ -123,7 +123,7 @@ static void *prefetch_worker(void *arg) {
 /* --jobs J: compile what is about to be measured on J threads; measurements stay serial. */
 static void prefetch_cb(attn_tuner *t, const int *idx, int count) {
   tune_state *ts = t->user;
-  if (ts->model || ts->o->jobs <= 1 || count <= 1) return;
+  if (ts->model || ts->backward || ts->o->jobs <= 1 || count <= 1) return; /* it compiles forward kernels */
   /* the cache directory is set up here, once: each worker copies the runtime (attn_meas_precompile), and a copy taken
    * while another thread sets the directory up would read it half-written. A failure shows when measured. */
   if (attn_cache_dir_ready(ts->rt) != ATTN_OK) return;
@@ -146,6 +146,14 @@ static void prefetch_cb(attn_tuner *t, const int *idx, int count) {
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   pthread_mutex_destroy(&j.mu);
   free(specs);
+}
+
+attn_spec attn_tune_backward_default(const attn_problem *p) {
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p->dtype, p->d, p->causal);
+  s.dv = p->d_v > 0 && p->d_v != p->d ? p->d_v : 0;
+  s.br = 64; /* runtime/api.c's attn_plan_create_backward */
+  s.bc = 64;
+  return s;
 }
 
 static const char *algo_list(unsigned algos, char *buf, size_t len) {
@@ -281,7 +289,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
    * for the progress line. */
   int nspaces = 0;
   for (int t = 0; t < 3; t++) nspaces += (o->dtypes >> t) & 1;
-  nspaces *= o->ncausal * o->nd * ndv * o->nn;
+  nspaces *= __builtin_popcount(o->passes) * o->ncausal * o->nd * ndv * o->nn;
   attn_space *spaces = calloc((size_t)nspaces, sizeof *spaces);
   /* --shard K/N: the part each problem belongs to, in the loops' order (0 for all when unsharded); every part of
    * one command computes the same partition, and a problem not in this part is neither built nor tuned */
@@ -289,14 +297,16 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
   double *cost = calloc((size_t)nspaces, sizeof *cost);
   int si = 0, empty = 0, nmine = 0, oom = !spaces || !owner || !cost;
   if (!oom && o->shard_n) {
-    for (int t = 0; t < 3; t++) {
-      if (!((o->dtypes >> t) & 1)) continue;
-      for (int c = 0; c < o->ncausal; c++)
-        for (int di = 0; di < o->nd; di++)
-          for (int vi = 0; vi < ndv; vi++)
-            for (int ni = 0; ni < o->nn; ni++, si++)
-              cost[si] = attn_shard_cost(o->ns[ni], o->kv[ni], o->ds[di], o->dvs ? o->dvs[vi] : 0, o->causals[c]);
-    }
+    for (int pa = 0; pa < 2; pa++)
+      for (int t = 0; t < 3 && (o->passes >> pa & 1); t++) {
+        if (!((o->dtypes >> t) & 1)) continue;
+        for (int c = 0; c < o->ncausal; c++)
+          for (int di = 0; di < o->nd; di++)
+            for (int vi = 0; vi < ndv; vi++)
+              for (int ni = 0; ni < o->nn; ni++, si++) /* the backward: 2.5 times the forward's flops */
+                cost[si] = (pa ? 2.5 : 1.0) *
+                           attn_shard_cost(o->ns[ni], o->kv[ni], o->ds[di], o->dvs ? o->dvs[vi] : 0, o->causals[c]);
+      }
     oom = attn_shard_assign(cost, nspaces, o->shard_n, owner) != 0;
   }
   free(cost);
@@ -309,7 +319,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
   }
   si = 0;
   char algos_buf[64];
-  for (int t = 0; t < 3; t++) {
+  for (int pa = 0; pa < 2; pa++)
+  for (int t = 0; t < 3 && (o->passes >> pa & 1); t++) {
     if (!((o->dtypes >> t) & 1)) continue;
     for (int c = 0; c < o->ncausal; c++)
       for (int dj = 0; dj < o->nd * ndv; dj++) {
@@ -321,7 +332,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o->ds[di], .causal = o->causals[c],
                                 .algos = o->algos, .tolerance = o->tolerance, .gpu = gpu, .n = o->ns[ni],
                                 .n_kv = o->kv[ni], .heads = (long)o->batch * o->heads, .threads = rt ? rt->threads : 0,
-                                .dv = dv};
+                                .dv = dv, .backward = pa};
           so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
           if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
           if (gpu && !ts.model) { /* the device present: its own limits and arch */
@@ -357,7 +368,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             fprintf(stderr,
                     "attntune tune: empty search space for %s d=%d%s %s causal=%d on %s: all %d configurations are "
                     "ruled out (e.g. %s)\n",
-                    algo_list(o->algos, algos_buf, sizeof algos_buf), so.d, dvs, attn_dtype_name(so.dtype), so.causal,
+                    pa ? "the backward of flash" : algo_list(o->algos, algos_buf, sizeof algos_buf), so.d, dvs,
+                    attn_dtype_name(so.dtype), so.causal,
                     device, spaces[si].considered,
                     spaces[si].pruned_example[0] ? spaces[si].pruned_example : "no configuration applies");
             empty++;
@@ -384,7 +396,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
   si = 0;
   int unusable = 0, tuned = 0; /* problems the strategy ran on, and those of them with no usable configuration */
   char unusable_first[128] = "";
-  for (int t = 0; t < 3 && !attn_tune_stop; t++) {
+  for (int pa = 0; pa < 2 && !attn_tune_stop; pa++)
+  for (int t = 0; t < 3 && !attn_tune_stop && (o->passes >> pa & 1); t++) {
     if (!((o->dtypes >> t) & 1)) continue;
     for (int c = 0; c < o->ncausal && !attn_tune_stop; c++)
       for (int dj = 0; dj < o->nd * ndv && !attn_tune_stop; dj++, si += o->nn) {
@@ -396,6 +409,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
                             .dtype = (attn_dtype)t, .causal = o->causals[c], .tolerance = o->tolerance,
                             .d_v = dv == o->ds[di] ? 0 : dv};
           ts.prob = p;
+          ts.backward = pa;
+          attn_store_set_backward(store, pa);
           ts.fastest_ms = 0;
           ts.fastest_line[0] = '\0';
           ts.fresh = 0;
@@ -407,7 +422,9 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
               continue;
             }
             ts.meas.cap_s = o->cap_s;
-            attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
+            ts.meas.backward = pa;
+            if (pa) ts.default_cfg = attn_tune_backward_default(&ts.meas.p);
+            else attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
             attn_spec_format(&ts.default_cfg, ts.default_spec, sizeof ts.default_spec);
           }
           attn_tuner tu = {.space = sp, .tolerance = o->tolerance, .stop = (volatile int *)&attn_tune_stop,
@@ -417,7 +434,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           tu.seed = 0x243f6a8885a308d3ULL ^ ((unsigned long long)p.n * 1000003ULL) ^ ((unsigned long long)p.d << 40) ^
                     ((unsigned long long)t << 56) ^ ((unsigned long long)p.causal << 60) ^
                     (p.n_kv != p.n ? (unsigned long long)p.n_kv * 0x9e3779b97f4a7c15ULL : 0) ^
-                    (p.d_v ? (unsigned long long)p.d_v * 0xbf58476d1ce4e5b9ULL : 0);
+                    (p.d_v ? (unsigned long long)p.d_v * 0xbf58476d1ce4e5b9ULL : 0) ^
+                    (pa ? 0x94d049bb133111ebULL : 0);
           int b = builtin ? builtin : (tu.budget >= sp->count ? 1 : 2);
           int src = ATTN_OK;
           if (b == 1) src = attn_strategy_exhaustive(&tu);
@@ -447,18 +465,19 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           if (attn_tune_stop == 1) break; /* an interrupted problem has no best yet */
           tuned++;
           char sum[256], kv[32] = "", dvs[24] = "";
+          const char *bwd = pa ? "bwd " : "";
           if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
           if (p.d_v && p.d_v != p.d) snprintf(dvs, sizeof dvs, " d_v=%d", p.d_v);
           if (have_best) {
             attn_spec_summary(&best, sum, sizeof sum);
-            printf("best n=%d%s d=%d%s %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", p.n, kv, p.d, dvs,
+            printf("best %sn=%d%s d=%d%s %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", bwd, p.n, kv, p.d, dvs,
                    attn_dtype_name(p.dtype), p.causal, sum, best_eval.time_ms, ts.provenance, tu.used,
                    why[0] ? "; " : "", why);
           } else {
-            printf("best n=%d%s d=%d%s %s causal=%d: none of %d evaluated configurations ran correctly\n", p.n, kv,
-                   p.d, dvs, attn_dtype_name(p.dtype), p.causal, tu.used);
+            printf("best %sn=%d%s d=%d%s %s causal=%d: none of %d evaluated configurations ran correctly\n", bwd, p.n,
+                   kv, p.d, dvs, attn_dtype_name(p.dtype), p.causal, tu.used);
             if (tu.used > 0 && !unusable++) /* a strategy that evaluated nothing has not found everything failing */
-              snprintf(unusable_first, sizeof unusable_first, "n=%d%s d=%d%s %s causal=%d", p.n, kv, p.d, dvs,
+              snprintf(unusable_first, sizeof unusable_first, "%sn=%d%s d=%d%s %s causal=%d", bwd, p.n, kv, p.d, dvs,
                        attn_dtype_name(p.dtype), p.causal);
           }
           fflush(stdout);
