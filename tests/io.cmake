@@ -12,6 +12,12 @@ foreach(a flash split smallcache lowrank dv)
   add_test(NAME io_exact_${a} COMMAND io_exact ${a})
   set_tests_properties(io_exact_${a} PROPERTIES LABELS io TIMEOUT 180 ENVIRONMENT "${ATTN_IO_ENV}")
 endforeach()
+# the backward's counting build against its closed form (tests/io_bwd.c)
+add_executable(io_bwd ${CMAKE_CURRENT_LIST_DIR}/io_bwd.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
+target_include_directories(io_bwd PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
+target_link_libraries(io_bwd PRIVATE attn_core m)
+add_test(NAME io_bwd COMMAND io_bwd)
+set_tests_properties(io_bwd PROPERTIES LABELS io TIMEOUT 120 ENVIRONMENT "${ATTN_IO_ENV}")
 add_test(NAME io_scaling COMMAND io_scaling)
 set_tests_properties(io_scaling PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
 if(TARGET attntune)
@@ -30,7 +36,11 @@ if(TARGET attntune)
       "io --algo flash --n 64 --d 64 --M 4096 --bogus 1"
       "io --algo flash --n 64 --d 0 --M 4096"
       "io --algo flash --n 64 --d 64 --dv 577 --M 4096"
-      "io --algo flash --n 64 --d 64 --dv 0 --M 4096")
+      "io --algo flash --n 64 --d 64 --dv 0 --M 4096"
+      "io --pass bwd --algo smallcache --n 64 --d 64 --M 4096"
+      "io --pass nosuch --n 64 --d 64 --M 4096"
+      "io --pass bwd --n 64 --d 64 --M 100"
+      "io --pass bwd --n 64 --d 64 --M 100000 --br 600 --bc 64")
   set(i 0)
   foreach(args ${ATTN_IO_BAD})
     math(EXPR i "${i} + 1")
@@ -48,6 +58,14 @@ if(TARGET attntune)
   add_test(NAME io_cli_json_dv COMMAND ${T} io --algo flash --n 100 --d 32 --dv 48 --M 8192 --json)
   set_tests_properties(io_cli_json_dv PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
     PASS_REGULAR_EXPRESSION "\"algo\": \"flash\", \"n\": 100, \"d\": 32, .*\"reads\": 11200, \"writes\": 4800, \"formula\": 16000, .*\"d_v\": 48}")
+  # the backward: counted equal to its closed form; the pass in the JSON
+  set(ATTN_IO_BWD io --pass bwd --n 45 --n-kv 100 --d 32 --M 8192 --br 16 --bc 24 --causal)
+  add_test(NAME io_cli_bwd COMMAND ${T} ${ATTN_IO_BWD})
+  set_tests_properties(io_cli_bwd PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+                       PASS_REGULAR_EXPRESSION "flash backward n=45 .*\\(equal\\)" FAIL_REGULAR_EXPRESSION "MISMATCH")
+  add_test(NAME io_cli_bwd_json COMMAND ${T} ${ATTN_IO_BWD} --json)
+  set_tests_properties(io_cli_bwd_json PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+                       PASS_REGULAR_EXPRESSION "\"br\": 16, \"bc\": 24, .*\"pass\": \"bwd\", \"n_kv\": 100}")
   add_test(NAME io_cli_text COMMAND ${T} io --algo flash --n 200 --d 32 --M 4096)
   set_tests_properties(io_cli_text PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
                        PASS_REGULAR_EXPRESSION "\\(equal\\)" FAIL_REGULAR_EXPRESSION "MISMATCH")

@@ -11,13 +11,18 @@
 #include "cmds.h"
 #include "io_theory.h"
 #include "range.h"
+#include "spec_bwd.h"
 #include "space.h"
 
 static const char io_usage[] =
     "usage: attntune io --algo flash|smallcache|lowrank --n N --d D [--dv DV] --M M [--br B --bc B] [--tile T]\n"
     "                   [--causal] [--feature taylor|random] [--degree G] [--rank R] [--seed S] [--n-kv N] [--json]\n"
     "       attntune io --n N --d D [--dv DV] --sweep M1..M2 [--plot out.svg] [--json]\n"
+    "       attntune io --pass bwd --n N --d D [--dv DV] [--causal] [--n-kv N] (--M M [--br B --bc B] |\n"
+    "                   --sweep M1..M2 [--plot out.svg]) [--json]\n"
     "  M: fast-memory size in entries; tiles not given are chosen to minimise transfers within M\n"
+    "  --pass bwd: flash's backward (templates/flash_bwd.c) instead of the forward; its sweep draws the forward\n"
+    "              flash beside it\n"
     "  D, DV: head dimensions of Q, K and of V, O, each in 1..576 (DV default: D)\n";
 
 static int usage(const char *fmt, const char *arg) {
@@ -38,6 +43,7 @@ static int parse_m(const char *s, double *out) {
 
 typedef struct {
   attn_spec s;
+  int bwd; /* the backward pass */
   double M;
   long n, n_kv;
   attn_io io;
@@ -46,7 +52,25 @@ typedef struct {
 } io_point;
 
 /* Chooses the missing tiles, runs the counting build and fills the closed form. 2: usage error, 1: failure. */
+static int io_run_point_bwd(attn_runtime *rt, io_point *pt, int given_tiles, char *err, size_t errlen) {
+  if (!given_tiles) {
+    if (attn_io_choose_bwd(&pt->s, pt->n, pt->M, err, errlen) != ATTN_OK) return 2;
+  } else if (attn_io_fast_need_bwd(&pt->s) > pt->M) {
+    snprintf(err, errlen, "M=%.0f is too small: the flash backward with these tiles needs at least %.0f", pt->M,
+             attn_io_fast_need_bwd(&pt->s));
+    return 2;
+  }
+  if (attn_spec_check_backward(&pt->s, err, errlen) != ATTN_OK) return 2;
+  if (attn_io_measure_bwd(rt, &pt->s, pt->n, pt->n_kv, &pt->io, &pt->rel_error) != ATTN_OK) {
+    snprintf(err, errlen, "%s", attn_last_error(rt));
+    return 1;
+  }
+  attn_io_formula_bwd(&pt->s, 1, 1, 1, pt->n, pt->n_kv, &pt->f_reads, &pt->f_writes);
+  return 0;
+}
+
 static int io_run_point(attn_runtime *rt, io_point *pt, int given_tiles, char *err, size_t errlen) {
+  if (pt->bwd) return io_run_point_bwd(rt, pt, given_tiles, err, errlen);
   if (!given_tiles) {
     if (attn_io_choose(&pt->s, pt->n, pt->M, err, errlen) != ATTN_OK) return 2;
   } else if (attn_io_fast_need(&pt->s) > pt->M) {
@@ -70,6 +94,7 @@ static void print_point(const io_point *pt, int json) {
   const unsigned long long total = pt->io.reads + pt->io.writes, ftotal = pt->f_reads + pt->f_writes;
   const double lb = attn_io_lower_bound(n, d, dv, pt->M), fl = attn_io_floor(n, d, dv);
   const int t = pt->s.algo == ATTN_ALGO_SMALLCACHE ? (pt->s.tile > 0 ? pt->s.tile : pt->s.br) : 0;
+  const double need = pt->bwd ? attn_io_fast_need_bwd(&pt->s) : attn_io_fast_need(&pt->s);
   if (json) {
     /* d_v after the fields of before, so that their order stays what it was */
     printf("{\"algo\": \"%s\", \"n\": %ld, \"d\": %d, \"M\": %.0f, \"br\": %d, \"bc\": %d, \"reads\": %llu, "
@@ -78,7 +103,8 @@ static void print_point(const io_point *pt, int json) {
            "\"rel_error\": %.3e, \"d_v\": %d",
            attn_algo_name(pt->s.algo), pt->n, pt->s.d, pt->M, pt->s.br, pt->s.bc, pt->io.reads, pt->io.writes,
            ftotal, lb, t, total, (double)total / lb, attn_io_bound_theory(n, d, dv, pt->M), fl,
-           attn_io_fast_need(&pt->s), pt->s.causal, pt->rel_error, attn_spec_dv(&pt->s));
+           need, pt->s.causal, pt->rel_error, attn_spec_dv(&pt->s));
+    if (pt->bwd) printf(", \"pass\": \"bwd\", \"n_kv\": %ld", pt->n_kv);
     if (pt->s.algo == ATTN_ALGO_LOWRANK)
       printf(", \"feature\": \"%s\", \"rank\": %ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
              attn_io_rank(&pt->s));
@@ -87,12 +113,12 @@ static void print_point(const io_point *pt, int json) {
   }
   char dvs[24] = "";
   if (dv != d) snprintf(dvs, sizeof dvs, " d_v=%d", attn_spec_dv(&pt->s));
-  printf("%s n=%ld d=%d%s M=%.0f: br=%d bc=%d", attn_algo_name(pt->s.algo), pt->n, pt->s.d, dvs, pt->M, pt->s.br,
-         pt->s.bc);
+  printf("%s%s n=%ld d=%d%s M=%.0f: br=%d bc=%d", attn_algo_name(pt->s.algo), pt->bwd ? " backward" : "", pt->n,
+         pt->s.d, dvs, pt->M, pt->s.br, pt->s.bc);
   if (t) printf(" tile=%d", t);
   if (pt->s.algo == ATTN_ALGO_LOWRANK) printf(" %s r=%ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
                                               attn_io_rank(&pt->s));
-  printf(" (fast memory used %.0f of %.0f)\n", attn_io_fast_need(&pt->s), pt->M);
+  printf(" (fast memory used %.0f of %.0f)\n", need, pt->M);
   printf("  counted:     reads %llu  writes %llu  total %llu\n", pt->io.reads, pt->io.writes, total);
   printf("  formula:     reads %llu  writes %llu  total %llu  (%s)\n", pt->f_reads, pt->f_writes, ftotal,
          ftotal == total && pt->f_reads == pt->io.reads ? "equal" : "MISMATCH");
@@ -103,7 +129,7 @@ static void print_point(const io_point *pt, int json) {
     printf("  lower bound: %.0f = max(min(n^2 m^2/M, n^2 m/sqrt(M)) = %.0f with m = min(d, d_v), 2 n (d + d_v) = "
            "%.0f); counted / bound = %.2f\n",
            lb, attn_io_bound_theory(n, d, dv, pt->M), fl, (double)total / lb);
-  printf("  output rel error vs fp64: %.3e\n", pt->rel_error);
+  printf("  %s rel error vs fp64: %.3e\n", pt->bwd ? "gradients' (worst of dq, dk, dv)" : "output", pt->rel_error);
 }
 
 /* --- the regimes figure: a direct SVG writer with log-log axes --- */
@@ -155,8 +181,9 @@ static void sv_curve(FILE *f, const sv_axes *a, const double *xs, const double *
                    "cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", algo, xs[i], ys[i], sv_x(a, xs[i]), sv_y(a, ys[i]), color);
 }
 
+/* ncurve measured curves (at most 3): names[] their legend labels, algos[] their data-algo. */
 static int write_svg(const char *path, long n, int d, int dv, const double *ms, int nm, double meas[3][64],
-                     const char *const names[3]) {
+                     int ncurve, const char *const names[3], const char *const algos[3]) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   double th1[64], th2[64], fl[64];
@@ -166,7 +193,7 @@ static int write_svg(const char *path, long n, int d, int dv, const double *ms, 
     th1[i] = (double)n * n * m * m / ms[i];
     th2[i] = (double)n * n * m / sqrt(ms[i]);
     fl[i] = attn_io_floor((double)n, d, dv);
-    for (int a = 0; a < 3; a++)
+    for (int a = 0; a < ncurve; a++)
       if (meas[a][i] > 0) {
         if (meas[a][i] < ylo) ylo = meas[a][i];
         if (meas[a][i] > yhi) yhi = meas[a][i];
@@ -182,11 +209,13 @@ static int write_svg(const char *path, long n, int d, int dv, const double *ms, 
     if (log10(th2[i]) > ax.y1 || log10(th2[i]) < ax.y0) th2[i] = -1;
   }
   /* legend: a 28 px line, then the label 34 px from the line's start */
-  const char *lab[6] = {names[0],          names[1],           names[2],
-                        "n&#178;d&#178;/M", "n&#178;d/&#8730;M",
-                        dv == d ? "4nd (read Q,K,V, write O)" : "2n(d+d_v) (read Q,K,V, write O)"};
+  const char *lab[6];
+  for (int i = 0; i < ncurve; i++) lab[i] = names[i];
+  lab[ncurve] = "n&#178;d&#178;/M";
+  lab[ncurve + 1] = "n&#178;d/&#8730;M";
+  lab[ncurve + 2] = dv == d ? "4nd (read Q,K,V, write O)" : "2n(d+d_v) (read Q,K,V, write O)";
   int longest = 0;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < ncurve + 3; i++)
     if (sv_chars(lab[i]) > longest) longest = sv_chars(lab[i]);
   const double legend_x = SV_W - SV_R + 14, width = fmax(SV_W, legend_x + 34 + SV_CHAR_W * longest + 10);
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
@@ -225,11 +254,12 @@ static int write_svg(const char *path, long n, int d, int dv, const double *ms, 
   sv_curve(f, &ax, ms, th1, nm, "#888", "8,4", NULL);
   sv_curve(f, &ax, ms, th2, nm, "#888", "2,3", NULL);
   sv_curve(f, &ax, ms, fl, nm, "#bbb", "1,2", NULL);
-  static const attn_algo algos[3] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
-  for (int a = 0; a < 3; a++) sv_curve(f, &ax, ms, meas[a], nm, colors[a], NULL, attn_algo_name(algos[a]));
-  const char *col[6] = {colors[0], colors[1], colors[2], "#888", "#888", "#bbb"};
-  const char *dsh[6] = {NULL, NULL, NULL, "8,4", "2,3", "1,2"};
-  for (int i = 0; i < 6; i++) {
+  for (int a = 0; a < ncurve; a++) sv_curve(f, &ax, ms, meas[a], nm, colors[a], NULL, algos[a]);
+  const char *col[6], *dsh[6];
+  for (int i = 0; i < ncurve; i++) col[i] = colors[i], dsh[i] = NULL;
+  col[ncurve] = col[ncurve + 1] = "#888", col[ncurve + 2] = "#bbb";
+  dsh[ncurve] = "8,4", dsh[ncurve + 1] = "2,3", dsh[ncurve + 2] = "1,2";
+  for (int i = 0; i < ncurve + 3; i++) {
     double y = SV_T + 20 + 22 * i, x = legend_x;
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"%s%s%s/>\n", x,
             y, x + 28, y, col[i], dsh[i] ? " stroke-dasharray=\"" : "", dsh[i] ? dsh[i] : "", dsh[i] ? "\"" : "");
@@ -245,39 +275,48 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
   for (double m = m1; m <= m2 * (1 + 1e-12) && nm < 64; m *= 2) ms[nm++] = floor(m);
   static const attn_algo algos[3] = {ATTN_ALGO_FLASH, ATTN_ALGO_SMALLCACHE, ATTN_ALGO_LOWRANK};
   static const char *const names[3] = {"flash (FA2 order)", "smallcache (Saha &amp; Ye)", "lowrank (random r=256)"};
+  static const char *const attrs[3] = {"flash", "smallcache", "lowrank"};
+  /* the backward's sweep: the forward flash, then its backward */
+  static const char *const bnames[2] = {"flash forward", "flash backward (FA2)"};
+  static const char *const battrs[2] = {"flash", "flash-bwd"};
+  const int ncurve = proto->bwd ? 2 : 3;
   double meas[3][64];
   int mismatches = 0;
-  for (int a = 0; a < 3; a++)
+  for (int a = 0; a < ncurve; a++)
     for (int i = 0; i < nm; i++) {
       meas[a][i] = -1;
       io_point pt = *proto;
-      pt.s = attn_spec_default(algos[a], ATTN_TARGET_CPU, ATTN_F32, proto->s.d, proto->s.causal);
+      pt.bwd = proto->bwd && a == 1;
+      pt.s = attn_spec_default(proto->bwd ? ATTN_ALGO_FLASH : algos[a], ATTN_TARGET_CPU, ATTN_F32, proto->s.d,
+                               proto->s.causal);
       pt.s.dv = proto->s.dv;
       if (algos[a] == ATTN_ALGO_LOWRANK && proto->s.algo == ATTN_ALGO_LOWRANK) pt.s = proto->s; /* its feature map */
       pt.M = ms[i];
       char err[1024] = "";
       int rc = io_run_point(rt, &pt, 0, err, sizeof err);
       if (rc == 2) continue; /* M too small for this algorithm: no point */
+      const char *what = proto->bwd ? battrs[a] : attrs[a];
       if (rc != 0) {
-        fprintf(stderr, "attntune io: %s at M=%.0f: %s\n", attn_algo_name(algos[a]), ms[i], err);
+        fprintf(stderr, "attntune io: %s at M=%.0f: %s\n", what, ms[i], err);
         return 1;
       }
       meas[a][i] = (double)(pt.io.reads + pt.io.writes);
       if (pt.io.reads != pt.f_reads || pt.io.writes != pt.f_writes) {
         fprintf(stderr, "attntune io: %s at M=%.0f: counted %llu/%llu but the closed form says %llu/%llu\n",
-                attn_algo_name(algos[a]), ms[i], pt.io.reads, pt.io.writes, pt.f_reads, pt.f_writes);
+                what, ms[i], pt.io.reads, pt.io.writes, pt.f_reads, pt.f_writes);
         mismatches++;
       }
       if (json) {
         print_point(&pt, 1);
       } else {
         printf("%-10s M=%-9.0f br=%-5d bc=%-4d tile=%-4d counted=%-12.0f formula=%-12llu bound=%.0f\n",
-               attn_algo_name(algos[a]), ms[i], pt.s.br, pt.s.bc, pt.s.tile, meas[a][i], pt.f_reads + pt.f_writes,
+               what, ms[i], pt.s.br, pt.s.bc, pt.s.tile, meas[a][i], pt.f_reads + pt.f_writes,
                attn_io_lower_bound((double)pt.n, pt.s.d, attn_spec_dv(&pt.s), ms[i]));
       }
       fflush(stdout);
     }
-  if (plot && write_svg(plot, proto->n, proto->s.d, attn_spec_dv(&proto->s), ms, nm, meas, names) != 0) {
+  if (plot && write_svg(plot, proto->n, proto->s.d, attn_spec_dv(&proto->s), ms, nm, meas, ncurve,
+                        proto->bwd ? bnames : names, proto->bwd ? battrs : attrs) != 0) {
     fprintf(stderr, "attntune io: cannot write %s\n", plot);
     return 1;
   }
@@ -286,7 +325,7 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
 }
 
 int attn_cmd_io(int argc, char **argv) {
-  const char *algo_s = NULL, *feature_s = NULL, *sweep = NULL, *plot = NULL;
+  const char *algo_s = NULL, *feature_s = NULL, *sweep = NULL, *plot = NULL, *pass_s = NULL;
   long n = -1, d = -1, dv = 0, br = 0, bc = 0, tile = 0, degree = -1, rank = -1, seed = -1, n_kv = 0;
   double M = -1;
   int json = 0, causal = 0;
@@ -316,9 +355,17 @@ int attn_cmd_io(int argc, char **argv) {
     else if (!strcmp(a, "--feature")) feature_s = v;
     else if (!strcmp(a, "--sweep")) sweep = v;
     else if (!strcmp(a, "--plot")) plot = v;
+    else if (!strcmp(a, "--pass")) pass_s = v;
     else return usage("unknown option %s (attntune io --help)", a);
     if (bad) return usage("bad value for %s", a);
   }
+  const int bwd = pass_s && !strcmp(pass_s, "bwd");
+  if (pass_s && !bwd && strcmp(pass_s, "fwd")) return usage("--pass %s: expected fwd or bwd", pass_s);
+  if (bwd && algo_s && strcmp(algo_s, "flash"))
+    return usage("--pass bwd: the backward is flash's (FlashAttention-2's recomputation), not %s", algo_s);
+  if (bwd && (tile > 0 || feature_s || degree >= 0 || rank > 0 || seed >= 0))
+    return usage("%s", "--pass bwd takes no --tile, --feature, --degree, --rank or --seed (flash's backward)");
+  if (bwd && !algo_s) algo_s = "flash";
   if (n < 0) return usage("%s", "--n N is required");
   if (d < 0) return usage("%s", "--d D is required");
   if (!sweep && M < 0) return usage("%s", "--M M (fast-memory entries) is required");
@@ -339,6 +386,8 @@ int attn_cmd_io(int argc, char **argv) {
   pt.n = n;
   pt.n_kv = n_kv > 0 ? n_kv : n;
   pt.M = M;
+  pt.bwd = bwd;
+  if (bwd) pt.s.br = pt.s.bc = 64; /* a backward spec: given tiles replace these */
   if (feature_s) {
     if (!strcmp(feature_s, "taylor")) pt.s.feature = ATTN_FEAT_TAYLOR;
     else if (!strcmp(feature_s, "random")) pt.s.feature = ATTN_FEAT_RANDOM;

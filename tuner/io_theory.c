@@ -2,6 +2,7 @@
  * M entries, and one counted run through the runtime. The closed forms follow each template's loop structure
  * (templates/flash.c, smallcache.c, lowrank.c), so a counted run must equal them exactly. */
 #include "io_theory.h"
+#include "spec_bwd.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -239,5 +240,138 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   free(o);
   free(ref);
   attn_plan_destroy(plan);
+  return rc;
+}
+
+/* --- the backward (templates/flash_bwd.c) --- */
+
+/* The template's chunks of a KV head's key blocks (fb_chunks): enough items for 16 threads, at most one a block. */
+static long bwd_chunks(long kv_heads, long nkb) {
+  long c = (16 + kv_heads - 1) / kv_heads;
+  return c < 1 ? 1 : c > nkb ? nkb : c;
+}
+
+int attn_io_formula_bwd(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                        unsigned long long *reads, unsigned long long *writes) {
+  *reads = *writes = 0;
+  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU) return ATTN_EINVAL;
+  if (batch < 1 || heads_kv < 1 || heads % heads_kv || n < 1 || n_kv < 1) return ATTN_EINVAL;
+  const long d = s->d, dv = attn_spec_dv(s), G = heads / heads_kv, nkb = cdiv(n_kv, s->bc);
+  const long C = bwd_chunks(batch * heads_kv, nkb);
+  /* per KV head: each chunk zeroes its G n rows of dQ partials and reads O and dO for D (one entry a row, written) */
+  unsigned long long r = (unsigned long long)(C * G * n * 2 * dv), w = (unsigned long long)(C * G * n * (d + 1));
+  for (long j0 = 0; j0 < n_kv; j0 += s->bc) {
+    const long cols = lmin(s->bc, n_kv - j0);
+    long i_first = s->causal ? j0 - (n_kv - n) : 0;
+    if (i_first < 0) i_first = 0;
+    if (i_first < n) {
+      /* K_j, V_j; per query block of each query head: Q_i, dO_i, lse_i, D_i and the dQ partial read, the partial
+       * written back */
+      const long q_rows = n - i_first / s->br * s->br; /* from the query block that holds the first such row */
+      r = sat_add(r, (unsigned long long)(cols * (d + dv) + G * q_rows * (2 * d + dv + 2)));
+      w = sat_add(w, (unsigned long long)(G * q_rows * d));
+    }
+    w = sat_add(w, (unsigned long long)(cols * (d + dv))); /* dK_j, dV_j (zeros for a block no query sees) */
+  }
+  /* merge: C partial rows read and dq written, per row of each query head */
+  r = sat_add(r, (unsigned long long)(G * n * C * d));
+  w = sat_add(w, (unsigned long long)(G * n * d));
+  *reads = sat_mul(r, (unsigned long long)(batch * heads_kv));
+  *writes = sat_mul(w, (unsigned long long)(batch * heads_kv));
+  return ATTN_OK;
+}
+
+double attn_io_fast_need_bwd(const attn_spec *s) {
+  const double d = s->d, dv = attn_spec_dv(s), br = s->br, bc = s->bc;
+  return bc * (2 * d + 2 * dv) + br * (2 * d + dv + 2) + 2 * br * bc;
+}
+
+int attn_io_choose_bwd(attn_spec *s, long n, double M, char *err, size_t errlen) {
+  const double d = s->d, dv = attn_spec_dv(s);
+  if (s->algo != ATTN_ALGO_FLASH) {
+    snprintf(err, errlen, "the backward is flash's (FlashAttention-2's recomputation), not %s", attn_algo_name(s->algo));
+    return ATTN_EINVAL;
+  }
+  s->br = s->bc = 1;
+  const double need = attn_io_fast_need_bwd(s);
+  if (M < need) {
+    snprintf(err, errlen,
+             "M=%.0f is too small: the flash backward needs at least %.0f (Bc (2d + 2d_v) + Br (2d + d_v + 2) + "
+             "2 Br Bc, Br = Bc = 1)", M, need);
+    return ATTN_EINVAL;
+  }
+  /* transfers fall with Bc alone (Q_i, dO_i and the dQ partials are read once per key block) */
+  long bc = (long)((M - (2 * d + dv + 2)) / (2 * d + 2 * dv + 2));
+  bc = lmin(lmin(bc, n > 0 ? n : 1), ATTN_BWD_MAX_BLOCK);
+  long br = 1;
+  s->bc = (int)bc;
+  while (br < 128 && br < n) {
+    s->br = (int)(br + 1);
+    if (attn_io_fast_need_bwd(s) > M) break;
+    br++;
+  }
+  s->br = (int)br;
+  s->tile = 0;
+  return ATTN_OK;
+}
+
+int attn_io_measure_bwd(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr) {
+  attn_problem p0 = {0}, p;
+  p0.batch = 1;
+  p0.heads = 1;
+  p0.n = (int)n;
+  p0.n_kv = (int)(n_kv > 0 ? n_kv : n);
+  p0.d = s->d;
+  p0.d_v = attn_spec_dv(s);
+  p0.dtype = s->dtype;
+  p0.causal = s->causal;
+  if (s->dtype != ATTN_F32) return attn_fail(rt, ATTN_EINVAL, "the backward's count runs f32 (a count is the dtype's)");
+  int rc = attn_problem_normalize(rt, &p0, &p);
+  if (rc != ATTN_OK) return rc;
+  attn_cpu_kernel *kern = NULL;
+  rc = attn_cpu_load_backward(rt, s, 1, &kern);
+  if (rc != ATTN_OK) return rc;
+  const size_t nq = (size_t)n * (size_t)p.d, nk = (size_t)p.n_kv * (size_t)p.d;
+  const size_t nv = (size_t)p.n_kv * (size_t)p.d_v, no = (size_t)n * (size_t)p.d_v;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nv * 4), *g = malloc(no * 4), *o = malloc(no * 4);
+  float *lse = malloc((size_t)n * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nv * 4);
+  double *ro = malloc(no * 8), *rq = malloc(nq * 8), *rk = malloc(nk * 8), *rv = malloc(nv * 8);
+  rc = ATTN_ENOMEM;
+  if (q && k && v && g && o && lse && dq && dk && dv && ro && rq && rk && rv) {
+    attn_fill_random(q, nq, 21);
+    attn_fill_random(k, nk, 22);
+    attn_fill_random(v, nv, 23);
+    attn_fill_random(g, no, 24);
+    attn_reference(&p, q, k, v, ro);
+    for (size_t i = 0; i < no; i++) o[i] = (float)ro[i];
+    for (long i = 0; i < n; i++) { /* fp64 lse over the keys row i sees; -inf for none */
+      long lo, hi;
+      attn_visible_keys(&p, i, &lo, &hi);
+      double mx = -INFINITY, sum = 0;
+      for (int pass = 0; pass < 2; pass++)
+        for (long j = lo; j < hi; j++) {
+          double a = 0;
+          for (int c = 0; c < p.d; c++) a += (double)q[i * p.d + c] * k[j * p.d + c];
+          a *= p.scale;
+          if (pass == 0 && a > mx) mx = a;
+          if (pass == 1) sum += exp(a - mx);
+        }
+      lse[i] = hi > lo ? (float)(mx + log(sum)) : -INFINITY;
+    }
+    attn_poison(dq, nq);
+    attn_poison(dk, nk);
+    attn_poison(dv, nv);
+    attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = 1, .heads = 1, .heads_kv = 1, .n = p.n, .n_kv = p.n_kv,
+                    .scale = p.scale, .lse = lse, .dout = g, .dq = dq, .dk = dk, .dv = dv};
+    rc = attn_cpu_run(rt, kern, &a, io);
+    if (rc == ATTN_OK && relerr) {
+      attn_reference_backward(&p, q, k, v, o, g, rq, rk, rv);
+      const double e[3] = {attn_rel_error(rq, dq, nq), attn_rel_error(rk, dk, nk), attn_rel_error(rv, dv, nv)};
+      *relerr = fmax(e[0], fmax(e[1], e[2]));
+    }
+  }
+  free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
+  free(ro), free(rq), free(rk), free(rv);
+  attn_cpu_unload(kern);
   return rc;
 }

@@ -42,4 +42,16 @@ int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen);
  * and written into *io, relative error against fp64 into *relerr (NULL allowed). */
 int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr);
 
+/* The backward (templates/flash_bwd.c, CPU flash): exact entries read and written for batch x heads query heads on
+ * heads_kv KV heads (docs/io.md), the fast memory its blocks need (K_j, V_j, dK_j, dV_j: Bc (2 d + 2 d_v); Q_i, dO_i,
+ * dQ_i, lse_i, D_i: Br (2 d + d_v + 2); S or P and dP or dS: 2 Br Bc), and the tiles that minimise its transfers
+ * within M (they depend on Bc only: the largest Bc with Br = 1, then the largest Br, at most 128, that keeps it). */
+int attn_io_formula_bwd(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                        unsigned long long *reads, unsigned long long *writes);
+double attn_io_fast_need_bwd(const attn_spec *s);
+int attn_io_choose_bwd(attn_spec *s, long n, double M, char *err, size_t errlen);
+/* The counting build of the backward of s (f32) once on random q, k, v, dO with the fp64 forward's O and lse (batch =
+ * heads = 1, n_kv = n unless given): *io, and the gradients' worst relative error against fp64 into *relerr. */
+int attn_io_measure_bwd(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr);
+
 #endif
