@@ -37,6 +37,13 @@ typedef struct bench_row {
   double plan_ms_misaligned; /* the plan with Q, K, V and O each 16 bytes past a 64-byte boundary (plan_ms: aligned) */
   int ceiling_under_load;    /* the ceiling of peak_kind had no clean measurement (peak.h) */
   const char *database;      /* the database the runtime read, or NULL: none (untuned defaults) */
+  /* --pass bwd (bench_bwd.c): plan_* are the backward's (GFLOP/s count 2.5x the forward's flops), blas_* the
+   * standard backward on OpenBLAS from a materialised P */
+  int bwd;
+  double fwd_ms, bwd_vs_fwd;  /* the forward plan (attn_execute_lse) timed in the same rounds; bwd ms / fwd ms */
+  double torch_ms, vs_torch;  /* PyTorch's CPU SDPA backward on the same shape and threads; torch ms / plan ms */
+  const char *torch_note;     /* why PyTorch did not run, or NULL */
+  char torch_version[32];
 } bench_row;
 
 static inline double bench_now_s(void) {
@@ -50,6 +57,9 @@ double attn_bench_ref_error(const attn_problem *p, const float *q, const float *
 void attn_bench_caps(int reps, int threads, attn_rounds_caps *k);
 int attn_bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtype dt, int heads, int causal,
                      int reps, int no_blas, const int *splits, int nsplit, bench_row *rows, int *nrows);
+/* bench_bwd.c: one backward point (--pass bwd) into *row; 0, or 1 after printing the reason */
+int attn_bench_point_bwd(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtype dt, int heads, int causal,
+                         int reps, int no_blas, int no_torch, bench_row *row);
 /* bench_cuda.c */
 int attn_bench_cuda(const char *db, const int *ns, int nn, const int *ds, int nd, int heads, int causal, int reps,
                     unsigned dtypes, int json);
@@ -63,5 +73,8 @@ void attn_bench_fmt_num(char *buf, size_t len, const char *f, double x);
 void attn_bench_print_database(const attn_runtime *rt);
 int attn_bench_report(const attn_runtime *rt, const attn_peak *pk, const bench_row *all, int nall, int reps,
                       int causal, int flagged, int json);
+/* --pass bwd's rows: their table or JSON (the forward's fields, "pass": "bwd" and the backward's own) */
+int attn_bench_report_bwd(const attn_runtime *rt, const attn_peak *pk, const bench_row *all, int nall, int reps,
+                          int causal, int flagged, int json);
 
 #endif

@@ -52,6 +52,15 @@ static json_t *row_json(const bench_row *r) {
   json_object_set_new(o, "plan_ms_misaligned", attn_bench_num_or_null(r->plan_ms_misaligned));
   json_object_set_new(o, "ceiling_under_load", json_boolean(r->ceiling_under_load));
   json_object_set_new(o, "database", r->database ? json_string(r->database) : json_null());
+  if (r->bwd) { /* the backward's: plan_* and blas_* are backward times; default is the forward plan */
+    json_object_set_new(o, "pass", json_string("bwd"));
+    json_object_set_new(o, "fwd_ms", attn_bench_num_or_null(r->fwd_ms));
+    json_object_set_new(o, "bwd_vs_fwd", attn_bench_num_or_null(r->bwd_vs_fwd));
+    json_object_set_new(o, "torch_ms", attn_bench_num_or_null(r->torch_ms));
+    json_object_set_new(o, "vs_torch", attn_bench_num_or_null(r->vs_torch)); /* torch_ms / plan_ms */
+    json_object_set_new(o, "torch_version", r->torch_version[0] ? json_string(r->torch_version) : json_null());
+    if (r->torch_note) json_object_set_new(o, "torch_note", json_string(r->torch_note));
+  }
   return o;
 }
 
@@ -80,6 +89,56 @@ static void row_text(const bench_row *r) {
          r->d, r->heads, r->causal ? "yes" : "no", pm, pg, pf, mm, dm, vd, sg, bm, bg, ra, pp, bp, r->rel_error,
          r->plan,
          r->blas_note ? "; blas: " : "", r->blas_note ? r->blas_note : "");
+}
+
+static void row_text_bwd(const bench_row *r) {
+  char pm[32], pg[32], pf[48], fm[32], bf[32], bm[32], bg[32], ra[32], tm[32], vt[32], frac[32];
+  attn_bench_fmt_num(pm, sizeof pm, "%.2f", r->plan_ms), attn_bench_fmt_num(pg, sizeof pg, "%.1f", r->plan_gflops);
+  attn_bench_fmt_num(frac, sizeof frac, "%.1f%%", 100 * r->peak_frac);
+  snprintf(pf, sizeof pf, "%s%s", frac, r->ceiling_under_load ? "*" : "");
+  attn_bench_fmt_num(fm, sizeof fm, "%.2f", r->fwd_ms), attn_bench_fmt_num(bf, sizeof bf, "%.2fx", r->bwd_vs_fwd);
+  attn_bench_fmt_num(bm, sizeof bm, "%.2f", r->blas_ms), attn_bench_fmt_num(bg, sizeof bg, "%.1f", r->blas_gflops);
+  attn_bench_fmt_num(ra, sizeof ra, "%.2fx", r->ratio);
+  attn_bench_fmt_num(tm, sizeof tm, "%.2f", r->torch_ms), attn_bench_fmt_num(vt, sizeof vt, "%.2fx", r->vs_torch);
+  printf("%6d %6d %4d %5d %6s %5s %10s %8s %8s %10s %8s %10s %8s %7s %10s %8s %9.1e  %s%s%s%s%s\n", r->n, r->n_kv,
+         r->d, r->heads, r->causal ? "yes" : "no", attn_dtype_name(r->dtype), pm, pg, pf, fm, bf, bm, bg, ra, tm, vt,
+         r->rel_error, r->plan, r->blas_note ? "; blas: " : "", r->blas_note ? r->blas_note : "",
+         r->torch_note ? "; torch: " : "", r->torch_note ? r->torch_note : "");
+}
+
+int attn_bench_report_bwd(const attn_runtime *rt, const attn_peak *pk, const bench_row *all, int nall, int reps,
+                          int causal, int flagged, int json) {
+  if (json) return attn_bench_report(rt, pk, all, nall, reps, causal, flagged, json);
+#ifdef ATTN_HAVE_OPENBLAS
+  const int blas_threads = openblas_get_num_threads();
+#else
+  const int blas_threads = 0;
+#endif
+  char base[160] = "none (built without OpenBLAS)";
+  if (blas_threads)
+    snprintf(base, sizeof base, "the standard backward on OpenBLAS (P kept from the forward; %d threads)",
+             blas_threads);
+  printf("backward: device %s, %d threads (%s); baseline: %s; the forward plan beside it; medians of at least %d "
+         "interleaved rounds (at most %.0f s); GFLOP/s count 2.5 x 2*n*n_kv*(d+d_v)*heads%s; PyTorch: its CPU SDPA "
+         "backward after the rounds, median of %d\n",
+         rt->device, rt->threads, attn_timing_env_text(), base, reps, attn_bench_cap_s, causal ? "/2 (causal)" : "",
+         reps);
+  attn_bench_print_database(rt);
+  char fp[32];
+  attn_bench_fmt_num(fp, sizeof fp, "%.1f", pk->fma_gflops);
+  printf("ceiling measured %s on %d threads: fp32 FMA peak %s GFLOP/s%s (%s); of peak: backward GFLOP/s / FMA peak\n",
+         pk->measurements > 1 ? "before and after the points" : "before the points", pk->threads, fp,
+         pk->fma_under_load ? " (under load)" : "", pk->fma_isa[0] ? pk->fma_isa : "-");
+  printf("%6s %6s %4s %5s %6s %5s %10s %8s %8s %10s %8s %10s %8s %7s %10s %8s %9s  %s\n", "n", "n_kv", "d", "heads",
+         "causal", "dtype", "bwd ms", "GFLOP/s", "of peak", "fwd ms", "bwd/fwd", "blas ms", "GFLOP/s", "ratio",
+         "torch ms", "vs torch", "rel err", "plan");
+  for (int r = 0; r < nall; r++) row_text_bwd(&all[r]);
+  printf("ratio: blas ms / bwd ms; vs torch: torch ms / bwd ms; rel err: the gradients against the BLAS backward's "
+         "(else dq against fp64 on 16 rows)\n");
+  if (flagged)
+    printf("* ceiling measured under load (no clean measurement, or a row above it): the fraction is an upper "
+           "bound\n");
+  return 0;
 }
 
 /* The header's line on what the plans come from: the database read, or none (the untuned defaults). */

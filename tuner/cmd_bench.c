@@ -25,7 +25,7 @@ int attn_bench_heads_kv;
 static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
     "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST] [--time-cap S]\n"
-    "                      [--dv RANGE] [--heads-kv HK]\n"
+    "                      [--dv RANGE] [--heads-kv HK] [--pass fwd|bwd] [--no-torch]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
     "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2%, or\n"
     "  --time-cap S seconds of timed running per point are spent (default 20); the timing harness of `attntune\n"
@@ -48,6 +48,10 @@ static const char bench_usage[] =
     "                baseline in fp32 on the same rounded inputs; outputs agree within 1e-2 (f32: 1e-4)\n"
     "       --split: the plan's configuration with each split-K value (1: none, up to 64), one row each, all timed in\n"
     "                alternation with the baseline\n"
+    "       --pass bwd: the backward plan (attn_execute_backward) against the standard backward on OpenBLAS (P\n"
+    "                materialised by the forward, four sgemm a head) and the forward plan, timed in alternation, then\n"
+    "                PyTorch's CPU SDPA backward on the same shape and threads when python3 imports torch\n"
+    "                (--no-torch: not); GFLOP/s count 2.5x the forward's flops, as FlashAttention does\n"
     "  cuda: the plan (tuned or default) against the default flash kernel on device buffers, CUDA events, TFLOP/s\n"
     "        against the GPU's dense peak (--dtype f16 by default; f16,bf16,f32); PyTorch's attention is compared by\n"
     "        scripts/gpu/torch_compare.py\n";
@@ -61,7 +65,7 @@ static int usage(const char *fmt, const char *arg) {
 
 int attn_cmd_bench(int argc, char **argv) {
   const char *n_s = NULL, *d_s = NULL, *db = NULL, *nkv_s = NULL, *split_s = NULL, *dv_s = NULL;
-  int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0;
+  int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0, bwd = 0, no_torch = 0;
   const char *dtype_s = NULL;
   attn_target target = ATTN_TARGET_CPU;
   for (int i = 1; i < argc; i++) {
@@ -76,6 +80,13 @@ int attn_cmd_bench(int argc, char **argv) {
       json = 1;
     } else if (!strcmp(a, "--no-blas")) {
       no_blas = 1;
+    } else if (!strcmp(a, "--no-torch")) {
+      no_torch = 1;
+    } else if (!strcmp(a, "--pass")) {
+      if (!val) return usage("%s needs a value", a);
+      i++;
+      if (strcmp(val, "fwd") && strcmp(val, "bwd")) return usage("--pass %s: expected fwd or bwd", val);
+      bwd = !strcmp(val, "bwd");
     } else if (!strcmp(a, "--target") || !strcmp(a, "--n") || !strcmp(a, "--d") || !strcmp(a, "--heads") ||
                !strcmp(a, "--db") || !strcmp(a, "--reps") || !strcmp(a, "--dtype") || !strcmp(a, "--n-kv") ||
                !strcmp(a, "--split") || !strcmp(a, "--time-cap") || !strcmp(a, "--dv") || !strcmp(a, "--heads-kv")) {
@@ -131,6 +142,8 @@ int attn_cmd_bench(int argc, char **argv) {
   } else {
     dtypes = target == ATTN_TARGET_CUDA ? 1u << ATTN_F16 : 1u << ATTN_F32;
   }
+  if (bwd && target == ATTN_TARGET_CUDA) return usage("%s", "--pass bwd: the backward runs on the cpu only");
+  if (bwd && split_s) return usage("%s", "--split applies to the forward only (the backward has no split-K)");
   if (!n_s) return usage("%s", "--n RANGE is required");
   if (!d_s) return usage("%s", "--d RANGE is required");
   int *ns = NULL, *ds = NULL, nn = 0, nd = 0;
@@ -220,14 +233,23 @@ int attn_cmd_bench(int argc, char **argv) {
             all = x, capall = cap;
           }
           int nrows = 0;
-          if (attn_bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps, no_blas,
-                               splits, nsplit, all + nall, &nrows))
+          if (bwd) {
+            if (attn_bench_point_bwd(rt, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps,
+                                     no_blas, no_torch, all + nall))
+              rc = 1;
+            else
+              nrows = 1;
+          } else if (attn_bench_point(rt, ns[i], nkvs ? nkvs[kv] : ns[i], d, dv, (attn_dtype)t, heads, causal, reps,
+                                      no_blas, splits, nsplit, all + nall, &nrows)) {
             rc = 1;
+          }
           nall += nrows;
         }
 points_done:;
   const int flagged = attn_bench_ceilings_again(rt->threads, reps, &pk, all, nall);
-  if (attn_bench_report(rt, &pk, all, nall, reps, causal, flagged, json)) rc = 1;
+  if ((bwd ? attn_bench_report_bwd(rt, &pk, all, nall, reps, causal, flagged, json)
+           : attn_bench_report(rt, &pk, all, nall, reps, causal, flagged, json)))
+    rc = 1;
   fflush(stdout);
   free(all);
   attn_close(rt);
