@@ -21,6 +21,9 @@ run)
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE pass = 'bwd' AND status = 'ok'")" -ge 1 ] || fail "bwd rows"
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE chosen = 1 GROUP BY pass" | tr '\n' ' ')" = "1 1 " ] ||
     fail "not one chosen row per pass"
+  # every backward row was checked against the fp64 backward (its error recorded) and counted
+  [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE pass = 'bwd' AND (error IS NULL OR error > 1e-4 OR
+       reads IS NULL OR writes IS NULL)")" -eq 0 ] || fail "a bwd row without its check or its count"
   # the backward's rows are of its template (no forward-only tunables) and its default is 64 x 64
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements m JOIN kernels k ON k.id = m.kernel_id WHERE pass = 'bwd' AND
        (k.spec LIKE '% unroll=4%' OR k.spec LIKE '% split=%')")" -eq 0 ] || fail "a forward tunable in a bwd row"
