@@ -67,11 +67,13 @@ class Error(Exception):
 
 
 class _Problem(ctypes.Structure):
-    # attn.h: attn_problem, field for field (d_v, appended last there, is last here)
+    # attn.h: attn_problem, field for field, in its order
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("n", ctypes.c_int), ("d", ctypes.c_int),
                 ("n_kv", ctypes.c_int), ("heads_kv", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("tolerance", ctypes.c_double),
-                ("algo", ctypes.c_int), ("d_v", ctypes.c_int)]
+                ("algo", ctypes.c_int), ("d_v", ctypes.c_int),
+                # score modifiers, left 0 (off): present so that libattn never reads past this struct's end
+                ("window", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p)]
 
 
 def library_path():
