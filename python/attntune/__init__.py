@@ -14,7 +14,19 @@ sees the keys j <= i + n_kv - n). NumPy arrays (float32, float16) and PyTorch CP
 bfloat16) run on the CPU; PyTorch CUDA tensors run on the GPU by device pointer (float16, bfloat16, float32) when
 libattn's CUDA target opens, stream-ordered on torch's current stream like any torch operation (no host
 synchronisation; with a libattn older than attn_execute_async the stream is synchronised and the call waits). The
-result has the inputs' dtype. There is no autograd: torch tensors are read detached.
+result has the inputs' dtype.
+
+Training: attention() on torch tensors is differentiable (a torch.autograd.Function) when grad mode is on and q, k or
+v requires grad: the forward runs attn_execute_lse and keeps each row's log-sum-exp (fp32), the backward runs
+attn_execute_backward, which recomputes the softmax from it (FlashAttention-2's backward, no n x n matrix kept), in
+the inputs' dtype with fp32 accumulation. Every shape the forward takes (causal, n_kv != n, grouped-query heads,
+d_v != d); non-contiguous inputs are copied and their gradients come back in the inputs' layout (a transposed view's
+gradient is transposed alike). No double backward; lowrank has no backward (EUNSUPPORTED). CUDA tensors take the same
+calls after torch's current stream is synchronised (both return when their results are written); where libattn's
+CUDA target lacks them it raises its EUNSUPPORTED (under torch.no_grad() CUDA tensors run stream-ordered as before).
+On NumPy arrays (or tensors, read detached): o, lse = attention(q, k, v, return_lse=True), then
+dq, dk, dv = attention_backward(q, k, v, o, lse, dout, causal=...). Plan objects (attntune.plan) run the forward
+only and read tensors detached.
 
 Empty dimensions: a result with no elements (batch, heads, n or d_v of 0) is returned empty, of its shape and
 dtype, without running a kernel; d = 0 (no score to scale by 1/sqrt(d)), n_kv = 0 under a non-empty result (a
@@ -43,7 +55,8 @@ from collections import OrderedDict
 import numpy as np
 
 __version__ = "0.1.0"
-__all__ = ["attention", "describe", "plan", "Plan", "Error", "library_path", "cli_path", "__version__"]
+__all__ = ["attention", "attention_backward", "describe", "plan", "Plan", "Error", "library_path", "cli_path",
+           "__version__"]
 
 # attn.h's codes
 OK, EINVAL, ENOMEM, ENODEV, ECOMPILE, EDB, ERUNTIME, EUNSUPPORTED = range(8)
@@ -67,7 +80,7 @@ class Error(Exception):
 
 
 class _Problem(ctypes.Structure):
-    # attn.h: attn_problem, field for field, in its order
+    # attn.h: attn_problem, field for field (d_v, appended last there, is last here)
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("n", ctypes.c_int), ("d", ctypes.c_int),
                 ("n_kv", ctypes.c_int), ("heads_kv", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("tolerance", ctypes.c_double),
@@ -117,6 +130,10 @@ def _load():
     lib.attn_execute.argtypes = [vp, vp, vp, vp, vp]
     if hasattr(lib, "attn_execute_async"):  # a libattn older than it runs CUDA plans synchronously (_run)
         lib.attn_execute_async.argtypes = [vp, vp, vp, vp, vp, vp]
+    if hasattr(lib, "attn_execute_backward"):  # training: a libattn older than it refuses (_training)
+        lib.attn_execute_lse.argtypes = [vp, vp, vp, vp, vp, vp]
+        lib.attn_plan_create_backward.argtypes = [vp, ctypes.POINTER(_Problem), ctypes.POINTER(vp)]
+        lib.attn_execute_backward.argtypes = [vp] + [vp] * 9
     lib.attn_plan_describe.argtypes = [vp]
     lib.attn_plan_describe.restype = ctypes.c_char_p
     lib.attn_plan_destroy.argtypes = [vp]
@@ -132,6 +149,12 @@ def _last_error(lib, rt):
     return msg.decode(errors="replace") if msg else ""
 
 
+def _training(lib):
+    if not hasattr(lib, "attn_execute_backward"):
+        raise Error(EUNSUPPORTED, "this libattn (%s) has no backward (attn_execute_lse, attn_execute_backward): "
+                    "gradients need a newer one" % library_path())
+
+
 class _Runtime:
     def __init__(self, lib, db, target):
         self.lib = lib
@@ -145,22 +168,27 @@ class _Runtime:
             raise Error(rc, detail)
         self.plans = OrderedDict()   # attention()'s plans, most recently used last
 
-    def create(self, p):
-        """A new plan for problem p (the caller owns it); the lock is held."""
+    def create(self, p, backward=False):
+        """A new plan for problem p, its gradients' when backward (the caller owns it); the lock is held."""
         plan = ctypes.c_void_p()
-        rc = self.lib.attn_plan_create(self.rt, ctypes.byref(p), ctypes.byref(plan))
+        if backward:
+            _training(self.lib)
+            rc = self.lib.attn_plan_create_backward(self.rt, ctypes.byref(p), ctypes.byref(plan))
+        else:
+            rc = self.lib.attn_plan_create(self.rt, ctypes.byref(p), ctypes.byref(plan))
         if rc != OK:
             raise Error(rc, _last_error(self.lib, self.rt))
         return plan
 
-    def cached(self, p):
-        """attention()'s plan for problem p, created when it is not cached; the lock is held."""
-        key = tuple(getattr(p, f) for f, _ in _Problem._fields_)
+    def cached(self, p, backward=False):
+        """attention()'s plan for problem p (the backward's when backward), created when it is not cached; the lock
+        is held."""
+        key = (backward,) + tuple(getattr(p, f) for f, _ in _Problem._fields_)
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
             return plan
-        plan = self.plans[key] = self.create(p)
+        plan = self.plans[key] = self.create(p, backward)
         if len(self.plans) > _MAX_PLANS:
             _destroy(self.lib, self.target, self.plans.popitem(last=False)[1])
         return plan
@@ -377,6 +405,28 @@ def _run(lib, rt, target, plan, xs, o, stream):
         raise Error(rc, _last_error(lib, rt))
 
 
+def _run_lse(lib, rt, target, plan, xs, o, lse, stream):
+    """The forward of plan on xs into o, with each row's log-sum-exp into lse (fp32). CUDA: attn_execute_lse runs
+    on the default stream and returns when done, so `stream` is synchronised first."""
+    _training(lib)
+    if target == _TARGET_CUDA:
+        stream.synchronize()
+    rc = lib.attn_execute_lse(plan, *[_ptr(x) for x in xs], _ptr(o), _ptr(lse))
+    if rc != OK:
+        raise Error(rc, _last_error(lib, rt))
+
+
+def _run_backward(lib, rt, target, plan, xs, grads, stream):
+    """attn_execute_backward of plan: xs are q, k, v, o, lse, dout and grads dq, dk, dv, all in attn.h's layout.
+    CUDA: synchronised as _run_lse."""
+    _training(lib)
+    if target == _TARGET_CUDA:
+        stream.synchronize()
+    rc = lib.attn_execute_backward(plan, *[_ptr(x) for x in list(xs) + list(grads)])
+    if rc != OK:
+        raise Error(rc, _last_error(lib, rt))
+
+
 def _cuda_stream(stream, device):
     import torch
     if stream is None:
@@ -391,7 +441,7 @@ def _cuda_stream(stream, device):
 
 # --- the API ---------------------------------------------------------------------------------------------------
 
-def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, return_lse=False):
     """softmax(scale * q k^T) v for NumPy arrays or PyTorch tensors (layouts, empty sizes and errors: the module's
     docstring).
 
@@ -399,9 +449,23 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     finite number > 0. db: the tuning database, a path (None: attn_open's default, $ATTN_DB or the cache directory's;
     without a database the default kernels serve). algo: "auto", "flash", "smallcache" or "lowrank" (approximate: it
     needs tolerance > 0). Returns a new array or tensor shaped like q with v's last dimension (d_v), of the inputs'
-    dtype. The plan is cached per problem; attntune.plan() keeps one in hand instead."""
+    dtype; with return_lse=True the pair (o, lse), lse each row's log-sum-exp of its scaled scores (float32, q's shape
+    without its last dimension; -inf for a row that sees no key), what attention_backward takes.
+    Differentiable on torch tensors: when grad mode is on and q, k or v requires grad, o's backward is libattn's
+    (attn_execute_backward from the lse the forward keeps). The plan is cached per problem; attntune.plan() keeps
+    one in hand instead."""
     a = _Args(q, k, v, causal, scale, algo, tolerance)
     dbp = _db_path(db)
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError("return_lse is of type %s: expected a bool" % type(return_lse).__name__)
+    if a.kind == "torch" and _needs_grad(q, k, v):
+        if a.problem is not None and a.problem.algo == _ALGOS["lowrank"]:
+            raise Error(EUNSUPPORTED, "algo='lowrank' on tensors that require grad: lowrank has no backward (its "
+                        "approximation's gradient); run it under torch.no_grad(), or use another algo")
+        o, lse = _function().apply(q, k, v, a, dbp, bool(return_lse))
+        return (o, lse) if return_lse else o
+    if return_lse:
+        return _forward_lse(a, dbp, q, k, v, True)
     if a.problem is None:
         return _new_out(a.kind, a.out_shape, q)
     xs = _contiguous(a.kind, a.target, (q, k, v))
@@ -411,6 +475,131 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
         rt = _runtime(dbp, a.target)
         _run(rt.lib, rt.rt, a.target, rt.cached(a.problem), xs, o, stream)
     return o
+
+
+def attention_backward(q, k, v, o, lse, dout, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+    """The gradients (dq, dk, dv) of attention(q, k, v, ...) for dout, the gradient of its result: o and lse are
+    what attention(..., return_lse=True) returned for the same inputs and arguments, dout is shaped like o. dq is
+    shaped like q, dk like k and dv like v, in the inputs' dtype (fp32 accumulation); grouped-query heads: dk and dv
+    summed over each KV head's query heads. NumPy arrays, or torch tensors (read detached; attention() is
+    differentiable itself). Rows that see no key get zero dq, keys no row sees zero dk and dv; an empty result gives
+    zero gradients. lowrank has no backward (EUNSUPPORTED). The backward plan is cached per problem, as
+    attention()'s."""
+    a = _Args(q, k, v, causal, scale, algo, tolerance)
+    dbp = _db_path(db)
+    kind = "numpy arrays" if a.kind == "numpy" else "torch tensors"
+    for name, x, shape, dtype in (("o", o, a.out_shape, a.dtype), ("dout", dout, a.out_shape, a.dtype),
+                                  ("lse", lse, a.shapes[0][:-1], None)):
+        if (a.kind == "numpy") != isinstance(x, np.ndarray) or (a.kind == "torch" and not _is_torch(x)):
+            raise TypeError("%s is a %s: q, k and v are %s" % (name, type(x).__name__, kind))
+        if dtype is None:
+            ok = x.dtype == np.float32 if a.kind == "numpy" else str(x.dtype) == "torch.float32"
+            if not ok:
+                raise TypeError("lse has dtype %s: expected float32 (attention(..., return_lse=True)'s)" % x.dtype)
+        elif x.dtype != dtype:
+            raise TypeError("%s has dtype %s: expected q's, %s" % (name, x.dtype, dtype))
+        if a.kind == "torch" and x.device != a.device:
+            raise Error(EINVAL, "%s is on %s, q on %s: they must be on one device" % (name, x.device, a.device))
+        if tuple(x.shape) != shape:
+            raise Error(EINVAL, "%s has shape %s: expected %s for q %s and v %s" % (name, tuple(x.shape), shape,
+                                                                                  a.shapes[0], a.shapes[2]))
+    if a.kind == "torch":
+        q, k, v, o, lse, dout = (x.detach() for x in (q, k, v, o, lse, dout))
+    return _backward(a, dbp, q, k, v, o, lse, dout)
+
+
+def _needs_grad(q, k, v):
+    if not any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+        return False
+    import torch
+    return torch.is_grad_enabled()
+
+
+def _new_lse(kind, shape, like):
+    if kind == "numpy":
+        return np.empty(shape, dtype=np.float32)
+    import torch
+    return torch.empty(shape, dtype=torch.float32, device=like.device)
+
+
+def _zeros(kind, shape, like):
+    if kind == "numpy":
+        return np.zeros(shape, dtype=like.dtype)
+    import torch
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+def _forward_lse(a, dbp, q, k, v, want_lse):
+    """(o, lse) for _Args a: the forward through attn_execute_lse. An empty result runs nothing; its lse (only
+    wanted when want_lse) is empty too unless d_v = 0, which is refused as there is no kernel to compute it."""
+    lse_shape = a.shapes[0][:-1]
+    if a.problem is None:
+        if want_lse and math.prod(lse_shape) and a.out_shape[-1] == 0:
+            raise Error(EINVAL, "return_lse with d_v = 0: no kernel runs for an empty result, so there is no lse")
+        return _new_out(a.kind, a.out_shape, q), _new_lse(a.kind, lse_shape, q)
+    xs = _contiguous(a.kind, a.target, (q, k, v))
+    o = _new_out(a.kind, a.out_shape, xs[0])
+    lse = _new_lse(a.kind, lse_shape, xs[0])
+    stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
+    with _lock:
+        rt = _runtime(dbp, a.target)
+        _run_lse(rt.lib, rt.rt, a.target, rt.cached(a.problem), xs, o, lse, stream)
+    return o, lse
+
+
+def _backward(a, dbp, q, k, v, o, lse, dout):
+    """[dq, dk, dv], new and in attn.h's layout, for checked inputs of _Args a (torch tensors detached)."""
+    like = q
+    if a.problem is None:   # the result has no elements: nothing depends on the inputs
+        return [_zeros(a.kind, s, like) for s in a.shapes]
+    xs = _contiguous(a.kind, a.target, (q, k, v, o, lse, dout))
+    grads = [_new_out(a.kind, s, xs[0]) for s in a.shapes]
+    stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
+    with _lock:
+        rt = _runtime(dbp, a.target)
+        _run_backward(rt.lib, rt.rt, a.target, rt.cached(a.problem, backward=True), xs, grads, stream)
+    return grads
+
+
+_Function = None
+
+
+def _function():
+    """attention()'s torch.autograd.Function, made on first use (torch is imported only for torch tensors)."""
+    global _Function
+    if _Function is not None:
+        return _Function
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class _Attention(torch.autograd.Function):
+        # forward through attn_execute_lse, keeping the inputs, o and lse (fp32); backward through
+        # attn_execute_backward, which recomputes P from lse
+        @staticmethod
+        def forward(ctx, q, k, v, a, dbp, want_lse):
+            o, lse = _forward_lse(a, dbp, q, k, v, want_lse)
+            ctx.a, ctx.dbp = a, dbp
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, dout, _dlse):
+            q, k, v, o, lse = ctx.saved_tensors
+            if dout.dtype != o.dtype:
+                dout = dout.to(o.dtype)
+            grads = _backward(ctx.a, ctx.dbp, q, k, v, o, lse, dout)
+            out = []
+            for x, g, need in zip((q, k, v), grads, ctx.needs_input_grad[:3]):
+                if need and g.stride() != x.stride() and x.numel() > 1:
+                    # the input's layout (a transposed view's gradient is transposed alike) where it is dense
+                    g = torch.empty_like(x, memory_format=torch.preserve_format).copy_(g)
+                out.append(g if need else None)
+            return out[0], out[1], out[2], None, None, None
+
+    _Function = _Attention
+    return _Function
 
 
 def describe(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
