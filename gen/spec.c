@@ -281,6 +281,13 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->split > 1 && s->algo != ATTN_ALGO_FLASH)
     return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to cpu flash kernels only, not %s", s->split,
                      attn_algo_name(s->algo));
+  if ((unsigned)s->window > 1 || (unsigned)s->softcap > 1 || (unsigned)s->alibi > 1)
+    return attn_errf(err, len, ATTN_EINVAL,
+                     "window=%d softcap=%d alibi=%d: each must be 0 or 1 (the kernel applies it)", s->window,
+                     s->softcap, s->alibi);
+  if (s->target == ATTN_TARGET_CPU && s->algo == ATTN_ALGO_LOWRANK && (s->window || s->softcap || s->alibi))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "lowrank cannot apply window, softcap or alibi: its features approximate exp(q.k) alone (use flash)");
   if (s->target == ATTN_TARGET_CUDA) {
     if (s->warps < 1 || s->warps > 16) return attn_errf(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
     if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
@@ -341,10 +348,12 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
 
 int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
   /* split only when it changes the kernel: the keys of every kernel without it stay as they were */
-  char split[48] = "";
+  char split[96] = "";
   int k = 0;
   if (attn_spec_dv(s) != s->d) k = snprintf(split, sizeof split, " dv=%d", s->dv);
-  if (s->split > 1) snprintf(split + k, sizeof split - (size_t)k, " split=%d", s->split);
+  if (s->split > 1) k += snprintf(split + k, sizeof split - (size_t)k, " split=%d", s->split);
+  snprintf(split + k, sizeof split - (size_t)k, "%s%s%s", s->window ? " window=1" : "", s->softcap ? " softcap=1" : "",
+           s->alibi ? " alibi=1" : "");
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
                   "degree=%d rank=%d seed=%u%s",
@@ -393,7 +402,9 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
         {"unroll", offsetof(attn_spec, unroll)}, {"warps", offsetof(attn_spec, warps)},
         {"stages", offsetof(attn_spec, stages)}, {"tile", offsetof(attn_spec, tile)},
         {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)},
-        {"split", offsetof(attn_spec, split)},   {"dv", offsetof(attn_spec, dv)}};
+        {"split", offsetof(attn_spec, split)},   {"dv", offsetof(attn_spec, dv)},
+        {"window", offsetof(attn_spec, window)}, {"softcap", offsetof(attn_spec, softcap)},
+        {"alibi", offsetof(attn_spec, alibi)}};
     int done = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       if (strcmp(key, ints[i].key) != 0) continue;
@@ -446,8 +457,9 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
     snprintf(dev, sizeof dev, "cpu %s", attn_dtype_name(s->dtype));
   char dv[24] = "";
   if (attn_spec_dv(s) != s->d) snprintf(dv, sizeof dv, " d_v=%d", s->dv);
-  return snprintf(buf, len, "%s d=%d%s Br=%d Bc=%d%s %s%s", attn_algo_name(s->algo), s->d, dv, s->br, s->bc, extra,
-                  dev, s->causal ? " causal" : "");
+  return snprintf(buf, len, "%s d=%d%s Br=%d Bc=%d%s %s%s%s%s%s", attn_algo_name(s->algo), s->d, dv, s->br, s->bc,
+                  extra, dev, s->causal ? " causal" : "", s->window ? " window" : "", s->softcap ? " softcap" : "",
+                  s->alibi ? " alibi" : "");
 }
 
 const char *attn_spec_template(const attn_spec *s) {
@@ -508,6 +520,9 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
          s->degree, s->rank, s->seed, s->target == ATTN_TARGET_CUDA ? arch_number(s->arch) : 0);
   /* only when it changes the kernel: without it the template compiles to the kernel with no split */
   if (s->split > 1) sb_add(&b, "#define ATTN_SPLIT %d\n", s->split);
+  if (s->window) sb_add(&b, "#define ATTN_WINDOW 1\n");
+  if (s->softcap) sb_add(&b, "#define ATTN_SOFTCAP 1\n");
+  if (s->alibi) sb_add(&b, "#define ATTN_ALIBI 1\n");
   if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
   sb_add(&b, "%s\n", abi);
   sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);

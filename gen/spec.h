@@ -31,6 +31,11 @@ typedef struct attn_spec {
   int degree;           /* Taylor degree g (even) */
   int rank;             /* random features: m; Taylor: derived C(d+g, g) */
   unsigned seed;        /* random features' seed */
+  /* Score modifiers the kernel applies (attn.h), 0 or 1; their values (the window's width, the cap, the slopes) are
+   * the problem's, given at run time. */
+  int window;           /* sliding window: key blocks outside it skipped, the rest masked */
+  int softcap;          /* c·tanh(s/c) on the scaled scores */
+  int alibi;            /* -slope_h·|i' - j| on the scores */
 } attn_spec;
 
 /* Names and their inverses; parse functions return -1 for an unknown name. */
@@ -72,12 +77,14 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
  * " dv=N" is written only when d_v differs from d (texts without it parse to dv 0: d_v = d; dv = d parses to 0).
  * " split=N" is written only when split > 1, so that the keys of kernels without it stay what they were; texts
  * without it parse to split 0 (split 1 therefore comes back as 0, which means the same kernel).
+ * " window=1", " softcap=1" and " alibi=1" are written only when set (texts of kernels without modifiers are what
+ * they were); texts without them parse to 0.
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
 
 /* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1,
- * "cpu f32 unroll=4" when unroll > 0). */
+ * "cpu f32 unroll=4" when unroll > 0, " window softcap alibi" after causal for the modifiers the kernel applies). */
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
 
 /* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.

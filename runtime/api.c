@@ -286,8 +286,12 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
                      attn_dtype_name(p.dtype));
   if (s->algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "lowrank is approximate: it needs a problem tolerance > 0");
-  if (attn_problem_has_mods(&p))
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "window, softcap and ALiBi: no kernel applies them yet");
+  if (s->window != (p.window > 0) || s->softcap != (p.softcap > 0) || s->alibi != (p.alibi_slopes != NULL))
+    return attn_fail(rt, ATTN_EINVAL,
+                     "spec (window=%d softcap=%d alibi=%d) does not match the problem (window=%d softcap=%g alibi %s)",
+                     s->window, s->softcap, s->alibi, p.window, (double)p.softcap, p.alibi_slopes ? "on" : "off");
+  if (rt->target == ATTN_TARGET_CUDA && attn_problem_has_mods(&p))
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "window, softcap and ALiBi are not in the CUDA kernels yet (the CPU's)");
 
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create: out of memory");
@@ -342,15 +346,31 @@ static void shape_diff(const attn_db_best *b, const attn_problem *p, int threads
     if (f[i].differs && k < len) k += (size_t)snprintf(buf + k, len - k, " %s=%lld", f[i].name, f[i].row);
 }
 
+int attn_problem_variant(const attn_problem *p, char *buf, size_t len) {
+  char cap[32] = "";
+  if (p->softcap > 0)
+    for (int prec = 6; prec <= 9; prec++) { /* the shortest text that reads back as the same float */
+      snprintf(cap, sizeof cap, "%.*g", prec, (double)p->softcap);
+      if (strtof(cap, NULL) == p->softcap) break;
+    }
+  char win[32] = "";
+  if (p->window > 0) snprintf(win, sizeof win, "window=%d", p->window);
+  return snprintf(buf, len, "%s%s%s%s%s%s", win, win[0] && cap[0] ? "," : "", cap[0] ? "softcap=" : "", cap,
+                  p->alibi_slopes && (win[0] || cap[0]) ? "," : "", p->alibi_slopes ? "alibi" : "");
+}
+
 /* The tuned row for this problem and pass ("fwd", "bwd"), when the database has one that fits; 0 and *s filled, else
  * -1 (origin says why when it is worth saying). */
 static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass, attn_spec *s, char *origin,
                       size_t olen) {
   if (!rt->db) return -1;
+  /* the variant is part of the key: a dense row never serves a problem with modifiers, nor one with others */
+  char variant[ATTN_DB_VARIANT_MAX + 1];
+  attn_problem_variant(p, variant, sizeof variant);
   const int threads = rt->target == ATTN_TARGET_CPU ? rt->threads : 0;
   attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
                      .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
-                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass};
+                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass, .variant = variant};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
@@ -371,7 +391,8 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
   }
   /* A row for another algorithm than the one asked for, or that does not fit this problem, is not used. */
   if ((p->algo != ATTN_ALGO_AUTO && t.algo != p->algo) || t.target != rt->target || t.d != p->d ||
-      attn_spec_dv(&t) != p->d_v ||
+      attn_spec_dv(&t) != p->d_v || t.window != (p->window > 0) || t.softcap != (p->softcap > 0) ||
+      t.alibi != (p->alibi_slopes != NULL) ||
       t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
     return -1;
   const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
@@ -407,6 +428,9 @@ void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo 
   attn_algo a = algo == ATTN_ALGO_AUTO || algo == ATTN_ALGO_LOWRANK ? ATTN_ALGO_FLASH : algo;
   *s = attn_spec_default(a, rt->target, p->dtype, p->d, p->causal);
   s->dv = p->d_v != p->d ? p->d_v : 0;
+  s->window = p->window > 0;
+  s->softcap = p->softcap > 0;
+  s->alibi = p->alibi_slopes != NULL;
   /* CUDA tiles sized for d_v; a d_v that no tile fits is refused by attn_spec_check at plan creation, which names
    * the limit */
   if (attn_spec_fit(s, NULL, 0) != ATTN_OK) return;
@@ -460,7 +484,8 @@ static int execute(const char *what, const attn_plan *plan, void *stream, int sy
                 : attn_cuda_launch(rt, plan->cuda, p, stream, q, k, v, o);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
   attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
-                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
+                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .window = p->window, .softcap = p->softcap,
+                  .alibi = p->alibi_slopes};
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 
@@ -490,7 +515,8 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_lse: plan has no kernel");
   const attn_problem *p = &plan->p;
   attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
-                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = lse};
+                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = lse, .window = p->window,
+                  .softcap = p->softcap, .alibi = p->alibi_slopes};
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 

@@ -54,6 +54,10 @@ struct attn_plan {
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale; a window that hides nothing becomes 0);
  * ATTN_EINVAL with a reason otherwise. */
 int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_problem *out);
+/* The canonical variant text of a normalised problem's modifiers, the database key's variant: "window=128,
+ * softcap=30,alibi" (those present, in that order; softcap the shortest decimal that reads back as the same float),
+ * "" when dense. snprintf's return convention. */
+int attn_problem_variant(const attn_problem *p, char *buf, size_t len);
 /* 1 when a normalised problem has a score modifier (window, softcap or ALiBi). */
 static inline int attn_problem_has_mods(const attn_problem *p) {
   return p->window > 0 || p->softcap > 0 || p->alibi_slopes != NULL;

@@ -1,5 +1,6 @@
 /* reference.c: what kernels are checked against — a plain fp64 attention with the library's semantics (GQA,
- * bottom-right causal mask, window, softcap, ALiBi, zero rows), the relative error, reproducible random inputs, and poisoning. */
+ * bottom-right causal mask, window, softcap, ALiBi, zero rows), the relative error, reproducible random inputs, and
+ * poisoning. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

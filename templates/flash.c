@@ -19,6 +19,12 @@
  * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes.
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n); key blocks that are fully
  * masked are never loaded, and a query row with no visible key outputs zeros.
+ * Score modifiers (attn.h), each compiled in only when its spec asks: ATTN_WINDOW (a->window = w > 0: with
+ * i' = i + n_kv - n, causal i' - w < j <= i', else |i' - j| < w): an item reads only the keys from its first row's
+ * first visible key to its last row's last, and masks the blocks that cross a window edge as the causal diagonal is
+ * masked; ATTN_SOFTCAP (a->softcap = c > 0): s = c tanh(s / c) on the scaled score; ATTN_ALIBI (a->alibi: one slope
+ * per query head): s -= slope |i' - j|, after the softcap. Both rewrite St after the scores (in base 2, as St is),
+ * before the mask and the softmax. Packed rows take their own head's slope.
  *
  * I/O accounting (ATTN_IO_READ / ATTN_IO_WRITE), in elements: K_j (cols*d) and V_j (cols*d_v) are read once per query
  * block (staging copies them to fast memory, which is that read). Q_i (read once, rows*d) and O_i (written once,
@@ -26,7 +32,8 @@
  * block i the keys 0 .. i0 + rows - 1 + (n_kv - n) are read (in blocks of BC, the last one cut there), nothing
  * beyond: a query block reads (d + d_v)*min(n_kv, max(0, i0 + rows + n_kv - n)) + rows*d entries and writes
  * rows*d_v. A packed block (G heads' rows) counts the same with its rows, and i0 + rows - 1 the query of its last
- * row.
+ * row. A window w reads the keys [lo, hi) with lo = max(0, i0' - w + 1), hi = min(n_kv, i1' + 1) causal or
+ * min(n_kv, i1' + w) not (i0', i1' the first and last row's i'; nothing when hi <= lo): (d + d_v)*(hi - lo).
  *
  * Split-K (ATTN_SPLIT = S > 1; decode and other problems with fewer query blocks than cores): each query block's
  * visible key blocks are divided among S work items as evenly as possible (counts differ by at most one block). An
@@ -65,6 +72,17 @@
 #ifndef ATTN_DV
 #define ATTN_DV ATTN_D
 #endif
+#ifndef ATTN_WINDOW
+#define ATTN_WINDOW 0
+#endif
+#ifndef ATTN_SOFTCAP
+#define ATTN_SOFTCAP 0
+#endif
+#ifndef ATTN_ALIBI
+#define ATTN_ALIBI 0
+#endif
+/* blocks may hide keys from some of their rows */
+#define FL_MASK (ATTN_CAUSAL || ATTN_WINDOW)
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -233,6 +251,7 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 #define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
 #define FL_QD_SZ FL_RUP(FL_DOT * FL_D, 16)  /* Qd[DOT][D]: scaled Q rows, row-major (items of at most FL_DOT rows) */
 #define FL_VC_SZ FL_RUP(FL_BC * FL_DVP, 16) /* Vc[BC][DVP]: a converted, padded (or realigned) V block */
+#define FL_AL_SZ (ATTN_ALIBI ? 2 * FL_V_SZ : 0) /* ALiBi: each row's slope (base 2) and i', as floats */
 
 /* St[c][rv..] for c < rc key rows, nr vectors of query rows: St = K Qt over the whole of D. The tile's column-wise
  * max (over its key rows) is folded into mx, so the softmax needs no separate pass for the row max. */
@@ -377,97 +396,154 @@ FL_INLINE void fl_pv_dot_keys(const float *restrict vb, const float *restrict st
   if (kg > 1 && c < c1) fl_pv_dot_keys(vb, st, o, c, c1, R, 1);
 }
 
-/* Causal visibility in a work item. Rows are numbered x = 0 .. rows-1 within the item and keys c = 0 .. cols-1 within
- * a key block; the item's rows map to queries as i = (X0 + x) / gp, gp consecutive rows per query (gp = 1 unpacked;
- * gp = G, the heads sharing a KV head, when decode packs them: fl_item). Key c is hidden from row x iff
- * i < j0 + c - off, i.e. iff x < gp * c + base with base = gp * (j0 - off) - X0, a threshold rising by gp per key. */
+/* Visibility in a work item. Rows are numbered x = 0 .. rows-1 within the item and keys c = 0 .. cols-1 within a key
+ * block; the item's rows map to queries as i = (X0 + x) / gp, gp consecutive rows per query (gp = 1 unpacked; gp = G,
+ * the heads sharing a KV head, when decode packs them: fl_item). Key c is seen by the rows lo + gp * c <= x <
+ * hi + gp * c, thresholds rising by gp per key: with base = gp * (j0 - off) - X0, causal's lo is base (i' >= j), a
+ * window's hi is base + gp * w (i' < j + w) and a non-causal window's lo base - gp * (w - 1) (i' > j - w); a bound
+ * that does not apply is FL_FAR. */
+#define FL_FAR (__LONG_MAX__ / 4)
+typedef struct fl_vis { long gp, lo, hi; } fl_vis;
 FL_INLINE long fl_floordiv(long a, long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-/* The last key row x sees: the largest c with gp * c + base <= x. */
-FL_INLINE long fl_last_key(long x, long gp, long base) { return fl_floordiv(x - base, gp); }
-/* The key rows, of cols, that row r and every later row see: those before the first hidden from row r. */
-FL_INLINE int fl_keys_seen(long r, int cols, long gp, long base) {
-  const long last = fl_last_key(r, gp, base);
-  return last + 1 < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
-}
+FL_INLINE int fl_clamp_cols(long c, int cols) { return c < 0 ? 0 : c < cols ? (int)c : cols; }
+/* One past the last key row x sees: past the largest c with lo + gp * c <= x. */
+FL_INLINE int fl_key_end(long x, fl_vis v, int cols) { return fl_clamp_cols(fl_floordiv(x - v.lo, v.gp) + 1, cols); }
+/* The first key row x sees: the smallest c with hi + gp * c > x. */
+FL_INLINE int fl_key_begin(long x, fl_vis v, int cols) { return fl_clamp_cols(fl_floordiv(x - v.hi, v.gp) + 1, cols); }
 
-/* The rest of a tile's triangle on the causal diagonal, after fl_pv_tile took the key rows c < cfull that all its
- * rows see: row a (of ro, row r + a of the item) adds the key rows cfull <= c <= its last, c < cols. Out of line and
- * only in blocks that cross the diagonal (fewer than ro key rows per tile), so the tile loop keeps its code. */
+/* The keys of a masked tile that not all its rows see, after fl_pv_tile took those they all see, [c0, c1): row a (of
+ * ro, row r + a of the item) adds its own keys below c0 and from c1 on. Out of line and only in blocks that cross
+ * the causal diagonal or a window's edge, so the tile loop keeps its code. */
 static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const float *restrict st,
-                                                 float *restrict o, int cfull, int cols, long r, int ro, long gp,
-                                                 long base) {
+                                                 float *restrict o, int c0, int c1, int cols, long r, int ro,
+                                                 fl_vis vis) {
   for (int a = 0; a < ro; a++) {
-    const long last = fl_last_key(r + a, gp, base);
-    const int cend = last + 1 < cols ? (int)(last + 1) : cols;
-    for (int c = cfull; c < cend; c++) {
-      const fl_vf p = fl_splat(st[c * FL_BRP + a]);
-      for (int dv = 0; dv < FL_NDV; dv++) {
-        float *od = o + a * FL_DVP + dv * FL_VW;
-        fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_DVP + dv * FL_VW), fl_ld(od)));
+    const int b = fl_key_begin(r + a, vis, cols), e = fl_key_end(r + a, vis, cols);
+    for (int part = 0; part < 2; part++) {
+      const int from = part ? (b > c1 ? b : c1) : b, to = part ? e : (e < c0 ? e : c0);
+      for (int c = from; c < to; c++) {
+        const fl_vf p = fl_splat(st[c * FL_BRP + a]);
+        for (int dv = 0; dv < FL_NDV; dv++) {
+          float *od = o + a * FL_DVP + dv * FL_VW;
+          fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_DVP + dv * FL_VW), fl_ld(od)));
+        }
       }
     }
   }
 }
 
-/* Rows r .. r+ro-1 over cols key rows. masked: the block crosses the causal diagonal (visibility as above); then each
- * row takes only the keys it sees: a hidden key is skipped, not weighted by its P = 0, since 0 * v is NaN for a NaN
- * (or infinite) v, which must not reach rows that do not see that key. Key rows that no row of the tile sees are
- * skipped altogether. */
+/* Rows r .. r+ro-1 over cols key rows. masked: the block crosses the causal diagonal or a window's edge (visibility
+ * as above); then each row takes only the keys it sees: a hidden key is skipped, not weighted by its P = 0, since
+ * 0 * v is NaN for a NaN (or infinite) v, which must not reach rows that do not see that key. The keys every row of
+ * the tile sees, [c0, c1) (c0 the last row's first, c1 the first row's end: both rise with the row), go through the
+ * register tile; key rows that no row of the tile sees are skipped altogether. */
 FL_INLINE void fl_pv_rows(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                          float *restrict o, int cols, int r, int ro, int masked, long gp, long base) {
-  const int cfull = masked ? fl_keys_seen(r, cols, gp, base) : cols; /* the tile's first row sees the fewest */
+                          float *restrict o, int cols, int r, int ro, int masked, fl_vis vis) {
+  int c0 = 0, c1 = cols;
+  if (masked) {
+    c0 = fl_key_begin(r + ro - 1, vis, cols);
+    c1 = fl_key_end(r, vis, cols);
+    if (c1 < c0) c1 = c0;
+  }
+  const float *vk = vb + (long)c0 * FL_DVP, *sk = st + (long)c0 * FL_BRP + r;
   int dv = 0;
   for (; dv + FL_PV_ND <= FL_NDV; dv += FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_DVP + dv * FL_VW, cfull, ro, FL_PV_ND);
+    fl_pv_tile(vk + dv * FL_VW, sk, alpha + r, o + r * FL_DVP + dv * FL_VW, c1 - c0, ro, FL_PV_ND);
   if (FL_NDV % FL_PV_ND)
-    fl_pv_tile(vb + dv * FL_VW, st + r, alpha + r, o + r * FL_DVP + dv * FL_VW, cfull, ro, FL_NDV % FL_PV_ND);
-  if (masked && cfull < cols) fl_pv_diag(vb, st + r, o + r * FL_DVP, cfull, cols, r, ro, gp, base);
+    fl_pv_tile(vk + dv * FL_VW, sk, alpha + r, o + r * FL_DVP + dv * FL_VW, c1 - c0, ro, FL_NDV % FL_PV_ND);
+  if (masked) fl_pv_diag(vb, st + r, o + r * FL_DVP, c0, c1, cols, r, ro, vis);
 }
 
 /* A full query block's tail band has a constant height; a partial block's goes a row at a time. */
 FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                     float *restrict o, int cols, int rows, int masked, long gp, long base) {
+                     float *restrict o, int cols, int rows, int masked, fl_vis vis) {
   int r = 0;
-  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO, masked, gp, base);
+  for (; r + FL_PV_RO <= rows; r += FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_PV_RO, masked, vis);
   if (rows == FL_BR) {
-    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO, masked, gp, base);
+    if (FL_BR % FL_PV_RO) fl_pv_rows(vb, st, alpha, o, cols, r, FL_BR % FL_PV_RO, masked, vis);
   } else {
-    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1, masked, gp, base);
+    for (; r < rows; r++) fl_pv_rows(vb, st, alpha, o, cols, r, 1, masked, vis);
   }
 }
 
-/* O = alpha * O + P V for an item of R <= FL_DOT rows: the keys all rows see, then the causal triangle's rest as
- * fl_pv_rows does. */
+/* O = alpha * O + P V for an item of R <= FL_DOT rows: the keys all rows see, then each row's others as fl_pv_rows
+ * does. */
 FL_INLINE void fl_pv_dot(const float *restrict vb, const float *restrict st, const float *restrict alpha,
-                         float *restrict o, int cols, int R, int masked, long gp, long base) {
+                         float *restrict o, int cols, int R, int masked, fl_vis vis) {
   for (int r = 0; r < R; r++) {
     const fl_vf al = fl_splat(alpha[r]);
     for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + r * FL_DVP + b, fl_ld(o + r * FL_DVP + b) * al);
   }
-  const int cfull = masked ? fl_keys_seen(0, cols, gp, base) : cols;
-  fl_pv_dot_keys(vb, st, o, 0, cfull, R, R == 1 ? 2 : R == 2 ? 2 : 2);
-  if (masked && cfull < cols) fl_pv_diag(vb, st, o, cfull, cols, 0, R, gp, base);
+  int c0 = 0, c1 = cols;
+  if (masked) {
+    c0 = fl_key_begin(R - 1, vis, cols);
+    c1 = fl_key_end(0, vis, cols);
+    if (c1 < c0) c1 = c0;
+  }
+  fl_pv_dot_keys(vb, st, o, c0, c1, R, 2);
+  if (masked) fl_pv_diag(vb, st, o, c0, c1, cols, 0, R, vis);
 }
 
+#if ATTN_SOFTCAP || ATTN_ALIBI
+/* tanh, lane-wise: 1 - 2 / (e^2x + 1) with x clamped to +-20 (tanh is +-1 in fp32 there, and e^2x stays finite);
+ * NaN compares false, is not clamped and stays NaN. Absolute error ~1e-7. */
+FL_INLINE fl_vf fl_tanh(fl_vf x) {
+  x = fl_sel(x > 20.0f, fl_splat(20.0f), x);
+  x = fl_sel(x < -20.0f, fl_splat(-20.0f), x);
+  const fl_vf e = fl_exp2(x * fl_splat(2.8853900817779268f)); /* 2 log2(e) */
+  return fl_splat(1.0f) - fl_splat(2.0f) / (e + fl_splat(1.0f));
+}
+
+/* What the score modifiers need at run time: the softcap in base 2 (St' = k2 tanh(k1 St), k1 = ln 2 / c,
+ * k2 = c log2 e; k2 = 0: off) and ALiBi's per-row slope (base 2) and i' (NULL: off). */
+typedef struct fl_mod { float k1, k2; const float *sl, *pos; } fl_mod;
+
+/* St's cols key rows (keys j0 ...) after the softcap and the ALiBi bias, and mx their rows' maxima again. */
+FL_INLINE void fl_mods(float *restrict st, fl_vf *restrict mx, int cols, int nrv, long j0, const fl_mod *md) {
+  for (int rv = 0; rv < nrv; rv++) mx[rv] = fl_splat(-__builtin_inff());
+  for (int c = 0; c < cols; c++) {
+    const fl_vf j = fl_splat((float)(j0 + c));
+    for (int rv = 0; rv < nrv; rv++) {
+      fl_vf x = fl_ld(st + c * FL_BRP + rv * FL_VW);
+#if ATTN_SOFTCAP
+      if (md->k2 > 0.0f) x = fl_splat(md->k2) * fl_tanh(x * fl_splat(md->k1));
+#endif
+#if ATTN_ALIBI
+      if (md->sl) {
+        fl_vf dist = fl_ld(md->pos + rv * FL_VW) - j;
+        dist = fl_sel(dist < 0.0f, -dist, dist);
+        x = FL_FMA(-fl_ld(md->sl + rv * FL_VW), dist, x);
+      }
+#endif
+      fl_st(st + c * FL_BRP + rv * FL_VW, x);
+      mx[rv] = FL_MAX(mx[rv], x);
+    }
+  }
+}
+#else
+typedef struct fl_mod { int none; } fl_mod;
+#endif
+
 /* Online softmax over one key block, given mx (each query row's max over the block from fl_scores): masks where the
- * block crosses the causal diagonal (then mx is recomputed over the visible keys), updates the running max m and
- * sum l, turns St into probabilities P = 2^(s - m) and leaves alpha = 2^(m_old - m_new) for rescaling O.
- * Key row c is hidden from row x iff x < gp * c + base (fl_last_key). */
+ * block crosses the causal diagonal or a window's edge (then mx is recomputed over the visible keys), updates the
+ * running max m and sum l, turns St into probabilities P = 2^(s - m) and leaves alpha = 2^(m_old - m_new) for
+ * rescaling O. Key row c is seen by rows lo + gp * c <= x < hi + gp * c (fl_vis). */
 FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restrict m, float *restrict l,
-                          float *restrict alpha, int cols, int nrv, int masked, long gp, long base) {
+                          float *restrict alpha, int cols, int nrv, int masked, fl_vis vis) {
   if (masked) {
     fl_vi lane;
     for (int i = 0; i < FL_VW; i++) lane[i] = i;
     for (int rv = 0; rv < nrv; rv++) mx[rv] = fl_splat(-__builtin_inff());
     for (int c = 0; c < cols; c++) {
-      long t = gp * c + base; /* rows below t are hidden from key c */
+      const long tl = vis.gp * c + vis.lo, th = vis.gp * c + vis.hi; /* rows tl <= x < th see key c */
       for (int rv = 0; rv < nrv; rv++) {
-        long lo = t - (long)rv * FL_VW;
-        if (lo <= 0) { /* no hidden lane in this vector */
+        const long lo = tl - (long)rv * FL_VW, hi = th - (long)rv * FL_VW;
+        if (lo <= 0 && hi >= FL_VW) { /* no hidden lane in this vector */
           mx[rv] = FL_MAX(mx[rv], fl_ld(st + c * FL_BRP + rv * FL_VW));
           continue;
         }
-        fl_vi hide = lane < (fl_vi){0} + (int32_t)(lo > FL_VW ? FL_VW : lo);
+        const fl_vi hide = (lane < (fl_vi){0} + (int32_t)(lo > FL_VW ? FL_VW : lo)) |
+                           (lane >= (fl_vi){0} + (int32_t)(hi < 0 ? 0 : hi > FL_VW ? FL_VW : hi));
         fl_vf s = fl_sel(hide, fl_splat(-__builtin_inff()), fl_ld(st + c * FL_BRP + rv * FL_VW));
         fl_st(st + c * FL_BRP + rv * FL_VW, s);
         mx[rv] = FL_MAX(mx[rv], s);
@@ -501,7 +577,8 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
 FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, float *restrict kc,
                          float *restrict vc, const float *restrict qt, const float *restrict qd, float *restrict st,
                          float *restrict o, float *restrict m, float *restrict l, float *restrict alpha, long X0,
-                         long gp, long j_begin, long j_end, long off, int rows, int nrv, int dot, attn_io *io) {
+                         long gp, long j_begin, long j_end, long off, long w, const fl_mod *md, int rows, int nrv,
+                         int dot, attn_io *io) {
   /* fp32 V rows in place are on a vector boundary iff the head's start is (D_V whole vectors here). The lane kernels
    * realign them: BR rows reuse each V vector. The dot kernels do not: their few rows make them bound by memory
    * bandwidth, not loads (a split load costs nothing there), and a copy would add a pass over K and V. The lane
@@ -525,15 +602,22 @@ FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, f
       fl_scores_dot(kb, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
     else
       fl_scores(kb, qt, st, mx, cols, nrv);
-    /* visibility threshold of key c: gp * c + base (fl_last_key); the block crosses the diagonal when its last key
-     * is hidden from the item's first row */
+#if ATTN_SOFTCAP || ATTN_ALIBI
+    fl_mods(st, mx, cols, nrv, j0, md);
+#else
+    (void)md;
+#endif
+    /* visibility of key c: rows lo + gp * c <= x < hi + gp * c (fl_vis); the block is masked when its last key is
+     * hidden from the item's first row or its first key from the last row */
     const long base = gp * (j0 - off) - X0;
-    const int masked = ATTN_CAUSAL && gp * (cols - 1) + base > 0;
-    fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, gp, base);
+    const fl_vis vis = {gp, ATTN_CAUSAL ? base : ATTN_WINDOW ? base - gp * (w - 1) : -FL_FAR,
+                        ATTN_WINDOW ? base + gp * w : FL_FAR};
+    const int masked = FL_MASK && (gp * (cols - 1) + vis.lo > 0 || vis.hi < rows);
+    fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, vis);
     if (dot)
-      fl_pv_dot(vb, st, alpha, o, cols, rows, masked, gp, base);
+      fl_pv_dot(vb, st, alpha, o, cols, rows, masked, vis);
     else
-      fl_pv(vb, st, alpha, o, cols, rows, masked, gp, base);
+      fl_pv(vb, st, alpha, o, cols, rows, masked, vis);
   }
 }
 
@@ -608,7 +692,8 @@ long attn_kernel_items(const attn_kargs *a) {
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
   (void)a;
-  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ + FL_QD_SZ) * sizeof(float);
+  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ) *
+         sizeof(float);
 }
 
 #if ATTN_SPLIT > 1
@@ -622,6 +707,17 @@ size_t attn_kernel_scratch(const attn_kargs *a) {
 __attribute__((unused)) static void fl_write_lse(const attn_kargs *a, const fl_item *t, const float *m,
                                                  const float *l, int rows) {
   for (int r = 0; r < rows; r++) a->lse[fl_row(a, t, r)] = m[r] * 0.69314718055994531f + __builtin_logf(l[r]);
+}
+
+/* The window's width: a->window, or (none given) one that hides nothing. */
+FL_INLINE long fl_window(const attn_kargs *a) {
+  return ATTN_WINDOW && a->window > 0 && a->window <= a->n + a->n_kv ? a->window : a->n + a->n_kv + 1;
+}
+
+/* Does the row at i' = i + n_kv - n see any key? Causal: i' >= 0; a window that is not causal: i' + w > 0 (its keys
+ * end at i' + w; they start at i' - w + 1 <= n_kv - w, always below n_kv). */
+FL_INLINE int fl_sees(const attn_kargs *a, long ip) {
+  return (!ATTN_CAUSAL || ip >= 0) && (!ATTN_WINDOW || ATTN_CAUSAL || ip + fl_window(a) > 0);
 }
 
 /* O row = o row * inv, d_v columns, rounded to the element type. */
@@ -652,17 +748,20 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + FL_KC_SZ;
   float *qd = vc + FL_VC_SZ;
+  const long w = fl_window(a);
 
-  /* Keys visible to at least one row of this item: j < j_end (its last row's query sees the most). */
-  long j_end = n_kv;
-  if (ATTN_CAUSAL) {
-    long last = (t.X0 + rows - 1) / t.gp + off + 1; /* one past the last key the last row sees */
-    if (last < j_end) j_end = last;
-  }
+  /* Keys visible to at least one row of this item: j_lo <= j < j_end (the first row's window starts first, the last
+   * row sees the last key); a window's keys outside are never read. */
+  const long ip0 = t.X0 / t.gp + off, ip1 = (t.X0 + rows - 1) / t.gp + off;
+  long j_lo = 0, j_end = n_kv;
+  if (ATTN_CAUSAL && ip1 + 1 < j_end) j_end = ip1 + 1;
+  if (ATTN_WINDOW && ip0 - w + 1 > j_lo) j_lo = ip0 - w + 1;
+  if (ATTN_WINDOW && !ATTN_CAUSAL && ip1 + w < j_end) j_end = ip1 + w;
+  if (j_end < j_lo) j_end = j_lo;
 #if ATTN_SPLIT > 1
-  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb holding keys below j_end. */
-  const long nkb = j_end > 0 ? (j_end + FL_BC - 1) / FL_BC : 0;
-  const long j_begin = nkb * part / ATTN_SPLIT * FL_BC, j_stop = nkb * (part + 1) / ATTN_SPLIT * FL_BC;
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_lo holding keys below j_end. */
+  const long nkb = (j_end - j_lo + FL_BC - 1) / FL_BC;
+  const long j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC, j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
   float *po = (float *)a->partials + (item * ATTN_SPLIT + part) * FL_PART;
   float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
   if (j_begin >= j_stop) {
@@ -676,7 +775,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     return;
   }
 #else
-  const long j_begin = 0;
+  const long j_begin = j_lo;
 #endif
 
   /* Scores in base 2: fold log2(e) into the scale once, on Q. */
@@ -697,6 +796,27 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     m[r] = -__builtin_inff();
     l[r] = 0.0f;
   }
+  fl_mod md;
+  memset(&md, 0, sizeof md);
+#if ATTN_SOFTCAP
+  if (a->softcap > 0.0f) {
+    md.k1 = 0.69314718055994531f / a->softcap;
+    md.k2 = a->softcap * 1.4426950408889634f;
+  }
+#endif
+#if ATTN_ALIBI
+  if (a->alibi) {
+    /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
+    float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
+    for (int r = 0; r < FL_BRP; r++) {
+      const long X = t.X0 + r;
+      sl[r] = r < rows ? a->alibi[(t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
+      pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
+    }
+    md.sl = sl;
+    md.pos = pos;
+  }
+#endif
 
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
@@ -706,7 +826,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * with a compile-time count, so that their register tiles have constant shapes. */
   const int nrv = (rows + FL_VW - 1) / FL_VW;
 #define FL_RUN(ROWS, NRV, DOT) \
-  fl_blocks(k, v, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, ROWS, NRV, DOT, io)
+  fl_blocks(k, v, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
   /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
    * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
   if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
@@ -725,11 +845,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   }
   ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
 #else
-  /* A row that sees no key (causal, i + n_kv - n < 0) outputs zeros. A row that sees keys divides by l whatever it
-   * is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score -inf) gives
-   * 0 * inf = NaN, the reference's 0/0. */
+  /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
+   * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
+   * -inf) gives 0 * inf = NaN, the reference's 0/0. */
   for (int r = 0; r < rows; r++) {
-    const float inv = !ATTN_CAUSAL || (t.X0 + r) / t.gp + off >= 0 ? 1.0f / l[r] : 0.0f;
+    const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / l[r] : 0.0f;
     fl_write_row(out + fl_row(a, &t, r) * FL_DV, o + r * FL_DVP, inv);
   }
   ATTN_IO_WRITE(io, (long)rows * FL_DV);
@@ -766,7 +886,7 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
     float acc[FL_DVP] __attribute__((aligned(64)));
     for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, (fl_vf){0});
     float l = 0.0f;
-    const int sees = !ATTN_CAUSAL || (t.X0 + r) / t.gp + (a->n_kv - a->n) >= 0;
+    const int sees = fl_sees(a, (t.X0 + r) / t.gp + (a->n_kv - a->n));
     if (sees)
       for (int s = 0; s < ATTN_SPLIT; s++) {
         const float *ps = p + s * FL_PART;

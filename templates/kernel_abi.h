@@ -10,8 +10,10 @@
 /* 2: attn_kargs.partials and the optional split-K entry points attn_kernel_partials / attn_kernel_merge.
  * 3: q, k, v, o are untyped: elements of the kernel's ATTN_DTYPE (f32, or f16 / bf16 bits), V and O d_v wide.
  * 4: attn_kargs.lse (forward kernels write the log-normaliser when it is not NULL) and the backward's dout, dq, dk,
- *    dv (templates/flash_bwd.c, which reads o and lse). */
-#define ATTN_KERNEL_ABI_VERSION 4
+ *    dv (templates/flash_bwd.c, which reads o and lse).
+ * 5: attn_kargs.window, softcap and alibi: the score modifiers' values (attn.h) for kernels built with ATTN_WINDOW,
+ *    ATTN_SOFTCAP or ATTN_ALIBI; 0 (NULL) there means off. */
+#define ATTN_KERNEL_ABI_VERSION 5
 
 typedef struct attn_kargs {
   const void *q, *k;       /* [batch][heads|heads_kv][n|n_kv][d] */
@@ -24,6 +26,9 @@ typedef struct attn_kargs {
                             * a row that sees no key); the backward reads it. NULL for attn_execute */
   const void *dout;        /* backward only: dO like o; dq like q, dk like k, dv like v (o is read: the forward's) */
   void *dq, *dk, *dv;
+  long window;             /* > 0: sliding window of w keys (attn.h); read by ATTN_WINDOW kernels */
+  float softcap;           /* > 0: c·tanh(s/c) on the scaled scores; read by ATTN_SOFTCAP kernels */
+  const float *alibi;      /* [heads] slopes: -slope_h·|i' - j| on the scores; read by ATTN_ALIBI kernels */
 } attn_kargs;
 
 /* Entries (not bytes) moved between slow memory (the arrays above, and any slow scratch) and fast memory. */

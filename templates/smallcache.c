@@ -19,6 +19,10 @@
  * With R = T = B dividing n, d and d_v: 2 n^2 (d + d_v) / B + n^2 + n d_v in total; for d_v = d, 4 n^2 d / B + n^2
  * + n d, Saha & Ye's count with B = sqrt(M/4).
  * Causal masking is bottom-right aligned; a query row with no visible key outputs zeros.
+ * Score modifiers (attn.h), compiled in when the spec asks: ATTN_SOFTCAP (s = c tanh(s / c)) and ATTN_ALIBI
+ * (s -= slope_h |i' - j|) on each scaled score before the mask; ATTN_WINDOW (w: causal i' - w < j <= i', else
+ * |i' - j| < w, i' = i + n_kv - n) masks like the causal diagonal, and the block reads only the keys [lo, hi) its
+ * rows' windows reach (lo = max(0, i0' - w + 1) for its first row's i0', hi its last row's end): C = hi - lo above.
  * Non-finite inputs give what the fp64 reference (runtime/reference.c) gives: a NaN or +inf score, or a row whose
  * visible scores are all -inf (0/0), makes the row NaN; a NaN in V reaches exactly the rows that see its key (a
  * visible key of weight 0 still multiplies its V row, a hidden one is skipped). The half conversions keep NaN and
@@ -43,6 +47,15 @@
 #ifndef ATTN_TILE
 #define ATTN_TILE 0
 #endif
+#ifndef ATTN_WINDOW
+#define ATTN_WINDOW 0
+#endif
+#ifndef ATTN_SOFTCAP
+#define ATTN_SOFTCAP 0
+#endif
+#ifndef ATTN_ALIBI
+#define ATTN_ALIBI 0
+#endif
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -58,6 +71,16 @@
 #define SC_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
+
+/* The keys [*lo, *hi) the row at i' = i + n_kv - n sees (empty when *hi <= *lo), w the window (> n + n_kv: none). */
+static inline void sc_keys(long ip, long n_kv, long w, long *lo, long *hi) {
+  long a = 0, b = n_kv;
+  if (ATTN_CAUSAL && ip + 1 < b) b = ip + 1;
+  if (ATTN_WINDOW && ip - w + 1 > a) a = ip - w + 1;
+  if (ATTN_WINDOW && !ATTN_CAUSAL && ip + w < b) b = ip + w;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
 
 long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads * ((a->n + SC_BR - 1) / SC_BR); }
 
@@ -80,12 +103,16 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const attn_el *v = (const attn_el *)a->v + (b * heads_kv + hk) * n_kv * SC_DV;
   attn_el *out = (attn_el *)a->o + (bh * n + i0) * SC_DV;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)SC_D);
+  const long w = ATTN_WINDOW && a->window > 0 && a->window <= n + n_kv ? a->window : n + n_kv + 1;
+  const float cap = ATTN_SOFTCAP && a->softcap > 0.0f ? a->softcap : 0.0f;
+  const float slope = ATTN_ALIBI && a->alibi ? a->alibi[h] : 0.0f;
 
-  long C = n_kv; /* keys visible to at least one row of the block */
-  if (ATTN_CAUSAL) {
-    long last = i0 + R + off;
-    C = last < 0 ? 0 : SC_MIN(last, n_kv);
-  }
+  /* keys visible to at least one row of the block: [K0, C) (the first row's window starts first, the last row's
+   * keys end last) */
+  long K0, C, lo1;
+  sc_keys(i0 + off, n_kv, w, &K0, &lo1);
+  sc_keys(i0 + R - 1 + off, n_kv, w, &lo1, &C);
+  if (C < K0) C = K0;
   const long ldS = n_kv > 0 ? n_kv : 1;
   float *S = (float *)scratch; /* slow */
   float *ta = S + ((size_t)SC_BR * ldS + 15) / 16 * 16;
@@ -99,7 +126,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* 1. S = scale * Q K^T, tile by tile, with the online row statistics. */
   for (long r0 = 0; r0 < R; r0 += SC_T) {
     const long tr = SC_MIN((long)SC_T, R - r0);
-    for (long c0 = 0; c0 < C; c0 += SC_T) {
+    for (long c0 = K0; c0 < C; c0 += SC_T) {
       const long tc = SC_MIN((long)SC_T, C - c0);
       for (long x = 0; x < tr * tc; x++) acc[x] = 0.0f;
       for (long k0 = 0; k0 < SC_D; k0 += SC_T) {
@@ -120,10 +147,14 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       }
       for (long r = 0; r < tr; r++) {
         const long i = i0 + r0 + r;
+        long vlo, vhi;
+        sc_keys(i + off, n_kv, w, &vlo, &vhi);
         float mx = m[r0 + r];
         for (long c = 0; c < tc; c++) {
           float s = acc[r * tc + c] * scale;
-          if (ATTN_CAUSAL && c0 + c > i + off) s = -INFINITY;
+          if (ATTN_SOFTCAP && cap > 0.0f) s = cap * tanhf(s / cap);
+          if (ATTN_ALIBI) s -= slope * fabsf((float)(i + off - (c0 + c)));
+          if ((ATTN_CAUSAL || ATTN_WINDOW) && (c0 + c < vlo || c0 + c >= vhi)) s = -INFINITY;
           acc[r * tc + c] = s;
           if (s > mx) mx = s;
         }
@@ -144,7 +175,11 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* lse (attn_execute_lse): m + ln l; -inf for a row that sees no key or whose visible scores are all -inf */
   if (a->lse)
     for (long r = 0; r < R; r++) a->lse[bh * n + i0 + r] = m[r] + logf(l[r]);
-  for (long r = 0; r < R; r++) l[r] = !ATTN_CAUSAL || i0 + r + off >= 0 ? 1.0f / l[r] : 0.0f;
+  for (long r = 0; r < R; r++) {
+    long vlo, vhi;
+    sc_keys(i0 + r + off, n_kv, w, &vlo, &vhi);
+    l[r] = vhi > vlo ? 1.0f / l[r] : 0.0f;
+  }
 
   /* 2. O = P V, P = exp(S - m) / l applied to each S tile as it is read. */
   for (long r0 = 0; r0 < R; r0 += SC_T) {
@@ -152,7 +187,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     for (long d0 = 0; d0 < SC_DV; d0 += SC_T) {
       const long td = SC_MIN((long)SC_T, SC_DV - d0);
       for (long x = 0; x < tr * td; x++) acc[x] = 0.0f;
-      for (long c0 = 0; c0 < C; c0 += SC_T) {
+      for (long c0 = K0; c0 < C; c0 += SC_T) {
         const long tc = SC_MIN((long)SC_T, C - c0);
         for (long r = 0; r < tr; r++) {
           const float mr = m[r0 + r] == -INFINITY ? 0.0f : m[r0 + r];
@@ -163,12 +198,14 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         ATTN_IO_READ(io, tc * td);
         for (long r = 0; r < tr; r++) {
           /* only the keys row r sees: a hidden key's P = 0 times a NaN (or infinite) V would be NaN */
-          long tcr = tc;
-          if (ATTN_CAUSAL) {
-            const long vis = i0 + r0 + r + off + 1 - c0; /* keys c < vis of this tile are visible to the row */
-            tcr = vis < 0 ? 0 : vis < tc ? vis : tc;
+          long c_lo = 0, c_hi = tc;
+          if (ATTN_CAUSAL || ATTN_WINDOW) {
+            long vlo, vhi;
+            sc_keys(i0 + r0 + r + off, n_kv, w, &vlo, &vhi);
+            c_lo = vlo - c0 < 0 ? 0 : vlo - c0 < tc ? vlo - c0 : tc;
+            c_hi = vhi - c0 < c_lo ? c_lo : vhi - c0 < tc ? vhi - c0 : tc;
           }
-          for (long c = 0; c < tcr; c++) {
+          for (long c = c_lo; c < c_hi; c++) {
             const float p = ta[r * SC_T + c], *vr = tb + c * SC_T;
             ATTN_ALIGN_NOTE(vr, 64);
             for (long dd = 0; dd < td; dd++) acc[r * td + dd] += p * vr[dd];
