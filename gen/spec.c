@@ -288,6 +288,9 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->target == ATTN_TARGET_CPU && s->algo == ATTN_ALGO_LOWRANK && (s->window || s->softcap || s->alibi))
     return attn_errf(err, len, ATTN_EUNSUPPORTED,
                      "lowrank cannot apply window, softcap or alibi: its features approximate exp(q.k) alone (use flash)");
+  if (s->target == ATTN_TARGET_CUDA && s->algo != ATTN_ALGO_FLASH && (s->window || s->softcap || s->alibi))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "%s on cuda applies no window, softcap or alibi (cuda flash does)",
+                     attn_algo_name(s->algo));
   if (s->target == ATTN_TARGET_CUDA) {
     if (s->warps < 1 || s->warps > 16) return attn_errf(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
     if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);

@@ -41,6 +41,12 @@
  * I/O accounting (ATTN_COUNT_IO, per block, every thread counting the block's transfers): each key block's K and V
  * rows are read once (kc*d and kc*d_v), each query row once (rows*d, also the rows that see no key) and each output
  * row written once (rows*d_v): reads = n_kv*(d + d_v) + n*d, writes = n*d_v per (batch, head), as lowrank.c. */
+/* Score modifiers (window, softcap, ALiBi) are flash's only: attn_spec_check refuses such specs with the reason;
+ * this stops a source generated past it. */
+#if (defined(ATTN_WINDOW) && ATTN_WINDOW) || (defined(ATTN_SOFTCAP) && ATTN_SOFTCAP) || \
+    (defined(ATTN_ALIBI) && ATTN_ALIBI)
+#error "lowrank applies no window, softcap or ALiBi (flash does)"
+#endif
 #ifndef ATTN_WARPS
 #define ATTN_WARPS 4
 #endif

@@ -34,6 +34,12 @@
  * VV*(cx + j*CT), so the lanes read consecutive words of a V row. Q and P rows are read by all lanes of a quarter
  * warp at once (broadcasts). */
 
+/* Score modifiers (window, softcap, ALiBi) are flash's only: attn_spec_check refuses such specs with the reason;
+ * this stops a source generated past it. */
+#if (defined(ATTN_WINDOW) && ATTN_WINDOW) || (defined(ATTN_SOFTCAP) && ATTN_SOFTCAP) || \
+    (defined(ATTN_ALIBI) && ATTN_ALIBI)
+#error "smallcache applies no window, softcap or ALiBi (flash does)"
+#endif
 #define SC_T ATTN_SC_TILE(ATTN_BR, ATTN_TILE)
 #define kNegInf __int_as_float(0xff800000) /* -infinity */
 

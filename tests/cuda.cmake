@@ -74,6 +74,23 @@ foreach(arch sm_80 sm_90)
     set_tests_properties(cuda_compile_dims_all_${algo}_${arch} PROPERTIES LABELS nightly TIMEOUT 3600
                          SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
   endforeach()
+  # the score modifiers (window, softcap and ALiBi together: the most registers) on flash's defaults of d = 64, 128
+  # and 256 in every dtype compile without spills (nightly; the interpreter tests compile their PTX in CI)
+  foreach(cfg "f32 d=64 br=64 bc=32 causal=0 unroll=0 warps=4 stages=2"
+              "f16 d=64 br=128 bc=64 causal=1 unroll=0 warps=4 stages=2"
+              "bf16 d=64 br=128 bc=64 causal=0 unroll=0 warps=4 stages=2"
+              "f32 d=128 br=64 bc=32 causal=1 unroll=0 warps=4 stages=2"
+              "f16 d=128 br=128 bc=32 causal=0 unroll=0 warps=4 stages=2"
+              "bf16 d=128 br=128 bc=32 causal=1 unroll=0 warps=4 stages=2"
+              "f32 d=256 br=64 bc=32 causal=0 unroll=0 warps=4 stages=1"
+              "f16 d=256 br=128 bc=48 causal=1 unroll=0 warps=8 stages=1"
+              "bf16 d=256 br=128 bc=48 causal=0 unroll=0 warps=8 stages=1")
+    string(REGEX REPLACE "^([a-z0-9]+) d=([0-9]+).*" "\\1_d\\2" tag "${cfg}")
+    add_test(NAME cuda_compile_mods_${tag}_${arch} COMMAND cuda_compile spec
+             "flash cuda ${cfg} arch=${arch} tile=0 feature=taylor degree=0 rank=0 seed=0 window=1 softcap=1 alibi=1")
+    set_tests_properties(cuda_compile_mods_${tag}_${arch} PROPERTIES LABELS nightly TIMEOUT 600 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${ATTN_CUDA_ENV}")
+  endforeach()
   # the PTX the interpreter tests run (tests/emu.cmake) is the PTX of the cubin compile, byte for byte
   add_test(NAME cuda_compile_same_ptx_${arch} COMMAND cuda_compile ptx ${arch})
   set_tests_properties(cuda_compile_same_ptx_${arch} PROPERTIES LABELS cuda TIMEOUT 600 SKIP_RETURN_CODE 77

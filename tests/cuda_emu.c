@@ -1,9 +1,12 @@
 /* cuda_emu: the CUDA kernels as NVRTC compiles them, run on the PTX interpreter of tests/ptx, no GPU needed.
  *   cuda_emu [OPTIONS] ALGO DTYPE [FIELD=VALUE ...]
  *       one spec: attn_spec_default(ALGO, cuda, DTYPE, d, causal), its dv, attn_spec_fit, then the fields given (d,
- *       dv (d_v; 0: d), br, bc, causal, warps, stages, tile, feature=taylor|random, degree, rank, seed, arch)
- *   cuda_emu [OPTIONS] space ALGO DTYPE d=D causal=C [stride=K] [offset=O] [arch=sm_80|sm_90]
- *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU
+ *       dv (d_v; 0: d), br, bc, causal, warps, stages, tile, feature=taylor|random, degree, rank, seed, arch), and
+ *       the score modifiers: window=W[,W...] (each shape with each window, --quick: with the windows in turn),
+ *       softcap=C, alibi=1 (slopes of both signs per head), set in the problems and as the spec's flags
+ *   cuda_emu [OPTIONS] space ALGO DTYPE d=D causal=C [stride=K] [offset=O] [arch=sm_80|sm_90] [MODIFIERS]
+ *       every K-th configuration of ALGO in the tuner's CUDA space for (DTYPE, D, C) on the arch's GPU, with the
+ *       score modifiers given (window=, softcap=, alibi=, as below)
  *   cuda_emu [OPTIONS] defaults ALGO DTYPE [causal=C] [every=K] [d=D,D,...] [dv=N]
  *       the default spec of d = 16, 16 + 16K, ..., and 256 (K = 1: every d), or of each d listed, with d_v = N (0 or
  *       absent: d_v = d); causal on alternate d unless C is given
@@ -49,6 +52,12 @@
 
 
 static int failures, cases, quick, all_orders, nan_mode, io_mode, no_nvrtc, approx_worst;
+/* Score modifiers (window=W[,W...] softcap=C alibi=1): the problem's values; the spec gets the kernel's flags.
+ * Shapes run with each window in turn (--quick) or with every one. */
+#define MAX_WINDOWS 8
+static int windows[MAX_WINDOWS], nwindows, cur_window;
+static float mod_softcap;
+static int mod_alibi;
 static char workdir[4096];
 static attn_runtime *cpu_rt;
 static ptx_module *mod;       /* the spec's kernel as users run it */
@@ -274,10 +283,16 @@ static void round_inputs(const attn_problem *p, float *q, float *k, float *v) {
  * at their worst (C = 4). */
 static double unit_roundoff(attn_dtype t) { return t == ATTN_F32 ? 0x1p-24 : t == ATTN_F16 ? 0x1p-11 : 0x1p-8; }
 static double worst_fro_u, worst_row_u; /* the worst errors seen, in units of u (logged at the end) */
+/* Soft-capping adds tanh's relative error times the size of the capped logits (at most c, and about |scale| sqrt(d)
+ * for these inputs): tanh.approx.f32's documented 2^-10.987 on the tensor cores, the f32 kernel's 3 ulp (fa_tanh). */
 static void limits(const attn_problem *p, double *fro, double *row) {
   const double u = unit_roundoff(p->dtype), u32 = 0x1p-24;
   const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0;
-  *fro = c * (u + u32 * (1.0 + fabs((double)p->scale) * sqrt((double)p->d)));
+  const double logit = fabs((double)p->scale) * sqrt((double)p->d);
+  const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
+                                          (logit < p->softcap ? logit : (double)p->softcap)
+                                    : 0.0;
+  *fro = c * (u + u32 * (1.0 + logit) + cap);
   *row = (p->dtype == ATTN_F32 ? 2 : 1) * *fro;
 }
 
@@ -312,6 +327,16 @@ static int shape_problem(const attn_spec *s, const char *label, const shape *sh,
                       * feature maps take sqrt(scale), so scale > 0), and a plan made for LOWRANK_TOLERANCE */
                      .scale = s->algo != ATTN_ALGO_LOWRANK ? sh->scale : nan_mode ? fabsf(sh->scale) : 0.0f,
                      .tolerance = s->algo == ATTN_ALGO_LOWRANK ? LOWRANK_TOLERANCE : 0.0};
+  /* ALiBi: slopes of both signs and several sizes, the head's own (fixed per head index) */
+  static float slopes[64];
+  for (int h = 0; h < 64; h++) slopes[h] = (h % 4 == 2 ? -0.03125f : 1.0f) * ldexpf(1.0f, -(h % 4) - 1);
+  p0.window = cur_window;
+  p0.softcap = mod_softcap;
+  p0.alibi_slopes = mod_alibi ? slopes : NULL;
+  if (mod_alibi && p0.heads > 64) {
+    FAIL("%s: at most 64 heads with alibi", label);
+    return -1;
+  }
   static attn_runtime cuda_rules; /* normalises as for the CUDA target (f16 and bf16 allowed) */
   cuda_rules.target = ATTN_TARGET_CUDA;
   if (attn_problem_normalize(&cuda_rules, &p0, p) != ATTN_OK) {
@@ -361,8 +386,14 @@ static int case_setup(emu_case *c, const attn_spec *s, const char *label, const 
   memset(c, 0, sizeof *c);
   if (shape_problem(s, label, sh, &c->p, &c->g) != 0) return -1;
   const attn_problem *p = &c->p;
-  snprintf(c->what, sizeof c->what, "%s |%s batch=%d heads=%d/%d n=%d n_kv=%d scale=%g | %s order", label, mode,
-           p->batch, p->heads, p->heads_kv, p->n, p->n_kv, (double)p->scale, order_name(order));
+  char mods[128] = "";
+  int k = 0;
+  if (p->window) k += snprintf(mods + k, sizeof mods - (size_t)k, " window=%d", p->window);
+  else if (cur_window) k += snprintf(mods + k, sizeof mods - (size_t)k, " window=%d (hides no key)", cur_window);
+  if (p->softcap > 0) k += snprintf(mods + k, sizeof mods - (size_t)k, " softcap=%g", (double)p->softcap);
+  if (p->alibi_slopes) snprintf(mods + k, sizeof mods - (size_t)k, " alibi");
+  snprintf(c->what, sizeof c->what, "%s |%s batch=%d heads=%d/%d n=%d n_kv=%d scale=%g%s | %s order", label, mode,
+           p->batch, p->heads, p->heads_kv, p->n, p->n_kv, (double)p->scale, mods, order_name(order));
   c->cn = counts_of(p);
   c->q = malloc(c->cn.q * 4), c->k = malloc(c->cn.k * 4), c->v = malloc(c->cn.v * 4), c->o = malloc(c->cn.o * 4);
   c->ref = malloc(c->cn.o * sizeof(double));
@@ -410,7 +441,9 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   const uint64_t dscr = g->scratch > 0 ? ptx_alloc(x, (uint64_t)g->scratch, "scratch") : 0;
   const uint64_t dcon = g->consts > 0 ? ptx_alloc(x, (uint64_t)g->consts, "consts") : 0;
   const uint64_t dio = counting ? ptx_alloc(x, 16, "io") : 0;
-  if (!dq || !dk || !dv || !dout || (g->scratch > 0 && !dscr) || (g->consts > 0 && !dcon) || (counting && !dio)) {
+  const uint64_t dal = p->alibi_slopes ? ptx_alloc(x, (uint64_t)p->heads * 4, "alibi") : 0;
+  if (!dq || !dk || !dv || !dout || (g->scratch > 0 && !dscr) || (g->consts > 0 && !dcon) || (counting && !dio) ||
+      (p->alibi_slopes && !dal)) {
     FAIL("%s: out of memory", what);
     goto out;
   }
@@ -424,6 +457,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   ok &= ptx_copy_in(x, dout, raw, c.o * es) == 0;
   const unsigned long long zero[2] = {0, 0};
   if (counting) ok &= ptx_copy_in(x, dio, zero, sizeof zero) == 0;
+  if (dal) ok &= ptx_copy_in(x, dal, p->alibi_slopes, (size_t)p->heads * 4) == 0;
   if (!ok) {
     FAIL("%s: cannot copy the inputs in", what);
     goto out;
@@ -433,6 +467,8 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   a.batch = p->batch, a.heads = p->heads, a.heads_kv = p->heads_kv, a.n = p->n, a.n_kv = p->n_kv;
   a.scale = p->scale;
   a.grid_items = (int)g->items;
+  a.window = p->window, a.softcap = p->softcap; /* as runtime/cuda.c passes them */
+  a.alibi = (const float *)(uintptr_t)dal;
   a.consts = (void *)(uintptr_t)dcon;
   if (g->consts > 0) { /* as the runtime: once, with q, k, v, o, scratch and io NULL */
     const ptx_launch_cfg ic = {.grid = g->init_grid, .block = g->init_block, .dyn_smem = 0, .order = order};
@@ -477,17 +513,23 @@ out:
 static char io_line[256];
 
 /* The closed form of a CUDA spec's transfers in entries, in terms of d and d_v (the CUDA kernels' I/O comments), and
- * tuner/io_theory.c's: the two must agree. 0, or -1 with a failure reported. */
+ * tuner/io_theory.c's: the two must agree (io_theory.c has no window: a windowed problem is checked against the
+ * closed form here alone, which counts the key blocks the window reaches). 0, or -1 with a failure reported. */
 static int formula(const attn_spec *s, const attn_problem *p, unsigned long long *fr, unsigned long long *fw,
                    const char *what) {
   const long long d = s->d, dv = attn_spec_dv(s), n = p->n, nkv = p->n_kv, bh = (long long)p->batch * p->heads;
   long long r = 0, w = 0;
   for (long long i0 = 0; i0 < n && s->algo != ATTN_ALGO_LOWRANK; i0 += s->br) {
     const long long R = n - i0 < s->br ? n - i0 : s->br;
-    long long C = nkv; /* keys visible to some row of the block */
-    if (s->causal) C = i0 + R + nkv - n < 0 ? 0 : i0 + R + nkv - n < nkv ? i0 + R + nkv - n : nkv;
+    long long C = nkv, J = 0; /* keys visible to some row of the block: [J, C) */
+    const long long e = i0 + nkv - n, win = p->window;
+    if (s->causal) C = e + R < 0 ? 0 : e + R < nkv ? e + R : nkv;
+    else if (win > 0) C = e + R - 1 + win < 0 ? 0 : e + R - 1 + win < nkv ? e + R - 1 + win : nkv;
+    if (win > 0) J = e - win + 1 < 0 ? 0 : e - win + 1 < nkv ? e - win + 1 : nkv;
     if (s->algo == ATTN_ALGO_FLASH) {
-      if (C > 0) C = (C + s->bc - 1) / s->bc * s->bc < nkv ? (C + s->bc - 1) / s->bc * s->bc : nkv;
+      J = J / s->bc * s->bc; /* whole key blocks from the one holding the first key */
+      if (C > J) C = ((C + s->bc - 1) / s->bc * s->bc < nkv ? (C + s->bc - 1) / s->bc * s->bc : nkv) - J;
+      else C = 0;
       r += R * d + C * (d + dv);
       w += R * dv;
     } else {
@@ -503,7 +545,7 @@ static int formula(const attn_spec *s, const attn_problem *p, unsigned long long
   }
   *fr = (unsigned long long)(r * bh);
   *fw = (unsigned long long)(w * bh);
-  {
+  if (p->window <= 0) {
     unsigned long long tr = 0, tw = 0;
     attn_io_formula(s, (long)bh, p->n, p->n_kv, &tr, &tw);
     if (tr != *fr || tw != *fw) {
@@ -585,11 +627,14 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, uns
     FAIL("%s: %ld of %zu outputs never written", what, unwritten, no);
     bad = 1;
   }
-  /* rows that see no key (causal, i < n - n_kv) are zeros */
+  /* rows that see no key (causal, i < n - n_kv; a window, not causal: i <= n - n_kv - w) are zeros */
   long zero_bad = 0;
-  for (size_t r0 = 0; p.causal && r0 < (size_t)bh * p.n; r0++)
-    if ((long)(r0 % (size_t)p.n) + p.n_kv - p.n < 0)
+  for (size_t r0 = 0; r0 < (size_t)bh * p.n; r0++) {
+    long lo, hi;
+    attn_visible_keys(&p, (long)(r0 % (size_t)p.n), &lo, &hi);
+    if (hi <= lo)
       for (size_t j = 0; j < dv; j++) zero_bad += o[r0 * dv + j] != 0.0f;
+  }
   if (zero_bad) {
     FAIL("%s: %ld outputs of rows that see no key are not 0", what, zero_bad);
     bad = 1;
@@ -780,7 +825,9 @@ static long nan_compare(const attn_problem *p, int b, const double *ref, const d
   double num = 0, den = 0, mx = 0;
   for (size_t x = x0; x < x0 + per; x++) {
     const long row = (long)((x / dv) % (size_t)p->n);
-    const int unseen = p->causal && row + p->n_kv - p->n < 0;
+    long lo, hi;
+    attn_visible_keys(p, row, &lo, &hi);
+    const int unseen = hi <= lo;
     const int rn = isnan(ref[x]), on = isnan(o[x]);
     int wrong = rn != on || (!rn && !isfinite(o[x])) || (unseen && o[x] != 0.0f);
     if (!wrong && !rn) {
@@ -897,7 +944,8 @@ static void describe(const attn_spec *s, char *out, size_t len) {
     if (s->feature == ATTN_FEAT_TAYLOR) n += snprintf(out + n, len - n, " taylor degree=%d", s->degree);
     else n += snprintf(out + n, len - n, " random rank=%d", s->rank);
   }
-  snprintf(out + n, len - n, "%s", s->causal ? " causal" : "");
+  snprintf(out + n, len - n, "%s%s%s%s", s->causal ? " causal" : "", s->window ? " window" : "",
+           s->softcap ? " softcap" : "", s->alibi ? " alibi" : "");
 }
 
 /* Shapes at the spec's tiles' edges: n = Br - 1, Br, Br + 1 and n_kv = m Bc - 1, m Bc, m Bc + 1 (Bc: the keys a
@@ -947,16 +995,19 @@ static void run_spec(const attn_spec *s) {
   const char *e = getenv("ATTN_TEST_SEED");
   if (e && *e) base = strtoull(e, NULL, 10);
   for (int i = 0; i < nshapes; i++)
-    for (int j = 0; j < (all_orders && i < nfixed ? 3 : 1); j++) {
-      /* blocks and warps in order, reversed, or shuffled (the seed from the shape); one order per shape in turn
-       * (--all-orders: every order on the fixed shapes) */
-      const int o = all_orders && i < nfixed ? j : i % 3;
-      const unsigned order = o == 2 ? 2u + (unsigned)i : (unsigned)o;
-      const unsigned long long seed = base * 1000003ULL + (unsigned long long)i;
-      if (io_mode) run_io_shape(s, label, &list[i], order, seed);
-      else if (nan_mode) run_nan_shape(s, label, i, order, seed);
-      else run_shape(s, label, &list[i], order, seed);
-    }
+    for (int j = 0; j < (all_orders && i < nfixed ? 3 : 1); j++)
+      /* windowed: each shape with the windows in turn (--quick), or with every one */
+      for (int wi = 0; wi < (nwindows == 0 ? 1 : quick ? 1 : nwindows); wi++) {
+        cur_window = nwindows == 0 ? 0 : windows[quick ? i % nwindows : wi];
+        /* blocks and warps in order, reversed, or shuffled (the seed from the shape); one order per shape in turn
+         * (--all-orders: every order on the fixed shapes) */
+        const int o = all_orders && i < nfixed ? j : i % 3;
+        const unsigned order = o == 2 ? 2u + (unsigned)i : (unsigned)o;
+        const unsigned long long seed = base * 1000003ULL + (unsigned long long)i;
+        if (io_mode) run_io_shape(s, label, &list[i], order, seed);
+        else if (nan_mode) run_nan_shape(s, label, i, order, seed);
+        else run_shape(s, label, &list[i], order, seed);
+      }
   printf("     %s: compiled in %.1f s, ran in %.1f s\n", label, t1 - t0, now() - t1);
 }
 
@@ -991,6 +1042,29 @@ static int parse_field(attn_spec *s, const char *kv) {
   }
   if (kl == 4 && !strncmp(kv, "arch", 4)) {
     snprintf(s->arch, sizeof s->arch, "%s", v);
+    return 0;
+  }
+  /* the modifiers: the problem's values, the spec's flags */
+  if (kl == 6 && !strncmp(kv, "window", 6)) {
+    nwindows = 0;
+    for (const char *t = v; *t && nwindows < MAX_WINDOWS; t = *end == ',' ? end + 1 : end) {
+      const long w = strtol(t, &end, 10);
+      if (end == t || w < 1 || w > 0x7fffffff || (*end && *end != ',')) return -1;
+      windows[nwindows++] = (int)w;
+    }
+    s->window = nwindows > 0;
+    return nwindows > 0 ? 0 : -1;
+  }
+  if (kl == 7 && !strncmp(kv, "softcap", 7)) {
+    const float c = strtof(v, &end);
+    if (!*v || *end || !(c > 0) || !isfinite(c)) return -1;
+    mod_softcap = c;
+    s->softcap = 1;
+    return 0;
+  }
+  if (kl == 5 && !strncmp(kv, "alibi", 5)) {
+    if (!num || (x != 0 && x != 1)) return -1;
+    mod_alibi = s->alibi = (int)x;
     return 0;
   }
   if (kl == 7 && !strncmp(kv, "feature", 7)) {
@@ -1064,7 +1138,11 @@ static int space(attn_algo a, attn_dtype t, int argc, char **argv) {
   }
   printf("the tuner's %s space for %s d=%d causal=%d on %s: %d configurations, every %d-th from %d\n",
          attn_algo_name(a), attn_dtype_name(t), s.d, s.causal, gpu->name, sp.count, stride, offset);
-  for (int i = offset; i < sp.count; i += stride) run_spec(&sp.cfg[i]);
+  for (int i = offset; i < sp.count; i += stride) {
+    attn_spec c = sp.cfg[i]; /* with the score modifiers asked for */
+    c.window = s.window, c.softcap = s.softcap, c.alibi = s.alibi;
+    run_spec(&c);
+  }
   attn_space_free(&sp);
   return 0;
 }

@@ -77,6 +77,12 @@ endforeach()
 # the fp32 flash kernel is the interpreter's slowest (its products on CUDA cores): one d in CI
 list(APPEND ATTN_EMU_TESTS "nan_flash_f32|nan flash f32 d=16")
 list(APPEND ATTN_EMU_TESTS "nan_lowrank_f32_d16|nan lowrank f32 d=16 causal=1")
+# score modifiers (flash's): CI a non-causal window alone (1, Bc - 1, Bc, Bc + 1 and past two tiles, f16 d=64: its
+# sectors are the closed form's, which counts only the key blocks a window reaches) and everything together with
+# causal, odd d, d_v != d and tanh.approx at its worst (the shapes have grouped-query heads and n_kv != n both ways)
+list(APPEND ATTN_EMU_TESTS
+     "mods_window_f16|--quick flash f16 d=64 window=63,130,1,64,65"
+     "mods_all_bf16_causal|--quick --approx-worst flash bf16 d=59 dv=37 causal=1 window=5,64,70 softcap=20 alibi=1")
 # nightly: every default of every (algorithm, d, dtype, causal), whole spaces under every block and warp order,
 # NaN at the other d
 set(ATTN_EMU_NIGHTLY
@@ -107,6 +113,30 @@ foreach(algo flash smallcache lowrank)
          "nightly_${algo}_${dtype}_d64|--all-orders space ${algo} ${dtype} d=64 causal=0"
          "nightly_${algo}_${dtype}_d128_causal|--all-orders space ${algo} ${dtype} d=128 causal=1")
   endforeach()
+endforeach()
+# nightly: each modifier alone and together in every dtype, causal and not, on every shape with every window, one
+# pipeline stage, MLA's d_v, sm_90's PTX, NaN and infinity, the counting build, tanh at its worst
+foreach(dtype f16 bf16 f32)
+  if(dtype STREQUAL "f32")
+    set(dv "d=192 dv=128")
+  else()
+    set(dv "d=576 dv=512")
+  endif()
+  list(APPEND ATTN_EMU_NIGHTLY
+       "nightly_mods_window_${dtype}|flash ${dtype} d=64 window=1,31,32,33,63,64,65,200"
+       "nightly_mods_window_${dtype}_causal|flash ${dtype} d=80 causal=1 window=1,47,48,49,129"
+       "nightly_mods_softcap_${dtype}|flash ${dtype} d=64 softcap=5"
+       "nightly_mods_softcap_${dtype}_causal|--approx-worst flash ${dtype} d=128 causal=1 softcap=50"
+       "nightly_mods_alibi_${dtype}|flash ${dtype} d=128 alibi=1"
+       "nightly_mods_alibi_${dtype}_causal|flash ${dtype} d=64 causal=1 alibi=1"
+       "nightly_mods_all_${dtype}|flash ${dtype} d=40 window=17,33,100 softcap=3 alibi=1"
+       "nightly_mods_all_${dtype}_stages1|flash ${dtype} d=64 stages=1 causal=1 window=3,64,65 softcap=30 alibi=1"
+       "nightly_mods_all_${dtype}_dv|flash ${dtype} ${dv} causal=1 window=40 softcap=10 alibi=1"
+       "nightly_mods_all_${dtype}_sm90|flash ${dtype} d=128 window=100 softcap=30 alibi=1 arch=sm_90"
+       "nightly_nan_mods_${dtype}|nan flash ${dtype} d=16,64 window=2,30 softcap=4 alibi=1"
+       "nightly_io_mods_${dtype}|io flash ${dtype} d=59 dv=37 causal=1 window=3,64,65 alibi=1"
+       "nightly_mods_space_${dtype}|--quick space flash ${dtype} d=64 causal=0 stride=3 window=1,31,33,65,100 softcap=3 alibi=1"
+       "nightly_mods_space_${dtype}_causal|--quick space flash ${dtype} d=128 causal=1 stride=3 window=1,63,64,65,200 softcap=20 alibi=1")
 endforeach()
 foreach(t ${ATTN_EMU_TESTS} ${ATTN_EMU_NIGHTLY})
   string(REPLACE "|" ";" parts "${t}")
@@ -145,7 +175,16 @@ set(ATTN_PTX_MUTATIONS
     "key_block_edge|flash.cu|s/masked = j0 > diag - FA_BC + 1/masked = j0 > diag - FA_BC + 2/|relative error|--quick flash f16 d=64"
     "no_swizzle|flash.cu|s/return (r >> SH) & (G - 1)/return 0 * r/|bank conflicts|--quick flash f16 d=64"
     "shared_scratch|smallcache.cu|s/a.scratch + (long long)blockIdx.x/a.scratch + 0 * (long long)blockIdx.x/|race across blocks|--quick smallcache f32 d=16"
-    "misweighted_key|flash.cu|s/fa_ex2(sc.s\\[mt\\]\\[nt\\]\\[2 \\* h\\] - mu)/fa_ex2(sc.s[mt][nt][2 * h] - mu + (nt + t == 0 ? 0.05f : 0.0f))/|relative error|--quick flash f16 d=64")
+    "misweighted_key|flash.cu|s/fa_ex2(sc.s\\[mt\\]\\[nt\\]\\[2 \\* h\\] - mu)/fa_ex2(sc.s[mt][nt][2 * h] - mu + (nt + t == 0 ? 0.05f : 0.0f))/|relative error|--quick flash f16 d=64"
+    "window_off_by_one|flash.cu|s/md.lw + rr :/md.lw + rr - 1 :/|relative error|--quick flash f16 d=64 window=63,130,1,64,65")
+# the score modifiers' other mutants, nightly: a window that skips a key block it reaches, one that loads a block it
+# does not reach (traffic), the upper bound of a non-causal window off by one, ALiBi's sign, soft-capping dropped
+list(APPEND ATTN_PTX_MUTATIONS
+     "nightly_window_skips_a_block|flash.cu|s/e = e0 - w + 1/e = e0 - w + 1 + FA_BC/|relative error|--quick flash f16 d=64 window=63,130,1,64,65"
+     "nightly_window_loads_a_block_more|flash.cu|s/e = e0 - w + 1/e = e0 - w + 1 - FA_BC/|global traffic|--quick flash f16 d=64 window=63,130,1,64,65"
+     "nightly_window_upper_off_by_one|flash.cu|s/wr0 + (ATTN_CAUSAL ? 0 : w - 1)/wr0 + (ATTN_CAUSAL ? 0 : w)/|relative error|--quick flash f16 d=64 window=63,130,1,64,65"
+     "nightly_alibi_sign|flash.cu|s/fmaf(-md.al, dist, v)/fmaf(md.al, dist, v)/|relative error|--quick flash bf16 d=64 alibi=1"
+     "nightly_softcap_dropped|flash.cu|s/md.co \\* fa_tanh(x \\* md.ci)/x * sl2/|relative error|--quick flash f16 d=64 softcap=5")
 foreach(t ${ATTN_PTX_MUTATIONS})
   string(REPLACE "|" ";" parts "${t}")
   list(GET parts 0 name)
@@ -154,9 +193,22 @@ foreach(t ${ATTN_PTX_MUTATIONS})
   list(GET parts 3 expect)
   list(GET parts 4 args)
   separate_arguments(args UNIX_COMMAND "${args}")
+  if(name MATCHES "^nightly_")
+    set(label nightly)
+  else()
+    set(label cuda)
+  endif()
   add_test(NAME ptx_mutation_${name}
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ptx_mutation.sh $<TARGET_FILE:cuda_emu>
                    ${PROJECT_SOURCE_DIR}/templates/${template} "${script}" "${expect}" ${args})
-  set_tests_properties(ptx_mutation_${name} PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
+  set_tests_properties(ptx_mutation_${name} PROPERTIES LABELS ${label} TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_EMU_ENV}")
+endforeach()
+
+# smallcache and lowrank on CUDA refuse the score modifiers with the reason (attn_spec_check), before any compile
+foreach(algo smallcache lowrank)
+  add_test(NAME emu_mods_refused_${algo}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh 1 "${algo} on cuda applies no window, softcap or alibi"
+                   $<TARGET_FILE:cuda_emu> --quick ${algo} f16 d=64 window=5 softcap=3 alibi=1)
+  set_tests_properties(emu_mods_refused_${algo} PROPERTIES LABELS cuda TIMEOUT 60 ENVIRONMENT "${ATTN_EMU_ENV}")
 endforeach()
