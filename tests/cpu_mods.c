@@ -131,6 +131,7 @@ static void bad_checks(attn_runtime *rt) {
   const attn_problem good = {.batch = 1, .heads = 2, .n = 33, .d = 16};
   const float nan_slopes[2] = {0.5f, NAN}, inf_slopes[2] = {INFINITY, 0.5f};
   attn_problem p;
+  int rc;
   p = good, p.window = -1;
   expect_plan(rt, &p, ATTN_EINVAL, "window=-1 must be >= 0", "window < 0");
   p = good, p.softcap = NAN;
@@ -143,15 +144,28 @@ static void bad_checks(attn_runtime *rt) {
   expect_plan(rt, &p, ATTN_EINVAL, "alibi_slopes[1]=nan must be finite", "NaN slope");
   p = good, p.alibi_slopes = inf_slopes;
   expect_plan(rt, &p, ATTN_EINVAL, "alibi_slopes[0]=inf must be finite", "Inf slope");
-  p = good, p.window = 8;
+  /* a kernel that applies ALiBi needs slopes; one with a window a problem with one */
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 16, 0);
+  s.alibi = 1;
   attn_plan *plan = SENTINEL;
-  int rc = attn_plan_create_backward(rt, &p, &plan);
+  rc = attn_plan_create_spec(rt, &good, &s, 0, "test", &plan);
+  CHECK(rc == ATTN_EINVAL && plan == NULL && strstr(attn_last_error(rt), "alibi=1") &&
+            strstr(attn_last_error(rt), "alibi off"),
+        "ALiBi kernel without slopes: %s: %s", attn_strerror(rc), attn_last_error(rt));
+  s.alibi = 0, s.window = 1;
+  p = good, p.softcap = 2.0f;
+  plan = SENTINEL;
+  rc = attn_plan_create_spec(rt, &p, &s, 0, "test", &plan);
+  CHECK(rc == ATTN_EINVAL && plan == NULL && strstr(attn_last_error(rt), "does not match"),
+        "window kernel for a softcap problem: %s: %s", attn_strerror(rc), attn_last_error(rt));
+  p = good, p.window = 8;
+  plan = SENTINEL;
+  rc = attn_plan_create_backward(rt, &p, &plan);
   CHECK(rc == ATTN_EUNSUPPORTED && plan == NULL, "backward with a window: %s", attn_strerror(rc));
   CHECK(strstr(attn_last_error(rt), "window, softcap or ALiBi"), "backward: '%s'", attn_last_error(rt));
   /* the refusals leave the runtime working: the next problem gets its configuration */
   p = good;
   attn_problem norm;
-  attn_spec s;
   char origin[128];
   rc = attn_problem_normalize(rt, &p, &norm);
   if (rc == ATTN_OK) rc = attn_plan_choose(rt, &norm, &s, origin, sizeof origin);
