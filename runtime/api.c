@@ -290,8 +290,6 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
     return attn_fail(rt, ATTN_EINVAL,
                      "spec (window=%d softcap=%d alibi=%d) does not match the problem (window=%d softcap=%g alibi %s)",
                      s->window, s->softcap, s->alibi, p.window, (double)p.softcap, p.alibi_slopes ? "on" : "off");
-  if (rt->target == ATTN_TARGET_CUDA && attn_problem_has_mods(&p))
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "window, softcap and ALiBi are not in the CUDA kernels yet (the CPU's)");
 
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create: out of memory");
@@ -310,6 +308,10 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
   }
   rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, s, count_io, &plan->cuda)
                                       : attn_cpu_load(rt, s, count_io, &plan->cpu);
+  /* CUDA: the slopes on the device once; every launch of the plan reads them there */
+  if (rc == ATTN_OK && plan->cuda && plan->alibi &&
+      (rc = attn_cuda_set_alibi(rt, plan->cuda, plan->alibi, p.heads)) != ATTN_OK)
+    attn_cuda_unload(plan->cuda);
   if (rc != ATTN_OK) {
     free(plan->alibi);
     free(plan);

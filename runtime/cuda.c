@@ -87,6 +87,7 @@ struct attn_cuda_kernel {
   long long smem;
   int blocks_per_sm;
   CUdeviceptr consts;
+  CUdeviceptr alibi;        /* the plan's ALiBi slopes on the device (attn_cuda_set_alibi); 0 without */
   int was_cached;
   attn_cuda_resources res;
   atomic_int queued;        /* attn_cuda_launch has run: unload waits for the device before freeing */
@@ -445,9 +446,31 @@ void attn_cuda_unload(attn_cuda_kernel *k) {
     /* launches of attn_execute_async may still be queued: they read the constants and run the module's code */
     if (atomic_load_explicit(&k->queued, memory_order_relaxed) && k->cu->cuCtxSynchronize) k->cu->cuCtxSynchronize();
     if (k->consts) k->cu->cuMemFree_v2(k->consts);
+    if (k->alibi) k->cu->cuMemFree_v2(k->alibi);
     if (k->mod) k->cu->cuModuleUnload(k->mod);
   }
   free(k);
+}
+
+int attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads) {
+  attn_cuda *c = k->cu;
+  int rc = make_current(rt, c);
+  if (rc != ATTN_OK) return rc;
+  if (k->alibi) c->cuMemFree_v2(k->alibi);
+  k->alibi = 0;
+  if (!slopes) return ATTN_OK;
+  const size_t bytes = sizeof(float) * (size_t)heads;
+  CUresult r = c->cuMemAlloc_v2(&k->alibi, bytes);
+  if (r != 0) {
+    k->alibi = 0;
+    return attn_fail(rt, ATTN_ENOMEM, "%zu bytes of device memory for the ALiBi slopes: %s", bytes, cu_err(c, r));
+  }
+  if ((r = c->cuMemcpyHtoD_v2(k->alibi, slopes, bytes)) != 0) {
+    c->cuMemFree_v2(k->alibi);
+    k->alibi = 0;
+    return attn_fail(rt, ATTN_ERUNTIME, "copying the ALiBi slopes to the device: %s", cu_err(c, r));
+  }
+  return ATTN_OK;
 }
 
 int attn_cuda_was_cached(const attn_cuda_kernel *k) { return k ? k->was_cached : 0; }
@@ -483,6 +506,12 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
   a->n_kv = p->n_kv;
   a->scale = p->scale;
   a->grid_items = (int)(g->items < 0x7fffffff ? g->items : 0x7fffffff);
+  /* the score modifiers' values; the kernel applies those its spec switches on */
+  a->window = p->window;
+  a->softcap = p->softcap;
+  a->alibi = (const float *)(uintptr_t)k->alibi;
+  if (k->spec.alibi && !k->alibi)
+    return attn_fail(rt, ATTN_EINVAL, "%s: the plan's ALiBi slopes are not on the device", what);
   return ATTN_OK;
 }
 

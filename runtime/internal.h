@@ -111,6 +111,9 @@ int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
 int  attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *p, void *stream, const void *q,
                       const void *kk, const void *v, void *o);
 void attn_cuda_unload(attn_cuda_kernel *k);
+/* The plan's ALiBi slopes (heads floats) copied to the device, where the kernel's launches read them: once, at plan
+ * creation (NULL: none). */
+int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads);
 /* Compiles s into the caches without loading it (the tuner's parallel compiles); thread-safe with its own rt copy. */
 int  attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io);
 int  attn_cuda_was_cached(const attn_cuda_kernel *k);
