@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "internal.h"
 
 struct attn_store {
   attn_db *db;
   long long device_id, run_id;
   int threads;
   int backward;             /* the rows' pass: 1 'bwd', 0 'fwd' */
+  char variant[ATTN_DB_VARIANT_MAX + 1]; /* the last key's variant (fill_key's rows point at it) */
   char device[256];
   int lock_fd;              /* the run's lock file, write-locked while the run lives; -1: none */
   char lock_path[4200];
@@ -184,7 +186,8 @@ static int final_status(const char *s) {
   return !strcmp(s, "ok") || !strcmp(s, "wrong") || !strcmp(s, "compile_error") || !strcmp(s, "invalid");
 }
 
-/* The row's key: problem shape, kernel, device, threads, provenance, pass (the variant: '', dense). */
+/* The row's key: problem shape, kernel, device, threads, provenance, pass and the problem's variant (its score
+ * modifiers as attn_problem_variant writes them; "" for dense attention). */
 static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, const char *provenance,
                     attn_db_meas *m, char *spec, size_t speclen) {
   memset(m, 0, sizeof *m);
@@ -207,6 +210,8 @@ static int fill_key(attn_store *st, const attn_problem *p, const attn_spec *s, c
   m->provenance = provenance;
   m->threads = st->threads;
   m->pass = st->backward ? "bwd" : "fwd";
+  attn_problem_variant(p, st->variant, sizeof st->variant);
+  m->variant = st->variant;
   return ATTN_OK;
 }
 
