@@ -136,6 +136,7 @@ API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   pthread_mutex_lock(&mu);
   rec.launches++;
   rec.last_stream = stream;
+  rec.last_window = a.window, rec.last_softcap = a.softcap, rec.last_alibi = a.alibi;
   if (rec.pending < MAX_PENDING) {
     queued[rec.pending].stream = stream;
     queued[rec.pending].scratch = a.scratch;

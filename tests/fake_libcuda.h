@@ -14,6 +14,9 @@ typedef struct fake_cuda_calls {
   void *async_stream;     /* the stream of the last cuMemFreeAsync */
   int freed_in_use;       /* cuMemFree_v2 of memory a pending launch uses (its scratch or constants) */
   int unloaded_in_use;    /* cuModuleUnload while launches are pending */
+  int last_window;        /* the last launch's score modifiers (attn_cuda_kargs) */
+  float last_softcap;
+  const float *last_alibi;
 } fake_cuda_calls;
 
 /* fake_cuda_record(out, reset): copies the record, then clears it when reset (pending launches stay pending). */
