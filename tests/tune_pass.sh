@@ -13,10 +13,10 @@ q() { sqlite3 "$1" "$2" 2>/dev/null || echo -1; }
 
 case $case_ in
 run)
-  "$T" --gpu cpu --d 16 --n 64 --pass fwd,bwd --budget 1 --reps 1 --time-cap 0.02 --db "$W/p.db" >"$out" 2>&1 ||
+  "$T" --gpu cpu --d 64 --n 128 --pass fwd,bwd --budget 1 --reps 1 --time-cap 0.02 --db "$W/p.db" >"$out" 2>&1 ||
     fail "tune exit $?"
-  grep -q "^best n=64 d=16 f32 causal=0: flash" "$out" || fail "no forward best line"
-  grep -q "^best bwd n=64 d=16 f32 causal=0: flash" "$out" || fail "no backward best line"
+  grep -q "^best n=128 d=64 f32 causal=0: flash" "$out" || fail "no forward best line"
+  grep -q "^best bwd n=128 d=64 f32 causal=0: flash" "$out" || fail "no backward best line"
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE pass = 'fwd' AND status = 'ok'")" -ge 1 ] || fail "fwd rows"
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE pass = 'bwd' AND status = 'ok'")" -ge 1 ] || fail "bwd rows"
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements WHERE chosen = 1 GROUP BY pass" | tr '\n' ' ')" = "1 1 " ] ||
@@ -29,10 +29,10 @@ run)
        (k.spec LIKE '% unroll=4%' OR k.spec LIKE '% split=%')")" -eq 0 ] || fail "a forward tunable in a bwd row"
   [ "$(q "$W/p.db" "SELECT count(*) FROM measurements m JOIN kernels k ON k.id = m.kernel_id WHERE pass = 'bwd' AND
        is_default = 1 AND k.spec LIKE '% br=64 bc=64 %'")" -eq 1 ] || fail "the backward's default row"
-  "$PLAN" "$W/p.db" 16 64 2 >"$out" 2>&1 || fail "the backward plan is not the tuned one (exit $?)"
+  "$PLAN" "$W/p.db" 64 128 2 >"$out" 2>&1 || fail "the backward plan is not the tuned one (exit $?)"
   grep -q "^forward: flash .*(tuned)" "$out" || fail "the forward plan is not tuned"
   # a rerun finds both passes stored
-  "$T" --gpu cpu --d 16 --n 64 --pass fwd,bwd --budget 1 --reps 1 --time-cap 0.02 --db "$W/p.db" >"$out" 2>&1 ||
+  "$T" --gpu cpu --d 64 --n 128 --pass fwd,bwd --budget 1 --reps 1 --time-cap 0.02 --db "$W/p.db" >"$out" 2>&1 ||
     fail "rerun exit $?"
   grep -q "(0 stored now" "$out" || fail "a rerun measured again"
   # show and show --json carry the pass
@@ -49,17 +49,17 @@ run)
   [ "$(q "$W/i.db" "SELECT count(*) FROM measurements WHERE pass = 'bwd'")" -eq "$n" ] || fail "import lost bwd rows"
   "$T" merge "$W/m.db" "$W/p.db" >"$out" 2>&1 || fail "merge exit $?"
   [ "$(q "$W/m.db" "SELECT count(*) FROM measurements WHERE pass = 'bwd'")" -eq "$n" ] || fail "merge lost bwd rows"
-  "$PLAN" "$W/m.db" 16 64 2 >"$out" 2>&1 || fail "the merged database does not serve the backward (exit $?)"
+  "$PLAN" "$W/m.db" 64 128 2 >"$out" 2>&1 || fail "the merged database does not serve the backward (exit $?)"
   # without backward rows the forward's never serve it: the default does, and says so
   "$T" merge "$W/f.db" "$W/p.db" >"$out" 2>&1 || fail "merge exit $?"
   sqlite3 "$W/f.db" "DELETE FROM measurements WHERE pass = 'bwd'" || fail "sqlite3"
-  "$PLAN" "$W/f.db" 16 64 2 >"$out" 2>&1
+  "$PLAN" "$W/f.db" 64 128 2 >"$out" 2>&1
   [ $? -eq 3 ] && grep -q "^backward: .* backward (default)" "$out" && grep -q "^forward: .*(tuned)" "$out" ||
     fail "a forward row served the backward"
   ;;
 usage)
   for v in sideways "fwd,up" "" ","; do
-    "$T" --gpu cpu --d 16 --n 64 --pass "$v" --db "$W/u.db" >"$out" 2>&1
+    "$T" --gpu cpu --d 64 --n 128 --pass "$v" --db "$W/u.db" >"$out" 2>&1
     [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] && grep -q "^attntune tune: --pass: unknown pass" "$out" ||
       fail "--pass '$v'"
   done
