@@ -102,7 +102,8 @@ const char *attn_last_error(const attn_runtime *rt);
 int  attn_execute_async(const attn_plan *plan, void *stream, const void *q, const void *k, const void *v, void *o);
 
 /* Training. attn_execute_lse is the forward, also writing lse [batch][heads][n] (fp32): log Σ_j exp(scale·q_i·k_j)
- * over the keys row i sees, -inf for a row that sees none (NaN where the row's output is NaN). CPU flash and
+ * over the keys row i sees (the score after softcap and ALiBi when the problem has them), -inf for a row that sees
+ * none (NaN where the row's output is NaN). CPU flash and
  * smallcache plans: lowrank plans give ATTN_EUNSUPPORTED (its own normaliser is an approximation, not this lse), and
  * so does CUDA for now (its kernels keep no lse yet). A backward plan gives ATTN_EINVAL. */
 int  attn_execute_lse(const attn_plan *plan, const void *q, const void *k, const void *v, void *o, float *lse);

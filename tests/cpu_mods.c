@@ -368,6 +368,33 @@ static void plan_cases(attn_runtime *rt) {
   attn_plan *plan = NULL;
   if (attn_plan_create(rt, &p0, &plan) == ATTN_OK) {
     CHECK(strstr(attn_plan_describe(plan), "window softcap alibi"), "describe: '%s'", attn_plan_describe(plan));
+    /* lse: log sum_j exp(s_ij) of the modified scores over the keys row i sees */
+    case_bufs c;
+    float *lse = malloc(sizeof(float) * (size_t)(p0.heads * p0.n));
+    if (!lse || case_alloc(&p0, 4243, &c) != 0) abort();
+    CHECK(attn_execute_lse(plan, c.q, c.k, c.v, c.o, lse) == ATTN_OK, "attn_execute_lse: %s", attn_last_error(rt));
+    double worst = 0;
+    for (long h = 0; h < c.p.heads; h++)
+      for (long i = 0; i < c.p.n; i++) {
+        const float *qi = c.q + (h * c.p.n + i) * c.p.d;
+        const float *kh = c.k + (h / (c.p.heads / c.p.heads_kv)) * c.p.n_kv * c.p.d;
+        long lo, hi;
+        attn_visible_keys(&c.p, i, &lo, &hi);
+        double mx = -INFINITY, sum = 0, sc[90];
+        for (long j = lo; j < hi; j++) {
+          double acc = 0;
+          for (long e = 0; e < c.p.d; e++) acc += (double)qi[e] * kh[j * c.p.d + e];
+          sc[j] = attn_score_mod(&c.p, acc * c.p.scale, h, i, j);
+          if (sc[j] > mx) mx = sc[j];
+        }
+        for (long j = lo; j < hi; j++) sum += exp(sc[j] - mx);
+        const double want = hi > lo ? mx + log(sum) : -INFINITY, got = lse[h * c.p.n + i];
+        const double e = want == got ? 0 : fabs(got - want);
+        if (!(e <= worst)) worst = e;
+      }
+    CHECK(worst < 1e-4, "lse with modifiers: off by %g", worst);
+    free(lse);
+    case_free(&c);
     attn_plan_destroy(plan);
   }
   char v[96];
