@@ -509,8 +509,7 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
   if (!q || !k || !v || !o || !lse)
     return attn_fail(rt, ATTN_EINVAL, "attn_execute_lse: %s is NULL",
                      !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : "lse");
-  if (plan->cuda)
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: the CUDA kernels keep no lse yet (CPU flash plans do)");
+  if (plan->cuda) return attn_cuda_run_lse(rt, plan->cuda, &plan->p, q, k, v, o, lse);
   if (plan->spec.algo == ATTN_ALGO_LOWRANK)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "attn_execute_lse: lowrank's normaliser is its approximation's, not the exact lse (use flash)");
@@ -520,6 +519,26 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
                   .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = lse, .window = p->window,
                   .softcap = p->softcap, .alibi = p->alibi_slopes};
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
+}
+
+/* CUDA: templates/flash_bwd.cu with the tiles attn_cuda_load_backward picks for the problem's d, d_v and dtype. */
+static int create_backward_cuda(attn_runtime *rt, const attn_problem *p, attn_plan **out) {
+  attn_plan *plan = calloc(1, sizeof *plan);
+  if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
+  plan->rt = rt;
+  plan->p = *p;
+  plan->backward = 1;
+  int rc = attn_cuda_load_backward(rt, p, &plan->spec, &plan->cuda);
+  if (rc != ATTN_OK) {
+    free(plan);
+    return rc;
+  }
+  char sum[384];
+  attn_spec_summary(&plan->spec, sum, sizeof sum);
+  snprintf(plan->describe, sizeof plan->describe, "%s backward (default)", sum);
+  atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed); /* as attn_plan_create_spec */
+  *out = plan;
+  return ATTN_OK;
 }
 
 int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, const attn_spec *s, int count_io,
@@ -540,7 +559,9 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "attn_plan_create_backward: no backward for window, softcap or ALiBi yet (the forward has them)");
   if (rt->target != ATTN_TARGET_CPU)
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_plan_create_backward: no CUDA backward kernel yet (the CPU has one)");
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create_backward: CUDA backward kernels take no given spec (attn_plan_create_backward "
+                     "picks their tiles)");
   if (s->d != p.d || attn_spec_dv(s) != p.d_v || s->causal != p.causal || s->dtype != p.dtype)
     return attn_fail(rt, ATTN_EINVAL,
                      "attn_plan_create_backward: spec (d=%d d_v=%d causal=%d %s) does not match the problem (d=%d "
@@ -579,6 +600,8 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
   attn_problem p = {0};
   int rc = attn_problem_normalize(rt, prob, &p);
   if (rc != ATTN_OK) return rc;
+  if (rt->target == ATTN_TARGET_CUDA && p.algo != ATTN_ALGO_LOWRANK && !attn_problem_has_mods(&p))
+    return create_backward_cuda(rt, &p, out);
   attn_spec s;
   char origin[128] = "default", err[512];
   attn_problem any = p;
@@ -609,8 +632,9 @@ ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const v
   static const char *const name[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
   for (size_t i = 0; i < sizeof ptr / sizeof ptr[0]; i++)
     if (!ptr[i]) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: %s is NULL", name[i]);
-  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_backward: plan has no kernel");
   const attn_problem *p = &plan->p;
+  if (plan->cuda) return attn_cuda_run_backward(rt, plan->cuda, p, q, k, v, o, lse, dout, dq, dk, dv);
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_backward: plan has no kernel");
   /* o is read, not written: the kernel ABI's o is the forward's output here */
   attn_kargs a = {.q = q, .k = k, .v = v, .o = (void *)(uintptr_t)o, .batch = p->batch, .heads = p->heads,
                   .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale,

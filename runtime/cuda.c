@@ -15,6 +15,8 @@
 #include "kernel_abi_cuda.h"
 #include "files.h"
 #include "launch.h"
+#include "kernel_abi_cuda_bwd.h"
+#include "spec_bwd_cuda.h"
 
 /* Driver API types and constants, declared here so that no toolkit header is needed to build. */
 typedef int CUresult;
@@ -83,6 +85,8 @@ struct attn_cuda_kernel {
   attn_cuda *cu;
   CUmodule mod;
   CUfunction fn;
+  CUfunction pre;           /* a backward module's attn_bwd_pre (templates/flash_bwd.cu); NULL in a forward's */
+  int backward;
   attn_spec spec;           /* as compiled: arch is the device's */
   long long smem;
   int blocks_per_sm;
@@ -337,24 +341,29 @@ static int launch(attn_runtime *rt, attn_cuda *c, CUfunction fn, unsigned grid, 
   return ATTN_OK;
 }
 
-int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out) {
+/* A forward kernel of spec s, or (backward) the flash backward module of a spec from attn_spec_backward_cuda. */
+static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int backward, attn_cuda_kernel **out) {
   *out = NULL;
   attn_cuda *c = rt->cuda;
   if (!c) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
   attn_cuda_kernel *k = calloc(1, sizeof *k);
   if (!k) return attn_fail(rt, ATTN_ENOMEM, "out of memory loading a CUDA kernel");
   k->cu = c;
+  k->backward = backward;
   spec_for_device(c, s, &k->spec);
   char label[400], err[512];
   attn_spec_summary(&k->spec, label, sizeof label);
   if (count_io) strncat(label, " (counting)", sizeof label - strlen(label) - 1);
+  if (backward) strncat(label, " backward", sizeof label - strlen(label) - 1);
   int rc = make_current(rt, c);
-  k->smem = attn_spec_cuda_smem(&k->spec); /* with the spec's d_v */
+  /* with the spec's d_v */
+  k->smem = backward ? attn_spec_backward_cuda_smem(&k->spec) : attn_spec_cuda_smem(&k->spec);
   if (rc == ATTN_OK && k->smem > c->smem_optin)
     rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s needs %lld bytes of shared memory per block; %s allows %d", label,
                    k->smem, c->name, c->smem_optin);
   char *src = NULL;
-  if (rc == ATTN_OK && !(src = attn_spec_source(&k->spec, count_io, err, sizeof err)))
+  if (rc == ATTN_OK && !(src = backward ? attn_spec_source_backward_cuda(&k->spec, err, sizeof err)
+                                         : attn_spec_source(&k->spec, count_io, err, sizeof err)))
     rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %s", label, err);
   for (int attempt = 0; rc == ATTN_OK && attempt < 2; attempt++) {
     void *blob = NULL;
@@ -380,6 +389,8 @@ int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda
   CUresult r = 0;
   if (rc == ATTN_OK && (r = c->cuModuleGetFunction(&k->fn, k->mod, "attn_kernel")) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_kernel: %s", label, cu_err(c, r));
+  if (rc == ATTN_OK && backward && (r = c->cuModuleGetFunction(&k->pre, k->mod, "attn_bwd_pre")) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_bwd_pre: %s", label, cu_err(c, r));
   if (rc == ATTN_OK && k->smem > 48 * 1024 &&
       (r = c->cuFuncSetAttribute(k->fn, CU_FUNC_MAX_DYN_SMEM, (int)k->smem)) != 0)
     rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %lld bytes of dynamic shared memory refused: %s", label, k->smem,
@@ -419,6 +430,21 @@ int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda
   }
   *out = k;
   return ATTN_OK;
+}
+
+int attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cuda_kernel **out) {
+  return load_kernel(rt, s, count_io, 0, out);
+}
+
+int attn_cuda_load_backward(attn_runtime *rt, const attn_problem *p, attn_spec *spec, attn_cuda_kernel **out) {
+  *out = NULL;
+  char err[512];
+  int rc = attn_spec_backward_cuda(p->dtype, p->d, p->d_v, p->causal, rt->cuda ? rt->cuda->arch : "sm_80", spec, err,
+                                   sizeof err);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
+  rc = load_kernel(rt, spec, 0, 1, out);
+  if (rc == ATTN_OK) *spec = (*out)->spec;
+  return rc;
 }
 
 int attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io) {
@@ -517,12 +543,13 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
 
 /* One launch on stream s, waited for: attn_execute's, and the tuner's with I/O counters and event timing. */
 static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, CUstream s, const void *q,
-                    const void *kk, const void *v, void *o, attn_io *io, double *ms, const char *what) {
+                    const void *kk, const void *v, void *o, float *lse, attn_io *io, double *ms, const char *what) {
   attn_cuda *c = k->cu;
   attn_cuda_kargs a;
   attn_cuda_geom g;
   int rc = prepare(rt, k, p, q, kk, v, o, what, &a, &g);
   if (rc != ATTN_OK) return rc;
+  a.lse = lse;
   CUdeviceptr scratch = 0, counters = 0;
   CUevent ev[2] = {NULL, NULL};
   CUresult r = 0;
@@ -582,7 +609,15 @@ done:
 
 int attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
                   const void *v, void *o, attn_io *io, double *ms) {
-  return run_sync(rt, k, p, NULL, q, kk, v, o, io, ms, "attn_execute");
+  return run_sync(rt, k, p, NULL, q, kk, v, o, NULL, io, ms, "attn_execute");
+}
+
+int attn_cuda_run_lse(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                      const void *kk, const void *v, void *o, float *lse) {
+  if (k->spec.algo != ATTN_ALGO_FLASH || k->backward)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_lse: only CUDA flash kernels write lse (this plan is %s)",
+                     k->backward ? "a backward" : attn_algo_name(k->spec.algo));
+  return run_sync(rt, k, p, NULL, q, kk, v, o, lse, NULL, NULL, "attn_execute_lse");
 }
 
 int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *p, void *stream, const void *q,
@@ -594,7 +629,7 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
   if (rc != ATTN_OK) return rc;
   CUstream s = stream;
   /* without stream-ordered allocation, scratch freed after the launch must wait for it */
-  if (g.scratch > 0 && !c->pools) return run_sync(rt, k, p, s, q, kk, v, o, NULL, NULL, "attn_execute_async");
+  if (g.scratch > 0 && !c->pools) return run_sync(rt, k, p, s, q, kk, v, o, NULL, NULL, NULL, "attn_execute_async");
   CUdeviceptr scratch = 0;
   CUresult r = 0;
   /* Scratch per launch (smallcache's), allocated and freed in the stream's order: a plan may be queued on several
@@ -606,6 +641,46 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
   rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
   if (scratch && (r = c->cuMemFreeAsync(scratch, s)) != 0 && rc == ATTN_OK)
     rc = attn_fail(rt, ATTN_ERUNTIME, "freeing device scratch: cuMemFreeAsync: %s", cu_err(c, r));
+  return rc;
+}
+
+/* The backward (templates/flash_bwd.cu): attn_bwd_pre writes delta = rowsum(dO∘O) into scratch allocated per call,
+ * then attn_kernel computes dK, dV and dQ; waited for. */
+int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                           const void *kk, const void *v, const void *o, const float *lse, const void *dout, void *dq,
+                           void *dk, void *dv) {
+  attn_cuda *c = k->cu;
+  if (!k->backward) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: not a backward kernel");
+  int rc = make_current(rt, c);
+  if (rc != ATTN_OK) return rc;
+  char err[256];
+  attn_cuda_bwd_geom g;
+  if (attn_cuda_backward_geometry(&k->spec, p->batch, p->heads, p->heads_kv, p->n, p->n_kv, &g, err, sizeof err) !=
+      ATTN_OK)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_backward: %s", err);
+  CUdeviceptr delta = 0;
+  CUresult r = c->cuMemAlloc_v2(&delta, (size_t)g.scratch);
+  if (r != 0)
+    return attn_fail(rt, ATTN_ENOMEM, "attn_execute_backward: %lld bytes of device scratch: %s", g.scratch,
+                     cu_err(c, r));
+  attn_cuda_bwd_kargs a;
+  memset(&a, 0, sizeof a);
+  a.q = q, a.k = kk, a.v = v, a.o = o, a.dout = dout, a.lse = lse;
+  a.dq = dq, a.dk = dk, a.dv = dv;
+  a.delta = (float *)(uintptr_t)delta;
+  a.batch = p->batch, a.heads = p->heads, a.heads_kv = p->heads_kv, a.n = p->n, a.n_kv = p->n_kv;
+  a.scale = p->scale;
+  a.items_kv = g.items_kv, a.items_q = g.items_q;
+  void *params[] = {&a};
+  if ((r = c->cuLaunchKernel(k->pre, g.pre_grid, 1, 1, g.block, 1, 1, 0, NULL, params, NULL)) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "launching attn_bwd_pre (grid %u, block %u): %s", g.pre_grid, g.block,
+                   cu_err(c, r));
+  else if ((r = c->cuLaunchKernel(k->fn, g.grid, 1, 1, g.block, 1, 1, (unsigned)g.smem, NULL, params, NULL)) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "launching the backward's attn_kernel (grid %u, block %u, %lld bytes of shared "
+                   "memory): %s", g.grid, g.block, g.smem, cu_err(c, r));
+  if ((r = c->cuStreamSynchronize(NULL)) != 0 && rc == ATTN_OK)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "the backward failed: %s", cu_err(c, r));
+  c->cuMemFree_v2(delta);
   return rc;
 }
 

@@ -111,6 +111,15 @@ int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
 int  attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *p, void *stream, const void *q,
                       const void *kk, const void *v, void *o);
 void attn_cuda_unload(attn_cuda_kernel *k);
+/* attn_cuda_run with lse written too (flash kernels only: ATTN_EUNSUPPORTED for the others). */
+int  attn_cuda_run_lse(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                       const void *kk, const void *v, void *o, float *lse);
+/* The flash backward (templates/flash_bwd.cu) for a normalised problem: its spec (gen/spec_bwd_cuda.h's tiles, the
+ * device's arch) in *spec; and its run, waited for (delta scratch allocated per call). */
+int  attn_cuda_load_backward(attn_runtime *rt, const attn_problem *p, attn_spec *spec, attn_cuda_kernel **out);
+int  attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                            const void *kk, const void *v, const void *o, const float *lse, const void *dout,
+                            void *dq, void *dk, void *dv);
 /* The plan's ALiBi slopes (heads floats) copied to the device, where the kernel's launches read them: once, at plan
  * creation (NULL: none). */
 int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads);

@@ -381,6 +381,11 @@ __device__ __forceinline__ int fa_low(const fa_mods &md, int rr) { return FA_WIN
  * causal), clamped to [-Br - 1, 0]; a row that sees none outputs zeros (0 * O, and fa_fix where O is NaN from a
  * hidden key's V row). */
 __device__ __forceinline__ bool fa_sees(int r, int ev) { return !FA_MASK || r + ev >= 0; }
+/* attn_execute_lse's lse of a row (natural log) from its running max m (base-2 scores) and sum l: -inf for a row
+ * that sees no key, and where every visible score is -inf (l = 0) */
+__device__ __forceinline__ float fa_lse(float m, float l, bool sees) {
+  return sees ? ((m == FA_NEG_INF ? 0.0f : m) + log2f(l)) * 0.6931471805599453f : FA_NEG_INF;
+}
 __device__ __forceinline__ bool fa_nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
 
 #if ATTN_DTYPE != 0
@@ -569,7 +574,7 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
  * of whole rows (by element where rows are not whole chunks). cg: the warp's column group. Returns whether an
  * accumulator of the lane is NaN or infinite (see fa_fix). */
 __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, fa_elem *o, int rows, int wr0, int ev,
-                                            int lane, int cg) {
+                                            int lane, int cg, float *lse) {
   const int g = lane >> 2, t = lane & 3;
   bool bad = false;
   fa_wait<0>();
@@ -585,6 +590,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       const int r = wr0 + 16 * mt + 8 * h + g;
       /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
       const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
+      if (lse && cg == 0 && t == 0 && r < rows) lse[r] = fa_lse(st.m[mt][h], l, fa_sees(r, ev));
       float chk = 0.0f;
 #pragma unroll
       for (int dt = 0; dt < FA_DT; dt++) {
@@ -753,7 +759,7 @@ __device__ __forceinline__ void fa_softmax_pv(fa_state &st, fa_scores &sc, unsig
 }
 
 /* O / l; returns whether an accumulator of the lane is NaN or infinite (see fa_fix). */
-__device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0, int ev) {
+__device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, int wr0, int ev, float *lse) {
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < FA_TM; i++) {
@@ -763,6 +769,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
     const int r = wr0 + st.ry + FA_RL * i;
     /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
     const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
+    if (lse && st.cx == 0 && r < rows) lse[r] = fa_lse(st.m[i], l, fa_sees(r, ev));
     if (r < rows) {
       float chk = 0.0f;
 #pragma unroll
@@ -1110,11 +1117,12 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       const long long e = e0 + (ATTN_CAUSAL ? 0 : w - 1);
       ev = e < -FA_BR - 1 ? -FA_BR - 1 : e < 0 ? (int)e : 0;
     }
+    float *lse = a.lse ? a.lse + bh * n + i0 : nullptr; /* attn_execute_lse */
 #if ATTN_DTYPE == 0
     fa_wait<0>();
-    const bool bad = fa_epilogue(st, o, rows, wr0, ev);
+    const bool bad = fa_epilogue(st, o, rows, wr0, ev, lse);
 #else
-    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, ev, lane, cg);
+    const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, ev, lane, cg, lse);
 #endif
     ATTN_CIO_WRITE((long long)rows * FA_DV);
 #if FA_MASK

@@ -27,6 +27,7 @@ typedef struct attn_cuda_kargs {
   const float *alibi;      /* device pointer: one slope per query head, copied at plan creation; NULL without */
   int window;              /* > 0 in a windowed kernel */
   float softcap;           /* > 0 in a soft-capping kernel */
+  float *lse;              /* flash: NULL, or [batch][heads][n] fp32 written with O (attn_execute_lse) */
 } attn_cuda_kargs;
 
 /* Head dimensions that are not multiples of the templates' granularity are padded at compile time: the padded

@@ -1,0 +1,34 @@
+/* spec_bwd_cuda.h: the CUDA flash backward (templates/flash_bwd.cu): its tiles for a problem, its source text and
+ * its launch geometry. */
+#ifndef ATTN_SPEC_BWD_CUDA_H
+#define ATTN_SPEC_BWD_CUDA_H
+
+#include "spec.h"
+
+/* The backward's spec for (dtype, d, d_v, causal) on arch ("sm_80", ...): flash, cuda, Br = Bc: 64 or 32, the
+ * largest whose shared memory fits 99 KiB (two blocks an SM on an H100) and whose dK and dV accumulators fit the
+ * registers without spilling (64 fp32 a thread at 64, 128 at 32), else 16 within an A100's 163 KiB; 4 warps (8
+ * where 4 would each hold more than 128 accumulators); stages 1. ATTN_OK, or ATTN_EUNSUPPORTED / ATTN_EINVAL with
+ * the reason in err. */
+int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char *arch, attn_spec *out, char *err,
+                            size_t errlen);
+
+/* Dynamic shared memory per block of a backward spec (ATTN_FLASH_BWD_SMEM). */
+long long attn_spec_backward_cuda_smem(const attn_spec *s);
+
+/* Source text: the #defines of attn_spec_source, kernel_abi_cuda.h, kernel_abi_cuda_bwd.h and flash_bwd.cu;
+ * malloc'd, or NULL with err. */
+char *attn_spec_source_backward_cuda(const attn_spec *s, char *err, size_t errlen);
+
+typedef struct attn_cuda_bwd_geom {
+  unsigned pre_grid, grid, block; /* attn_bwd_pre's grid, attn_kernel's grid; both take `block` threads */
+  long long smem;                 /* attn_kernel's dynamic shared memory */
+  long long scratch;              /* bytes of delta: batch*heads*n floats */
+  int items_kv, items_q;          /* attn_kernel's dK/dV blocks, then its dQ blocks */
+} attn_cuda_bwd_geom;
+
+/* ATTN_OK, or ATTN_EINVAL / ATTN_EUNSUPPORTED with a reason (a problem too large for one launch). */
+int attn_cuda_backward_geometry(const attn_spec *s, long long batch, long long heads, long long heads_kv, long long n,
+                                long long n_kv, attn_cuda_bwd_geom *g, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,354 @@
+/* flash_bwd.cu: FlashAttention-2's backward pass for NVIDIA GPUs (sm_80, sm_90), specialised at compile time on
+ * ATTN_D, ATTN_DV, ATTN_BR, ATTN_BC, ATTN_CAUSAL, ATTN_WARPS and ATTN_DTYPE; arguments in kernel_abi_cuda_bwd.h.
+ *
+ * With P = exp(scale·S − lse) recomputed from the forward's lse (never stored), dP = dO Vᵀ, delta = rowsum(dO∘O)
+ * and dS = P∘(dP − delta): dV = Pᵀ dO, dK = scale·dSᵀ Q, dQ = scale·dS K.
+ *   attn_bwd_pre: delta of every query row (a warp a row, fp32), into the scratch the runtime allocates.
+ *   attn_kernel, dK/dV blocks: one key block K_j, V_j (Bc keys) of one KV head, loaded once; the outer loop is over
+ *     the key blocks (one per thread block), the inner over the query heads of the KV head (GQA) and their query
+ *     blocks that see a key of the block (causal: from the first row whose diagonal reaches j0): Q_i, dO_i, lse_i
+ *     and delta_i loaded, S = Q_i K_jᵀ and dP = dO_i V_jᵀ computed, P and dS written to shared memory in the input
+ *     type, then dV += Pᵀ dO_i and dK += dSᵀ Q_i into fp32 accumulators held in registers across the whole loop.
+ *   attn_kernel, dQ blocks: one query block of one head; the loop over the key blocks it sees recomputes S, dP and
+ *     dS and adds dS K_j into fp32 accumulators in registers.
+ * dQ is computed apart from dK and dV (S and dP twice: 7 products of the forward's size where atomics need 5) so
+ * that no sum is split across thread blocks: every output element is one thread's, summed in a fixed order (keys
+ * and query heads by index), and the gradients are bitwise the same from run to run on a device.
+ *
+ * Products: each warp owns a fixed set of the 16x8 tiles of a product (tile w, w + W, w + 2W, ... in row-major
+ * order), its C fragment in the mma.sync.m16n8k16 layout (lane: rows g = lane/4 and g+8, columns 2(lane%4) and
+ * +1). f16 / bf16: the A and B fragments are read from shared memory element pairs (one 32-bit load where the
+ * pair is contiguous) and multiplied by mma.sync with fp32 accumulators; P and dS are rounded to the input type
+ * first, as FlashAttention-2 does. f32: the same tiles on the CUDA cores in exact fp32 (fmaf over k), P and dS kept
+ * in fp32. Tiles are row-major in shared memory, d and d_v padded to multiples of 16 (zeros) and every row by 16
+ * bytes (no bank conflicts), rows past n or n_kv zero-filled; loads from global memory go element by element
+ * (coalesced over the block's contiguous rows).
+ *
+ * Masking: key j is visible to query i iff j < n_kv and, causal, j <= i + n_kv − n (bottom-right). A hidden key
+ * has P = 0 and dS = 0; a query row that sees no key gets dQ = 0, a key no row sees dK = dV = 0. Scores as in
+ * flash.cu: base 2, scale·log2(e) applied in fp32, ex2.approx. */
+
+#define FB_D ATTN_D
+#define FB_DV ATTN_DV
+#define FB_BR ATTN_BR
+#define FB_BC ATTN_BC
+#define FB_W ATTN_WARPS
+#define FB_T (32 * FB_W)
+#define FB_DP ATTN_CUDA_RUP(FB_D, 16)
+#define FB_DVP ATTN_CUDA_RUP(FB_DV, 16)
+#define FB_ES (ATTN_DTYPE == 0 ? 4 : 2)
+
+static_assert(FB_BR % 16 == 0 && FB_BC % 16 == 0, "Br and Bc must be multiples of 16");
+
+#if ATTN_DTYPE == 0
+typedef float fb_elem;
+#else
+typedef unsigned short fb_elem;
+#endif
+
+/* shared layout, in elements of the input type, then fp32. Rows are padded by 16 bytes (FB_PE elements): the 8 rows
+ * a fragment load touches (lanes g = 0..7) then start in 8 different groups of 4 banks, and the k-major reads of P,
+ * dS, Q and dO (lanes t = 0..3 on rows 2t) in 4, so neither conflicts. */
+#define FB_PE (16 / FB_ES)
+#define FB_SQ (FB_DP + FB_PE)  /* row stride of Q_i and K_j */
+#define FB_SV (FB_DVP + FB_PE) /* of dO_i and V_j */
+#define FB_SP (FB_BC + FB_PE)  /* of P and dS */
+#define FB_OFF_Q 0
+#define FB_OFF_DO (FB_OFF_Q + FB_BR * FB_SQ)
+#define FB_OFF_K (FB_OFF_DO + FB_BR * FB_SV)
+#define FB_OFF_V (FB_OFF_K + FB_BC * FB_SQ)
+#define FB_OFF_P (FB_OFF_V + FB_BC * FB_SV)
+#define FB_OFF_DS (FB_OFF_P + FB_BR * FB_SP)
+#define FB_ELEMS (FB_OFF_DS + FB_BR * FB_SP)
+static_assert(FB_ELEMS * FB_ES + 8 * FB_BR == ATTN_FLASH_BWD_SMEM(FB_ES, FB_D, FB_DV, FB_BR, FB_BC),
+              "layout differs from ATTN_FLASH_BWD_SMEM");
+
+/* ---- PTX wrappers ---- */
+__device__ __forceinline__ float fb_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#if ATTN_DTYPE != 0
+/* c += a b for one 16x8x16 tile, fp32 accumulators */
+__device__ __forceinline__ void fb_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if ATTN_DTYPE == 1
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+/* two floats rounded to nearest into one register: lo in bits 0..15, hi in 16..31 */
+__device__ __forceinline__ unsigned fb_pack(float lo, float hi) {
+  unsigned r;
+#if ATTN_DTYPE == 1
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+  return r;
+}
+#if ATTN_DTYPE == 1
+__device__ __forceinline__ float fb_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+#endif
+#endif
+/* ---- end of PTX wrappers ---- */
+
+/* an input element as fp32, and fp32 rounded to an element */
+__device__ __forceinline__ float fb_in(fb_elem x) {
+#if ATTN_DTYPE == 0
+  return x;
+#elif ATTN_DTYPE == 1
+  return fb_h2f(x);
+#else
+  return __uint_as_float((unsigned)x << 16);
+#endif
+}
+__device__ __forceinline__ fb_elem fb_out(float x) {
+#if ATTN_DTYPE == 0
+  return x;
+#else
+  return (fb_elem)(fb_pack(x, 0.0f) & 0xffffu);
+#endif
+}
+
+/* C (16x8 at a, b) += A B over k in [0, K): A(r, k) = a[r*AR + k*AK], B(k, n) = b[k*BK + n*BN], shared tiles. */
+#if ATTN_DTYPE != 0
+/* elements p[0] and p[S] as the pair (lo, hi) of a fragment register */
+template <int S> __device__ __forceinline__ unsigned fb_pair(const fb_elem *p) {
+  if constexpr (S == 1) return *(const unsigned *)p; /* even index of a row of even length: aligned */
+  else return (unsigned)p[0] | ((unsigned)p[S] << 16);
+}
+template <int AR, int AK, int BK, int BN, int K>
+__device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const fb_elem *b, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const fb_elem *a0 = a + g * AR + 2 * t * AK, *b0 = b + 2 * t * BK + g * BN;
+#pragma unroll 4
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    const unsigned af[4] = {fb_pair<AK>(a0 + k0 * AK), fb_pair<AK>(a0 + 8 * AR + k0 * AK),
+                            fb_pair<AK>(a0 + (k0 + 8) * AK), fb_pair<AK>(a0 + 8 * AR + (k0 + 8) * AK)};
+    fb_mma(c, af, fb_pair<BK>(b0 + k0 * BK), fb_pair<BK>(b0 + (k0 + 8) * BK));
+  }
+}
+#else
+template <int AR, int AK, int BK, int BN, int K>
+__device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const fb_elem *b, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const float *a0 = a + g * AR, *a1 = a0 + 8 * AR, *b0 = b + 2 * t * BN, *b1 = b0 + BN;
+#pragma unroll 8
+  for (int k = 0; k < K; k++) {
+    const float x0 = a0[k * AK], x1 = a1[k * AK], y0 = b0[k * BK], y1 = b1[k * BK];
+    c[0] = fmaf(x0, y0, c[0]);
+    c[1] = fmaf(x0, y1, c[1]);
+    c[2] = fmaf(x1, y0, c[2]);
+    c[3] = fmaf(x1, y1, c[3]);
+  }
+}
+#endif
+
+/* Rows [0, rows) of a block of R rows of width W (global, row stride W) into a shared tile of row stride WP (padded
+ * d and the 16 bytes); rows past rows and columns past W zero-filled. All threads. */
+template <int R, int W, int WP> __device__ __forceinline__ void fb_load(fb_elem *dst, const fb_elem *src, int rows) {
+#pragma unroll 1
+  for (int idx = threadIdx.x; idx < R * WP; idx += FB_T) {
+    const int r = idx / WP, c = idx % WP;
+    dst[idx] = r < rows && c < W ? src[(long long)r * W + c] : (fb_elem)0;
+  }
+}
+
+/* lse (in base 2) and delta of the block's rows into shared memory; rows past `rows` get 0 (they see no key). */
+__device__ __forceinline__ void fb_load_rows(float *sl, float *sd, const float *lse, const float *delta, int rows) {
+  for (int r = threadIdx.x; r < FB_BR; r += FB_T) {
+    sl[r] = r < rows ? lse[r] * 1.4426950408889634f : 0.0f;
+    sd[r] = r < rows ? delta[r] : 0.0f;
+  }
+}
+
+#define FB_NS ((FB_BR / 16) * (FB_BC / 8)) /* 16x8 tiles of S (Br x Bc) */
+#define FB_US ((FB_NS + FB_W - 1) / FB_W)  /* ... per warp */
+
+/* S = Q_i K_jᵀ and dP = dO_i V_jᵀ, P = exp2(S scale log2(e) - lse log2(e)) where key j0 + c is visible to row
+ * i0 + r, else 0, dS = P (dP - delta): P (when sp) and dS into shared memory in the input type. e0 = i0 + n_kv - n
+ * (row r sees keys up to e0 + r), cols: keys of the block, rows: rows of the block. */
+__device__ __forceinline__ void fb_scores(fb_elem *sm, const float *sl, const float *sd, bool sp, int rows, int cols,
+                                          int j0, int e0, float sl2, int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+  for (int u = 0; u < FB_US; u++) {
+    const int f = warp + FB_W * u;
+    if (FB_NS % FB_W == 0 || f < FB_NS) {
+      const int mt = f / (FB_BC / 8), nt = f % (FB_BC / 8);
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      fb_tile<FB_SQ, 1, 1, FB_SQ, FB_DP>(s, sm + FB_OFF_Q + mt * 16 * FB_SQ, sm + FB_OFF_K + nt * 8 * FB_SQ, lane);
+      fb_tile<FB_SV, 1, 1, FB_SV, FB_DVP>(dp, sm + FB_OFF_DO + mt * 16 * FB_SV, sm + FB_OFF_V + nt * 8 * FB_SV,
+                                          lane);
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = mt * 16 + g + 8 * (e >> 1), c = nt * 8 + 2 * t + (e & 1);
+        const bool vis = r < rows && c < cols && (!ATTN_CAUSAL || j0 + c <= e0 + r);
+        const float p = vis ? fb_ex2(s[e] * sl2 - sl[r]) : 0.0f;
+        const float ds = vis ? p * (dp[e] - sd[r]) : 0.0f;
+        if (sp) sm[FB_OFF_P + r * FB_SP + c] = fb_out(p);
+        sm[FB_OFF_DS + r * FB_SP + c] = fb_out(ds);
+      }
+    }
+  }
+}
+
+/* The warp's tiles of a R x WP product held in registers: tile w + W*u of the row-major order of 16x8 tiles. */
+template <int R, int WP> struct fb_acc {
+  static constexpr int N = (R / 16) * (WP / 8), U = (N + FB_W - 1) / FB_W;
+  float c[U][4];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) c[u][e] = 0.0f;
+  }
+  /* rows [0, rows) and columns [0, W) of the product times mul, rounded, into dst (row stride W) */
+  template <int W> __device__ __forceinline__ void store(fb_elem *dst, int rows, float mul, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int f = warp + FB_W * u;
+      if (N % FB_W == 0 || f < N) {
+        const int mt = f / (WP / 8), nt = f % (WP / 8);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = mt * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * t + (e & 1);
+          if (r < rows && col < W) dst[(long long)r * W + col] = fb_out(c[u][e] * mul);
+        }
+      }
+    }
+  }
+};
+
+/* dK and dV of key block jb of KV head bhk (batch b = bhk / heads_kv). */
+__device__ __forceinline__ void fb_dkdv(const attn_cuda_bwd_kargs &a, unsigned char *smem, int item) {
+  fb_elem *sm = (fb_elem *)smem;
+  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_BR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = (int)a.n, n_kv = (int)a.n_kv; /* both < 2^31 (gen/spec_bwd_cuda.c) */
+  const int nkb = (n_kv - 1) / FB_BC + 1, nqb = (n - 1) / FB_BR + 1;
+  const long long bhk = item / nkb, heads = a.heads, heads_kv = a.heads_kv, G = heads / heads_kv;
+  const int j0 = item % nkb * FB_BC, cols = n_kv - j0 < FB_BC ? n_kv - j0 : FB_BC;
+  const float sl2 = a.scale * 1.4426950408889634f;
+  fb_load<FB_BC, FB_D, FB_SQ>(sm + FB_OFF_K, (const fb_elem *)a.k + (bhk * n_kv + j0) * FB_D, cols);
+  fb_load<FB_BC, FB_DV, FB_SV>(sm + FB_OFF_V, (const fb_elem *)a.v + (bhk * n_kv + j0) * FB_DV, cols);
+  fb_acc<FB_BC, FB_DP> dk;
+  fb_acc<FB_BC, FB_DVP> dv;
+  dk.zero();
+  dv.zero();
+  /* causal: the first row that sees key j0 is j0 - (n_kv - n) */
+  const long long first = ATTN_CAUSAL ? (long long)j0 - (n_kv - n) : 0;
+  const int ib0 = first <= 0 ? 0 : first >= n ? nqb : (int)(first / FB_BR);
+#pragma unroll 1
+  for (long long hh = 0; hh < G; hh++) {
+    const long long bh = bhk / heads_kv * heads + bhk % heads_kv * G + hh;
+#pragma unroll 1
+    for (int ib = ib0; ib < nqb; ib++) {
+      const int i0 = ib * FB_BR, rows = n - i0 < FB_BR ? n - i0 : FB_BR;
+      __syncthreads(); /* the previous block's products are done with Q, dO, P and dS */
+      fb_load<FB_BR, FB_D, FB_SQ>(sm + FB_OFF_Q, (const fb_elem *)a.q + (bh * n + i0) * FB_D, rows);
+      fb_load<FB_BR, FB_DV, FB_SV>(sm + FB_OFF_DO, (const fb_elem *)a.dout + (bh * n + i0) * FB_DV, rows);
+      fb_load_rows(sl, sd, a.lse + bh * n + i0, a.delta + bh * n + i0, rows);
+      __syncthreads();
+      fb_scores(sm, sl, sd, true, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
+      __syncthreads();
+      /* dV += Pᵀ dO_i: A(key, query) = P[query][key]; dK += dSᵀ Q_i */
+#pragma unroll
+      for (int u = 0; u < fb_acc<FB_BC, FB_DVP>::U; u++) {
+        const int f = warp + FB_W * u;
+        if (fb_acc<FB_BC, FB_DVP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DVP>::N) {
+          const int mt = f / (FB_DVP / 8), nt = f % (FB_DVP / 8);
+          fb_tile<1, FB_SP, FB_SV, 1, FB_BR>(dv.c[u], sm + FB_OFF_P + mt * 16, sm + FB_OFF_DO + nt * 8, lane);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < fb_acc<FB_BC, FB_DP>::U; u++) {
+        const int f = warp + FB_W * u;
+        if (fb_acc<FB_BC, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DP>::N) {
+          const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
+          fb_tile<1, FB_SP, FB_SQ, 1, FB_BR>(dk.c[u], sm + FB_OFF_DS + mt * 16, sm + FB_OFF_Q + nt * 8, lane);
+        }
+      }
+    }
+  }
+  dk.template store<FB_D>((fb_elem *)a.dk + (bhk * n_kv + j0) * FB_D, cols, a.scale, warp, lane);
+  dv.template store<FB_DV>((fb_elem *)a.dv + (bhk * n_kv + j0) * FB_DV, cols, 1.0f, warp, lane);
+}
+
+/* dQ of query block item % nqb of head bh = item / nqb. */
+__device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned char *smem, int item) {
+  fb_elem *sm = (fb_elem *)smem;
+  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_BR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = (int)a.n, n_kv = (int)a.n_kv;
+  const int nqb = (n - 1) / FB_BR + 1;
+  const long long bh = item / nqb, heads = a.heads, heads_kv = a.heads_kv;
+  const long long bhk = bh / heads * heads_kv + bh % heads / (heads / heads_kv);
+  const int i0 = item % nqb * FB_BR, rows = n - i0 < FB_BR ? n - i0 : FB_BR;
+  const float sl2 = a.scale * 1.4426950408889634f;
+  fb_load<FB_BR, FB_D, FB_SQ>(sm + FB_OFF_Q, (const fb_elem *)a.q + (bh * n + i0) * FB_D, rows);
+  fb_load<FB_BR, FB_DV, FB_SV>(sm + FB_OFF_DO, (const fb_elem *)a.dout + (bh * n + i0) * FB_DV, rows);
+  fb_load_rows(sl, sd, a.lse + bh * n + i0, a.delta + bh * n + i0, rows);
+  fb_acc<FB_BR, FB_DP> dq;
+  dq.zero();
+  /* keys visible to some row of the block: [0, L) */
+  int L = n_kv;
+  if (ATTN_CAUSAL) {
+    const long long e = (long long)i0 + rows + n_kv - n;
+    L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
+  }
+#pragma unroll 1
+  for (int j0 = 0; j0 < L; j0 += FB_BC) {
+    const int cols = n_kv - j0 < FB_BC ? n_kv - j0 : FB_BC;
+    __syncthreads(); /* the previous block's product is done with K and dS */
+    fb_load<FB_BC, FB_D, FB_SQ>(sm + FB_OFF_K, (const fb_elem *)a.k + (bhk * n_kv + j0) * FB_D, cols);
+    fb_load<FB_BC, FB_DV, FB_SV>(sm + FB_OFF_V, (const fb_elem *)a.v + (bhk * n_kv + j0) * FB_DV, cols);
+    __syncthreads();
+    fb_scores(sm, sl, sd, false, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
+    __syncthreads();
+    /* dQ += dS K_j */
+#pragma unroll
+    for (int u = 0; u < fb_acc<FB_BR, FB_DP>::U; u++) {
+      const int f = warp + FB_W * u;
+      if (fb_acc<FB_BR, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BR, FB_DP>::N) {
+        const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
+        fb_tile<FB_SP, 1, FB_SQ, 1, FB_BC>(dq.c[u], sm + FB_OFF_DS + mt * 16 * FB_SP, sm + FB_OFF_K + nt * 8,
+                                           lane);
+      }
+    }
+  }
+  dq.template store<FB_D>((fb_elem *)a.dq + (bh * n + i0) * FB_D, rows, a.scale, warp, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(FB_T) attn_bwd_pre(attn_cuda_bwd_kargs a) {
+  const long long row = (long long)blockIdx.x * FB_W + (threadIdx.x >> 5), rows = a.batch * a.heads * a.n;
+  const int lane = threadIdx.x & 31;
+  if (row < rows) {
+    const fb_elem *o = (const fb_elem *)a.o + row * FB_DV, *g = (const fb_elem *)a.dout + row * FB_DV;
+    float s = 0.0f;
+    for (int c = lane; c < FB_DV; c += 32) s = fmaf(fb_in(o[c]), fb_in(g[c]), s);
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
+    if (lane == 0) a.delta[row] = s;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(FB_T, 1) attn_kernel(attn_cuda_bwd_kargs a) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  const int item = blockIdx.x;
+  if (item < a.items_kv) fb_dkdv(a, attn_smem, item);
+  else if (item < a.items_kv + a.items_q) fb_dq(a, attn_smem, item - a.items_kv);
+}

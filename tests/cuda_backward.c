@@ -1,0 +1,354 @@
+/* cuda_backward: the CUDA flash backward outside the interpreter, no GPU needed.
+ *   cuda_backward compile ARCH DTYPE:D[/DV],... ...
+ *       the backward of each (dtype, d, d_v) listed, causal alternating, through NVRTC to a cubin for ARCH (the
+ *       runtime's path): no errors, no local-memory spills of attn_kernel or attn_bwd_pre, shared memory within the
+ *       arch's per-block limit
+ *   cuda_backward fake
+ *       through libattn on tests/fake_libcuda.c (ATTN_LIBCUDA, FAKE_LIBCUDA): attn_plan_create_backward on CUDA
+ *       makes a backward plan (compiled, loaded, both entries found) that attn_execute and attn_execute_lse refuse;
+ *       attn_execute_backward launches attn_bwd_pre and attn_kernel and waits, its scratch freed after the wait;
+ *       the same with the device's memory refused (alloc=2): ATTN_ENOMEM and nothing launched
+ *   cuda_backward gpu
+ *       on a GPU (label gpu): the forward plan's attn_execute_lse then the backward plan's attn_execute_backward on
+ *       fresh random inputs (f16, bf16, f32; n = 1, odd n, n_kv != n both ways, GQA, d_v != d, causal both ways):
+ *       lse against fp64's, dQ, dK and dV against the fp64 backward of the kernel's O (tests/bwd_util.h's limits),
+ *       the gradients written (poisoned before) and bitwise the same in a second run; then the time of the forward
+ *       and of the backward at n = 4096, d = 128, 8 heads, f16 and bf16 (printed, not checked)
+ * Exit 77 (skipped) without NVRTC, or (gpu) without a device, with the reason. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "fake_libcuda.h"
+#include "internal.h"
+#include "kernel_abi_cuda.h"
+#include "kernel_abi_cuda_bwd.h"
+#include "spec_bwd_cuda.h"
+#include "bwd_util.h"
+#include <math.h>
+#include <time.h>
+
+static int compiled;
+
+static long long smem_limit(const char *arch) { return strncmp(arch, "sm_8", 4) == 0 ? 163 * 1024 : 227 * 1024; }
+
+static void compile_one(const char *arch, attn_dtype t, int d, int dv, int causal) {
+  attn_spec s;
+  char err[512], label[256];
+  snprintf(label, sizeof label, "backward %s %s d=%d d_v=%d causal=%d", arch, attn_dtype_name(t), d, dv, causal);
+  int rc = attn_spec_backward_cuda(t, d, dv, causal, arch, &s, err, sizeof err);
+  CHECK(rc == ATTN_OK, "%s: %s", label, err);
+  if (rc != ATTN_OK) return;
+  char *src = attn_spec_source_backward_cuda(&s, err, sizeof err);
+  CHECK(src != NULL, "%s: %s", label, err);
+  if (!src) return;
+  void *cubin = NULL;
+  size_t len = 0;
+  char *log = NULL;
+  rc = attn_nvrtc_compile(src, "attn_bwd.cu", arch, &cubin, &len, &log);
+  compiled++;
+  CHECK(rc == ATTN_OK, "%s: NVRTC: %s\n%s", label, attn_strerror(rc), log ? log : "");
+  if (rc == ATTN_OK) {
+    const char *entries[2] = {"attn_kernel", "attn_bwd_pre"};
+    for (int e = 0; e < 2; e++) {
+      attn_cuda_resources r;
+      if (attn_nvrtc_resources(log, entries[e], &r) != 0) {
+        CHECK(0, "%s: no ptxas report for %s", label, entries[e]);
+        continue;
+      }
+      const long long smem = (e == 0 ? attn_spec_backward_cuda_smem(&s) : 0) + r.smem_static;
+      CHECK(!r.spill_stores && !r.spill_loads && !r.stack, "%s: %s spills (%ld bytes stores, %ld loads, %ld stack)",
+            label, entries[e], r.spill_stores, r.spill_loads, r.stack);
+      CHECK(smem <= smem_limit(arch), "%s: %lld bytes of shared memory, the %s limit is %lld", label, smem, arch,
+            smem_limit(arch));
+      printf("%s Br=Bc=%d %s: %d registers, %lld bytes smem, spills %ld/%ld, stack %ld\n", label, s.br, entries[e],
+             r.registers, smem, r.spill_stores, r.spill_loads, r.stack);
+    }
+  }
+  free(src);
+  free(cubin);
+  free(log);
+}
+
+static int compile_mode(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV],... ...\n");
+    return 2;
+  }
+  const char *arch = argv[0];
+  int causal = 0;
+  for (int i = 1; i < argc; i++) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", argv[i]);
+    char *colon = strchr(buf, ':');
+    const int t = colon ? (*colon = '\0', attn_dtype_parse(buf)) : -1;
+    if (t < 0) {
+      fprintf(stderr, "cuda_backward: %s is not DTYPE:D[/DV],...\n", argv[i]);
+      return 2;
+    }
+    for (char *tok = strtok(colon + 1, ","); tok; tok = strtok(NULL, ",")) {
+      const int d = atoi(tok);
+      const char *slash = strchr(tok, '/');
+      compile_one(arch, (attn_dtype)t, d, slash ? atoi(slash + 1) : d, causal);
+      causal ^= 1;
+    }
+  }
+  CHECK(compiled > 0, "nothing was compiled");
+  return 0;
+}
+
+static fake_cuda_record_fn fake_record(void) {
+  void *h = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  return h ? (fake_cuda_record_fn)dlsym(h, "fake_cuda_record") : NULL;
+}
+
+static int fake_mode(void) {
+  const attn_problem p = {.batch = 1, .heads = 4, .heads_kv = 2, .n = 33, .n_kv = 17, .d = 16, .d_v = 24,
+                          .dtype = ATTN_F16, .causal = 1};
+  for (int refuse = 0; refuse < 2; refuse++) {
+    if (setenv("FAKE_LIBCUDA", refuse ? "alloc=2" : "", 1) != 0) return 1;
+    attn_runtime *rt = NULL;
+    int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+    CHECK(rc == ATTN_OK, "attn_open on the fake driver: %s", attn_last_error(NULL));
+    if (rc != ATTN_OK) return 1;
+    attn_plan *plan = NULL;
+    rc = attn_plan_create_backward(rt, &p, &plan);
+    CHECK(rc == ATTN_OK && plan, "attn_plan_create_backward on CUDA: %s: %s", attn_strerror(rc),
+          attn_last_error(rt));
+    if (rc == ATTN_OK) {
+      const char *desc = attn_plan_describe(plan);
+      CHECK(strstr(desc, "backward") && strstr(desc, "cuda"), "describe: %s", desc);
+      printf("plan: %s\n", desc);
+      /* device memory is host memory in the fake driver; nothing is computed */
+      const size_t nq = 4 * 33 * 16, nk = 2 * 17 * 16, nv = 2 * 17 * 24, no = 4 * 33 * 24;
+      unsigned short *buf = calloc(2 * (nq + nk + nv + 2 * no) + 2 * (nq + nk + nv), 2);
+      float *lse = calloc(4 * 33, sizeof(float));
+      CHECK(buf && lse, "out of memory");
+      if (buf && lse) {
+        unsigned short *q = buf, *k = q + nq, *v = k + nk, *o = v + nv, *dout = o + no, *dq = dout + no,
+                       *dk = dq + nq, *dv = dk + nk;
+        fake_cuda_record_fn record = fake_record();
+        CHECK(record != NULL, "the fake driver's record is not reachable");
+        fake_cuda_calls calls;
+        if (record) record(&calls, 1);
+        rc = attn_execute_backward(plan, q, k, v, o, lse, dout, dq, dk, dv);
+        if (record) record(&calls, 0);
+        if (!refuse) {
+          CHECK(rc == ATTN_OK, "attn_execute_backward: %s", attn_last_error(rt));
+          CHECK(record && calls.launches == 2 && calls.stream_syncs >= 1 && calls.pending == 0 &&
+                    calls.freed_in_use == 0,
+                "attn_execute_backward: %d launches, %d waits, %d pending, %d freed in use (want 2, >= 1, 0, 0)",
+                calls.launches, calls.stream_syncs, calls.pending, calls.freed_in_use);
+        } else {
+          CHECK(rc == ATTN_ENOMEM && strstr(attn_last_error(rt), "scratch"),
+                "attn_execute_backward without device memory: %s: %s", attn_strerror(rc), attn_last_error(rt));
+          CHECK(record && calls.launches == 0, "attn_execute_backward without memory launched %d kernels",
+                calls.launches);
+        }
+        rc = attn_execute(plan, q, k, v, o);
+        CHECK(rc == ATTN_EINVAL, "attn_execute of a backward plan: %s", attn_strerror(rc));
+        rc = attn_execute_lse(plan, q, k, v, o, lse);
+        CHECK(rc == ATTN_EINVAL, "attn_execute_lse of a backward plan: %s", attn_strerror(rc));
+      }
+      free(buf);
+      free(lse);
+    }
+    attn_plan_destroy(plan);
+    attn_close(rt);
+  }
+  return 0;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Device copies of count floats in dtype t (NULL count: poisoned, all bits set); NULL when it fails. */
+static void *dev_of(attn_runtime *rt, attn_dtype t, const float *x, size_t count) {
+  const size_t es = attn_dtype_size(t);
+  unsigned char *h = malloc(count * es + 1);
+  void *d = NULL;
+  if (h) {
+    if (x) attn_to_dtype(t, x, count, h);
+    else memset(h, 0xff, count * es);
+    if (attn_cuda_alloc(rt, count * es, &d) != ATTN_OK || attn_cuda_copy(rt, d, h, count * es, 1) != ATTN_OK) {
+      attn_cuda_free(rt, d);
+      d = NULL;
+    }
+  }
+  free(h);
+  return d;
+}
+
+/* count entries of device dtype t to doubles; returns the ones never written (all bits set), or -1 */
+static long host_of(attn_runtime *rt, attn_dtype t, const void *d, size_t count, double *x, unsigned char *raw) {
+  const size_t es = attn_dtype_size(t);
+  if (attn_cuda_copy(rt, raw, d, count * es, 0) != ATTN_OK) return -1;
+  long unwritten = 0;
+  for (size_t i = 0; i < count; i++) {
+    unsigned u = 0;
+    memcpy(&u, raw + i * es, es);
+    unwritten += es == 4 ? u == 0xffffffffu : u == 0xffffu;
+    float f;
+    attn_from_dtype(t, raw + i * es, 1, &f);
+    x[i] = f;
+  }
+  return unwritten;
+}
+
+/* One problem on the device: forward with lse, backward twice; checks as the usage says. time: print the times. */
+static void gpu_case(attn_runtime *rt, const attn_problem *p0, int time_it) {
+  attn_problem p = *p0;
+  char what[256];
+  snprintf(what, sizeof what, "%s batch=%d heads=%d/%d n=%d n_kv=%d d=%d d_v=%d causal=%d", attn_dtype_name(p.dtype),
+           p.batch, p.heads, p.heads_kv, p.n, p.n_kv, p.d, p.d_v, p.causal);
+  attn_plan *fwd = NULL, *bwd = NULL;
+  int rc = attn_plan_create(rt, &p, &fwd);
+  CHECK(rc == ATTN_OK, "%s: attn_plan_create: %s", what, attn_last_error(rt));
+  if (rc == ATTN_OK) rc = attn_plan_create_backward(rt, &p, &bwd);
+  CHECK(rc == ATTN_OK, "%s: attn_plan_create_backward: %s", what, attn_last_error(rt));
+  if (rc != ATTN_OK) {
+    attn_plan_destroy(fwd);
+    return;
+  }
+  p = fwd->p; /* normalised: heads_kv, n_kv, d_v, scale */
+  const size_t bh = (size_t)p.batch * p.heads, bhk = (size_t)p.batch * p.heads_kv, rows = bh * p.n;
+  const size_t cq = bh * p.n * p.d, ck = bhk * p.n_kv * p.d, cv = bhk * p.n_kv * p.d_v, co = bh * p.n * p.d_v;
+  float *q = malloc(cq * 4), *k = malloc(ck * 4), *v = malloc(cv * 4), *go = malloc(co * 4), *o = malloc(co * 4);
+  float *lse = malloc(rows * 4), *want = malloc(rows * 4);
+  double *x[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)}, *r[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)};
+  double *o64 = malloc(co * 8);
+  unsigned char *raw = malloc((cq + ck + cv + co) * 4), *first = malloc((cq + ck + cv) * 4);
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dgo = NULL, *dout = NULL, *dlse = NULL, *g[3] = {NULL, NULL, NULL};
+  if (!q || !k || !v || !go || !o || !lse || !want || !x[0] || !x[1] || !x[2] || !r[0] || !r[1] || !r[2] || !o64 ||
+      !raw || !first) {
+    CHECK(0, "%s: out of memory", what);
+    goto out;
+  }
+  const unsigned long long seed = test_seed() + (unsigned long long)p.n * 7 + (unsigned long long)p.d;
+  attn_fill_random(q, cq, seed + 1), attn_fill_random(k, ck, seed + 2), attn_fill_random(v, cv, seed + 3);
+  attn_fill_random(go, co, seed + 4);
+  round_to(p.dtype, q, cq), round_to(p.dtype, k, ck), round_to(p.dtype, v, cv), round_to(p.dtype, go, co);
+  dq = dev_of(rt, p.dtype, q, cq), dk = dev_of(rt, p.dtype, k, ck), dv = dev_of(rt, p.dtype, v, cv);
+  dgo = dev_of(rt, p.dtype, go, co), dout = dev_of(rt, p.dtype, NULL, co);
+  dlse = dev_of(rt, ATTN_F32, NULL, rows);
+  for (int i = 0; i < 3; i++) g[i] = dev_of(rt, p.dtype, NULL, i == 0 ? cq : i == 1 ? ck : cv);
+  if (!dq || !dk || !dv || !dgo || !dout || !dlse || !g[0] || !g[1] || !g[2]) {
+    CHECK(0, "%s: device memory: %s", what, attn_last_error(rt));
+    goto out;
+  }
+  double t0 = now();
+  rc = attn_execute_lse(fwd, dq, dk, dv, dout, dlse);
+  const double t_fwd = now() - t0;
+  CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", what, attn_last_error(rt));
+  if (rc != ATTN_OK) goto out;
+  const size_t c3[3] = {cq, ck, cv};
+  for (int rep = 0; rep < 2; rep++) {
+    t0 = now();
+    rc = attn_execute_backward(bwd, dq, dk, dv, dout, dlse, dgo, g[0], g[1], g[2]);
+    const double t_bwd = now() - t0;
+    CHECK(rc == ATTN_OK, "%s: attn_execute_backward: %s", what, attn_last_error(rt));
+    if (rc != ATTN_OK) goto out;
+    if (time_it) printf("time %s: forward %.3f ms (first call), backward %.3f ms (call %d)\n", what, 1e3 * t_fwd,
+                        1e3 * t_bwd, rep + 1);
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+      const size_t bytes = c3[i] * attn_dtype_size(p.dtype);
+      const long un = host_of(rt, p.dtype, g[i], c3[i], x[i], raw);
+      CHECK(un == 0, "%s: %ld entries of gradient %d never written", what, un, i);
+      if (rep == 0) memcpy(first + off, raw, bytes);
+      else CHECK(!memcmp(first + off, raw, bytes), "%s: gradient %d differs bitwise in a second run", what, i);
+      off += bytes;
+    }
+  }
+  if (time_it) goto out; /* too large for the fp64 reference */
+  /* the kernel's O and lse, as a training step hands them over */
+  if (host_of(rt, p.dtype, dout, co, o64, raw) != 0 || attn_cuda_copy(rt, lse, dlse, rows * 4, 0) != ATTN_OK) {
+    CHECK(0, "%s: the forward's outputs: %s", what, attn_last_error(rt));
+    goto out;
+  }
+  for (size_t i = 0; i < co; i++) o[i] = (float)o64[i];
+  ref_lse(&p, q, k, want);
+  const double ltol = 16 * 0x1p-24 * (1.0 + fabs((double)p.scale) * sqrt((double)p.d));
+  for (size_t i = 0; i < rows; i++) {
+    const int same_inf = isinf(want[i]) || isinf(lse[i]) ? want[i] == lse[i] : 1;
+    const double e = isinf(want[i]) ? 0 : fabs((double)lse[i] - want[i]) / (1.0 + fabs((double)want[i]));
+    if (!same_inf || !(e <= ltol)) {
+      CHECK(0, "%s: lse of row %zu is %.9g, fp64's %.9g", what, i, (double)lse[i], (double)want[i]);
+      break;
+    }
+  }
+  attn_reference_backward(&p, q, k, v, o, go, r[0], r[1], r[2]);
+  double mag[3];
+  magnitudes(&p, q, k, v, o, go, want, mag);
+  const double lim = limit_of(&p);
+  static const char *const names[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; i++) {
+    const double e = rel_err(x[i], r[i], c3[i], mag[i]);
+    CHECK(e <= lim, "%s: %s error %.3g > %.3g", what, names[i], e, lim);
+    printf("%s: %s error %.3g (%.2f u)\n", what, names[i], e, e / unit_roundoff(p.dtype));
+  }
+out:
+  attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dgo);
+  attn_cuda_free(rt, dout), attn_cuda_free(rt, dlse);
+  for (int i = 0; i < 3; i++) attn_cuda_free(rt, g[i]), free(x[i]), free(r[i]);
+  free(q), free(k), free(v), free(go), free(o), free(lse), free(want), free(o64), free(raw), free(first);
+  attn_plan_destroy(fwd);
+  attn_plan_destroy(bwd);
+}
+
+static int gpu_mode(void) {
+  attn_runtime *rt = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc == ATTN_ENODEV) {
+    printf("SKIP: %s\n", attn_last_error(NULL));
+    return 77;
+  }
+  CHECK(rc == ATTN_OK, "attn_open(cuda): %s", attn_last_error(NULL));
+  if (rc != ATTN_OK) return 1;
+  static const attn_problem shapes[] = {
+      {.batch = 1, .heads = 1, .n = 1, .n_kv = 1, .d = 64},
+      {.batch = 1, .heads = 2, .heads_kv = 1, .n = 37, .n_kv = 29, .d = 64, .causal = 1},
+      {.batch = 2, .heads = 2, .n = 19, .n_kv = 83, .d = 59, .d_v = 37, .scale = 0.37f, .causal = 1},
+      {.batch = 1, .heads = 4, .heads_kv = 2, .n = 257, .n_kv = 255, .d = 128},
+      {.batch = 1, .heads = 3, .heads_kv = 1, .n = 130, .n_kv = 200, .d = 192, .d_v = 128, .causal = 1},
+      {.batch = 1, .heads = 2, .n = 70, .n_kv = 33, .d = 576, .d_v = 512, .causal = 1},
+  };
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      attn_problem p = shapes[i];
+      p.dtype = t == 0 ? ATTN_F16 : t == 1 ? ATTN_BF16 : ATTN_F32;
+      gpu_case(rt, &p, 0);
+    }
+  for (int t = 0; t < 2; t++)
+    for (int causal = 0; causal < 2; causal++) {
+      attn_problem p = {.batch = 1, .heads = 8, .n = 4096, .d = 128, .causal = causal,
+                        .dtype = t == 0 ? ATTN_F16 : ATTN_BF16};
+      gpu_case(rt, &p, 1);
+    }
+  attn_close(rt);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || (strcmp(argv[1], "compile") && strcmp(argv[1], "fake") && strcmp(argv[1], "gpu"))) {
+    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV],... ...\n       cuda_backward fake\n"
+                    "       cuda_backward gpu\n");
+    return 2;
+  }
+  int maj = 0, min = 0;
+  char why[512];
+  if (attn_nvrtc_version(&maj, &min, why, sizeof why) != ATTN_OK) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
+  const int rc = !strcmp(argv[1], "compile") ? compile_mode(argc - 2, argv + 2)
+                 : !strcmp(argv[1], "fake")  ? fake_mode()
+                                             : gpu_mode();
+  if (rc == 2 || rc == 77) return rc;
+  printf("cuda_backward: %d checks, %d failures\n", checks, failures);
+  return failures || rc ? 1 : 0;
+}

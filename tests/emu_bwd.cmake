@@ -1,0 +1,73 @@
+# The CUDA flash backward on the PTX interpreter (tests/cuda_emu_bwd.c; no GPU): NVRTC's PTX of
+# templates/flash_bwd.cu against the fp64 backward on the shape classes of the forward's tests, each dtype.
+# Without NVRTC these tests exit 77 (skipped).
+add_executable(cuda_emu_bwd ${CMAKE_CURRENT_LIST_DIR}/cuda_emu_bwd.c)
+target_include_directories(cuda_emu_bwd PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(cuda_emu_bwd PRIVATE attn_ptx attn_core m)
+
+set(ATTN_EMU_BWD_ENV "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-emu" "ATTN_THREADS=1")
+# name|arguments. CI (label cuda): one d per dtype on the --quick shapes, causal one way each, bf16's with the
+# forward kernel's O and lse handed to the backward (--chain); nightly: every shape, both masks, the head-dimension classes,
+# d_v != d, MLA's 576/512, sm_90's PTX and the chain in every dtype.
+set(ATTN_EMU_BWD_TESTS
+    "f16_d64_causal|--quick f16 d=64 causal=1"
+    "f32_d16_causal|--quick f32 d=16 causal=1"
+    "chain_bf16_d16|--quick --chain bf16 d=16 causal=0")
+set(ATTN_EMU_BWD_NIGHTLY
+    "nightly_f16|f16 d=1,16,59,64,128 causal=2"
+    "nightly_bf16|bf16 d=3,64,111,128 causal=2"
+    "nightly_f32|f32 d=1,37,64 causal=2"
+    "nightly_dv_f16|f16 d=192 dv=128 causal=2"
+    "nightly_dv_bf16|bf16 d=64 dv=128 causal=2"
+    "nightly_dv_f32|f32 d=37 dv=77 causal=2"
+    "nightly_mla_bf16|bf16 d=576 dv=512 causal=1"
+    "nightly_sm90_f16|f16 d=128 causal=2 arch=sm_90"
+    "nightly_sm90_bf16|bf16 d=59 dv=37 causal=2 arch=sm_90"
+    "nightly_sm90_f32|f32 d=64 causal=2 arch=sm_90"
+    "nightly_chain_f16|--chain f16 d=16,128 causal=2"
+    "nightly_bf16_dv|bf16 d=59 dv=37 causal=2"
+    "nightly_chain_bf16|--chain bf16 d=59 dv=37 causal=2"
+    "nightly_chain_f32|--chain f32 d=64 causal=2")
+foreach(t ${ATTN_EMU_BWD_TESTS} ${ATTN_EMU_BWD_NIGHTLY})
+  string(REPLACE "|" ";" parts "${t}")
+  list(GET parts 0 name)
+  list(GET parts 1 args)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  if(name MATCHES "^nightly_")
+    set(label nightly)
+    set(timeout 7200)
+  else()
+    set(label cuda)
+    set(timeout 300)
+  endif()
+  add_test(NAME emu_bwd_${name} COMMAND cuda_emu_bwd ${args})
+  set_tests_properties(emu_bwd_${name} PROPERTIES LABELS ${label} TIMEOUT ${timeout} SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
+endforeach()
+
+# The backward through NVRTC to cubins (no spills, shared memory within the arch's limit): in CI one kernel per arch
+# (sm_90's with padded d and d_v != d), nightly the head-dimension classes in every dtype; and through libattn on the fake
+# driver (tests/fake_libcuda.c): plan, launches, scratch and refusals.
+add_executable(cuda_backward ${CMAKE_CURRENT_LIST_DIR}/cuda_backward.c)
+target_include_directories(cuda_backward PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(cuda_backward PRIVATE attn_core ${CMAKE_DL_LIBS})
+add_test(NAME cuda_backward_compile_sm_80 COMMAND cuda_backward compile sm_80 f16:64)
+add_test(NAME cuda_backward_compile_sm_90 COMMAND cuda_backward compile sm_90 bf16:59/37)
+set_tests_properties(cuda_backward_compile_sm_80 cuda_backward_compile_sm_90 PROPERTIES LABELS cuda TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
+foreach(arch sm_80 sm_90)
+  add_test(NAME cuda_backward_compile_all_${arch}
+           COMMAND cuda_backward compile ${arch} f16:1,3,16,32,59,64,96,111,128,192,256,320,512,576,576/512,64/128
+                   bf16:1,3,16,32,59,64,96,111,128,192,256,320,512,576,576/512,192/128
+                   f32:1,3,16,32,59,64,96,111,128,192,256,320,512,576,576/512,37/77)
+  set_tests_properties(cuda_backward_compile_all_${arch} PROPERTIES LABELS nightly TIMEOUT 3600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()
+add_test(NAME cuda_backward_fake COMMAND cuda_backward fake)
+set_tests_properties(cuda_backward_fake PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CUDA_ENV};ATTN_LIBCUDA=$<TARGET_FILE:fake_libcuda>")
+# On a GPU (label gpu; exit 77, skipped with the reason, without one): the forward's lse and the backward against
+# fp64, bitwise the same twice, and the times at n = 4096
+add_test(NAME gpu_backward COMMAND cuda_backward gpu)
+set_tests_properties(gpu_backward PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CUDA_ENV}")
