@@ -26,7 +26,8 @@ calls after torch's current stream is synchronised (both return when their resul
 CUDA target lacks them it raises its EUNSUPPORTED (under torch.no_grad() CUDA tensors run stream-ordered as before).
 On NumPy arrays (or tensors, read detached): o, lse = attention(q, k, v, return_lse=True), then
 dq, dk, dv = attention_backward(q, k, v, o, lse, dout, causal=...). Plan objects (attntune.plan) run the forward
-only and read tensors detached.
+only and read tensors detached. attntune.hf registers attention() as a Hugging Face transformers attention
+implementation (its docstring says what it takes).
 
 Empty dimensions: a result with no elements (batch, heads, n or d_v of 0) is returned empty, of its shape and
 dtype, without running a kernel; d = 0 (no score to scale by 1/sqrt(d)), n_kv = 0 under a non-empty result (a
