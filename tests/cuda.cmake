@@ -143,13 +143,16 @@ set_tests_properties(cuda_open PROPERTIES LABELS cuda ENVIRONMENT "${ATTN_CUDA_E
 add_test(NAME cuda_execute_async COMMAND execute_async cuda $<TARGET_FILE:fake_libcuda>)
 set_tests_properties(cuda_execute_async PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ATTN_CUDA_ENV}")
-# plans with score modifiers on the fake driver: the launch's window, cap and the plan's slopes on the device
-# (tests/cuda_mods_fake.c; exit 77 without NVRTC)
-add_executable(cuda_mods_fake ${CMAKE_CURRENT_LIST_DIR}/cuda_mods_fake.c)
-target_link_libraries(cuda_mods_fake PRIVATE attn_core m ${CMAKE_DL_LIBS})
-add_test(NAME cuda_mods_fake COMMAND cuda_mods_fake $<TARGET_FILE:fake_libcuda>)
+# plans with score modifiers (tests/cuda_mods.c): on the fake driver, the launch's window, cap and the plan's slopes
+# on the device (exit 77 without NVRTC); on a GPU (label gpu), against fp64, the counted entries against the windowed
+# closed form, and the time of a windowed prefill printed
+add_executable(cuda_mods ${CMAKE_CURRENT_LIST_DIR}/cuda_mods.c)
+target_link_libraries(cuda_mods PRIVATE attn_core m ${CMAKE_DL_LIBS})
+add_test(NAME cuda_mods_fake COMMAND cuda_mods fake $<TARGET_FILE:fake_libcuda>)
 set_tests_properties(cuda_mods_fake PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ATTN_CUDA_ENV}")
+add_test(NAME gpu_mods COMMAND cuda_mods gpu)
+set_tests_properties(gpu_mods PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")
 
 # On a GPU (label gpu; exit 77 = skipped, with the reason, where there is none): correctness against fp64 for the
 # foundation's sizes in f16, bf16 and f32, odd shapes, counted I/O against the closed forms, the API on a device.
