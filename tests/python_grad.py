@@ -1,8 +1,9 @@
-"""python_grad.py: attntune's gradients (tests/python_train.sh runs it on the source tree's package). NumPy:
+"""python_grad.py [numpy|torch|all]: attntune's gradients (tests/python_train.sh runs it on the source tree's
+package; "all" when no part is named). NumPy:
 attention(..., return_lse=True)'s lse and attention_backward's dq, dk, dv against an fp64 backward (itself checked
 by finite differences) for every shape class (n = 1, odd n, n_kv != n, causal bottom-right, grouped-query heads,
-d_v != d, 2-, 3- and 4-D), float32 and float16; its refusals. Then, with torch importable (else exit 77 after the
-NumPy part passed): attntune.attention on tensors that require grad against torch's own autograd of the math
+d_v != d, 2-, 3- and 4-D), float32 and float16; its refusals. Torch (exit 77 without it, after the NumPy
+part passed where it runs): attntune.attention on tensors that require grad against torch's own autograd of the math
 attention in float64 on the same inputs, float32, float16 and bfloat16; torch.autograd.gradcheck on tiny shapes
 (float32 inside, float64 outside); non-contiguous inputs and their gradients' layout; grad mode off, lowrank,
 empty results."""
@@ -80,21 +81,20 @@ def rand(shape, dtype=np.float32):
     return rng.uniform(-1, 1, size=shape).astype(dtype)
 
 
-# the fp64 backward against central differences of the fp64 forward (GQA, causal, n_kv != n, d_v != d)
-q, k, v = (rng.uniform(-1, 1, size=s) for s in ((4, 3, 5), (2, 6, 5), (2, 6, 3)))
-w = rng.uniform(-1, 1, size=(4, 3, 3))
-grads = ref_backward(q, k, v, w, True, 0.7)
-worst = 0.0
-for x, gx in zip((q, k, v), grads):
-    for i in range(x.size):
-        xi = x.flat[i]
-        x.flat[i] = xi + 1e-6
-        fp = (ref_forward(q, k, v, True, 0.7)[0].reshape(w.shape) * w).sum()
-        x.flat[i] = xi - 1e-6
-        fm = (ref_forward(q, k, v, True, 0.7)[0].reshape(w.shape) * w).sum()
-        x.flat[i] = xi
-        worst = max(worst, abs((fp - fm) / 2e-6 - gx.flat[i]))
-check(worst < 1e-7, "fp64 reference backward vs central differences: max error %.1e" % worst)
+part = sys.argv[1] if len(sys.argv) > 1 else "all"   # numpy, torch or all
+
+
+def raises(exc, code, what, fn):
+    try:
+        fn()
+    except exc as e:
+        check(code is None or e.code == code, "%s: %s" % (what, e))
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, "%s: raised %r, want %s" % (what, e, exc.__name__))
+        return
+    check(False, "%s: nothing raised, want %s" % (what, exc.__name__))
+
 
 # (q shape, k shape, d_v, causal, scale): the shape classes. NumPy's (the part CI runs) share d = 16, so that 6
 # kernels are compiled (forward and backward of f32 with d_v = 16 and 24, f16 with d_v = 24); torch's vary d too.
@@ -112,82 +112,90 @@ cases = np_cases + [
     ((2, 2, 19, 24), (2, 2, 23, 24), 40, False, None),    # d_v > d, cross-attention
     ((1, 4, 20, 7), (1, 2, 9, 7), 12, True, None),        # odd d, d_v != d, GQA
 ]
-for qs, ks, dv, causal, scale in np_cases:
-    for dt, tol in ((np.float32, 2e-5), (np.float16, 1e-2)):
-        if dt == np.float16 and (dv == 16 or qs[-2] == 1):
-            continue
-        q, k, v = rand(qs, dt), rand(ks, dt), rand(ks[:-1] + (dv,), dt)
-        o, lse = attntune.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
-        sc = 1 / math.sqrt(qs[-1]) if scale is None else scale
-        ro, rlse, _ = ref_forward(q, k, v, causal, sc)
-        lse_ok = (lse.dtype == np.float32 and lse.shape == qs[:-1] and
-                  np.array_equal(np.isinf(lse), np.isinf(rlse.reshape(qs[:-1]))) and
-                  np.allclose(lse[np.isfinite(lse)], rlse.reshape(qs[:-1])[np.isfinite(lse)], atol=1e-5))
-        dout = rand(o.shape, dt)
-        dq, dk, dvv = attntune.attention_backward(q, k, v, o, lse, dout, causal=causal, scale=scale)
-        refs = ref_backward(q, k, v, dout, causal, sc)
-        errs = [rel_err(x, r) for x, r in zip((dq, dk, dvv), refs)]
-        shapes_ok = [x.shape for x in (dq, dk, dvv)] == [q.shape, k.shape, v.shape] and \
-            all(x.dtype == dt for x in (dq, dk, dvv))
-        check(lse_ok and shapes_ok and max(errs) < tol and rel_err(o, ro.reshape(o.shape)) < tol,
-              "numpy %s q %s k %s d_v=%d causal=%d: lse %s, dq dk dv rel errors %.1e %.1e %.1e vs fp64"
-              % (np.dtype(dt).name, qs, ks, dv, causal, "ok" if lse_ok else "WRONG", *errs))
+if part != "torch":
+    # the fp64 backward against central differences of the fp64 forward (GQA, causal, n_kv != n, d_v != d)
+    q, k, v = (rng.uniform(-1, 1, size=s) for s in ((4, 3, 5), (2, 6, 5), (2, 6, 3)))
+    w = rng.uniform(-1, 1, size=(4, 3, 3))
+    grads = ref_backward(q, k, v, w, True, 0.7)
+    worst = 0.0
+    for x, gx in zip((q, k, v), grads):
+        for i in range(x.size):
+            xi = x.flat[i]
+            x.flat[i] = xi + 1e-6
+            fp = (ref_forward(q, k, v, True, 0.7)[0].reshape(w.shape) * w).sum()
+            x.flat[i] = xi - 1e-6
+            fm = (ref_forward(q, k, v, True, 0.7)[0].reshape(w.shape) * w).sum()
+            x.flat[i] = xi
+            worst = max(worst, abs((fp - fm) / 2e-6 - gx.flat[i]))
+    check(worst < 1e-7, "fp64 reference backward vs central differences: max error %.1e" % worst)
 
-# rows that see no key: zero dq, -inf lse
-q, k, v = rand((1, 1, 6, 16)), rand((1, 1, 3, 16)), rand((1, 1, 3, 24))
-o, lse = attntune.attention(q, k, v, causal=True, return_lse=True)
-dq, dk, dvv = attntune.attention_backward(q, k, v, o, lse, np.ones_like(o), causal=True)
-check(np.all(lse[0, 0, :3] == -np.inf) and np.all(dq[0, 0, :3] == 0) and np.all(np.isfinite(lse[0, 0, 3:])),
-      "n > n_kv causal: rows 0..2 see no key: lse -inf, dq 0")
+    for qs, ks, dv, causal, scale in np_cases:
+        for dt, tol in ((np.float32, 2e-5), (np.float16, 1e-2)):
+            if dt == np.float16 and (dv == 16 or qs[-2] == 1):
+                continue
+            q, k, v = rand(qs, dt), rand(ks, dt), rand(ks[:-1] + (dv,), dt)
+            o, lse = attntune.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+            sc = 1 / math.sqrt(qs[-1]) if scale is None else scale
+            ro, rlse, _ = ref_forward(q, k, v, causal, sc)
+            lse_ok = (lse.dtype == np.float32 and lse.shape == qs[:-1] and
+                      np.array_equal(np.isinf(lse), np.isinf(rlse.reshape(qs[:-1]))) and
+                      np.allclose(lse[np.isfinite(lse)], rlse.reshape(qs[:-1])[np.isfinite(lse)], atol=1e-5))
+            dout = rand(o.shape, dt)
+            dq, dk, dvv = attntune.attention_backward(q, k, v, o, lse, dout, causal=causal, scale=scale)
+            refs = ref_backward(q, k, v, dout, causal, sc)
+            errs = [rel_err(x, r) for x, r in zip((dq, dk, dvv), refs)]
+            shapes_ok = [x.shape for x in (dq, dk, dvv)] == [q.shape, k.shape, v.shape] and \
+                all(x.dtype == dt for x in (dq, dk, dvv))
+            check(lse_ok and shapes_ok and max(errs) < tol and rel_err(o, ro.reshape(o.shape)) < tol,
+                  "numpy %s q %s k %s d_v=%d causal=%d: lse %s, dq dk dv rel errors %.1e %.1e %.1e vs fp64"
+                  % (np.dtype(dt).name, qs, ks, dv, causal, "ok" if lse_ok else "WRONG", *errs))
 
-# non-contiguous arrays are copied
-qb, kb = rand((2, 40, 16)), rand((2, 30, 16))
-q, k, v = qb[:, ::2], kb[:, ::3], kb[:, ::3]
-o, lse = attntune.attention(q, k, v, return_lse=True)
-dout = rand(o.shape)
-errs = [rel_err(x, r) for x, r in zip(attntune.attention_backward(q, k, v, o, lse, np.asfortranarray(dout)),
-                                      ref_backward(q, k, v, dout, False, 0.25))]
-check(max(errs) < 2e-5, "strided views: rel errors %.1e %.1e %.1e" % tuple(errs))
+    # rows that see no key: zero dq, -inf lse
+    q, k, v = rand((1, 1, 6, 16)), rand((1, 1, 3, 16)), rand((1, 1, 3, 24))
+    o, lse = attntune.attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dvv = attntune.attention_backward(q, k, v, o, lse, np.ones_like(o), causal=True)
+    check(np.all(lse[0, 0, :3] == -np.inf) and np.all(dq[0, 0, :3] == 0) and np.all(np.isfinite(lse[0, 0, 3:])),
+          "n > n_kv causal: rows 0..2 see no key: lse -inf, dq 0")
+
+    # non-contiguous arrays are copied
+    qb, kb = rand((2, 40, 16)), rand((2, 30, 16))
+    q, k, v = qb[:, ::2], kb[:, ::3], kb[:, ::3]
+    o, lse = attntune.attention(q, k, v, return_lse=True)
+    dout = rand(o.shape)
+    errs = [rel_err(x, r) for x, r in zip(attntune.attention_backward(q, k, v, o, lse, np.asfortranarray(dout)),
+                                          ref_backward(q, k, v, dout, False, 0.25))]
+    check(max(errs) < 2e-5, "strided views: rel errors %.1e %.1e %.1e" % tuple(errs))
 
 
-def raises(exc, code, what, fn):
-    try:
-        fn()
-    except exc as e:
-        check(code is None or e.code == code, "%s: %s" % (what, e))
-        return
-    except Exception as e:  # noqa: BLE001
-        check(False, "%s: raised %r, want %s" % (what, e, exc.__name__))
-        return
-    check(False, "%s: nothing raised, want %s" % (what, exc.__name__))
+    q, k, v = rand((2, 9, 16)), rand((2, 11, 16)), rand((2, 11, 16))
+    o, lse = attntune.attention(q, k, v, return_lse=True)
+    dout = rand(o.shape)
+    bw = attntune.attention_backward
+    raises(TypeError, None, "lse of float16", lambda: bw(q, k, v, o, lse.astype(np.float16), dout))
+    raises(TypeError, None, "dout of float64", lambda: bw(q, k, v, o, lse, dout.astype(np.float64)))
+    raises(TypeError, None, "o a list", lambda: bw(q, k, v, o.tolist(), lse, dout))
+    raises(attntune.Error, attntune.EINVAL, "lse of another shape", lambda: bw(q, k, v, o, lse[:, :3], dout))
+    raises(attntune.Error, attntune.EINVAL, "dout of another shape", lambda: bw(q, k, v, o, lse, dout[..., :4]))
+    raises(attntune.Error, attntune.EINVAL, "lse of q's shape", lambda: bw(q, k, v, o, q, dout))
+    raises(attntune.Error, attntune.EUNSUPPORTED, "lowrank's backward",
+           lambda: bw(q, k, v, o, lse, dout, algo="lowrank", tolerance=0.1))
+    raises(TypeError, None, "return_lse=1", lambda: attntune.attention(q, k, v, return_lse=1))
+    g = bw(q[:0], k[:0], v[:0], o[:0], lse[:0], dout[:0])
+    check([x.shape for x in g] == [(0, 9, 16), (0, 11, 16), (0, 11, 16)], "batch = 0: empty gradients")
+    z = rand((2, 11, 0))
+    o0 = attntune.attention(q, k, z)
+    g = bw(q, k, z, o0, lse, o0)
+    check(o0.shape == (2, 9, 0) and not g[0].any() and not g[1].any() and g[2].shape == (2, 11, 0),
+          "d_v = 0: zero dq and dk, an empty dv")
+    raises(attntune.Error, attntune.EINVAL, "return_lse with d_v = 0",
+           lambda: attntune.attention(q, k, z, return_lse=True))
 
-
-q, k, v = rand((2, 9, 16)), rand((2, 11, 16)), rand((2, 11, 16))
-o, lse = attntune.attention(q, k, v, return_lse=True)
-dout = rand(o.shape)
-bw = attntune.attention_backward
-raises(TypeError, None, "lse of float16", lambda: bw(q, k, v, o, lse.astype(np.float16), dout))
-raises(TypeError, None, "dout of float64", lambda: bw(q, k, v, o, lse, dout.astype(np.float64)))
-raises(TypeError, None, "o a list", lambda: bw(q, k, v, o.tolist(), lse, dout))
-raises(attntune.Error, attntune.EINVAL, "lse of another shape", lambda: bw(q, k, v, o, lse[:, :3], dout))
-raises(attntune.Error, attntune.EINVAL, "dout of another shape", lambda: bw(q, k, v, o, lse, dout[..., :4]))
-raises(attntune.Error, attntune.EINVAL, "lse of q's shape", lambda: bw(q, k, v, o, q, dout))
-raises(attntune.Error, attntune.EUNSUPPORTED, "lowrank's backward",
-       lambda: bw(q, k, v, o, lse, dout, algo="lowrank", tolerance=0.1))
-raises(TypeError, None, "return_lse=1", lambda: attntune.attention(q, k, v, return_lse=1))
-g = bw(q[:0], k[:0], v[:0], o[:0], lse[:0], dout[:0])
-check([x.shape for x in g] == [(0, 9, 16), (0, 11, 16), (0, 11, 16)], "batch = 0: empty gradients")
-z = rand((2, 11, 0))
-o0 = attntune.attention(q, k, z)
-g = bw(q, k, z, o0, lse, o0)
-check(o0.shape == (2, 9, 0) and not g[0].any() and not g[1].any() and g[2].shape == (2, 11, 0),
-      "d_v = 0: zero dq and dk, an empty dv")
-raises(attntune.Error, attntune.EINVAL, "return_lse with d_v = 0",
-       lambda: attntune.attention(q, k, z, return_lse=True))
-
+if part == "numpy" or failures:
+    print("%d failed" % failures)
+    sys.exit(1 if failures else 0)
 if torch is None:
     print("%d failed; SKIP: torch is not importable: its autograd checks are left out" % failures)
-    sys.exit(1 if failures else 77)
+    sys.exit(77)
 torch.manual_seed(5)
 
 
