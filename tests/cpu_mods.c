@@ -527,6 +527,7 @@ int main(int argc, char **argv) {
           if (!split) kernel_cases(rt, &dflt, 1);
           if (!split) kernel_cases(rt, &sc, 1);
           nan_cases(rt, &small);
+          if (!split) nan_cases(rt, &sc);
         }
   } else {
     fprintf(stderr, "cpu_mods: unknown mode '%s'\n", mode);
