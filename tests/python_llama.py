@@ -125,9 +125,13 @@ for what, mask, module in (("bottom-right causal", (j <= i + 4)[None, None], cau
                                                              attn_mask=sm, scale=0.3).transpose(1, 2)
     check(o.shape == (1, 5, 4, 16) and rel_err(o, r.expand_as(o)) < 1e-5,
           "attention_forward, mask %s: rel error %.1e vs sdpa" % (what, rel_err(o, r.expand_as(o))))
-for what, mask in (("a padded key", (j <= i + 4) & (j != 2)), ("a window", (j <= i + 4) & (j > i + 1))):
+for what, mask in (("a padded key", (j <= i + 4) & (j != 2)), ("a window", (j <= i + 4) & (j > i + 1)),
+                   ("none, causal, n > n_kv (sdpa: top-left)", None)):
     try:
-        attntune.hf.attention_forward(causal_mod, q, k, v, mask[None, None])
+        if mask is None:
+            attntune.hf.attention_forward(causal_mod, k.repeat(1, 2, 1, 1), q, q, None)
+        else:
+            attntune.hf.attention_forward(causal_mod, q, k, v, mask[None, None])
         check(False, "attention_forward, mask with %s: not refused" % what)
     except attntune.Error as e:
         check(e.code == attntune.EUNSUPPORTED, "attention_forward, mask with %s: %s" % (what, e))

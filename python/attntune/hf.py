@@ -66,6 +66,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         # sdpa's reading of no mask: causal from the first key (a prefill into an empty static cache, whose later
         # slots are empty), which is bottom-right aligned on the first n keys
         keys = n if causal and 1 < n < n_kv else n_kv
+        if causal and n > n_kv:
+            raise _unsupported("causal with more queries (%d) than keys (%d) and no mask: sdpa aligns that top-left"
+                               % (n, n_kv))
     else:
         what = _mask_keys(attention_mask, n, n_kv)
         if what is None:
