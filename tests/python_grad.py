@@ -150,6 +150,10 @@ if part != "torch":
                   "numpy %s q %s k %s d_v=%d causal=%d: lse %s, dq dk dv rel errors %.1e %.1e %.1e vs fp64"
                   % (np.dtype(dt).name, qs, ks, dv, causal, "ok" if lse_ok else "WRONG", *errs))
 
+    # the same bits twice (no reduction whose order varies), GQA's dk and dv summed over heads included
+    again = attntune.attention_backward(q, k, v, o, lse, dout, causal=causal, scale=scale)
+    check(all(np.array_equal(a, b) for a, b in zip((dq, dk, dvv), again)), "the same gradients twice, bit for bit")
+
     # rows that see no key: zero dq, -inf lse
     q, k, v = rand((1, 1, 6, 16)), rand((1, 1, 3, 16)), rand((1, 1, 3, 24))
     o, lse = attntune.attention(q, k, v, causal=True, return_lse=True)
