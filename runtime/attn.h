@@ -103,14 +103,14 @@ int  attn_execute_async(const attn_plan *plan, void *stream, const void *q, cons
 
 /* Training. attn_execute_lse is the forward, also writing lse [batch][heads][n] (fp32): log Σ_j exp(scale·q_i·k_j)
  * over the keys row i sees (the score after softcap and ALiBi when the problem has them), -inf for a row that sees
- * none (NaN where the row's output is NaN). CPU flash and
- * smallcache plans: lowrank plans give ATTN_EUNSUPPORTED (its own normaliser is an approximation, not this lse), and
- * so does CUDA for now (its kernels keep no lse yet). A backward plan gives ATTN_EINVAL. */
+ * none (NaN where the row's output is NaN). CPU flash and smallcache plans, and CUDA flash plans (the kernel writes
+ * lse with O); lowrank plans give ATTN_EUNSUPPORTED (its own normaliser is an approximation, not this lse), and so do
+ * CUDA smallcache plans. A backward plan gives ATTN_EINVAL. */
 int  attn_execute_lse(const attn_plan *plan, const void *q, const void *k, const void *v, void *o, float *lse);
 /* A plan for the gradients of exact attention (FlashAttention-2's backward: P recomputed from lse, never stored).
- * Any algo but lowrank (ATTN_EUNSUPPORTED: its approximation's gradient is not implemented); CPU only for now: on
- * CUDA ATTN_EUNSUPPORTED (no backward kernel yet). Such a plan runs only attn_execute_backward (attn_execute and
- * attn_execute_lse refuse it with ATTN_EINVAL), and it is destroyed with attn_plan_destroy. */
+ * Any algo but lowrank (ATTN_EUNSUPPORTED: its approximation's gradient is not implemented); on CUDA the kernel is
+ * templates/flash_bwd.cu with tiles of its own (docs/cuda.md). Such a plan runs only attn_execute_backward
+ * (attn_execute and attn_execute_lse refuse it with ATTN_EINVAL), and it is destroyed with attn_plan_destroy. */
 int  attn_plan_create_backward(attn_runtime *rt, const attn_problem *p, attn_plan **out);
 /* q, k, v, o (the forward's output), dout [batch][heads][n][d_v] and the forward's lse (attn_execute_lse) in; dq like
  * q, dk like k, dv like v, in the problem's dtype (fp32 accumulation); GQA: dk and dv summed over each KV head's
@@ -118,7 +118,9 @@ int  attn_plan_create_backward(attn_runtime *rt, const attn_problem *p, attn_pla
  * and dv. NaN and Inf give what an fp64 backward of the same definition gives (P = softmax(S), dV = Pᵀ dO,
  * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q): hidden keys take no part. On the CPU the
  * gradients are the same bits from run to run and for any thread count: each output element is summed by one work
- * item in a fixed order (dk, dv by key block; dq by query block, in a second set of items that recomputes P). */
+ * item in a fixed order (dk, dv by key block; dq by query block, in a second set of items that recomputes P). On
+ * CUDA (device pointers, q, k, v, o and dout 16-byte aligned, waited for) the same holds for a plan on a device (no
+ * atomics; one thread block sums each element), but NaN and Inf are not matched element by element (docs/cuda.md). */
 int  attn_execute_backward(const attn_plan *plan, const void *q, const void *k, const void *v, const void *o,
                            const float *lse, const void *dout, void *dq, void *dk, void *dv);
 

@@ -651,6 +651,12 @@ int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const at
                            void *dk, void *dv) {
   attn_cuda *c = k->cu;
   if (!k->backward) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: not a backward kernel");
+  /* the backward loads rows of whole 16-byte chunks as 16-byte vectors */
+  const void *ptrs[5] = {q, kk, v, o, dout};
+  for (int i = 0; i < 5; i++)
+    if ((uintptr_t)ptrs[i] % 16)
+      return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: %s = %p is not 16-byte aligned (the CUDA backward "
+                       "loads 16-byte vectors)", i == 4 ? "dout" : (const char *[]){"q", "k", "v", "o"}[i], ptrs[i]);
   int rc = make_current(rt, c);
   if (rc != ATTN_OK) return rc;
   char err[256];

@@ -21,8 +21,8 @@
  * pair is contiguous) and multiplied by mma.sync with fp32 accumulators; P and dS are rounded to the input type
  * first, as FlashAttention-2 does. f32: the same tiles on the CUDA cores in exact fp32 (fmaf over k), P and dS kept
  * in fp32. Tiles are row-major in shared memory, d and d_v padded to multiples of 16 (zeros) and every row by 16
- * bytes (no bank conflicts), rows past n or n_kv zero-filled; loads from global memory go element by element
- * (coalesced over the block's contiguous rows).
+ * bytes (no bank conflicts), rows past n or n_kv zero-filled; rows move from global memory by 16-byte loads
+ * (element by element where d or d_v is not a multiple of 16 bytes), coalesced over the block's contiguous rows.
  *
  * Masking: key j is visible to query i iff j < n_kv and, causal, j <= i + n_kv − n (bottom-right). A hidden key
  * has P = 0 and dS = 0; a query row that sees no key gets dQ = 0, a key no row sees dK = dV = 0. Scores as in
@@ -157,12 +157,25 @@ __device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const f
 #endif
 
 /* Rows [0, rows) of a block of R rows of width W (global, row stride W) into a shared tile of row stride WP (padded
- * d and the 16 bytes); rows past rows and columns past W zero-filled. All threads. */
+ * d and the 16 bytes); rows past rows and columns past W zero-filled. All threads. Rows of whole 16-byte chunks move
+ * by 16-byte loads and stores (the runtime takes 16-byte aligned arrays), others by element. */
 template <int R, int W, int WP> __device__ __forceinline__ void fb_load(fb_elem *dst, const fb_elem *src, int rows) {
+  constexpr int VE = 16 / FB_ES;
+  if constexpr (W % VE == 0) {
+    constexpr int NC = WP / VE, NW = W / VE; /* chunks of a shared row, of a global row */
+#pragma unroll 2
+    for (int idx = threadIdx.x; idx < R * NC; idx += FB_T) {
+      const int r = idx / NC, c = idx % NC;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows && c < NW) x = *(const uint4 *)(src + (long long)r * W + c * VE);
+      *(uint4 *)(dst + r * WP + c * VE) = x;
+    }
+  } else {
 #pragma unroll 1
-  for (int idx = threadIdx.x; idx < R * WP; idx += FB_T) {
-    const int r = idx / WP, c = idx % WP;
-    dst[idx] = r < rows && c < W ? src[(long long)r * W + c] : (fb_elem)0;
+    for (int idx = threadIdx.x; idx < R * WP; idx += FB_T) {
+      const int r = idx / WP, c = idx % WP;
+      dst[idx] = r < rows && c < W ? src[(long long)r * W + c] : (fb_elem)0;
+    }
   }
 }
 

@@ -7,7 +7,8 @@
  *       through libattn on tests/fake_libcuda.c (ATTN_LIBCUDA, FAKE_LIBCUDA): attn_plan_create_backward on CUDA
  *       makes a backward plan (compiled, loaded, both entries found) that attn_execute and attn_execute_lse refuse;
  *       attn_execute_backward launches attn_bwd_pre and attn_kernel and waits, its scratch freed after the wait;
- *       the same with the device's memory refused (alloc=2): ATTN_ENOMEM and nothing launched
+ *       the same with the device's memory refused (alloc=2): ATTN_ENOMEM and nothing launched; q not 16-byte
+ *       aligned: ATTN_EINVAL and nothing launched
  *   cuda_backward gpu
  *       on a GPU (label gpu): the forward plan's attn_execute_lse then the backward plan's attn_execute_backward on
  *       fresh random inputs (f16, bf16, f32; n = 1, odd n, n_kv != n both ways, GQA, d_v != d, causal both ways):
@@ -146,6 +147,11 @@ static int fake_mode(void) {
           CHECK(record && calls.launches == 0, "attn_execute_backward without memory launched %d kernels",
                 calls.launches);
         }
+        if (record) record(&calls, 1);
+        rc = attn_execute_backward(plan, q + 1, k, v, o, lse, dout, dq, dk, dv);
+        if (record) record(&calls, 0);
+        CHECK(rc == ATTN_EINVAL && strstr(attn_last_error(rt), "16-byte") && record && calls.launches == 0,
+              "attn_execute_backward with q misaligned: %s: %s", attn_strerror(rc), attn_last_error(rt));
         rc = attn_execute(plan, q, k, v, o);
         CHECK(rc == ATTN_EINVAL, "attn_execute of a backward plan: %s", attn_strerror(rc));
         rc = attn_execute_lse(plan, q, k, v, o, lse);

@@ -71,3 +71,30 @@ set_tests_properties(cuda_backward_fake PROPERTIES LABELS cuda TIMEOUT 300 SKIP_
 add_test(NAME gpu_backward COMMAND cuda_backward gpu)
 set_tests_properties(gpu_backward PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ATTN_CUDA_ENV}")
+# Mutations of templates/flash_bwd.cu the interpreter tests must catch (tests/ptx_mutation.sh): name|sed script|what
+# the failure says|cuda_emu_bwd arguments. CI: a barrier dropped (a race), the causal mask off by one; nightly: dK
+# and dV of one query head only (GQA), two A-fragment registers swapped in the bf16 mma.sync, delta 1% off.
+set(ATTN_BWD_MUTATIONS
+    "bwd_missing_syncthreads|/products are done with Q, dO, P and dS/ s/__syncthreads()/(void)0/|race|--quick f16 d=16 causal=0"
+    "bwd_causal_off_by_one|s/j0 + c <= e0 + r/j0 + c < e0 + r/|relative error|--quick f16 d=16 causal=1"
+    "nightly_bwd_gqa_one_head|s/hh < G/hh < 1/|relative error|--quick f16 d=16 causal=0"
+    "nightly_bwd_mma_bf16_a_operands|/f32.bf16.bf16.f32/,/r\"(b1)/ s/\"r\"(a\\[1\\]), \"r\"(a\\[2\\])/\"r\"(a[2]), \"r\"(a[1])/|relative error|--quick bf16 d=16 causal=0"
+    "nightly_bwd_delta|s/(dp\\[e\\] - sd\\[r\\])/(dp[e] - 0.99f * sd[r])/|relative error|--quick f32 d=16 causal=0")
+foreach(t ${ATTN_BWD_MUTATIONS})
+  string(REPLACE "|" ";" parts "${t}")
+  list(GET parts 0 name)
+  list(GET parts 1 script)
+  list(GET parts 2 expect)
+  list(GET parts 3 args)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  if(name MATCHES "^nightly_")
+    set(label nightly)
+  else()
+    set(label cuda)
+  endif()
+  add_test(NAME ptx_mutation_${name}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ptx_mutation.sh $<TARGET_FILE:cuda_emu_bwd>
+                   ${PROJECT_SOURCE_DIR}/templates/flash_bwd.cu "${script}" "${expect}" ${args})
+  set_tests_properties(ptx_mutation_${name} PROPERTIES LABELS ${label} TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
+endforeach()
