@@ -12,7 +12,7 @@
  * with atomics, whose order varies from run to run; here each item sums its key blocks' dQ into its own fp32 rows of
  * the partials buffer, in order, and merge items add the C chunks' rows in chunk order (scaled): every element of
  * dq, dk and dv is summed in a fixed order, the same bits for any thread count and schedule. C is a function of the
- * shape only: enough items for 16 threads (at most one chunk a key block).
+ * shape only: enough items for 16 threads, at most one chunk a key block and 1 GiB of partials (fb_chunks).
  *
  * The products run in register tiles of FB_TI rows x FB_TW vectors (6 x 2 x 8 floats with AVX2, 8 x 2 x 16 with
  * AVX-512, as -march=native gives): FB_TI broadcasts and FB_TW vector loads feed FB_TI x FB_TW fused multiply-adds.
@@ -135,11 +135,16 @@ int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 static long fb_heads_kv(const attn_kargs *a) { return a->heads_kv > 0 ? a->heads_kv : a->heads; }
 static long fb_group(const attn_kargs *a) { return a->heads / fb_heads_kv(a); }
 static long fb_key_blocks(const attn_kargs *a) { return (a->n_kv + FB_BC - 1) / FB_BC; }
-/* Chunks of each KV head's key blocks: a function of the shape only (the sums' order must not depend on threads). */
+/* Chunks of each KV head's key blocks: a function of the shape only (the sums' order must not depend on threads):
+ * enough items for 16 threads, at most one chunk a key block, and no more than keep the partials (one fp32 dQ of
+ * rows of d rounded up to 32 a chunk) within 1 GiB. tuner/io_theory.c's bwd_chunks is the same rule. */
 static long fb_chunks(const attn_kargs *a) {
   const long kv = a->batch * fb_heads_kv(a), nkb = fb_key_blocks(a);
+  const double one = (double)kv * (double)fb_group(a) * (double)a->n * (double)FB_RUP(FB_D, 32) * 4.0;
   long c = (16 + kv - 1) / kv;
-  return c < 1 ? 1 : c > nkb ? nkb : c;
+  if (c > nkb) c = nkb;
+  while (c > 1 && c * one > (double)(1L << 30)) c--;
+  return c < 1 ? 1 : c;
 }
 /* Floats of one chunk's dQ partials of one KV head: G n rows of FB_DP. */
 static size_t fb_part_floats(const attn_kargs *a) { return (size_t)fb_group(a) * (size_t)a->n * FB_DP; }

@@ -2,7 +2,8 @@
  * attn_io_formula_bwd says — partial blocks, Br != Bc, causal with n_kv != n both ways, grouped-query heads, batch,
  * d_v != d, one chunk a KV head and several — never less than reading Q, K, V, O, dO and writing dQ, dK, dV once,
  * and its gradients are still right (within 1e-5 of fp64). The closed form is Theta(n^2 d^2 / M) at the tiles
- * attn_io_choose_bwd picks: 4x for 2n, about half for 2M, n^2 d^2 / M within a constant over M. */
+ * attn_io_choose_bwd picks: 4x for 2n, about half for 2M, n^2 d^2 / M within a constant over M; the chunks' partials
+ * within 1 GiB. */
 #include "check.h"
 #include <math.h>
 #include <string.h>
@@ -131,6 +132,17 @@ int main(void) {
           t2 / t1);
     CHECK(tm / t1 > 0.45 && tm / t1 < 0.6, "M=%.0f: doubling M multiplies the count by %.2f, not ~1/2", M, tm / t1);
     CHECK(c > 4 && c < 32, "M=%.0f: count x M / (n^2 d^2) = %.2f, outside the constant's [4, 32]", M, c);
+  }
+  /* the chunks' partials stay within 1 GiB: one head of n = 2^18, d = 128 (128 MiB of fp32 dQ) takes 8 chunks, not
+   * 16 (C read back from the writes: C n (d + 1) + key blocks x n d + n_kv (d + d_v) + n d, non-causal) */
+  {
+    attn_spec s = bwd_spec(128, 128, 64, 64, 0);
+    const long nn = 1L << 18;
+    unsigned long long r = 0, w = 0;
+    CHECK(attn_io_formula_bwd(&s, 1, 1, 1, nn, nn, &r, &w) == ATTN_OK, "formula refused n=%ld", nn);
+    const double C = ((double)w - (double)(nn / 64) * nn * 128 - (double)nn * 256 - (double)nn * 128) / (nn * 129.0);
+    printf("n=%ld d=128, one head: %.0f chunks\n", nn, C);
+    CHECK(C == 8, "n=%ld d=128: %.3f chunks, expected 8 (1 GiB of partials)", nn, C);
   }
   attn_close(rt);
   printf("%d checks, %d failures\n", checks, failures);

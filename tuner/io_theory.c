@@ -245,10 +245,14 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
 
 /* --- the backward (templates/flash_bwd.c) --- */
 
-/* The template's chunks of a KV head's key blocks (fb_chunks): enough items for 16 threads, at most one a block. */
-static long bwd_chunks(long kv_heads, long nkb) {
+/* The template's chunks of a KV head's key blocks (fb_chunks): enough items for 16 threads, at most one a block, the
+ * partials (G n rows of d rounded up to 32 floats a KV head and chunk) within 1 GiB. */
+static long bwd_chunks(long kv_heads, long G, long n, long d, long nkb) {
+  const double one = (double)kv_heads * (double)G * (double)n * (double)((d + 31) / 32 * 32) * 4.0;
   long c = (16 + kv_heads - 1) / kv_heads;
-  return c < 1 ? 1 : c > nkb ? nkb : c;
+  if (c > nkb) c = nkb;
+  while (c > 1 && c * one > (double)(1L << 30)) c--;
+  return c < 1 ? 1 : c;
 }
 
 int attn_io_formula_bwd(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
@@ -257,7 +261,7 @@ int attn_io_formula_bwd(const attn_spec *s, long batch, long heads, long heads_k
   if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU) return ATTN_EINVAL;
   if (batch < 1 || heads_kv < 1 || heads % heads_kv || n < 1 || n_kv < 1) return ATTN_EINVAL;
   const long d = s->d, dv = attn_spec_dv(s), G = heads / heads_kv, nkb = cdiv(n_kv, s->bc);
-  const long C = bwd_chunks(batch * heads_kv, nkb);
+  const long C = bwd_chunks(batch * heads_kv, G, n, d, nkb);
   /* per KV head: each chunk zeroes its G n rows of dQ partials and reads O and dO for D (one entry a row, written) */
   unsigned long long r = (unsigned long long)(C * G * n * 2 * dv), w = (unsigned long long)(C * G * n * (d + 1));
   for (long j0 = 0; j0 < n_kv; j0 += s->bc) {
