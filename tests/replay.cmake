@@ -1,7 +1,8 @@
 # attntune replay: strategies replayed against a database of whole spaces (tests/replay.sh; the fixture is the
-# performance model's, stored in a fraction of a second, so each case takes about a second).
+# performance model's, stored in a fraction of a second, so each case takes about a second). The sweep over every
+# shipped space (tests/data/spaces), every strategy and 20 seeds is nightly.
 if(TARGET attntune)
-  foreach(c same optimum missing bayes history bad_args lua_error model_api)
+  foreach(c same optimum missing bayes history bad_args lua_error model_api shipped sweep)
     add_test(NAME replay_${c}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/replay.sh ${c} $<TARGET_FILE:attntune>
                      ${CMAKE_CURRENT_BINARY_DIR}/replay-${c})
@@ -9,4 +10,5 @@ if(TARGET attntune)
       ENVIRONMENT "ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/replay-no-database.db;\
 ATTN_SCRIPTS_DIR=${PROJECT_SOURCE_DIR}/scripts/strategies;REPLAY_SPACES=${PROJECT_SOURCE_DIR}/tests/data/spaces")
   endforeach()
+  set_tests_properties(replay_sweep PROPERTIES LABELS "tuner;nightly" TIMEOUT 600)
 endif()
