@@ -31,8 +31,8 @@
 #define L2_OVER_HBM 3.0          /* L2 bandwidth as a multiple of HBM bandwidth */
 #define L2_USABLE 0.75           /* share of the L2 that K/V re-reads can count on (Q, O and other lines share it) */
 #define DRAM_EFF 0.9             /* reachable share of the datasheet bandwidth (a device copy reaches ~90%) */
-#define OVERLAP_WARP 0.5         /* share of the serial unit time hidden within one warp per scheduler */
-#define OVERLAP_MORE 0.1         /* hidden more per further warp per scheduler */
+#define OVERLAP_WARP 0.4         /* share of the serial unit time hidden within one warp per scheduler (fitted: H200) */
+#define OVERLAP_MORE 0.05        /* hidden more per further warp per scheduler (fitted: H200) */
 #define OVERLAP_MAX 0.8
 #define BLOCK_LATENCY_CYC 2000.0 /* a block's start (Q and the first K/V block from DRAM) and its output */
 #define KEY_LATENCY_CYC 700.0    /* a key block's loads, mostly L2 hits, to be covered by the blocks in flight */

@@ -212,12 +212,17 @@ if [ -z "$gpu" ]; then # the device step replaces this guess by the name libattn
 fi
 # The speed grid: n:batch with batch x n = 16k tokens of 16 heads (FlashAttention-2's benchmark: the GPU filled at
 # every n), and n = 4096 at batch 1, the tuning run's problem.
-grid="1024:16 4096:4 16384:1" grid_d=64,128,256
+# n:batch:seconds:rounds (an H200 took about 45 s at n = 1024 and 60 s at 4096; 16k tokens a launch at every n)
+grid="1024:16:60:5 4096:4:100:5 16384:1:160:3" grid_d=64,128,256
 model() { # the model's best configuration per problem of the speed grid, for $gpu, into model.json
   rm -f "$work/model.db"
   local nb
+  local n b rest
   for nb in $grid 4096:1; do
-    tmo "$(limit 30)" "$cli" --gpu "$gpu" --model --d "$grid_d" --n "${nb%:*}" --batch "${nb#*:}" --dtype f16,bf16 \
+    IFS=: read -r n b rest <<EOG
+$nb
+EOG
+    tmo "$(limit 30)" "$cli" --gpu "$gpu" --model --d "$grid_d" --n "$n" --batch "$b" --dtype f16,bf16 \
       --causal 0,1 --heads 16 --db "$work/model.db" >>"$logs/model.log" 2>&1 || return 1
   done
   "$cli" show --db "$work/model.db" --json >"$out/model.json" 2>>"$logs/model.log"
@@ -403,7 +408,7 @@ for line in open(sys.argv[1]):
             except ValueError:
                 continue
             scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-3, "usecond": 1,
-                     "msecond": 1e3}.get(unit, 1)
+                     "msecond": 1e3, "B": 1, "ns": 1e-3, "us": 1, "ms": 1e3}.get(unit, 1)
             sums[name] = sums.get(name, 0) + v * scale
     r["dram_read"] = int(sums["dram__bytes_read.sum"]) if "dram__bytes_read.sum" in sums else None
     r["dram_write"] = int(sums["dram__bytes_write.sum"]) if "dram__bytes_write.sum" in sums else None
@@ -445,7 +450,7 @@ elif tmo "$(limit 25)" "$cli" bench --target cuda --n 4096 --d 128 --dtype bf16 
   step bench pass $(($(now) - t0)) "$(python3 -c '
 import json, sys
 for r in json.load(open(sys.argv[1])):
-    print("%s: %s ms, the default %s ms" % (r.get("plan"), r.get("plan_ms"), r.get("default_ms")), end="; ")
+    print("%s: %s ms, the default %s ms" % (r.get("plan"), r.get("plan_ms"), r.get("baseline_ms")), end="; ")
 ' "$out/bench.json" 2>/dev/null)(bench.json)"
 else
   rc=$?
@@ -461,9 +466,12 @@ elif [ -n "$torch_v" ]; then
   sp_bad= sp_err= sp_skip=
   speed_parts=
   for nb in $grid; do # the defaults: a database that does not exist
-    n=${nb%:*} b=${nb#*:}
-    tmo "$(limit 45)" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" \
-      --n "$n" --batch "$b" --d "$grid_d" --causal 0,1 --dtype f16,bf16 --json "$work/speed-default-$n.json" \
+    IFS=: read -r n b lim rounds <<EOG
+$nb
+EOG
+    tmo "$(limit "$lim")" env ATTN_DB="$work/no-database.db" python3 "$src/scripts/gpu/torch_compare.py" --lib "$lib" \
+      --n "$n" --batch "$b" --rounds "$rounds" --d "$grid_d" --causal 0,1 --dtype f16,bf16 \
+      --json "$work/speed-default-$n.json" \
       >"$logs/speed-default-$n.log" 2>&1
     rc=$?
     speed_parts="$speed_parts default:$work/speed-default-$n.json"
