@@ -8,8 +8,8 @@
 /* The backward's spec for (dtype, d, d_v, causal) on arch ("sm_80", ...): flash, cuda, Br = Bc: 64 or 32, the
  * largest whose shared memory fits 99 KiB (two blocks an SM on an H100) and whose dK and dV accumulators fit the
  * registers without spilling (64 fp32 a thread at 64, 128 at 32), else 16 within an A100's 163 KiB; 4 warps (8
- * where 4 would each hold more than 128 accumulators); stages 1. ATTN_OK, or ATTN_EUNSUPPORTED / ATTN_EINVAL with
- * the reason in err. */
+ * where 4 would each hold more than 128 accumulators); stages 2 (the next block's rows load while one is computed)
+ * where that fits 99 KiB, else 1. ATTN_OK, or ATTN_EUNSUPPORTED / ATTN_EINVAL with the reason in err. */
 int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char *arch, attn_spec *out, char *err,
                             size_t errlen);
 

@@ -590,7 +590,8 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       const int r = wr0 + 16 * mt + 8 * h + g;
       /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
       const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
-      if (lse && cg == 0 && t == 0 && r < rows) lse[r] = fa_lse(st.m[mt][h], l, fa_sees(r, ev));
+      const float lv = fa_lse(st.m[mt][h], l, fa_sees(r, ev)); /* by every lane of the row: see the f32 epilogue */
+      if (lse && r < rows) lse[r] = lv;
       float chk = 0.0f;
 #pragma unroll
       for (int dt = 0; dt < FA_DT; dt++) {
@@ -769,7 +770,10 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
     const int r = wr0 + st.ry + FA_RL * i;
     /* l = 0 (every visible score -inf): 0 * inf = NaN, the reference's 0/0 */
     const float inv = fa_sees(r, ev) ? 1.0f / l : 0.0f;
-    if (lse && st.cx == 0 && r < rows) lse[r] = fa_lse(st.m[i], l, fa_sees(r, ev));
+    /* stored by every lane of the row (the same value: m and the butterfly's l are the same bits in each): a
+     * condition on the lane lets the compiler split the loop by lane, and the warp, before the next row's shuffles */
+    const float lv = fa_lse(st.m[i], l, fa_sees(r, ev));
+    if (lse && r < rows) lse[r] = lv;
     if (r < rows) {
       float chk = 0.0f;
 #pragma unroll

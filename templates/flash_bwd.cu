@@ -1,5 +1,6 @@
 /* flash_bwd.cu: FlashAttention-2's backward pass for NVIDIA GPUs (sm_80, sm_90), specialised at compile time on
- * ATTN_D, ATTN_DV, ATTN_BR, ATTN_BC, ATTN_CAUSAL, ATTN_WARPS and ATTN_DTYPE; arguments in kernel_abi_cuda_bwd.h.
+ * ATTN_D, ATTN_DV, ATTN_BR, ATTN_BC, ATTN_CAUSAL, ATTN_WARPS, ATTN_STAGES and ATTN_DTYPE; arguments in
+ * kernel_abi_cuda_bwd.h.
  *
  * With P = exp(scale·S − lse) recomputed from the forward's lse (never stored), dP = dO Vᵀ, delta = rowsum(dO∘O)
  * and dS = P∘(dP − delta): dV = Pᵀ dO, dK = scale·dSᵀ Q, dQ = scale·dS K.
@@ -11,6 +12,9 @@
  *     type, then dV += Pᵀ dO_i and dK += dSᵀ Q_i into fp32 accumulators held in registers across the whole loop.
  *   attn_kernel, dQ blocks: one query block of one head; the loop over the key blocks it sees recomputes S, dP and
  *     dS and adds dS K_j into fp32 accumulators in registers.
+ * Stages 2: the inner loop's next block (Q_{i+1}, dO_{i+1}, its lse and delta; or K_{j+1}, V_{j+1}) loads into a
+ * second row set by cp.async while the current one is computed (one barrier a block before the products, one
+ * between them); stages 1: one row set, loaded after the previous block's products.
  * dQ is computed apart from dK and dV (S and dP twice: 7 products of the forward's size where atomics need 5) so
  * that no sum is split across thread blocks: every output element is one thread's, summed in a fixed order (keys
  * and query heads by index), and the gradients are bitwise the same from run to run on a device.
@@ -33,12 +37,14 @@
 #define FB_BR ATTN_BR
 #define FB_BC ATTN_BC
 #define FB_W ATTN_WARPS
+#define FB_S ATTN_STAGES /* 2: the next block's rows load (cp.async) while this one is computed; 1: no overlap */
 #define FB_T (32 * FB_W)
 #define FB_DP ATTN_CUDA_RUP(FB_D, 16)
 #define FB_DVP ATTN_CUDA_RUP(FB_DV, 16)
 #define FB_ES (ATTN_DTYPE == 0 ? 4 : 2)
 
 static_assert(FB_BR % 16 == 0 && FB_BC % 16 == 0, "Br and Bc must be multiples of 16");
+static_assert(FB_S == 1 || FB_S == 2, "stages must be 1 or 2");
 
 #if ATTN_DTYPE == 0
 typedef float fb_elem;
@@ -53,17 +59,29 @@ typedef unsigned short fb_elem;
 #define FB_SQ (FB_DP + FB_PE)  /* row stride of Q_i and K_j */
 #define FB_SV (FB_DVP + FB_PE) /* of dO_i and V_j */
 #define FB_SP (FB_BC + FB_PE)  /* of P and dS */
-#define FB_OFF_Q 0
-#define FB_OFF_DO (FB_OFF_Q + FB_BR * FB_SQ)
-#define FB_OFF_K (FB_OFF_DO + FB_BR * FB_SV)
-#define FB_OFF_V (FB_OFF_K + FB_BC * FB_SQ)
-#define FB_OFF_P (FB_OFF_V + FB_BC * FB_SV)
+/* Row sets: a tile of rows of d (Q_i or K_j) followed by the same rows of d_v (dO_i or V_j). The query block's set
+ * (Q_i, dO_i), the key block's (K_j, V_j), and with 2 stages a second set for the next block of the inner loop
+ * (dK/dV blocks: Q_{i+1}, dO_{i+1}; dQ blocks: K_{j+1}, V_{j+1}); then P, dS; then lse and delta per stage (fp32). */
+#define FB_ROWS(r) ((r) * (FB_SQ + FB_SV))
+#define FB_OFF_QS 0
+#define FB_OFF_KS (FB_OFF_QS + FB_ROWS(FB_BR))
+#define FB_OFF_X (FB_OFF_KS + FB_ROWS(FB_BC)) /* the second set (2 stages) */
+#define FB_OFF_P (FB_OFF_X + (FB_S > 1 ? FB_ROWS(ATTN_CUDA_MAX2(FB_BR, FB_BC)) : 0))
 #define FB_OFF_DS (FB_OFF_P + FB_BR * FB_SP)
 #define FB_ELEMS (FB_OFF_DS + FB_BR * FB_SP)
-static_assert(FB_ELEMS * FB_ES + 8 * FB_BR == ATTN_FLASH_BWD_SMEM(FB_ES, FB_D, FB_DV, FB_BR, FB_BC),
+static_assert(FB_ELEMS * FB_ES + 8 * FB_BR * FB_S == ATTN_FLASH_BWD_SMEM(FB_ES, FB_D, FB_DV, FB_BR, FB_BC, FB_S),
               "layout differs from ATTN_FLASH_BWD_SMEM");
 
 /* ---- PTX wrappers ---- */
+/* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills without reading src */
+__device__ __forceinline__ void fb_cp16(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void fb_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* every cp.async of this thread has landed (the block's barrier after it makes them visible to all) */
+__device__ __forceinline__ void fb_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ float fb_ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -158,7 +176,8 @@ __device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const f
 
 /* Rows [0, rows) of a block of R rows of width W (global, row stride W) into a shared tile of row stride WP (padded
  * d and the 16 bytes); rows past rows and columns past W zero-filled. All threads. Rows of whole 16-byte chunks move
- * by 16-byte loads and stores (the runtime takes 16-byte aligned arrays), others by element. */
+ * by cp.async of 16 bytes (the runtime takes 16-byte aligned arrays; the caller commits and waits), others by
+ * element at once. */
 template <int R, int W, int WP> __device__ __forceinline__ void fb_load(fb_elem *dst, const fb_elem *src, int rows) {
   constexpr int VE = 16 / FB_ES;
   if constexpr (W % VE == 0) {
@@ -166,9 +185,8 @@ template <int R, int W, int WP> __device__ __forceinline__ void fb_load(fb_elem 
 #pragma unroll 2
     for (int idx = threadIdx.x; idx < R * NC; idx += FB_T) {
       const int r = idx / NC, c = idx % NC;
-      uint4 x = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows && c < NW) x = *(const uint4 *)(src + (long long)r * W + c * VE);
-      *(uint4 *)(dst + r * WP + c * VE) = x;
+      const bool ok = r < rows && c < NW; /* else zero-filled, from the block's first row (rows >= 1) */
+      fb_cp16(dst + r * WP + c * VE, src + (ok ? (long long)r * W + c * VE : 0LL), ok ? 16 : 0);
     }
   } else {
 #pragma unroll 1
@@ -190,21 +208,23 @@ __device__ __forceinline__ void fb_load_rows(float *sl, float *sd, const float *
 #define FB_NS ((FB_BR / 16) * (FB_BC / 8)) /* 16x8 tiles of S (Br x Bc) */
 #define FB_US ((FB_NS + FB_W - 1) / FB_W)  /* ... per warp */
 
-/* S = Q_i K_jᵀ and dP = dO_i V_jᵀ, P = exp2(S scale log2(e) - lse log2(e)) where key j0 + c is visible to row
- * i0 + r, else 0, dS = P (dP - delta): P (when sp) and dS into shared memory in the input type. e0 = i0 + n_kv - n
- * (row r sees keys up to e0 + r), cols: keys of the block, rows: rows of the block. */
-__device__ __forceinline__ void fb_scores(fb_elem *sm, const float *sl, const float *sd, bool sp, int rows, int cols,
-                                          int j0, int e0, float sl2, int warp, int lane) {
+/* S = Q_i K_jᵀ and dP = dO_i V_jᵀ from the row sets qs (Q_i, dO_i) and ks (K_j, V_j), P = exp2(S scale log2(e) -
+ * lse log2(e)) where key j0 + c is visible to row i0 + r, else 0, dS = P (dP - delta): P (when sp) and dS into shared
+ * memory in the input type. e0 = i0 + n_kv - n (row r sees keys up to e0 + r), cols: keys of the block, rows: rows of
+ * the block; sl, sd: the rows' lse (base 2) and delta. */
+__device__ __forceinline__ void fb_scores(fb_elem *sm, const fb_elem *qs, const fb_elem *ks, const float *sl,
+                                          const float *sd, bool sp, int rows, int cols, int j0, int e0, float sl2,
+                                          int warp, int lane) {
   const int g = lane >> 2, t = lane & 3;
+  const fb_elem *sdo = qs + FB_BR * FB_SQ, *sv = ks + FB_BC * FB_SQ;
 #pragma unroll 1
   for (int u = 0; u < FB_US; u++) {
     const int f = warp + FB_W * u;
     if (FB_NS % FB_W == 0 || f < FB_NS) {
       const int mt = f / (FB_BC / 8), nt = f % (FB_BC / 8);
       float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      fb_tile<FB_SQ, 1, 1, FB_SQ, FB_DP>(s, sm + FB_OFF_Q + mt * 16 * FB_SQ, sm + FB_OFF_K + nt * 8 * FB_SQ, lane);
-      fb_tile<FB_SV, 1, 1, FB_SV, FB_DVP>(dp, sm + FB_OFF_DO + mt * 16 * FB_SV, sm + FB_OFF_V + nt * 8 * FB_SV,
-                                          lane);
+      fb_tile<FB_SQ, 1, 1, FB_SQ, FB_DP>(s, qs + mt * 16 * FB_SQ, ks + nt * 8 * FB_SQ, lane);
+      fb_tile<FB_SV, 1, 1, FB_SV, FB_DVP>(dp, sdo + mt * 16 * FB_SV, sv + nt * 8 * FB_SV, lane);
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int r = mt * 16 + g + 8 * (e >> 1), c = nt * 8 + 2 * t + (e & 1);
@@ -246,65 +266,99 @@ template <int R, int WP> struct fb_acc {
   }
 };
 
-/* dK and dV of key block jb of KV head bhk (batch b = bhk / heads_kv). */
+/* Query block i0 of head bh (rows of it) into row set qs, its lse and delta into sl, sd. */
+__device__ __forceinline__ void fb_issue_q(const attn_cuda_bwd_kargs &a, fb_elem *qs, float *sl, float *sd,
+                                           long long bh, int i0, int rows) {
+  const long long r0 = bh * a.n + i0;
+  fb_load<FB_BR, FB_D, FB_SQ>(qs, (const fb_elem *)a.q + r0 * FB_D, rows);
+  fb_load<FB_BR, FB_DV, FB_SV>(qs + FB_BR * FB_SQ, (const fb_elem *)a.dout + r0 * FB_DV, rows);
+  fb_load_rows(sl, sd, a.lse + r0, a.delta + r0, rows);
+}
+/* Key block j0 of KV head bhk (cols keys) into row set ks. */
+__device__ __forceinline__ void fb_issue_k(const attn_cuda_bwd_kargs &a, fb_elem *ks, long long bhk, int j0,
+                                           int cols) {
+  const long long r0 = bhk * a.n_kv + j0;
+  fb_load<FB_BC, FB_D, FB_SQ>(ks, (const fb_elem *)a.k + r0 * FB_D, cols);
+  fb_load<FB_BC, FB_DV, FB_SV>(ks + FB_BC * FB_SQ, (const fb_elem *)a.v + r0 * FB_DV, cols);
+}
+
+/* dK and dV of key block item % nkb of KV head bhk = item / nkb. The inner loop's blocks t = 0, 1, ... are query
+ * block ib0 + t % nq of query head t / nq of the KV head; with 2 stages block t + 1 loads into the other row set
+ * while block t is computed. */
 __device__ __forceinline__ void fb_dkdv(const attn_cuda_bwd_kargs &a, unsigned char *smem, int item) {
   fb_elem *sm = (fb_elem *)smem;
-  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_BR;
+  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_S * FB_BR; /* per stage */
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int n = (int)a.n, n_kv = (int)a.n_kv; /* both < 2^31 (gen/spec_bwd_cuda.c) */
   const int nkb = (n_kv - 1) / FB_BC + 1, nqb = (n - 1) / FB_BR + 1;
   const long long bhk = item / nkb, heads = a.heads, heads_kv = a.heads_kv, G = heads / heads_kv;
   const int j0 = item % nkb * FB_BC, cols = n_kv - j0 < FB_BC ? n_kv - j0 : FB_BC;
   const float sl2 = a.scale * 1.4426950408889634f;
-  fb_load<FB_BC, FB_D, FB_SQ>(sm + FB_OFF_K, (const fb_elem *)a.k + (bhk * n_kv + j0) * FB_D, cols);
-  fb_load<FB_BC, FB_DV, FB_SV>(sm + FB_OFF_V, (const fb_elem *)a.v + (bhk * n_kv + j0) * FB_DV, cols);
   fb_acc<FB_BC, FB_DP> dk;
   fb_acc<FB_BC, FB_DVP> dv;
   dk.zero();
   dv.zero();
   /* causal: the first row that sees key j0 is j0 - (n_kv - n) */
   const long long first = ATTN_CAUSAL ? (long long)j0 - (n_kv - n) : 0;
-  const int ib0 = first <= 0 ? 0 : first >= n ? nqb : (int)(first / FB_BR);
+  const int ib0 = first <= 0 ? 0 : first >= n ? nqb : (int)(first / FB_BR), nq = nqb - ib0;
+  const long long count = G * nq, bh0 = bhk / heads_kv * heads + bhk % heads_kv * G;
+  fb_elem *const ks = sm + FB_OFF_KS;
+  if (count > 0) {
+    fb_issue_k(a, ks, bhk, j0, cols);
+    const int r0 = n - ib0 * FB_BR < FB_BR ? n - ib0 * FB_BR : FB_BR;
+    if (FB_S > 1) fb_issue_q(a, sm + FB_OFF_QS, sl, sd, bh0, ib0 * FB_BR, r0);
+  }
+  fb_commit();
 #pragma unroll 1
-  for (long long hh = 0; hh < G; hh++) {
-    const long long bh = bhk / heads_kv * heads + bhk % heads_kv * G + hh;
-#pragma unroll 1
-    for (int ib = ib0; ib < nqb; ib++) {
-      const int i0 = ib * FB_BR, rows = n - i0 < FB_BR ? n - i0 : FB_BR;
+  for (long long t = 0; t < count; t++) {
+    const int st = FB_S > 1 ? (int)(t & 1) : 0;
+    const long long bh = bh0 + t / nq;
+    const int i0 = (ib0 + (int)(t % nq)) * FB_BR, rows = n - i0 < FB_BR ? n - i0 : FB_BR;
+    fb_elem *const qs = sm + (st ? FB_OFF_X : FB_OFF_QS);
+    if (FB_S == 1) {
       __syncthreads(); /* the previous block's products are done with Q, dO, P and dS */
-      fb_load<FB_BR, FB_D, FB_SQ>(sm + FB_OFF_Q, (const fb_elem *)a.q + (bh * n + i0) * FB_D, rows);
-      fb_load<FB_BR, FB_DV, FB_SV>(sm + FB_OFF_DO, (const fb_elem *)a.dout + (bh * n + i0) * FB_DV, rows);
-      fb_load_rows(sl, sd, a.lse + bh * n + i0, a.delta + bh * n + i0, rows);
-      __syncthreads();
-      fb_scores(sm, sl, sd, true, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
-      __syncthreads();
-      /* dV += Pᵀ dO_i: A(key, query) = P[query][key]; dK += dSᵀ Q_i */
+      fb_issue_q(a, qs, sl, sd, bh, i0, rows);
+      fb_commit();
+    }
+    fb_wait_all();
+    __syncthreads(); /* block t visible to all; the previous block's products are done with P, dS and its set */
+    if (FB_S > 1 && t + 1 < count) {
+      const long long bh1 = bh0 + (t + 1) / nq;
+      const int i1 = (ib0 + (int)((t + 1) % nq)) * FB_BR;
+      fb_issue_q(a, sm + (st ? FB_OFF_QS : FB_OFF_X), sl + (st ^ 1) * FB_BR, sd + (st ^ 1) * FB_BR, bh1, i1,
+                 n - i1 < FB_BR ? n - i1 : FB_BR);
+      fb_commit();
+    }
+    fb_scores(sm, qs, ks, sl + st * FB_BR, sd + st * FB_BR, true, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
+    __syncthreads();
+    /* dV += Pᵀ dO_i: A(key, query) = P[query][key]; dK += dSᵀ Q_i */
 #pragma unroll
-      for (int u = 0; u < fb_acc<FB_BC, FB_DVP>::U; u++) {
-        const int f = warp + FB_W * u;
-        if (fb_acc<FB_BC, FB_DVP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DVP>::N) {
-          const int mt = f / (FB_DVP / 8), nt = f % (FB_DVP / 8);
-          fb_tile<1, FB_SP, FB_SV, 1, FB_BR>(dv.c[u], sm + FB_OFF_P + mt * 16, sm + FB_OFF_DO + nt * 8, lane);
-        }
+    for (int u = 0; u < fb_acc<FB_BC, FB_DVP>::U; u++) {
+      const int f = warp + FB_W * u;
+      if (fb_acc<FB_BC, FB_DVP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DVP>::N) {
+        const int mt = f / (FB_DVP / 8), nt = f % (FB_DVP / 8);
+        fb_tile<1, FB_SP, FB_SV, 1, FB_BR>(dv.c[u], sm + FB_OFF_P + mt * 16, qs + FB_BR * FB_SQ + nt * 8, lane);
       }
+    }
 #pragma unroll
-      for (int u = 0; u < fb_acc<FB_BC, FB_DP>::U; u++) {
-        const int f = warp + FB_W * u;
-        if (fb_acc<FB_BC, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DP>::N) {
-          const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
-          fb_tile<1, FB_SP, FB_SQ, 1, FB_BR>(dk.c[u], sm + FB_OFF_DS + mt * 16, sm + FB_OFF_Q + nt * 8, lane);
-        }
+    for (int u = 0; u < fb_acc<FB_BC, FB_DP>::U; u++) {
+      const int f = warp + FB_W * u;
+      if (fb_acc<FB_BC, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DP>::N) {
+        const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
+        fb_tile<1, FB_SP, FB_SQ, 1, FB_BR>(dk.c[u], sm + FB_OFF_DS + mt * 16, qs + nt * 8, lane);
       }
     }
   }
+  fb_wait_all(); /* nothing left in flight (count = 0) */
   dk.template store<FB_D>((fb_elem *)a.dk + (bhk * n_kv + j0) * FB_D, cols, a.scale, warp, lane);
   dv.template store<FB_DV>((fb_elem *)a.dv + (bhk * n_kv + j0) * FB_DV, cols, 1.0f, warp, lane);
 }
 
-/* dQ of query block item % nqb of head bh = item / nqb. */
+/* dQ of query block item % nqb of head bh = item / nqb; with 2 stages K_{j+1}, V_{j+1} load into the other row set
+ * while block j is computed. */
 __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned char *smem, int item) {
   fb_elem *sm = (fb_elem *)smem;
-  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_BR;
+  float *sl = (float *)(smem + FB_ELEMS * FB_ES), *sd = sl + FB_S * FB_BR;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int n = (int)a.n, n_kv = (int)a.n_kv;
   const int nqb = (n - 1) / FB_BR + 1;
@@ -312,9 +366,7 @@ __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned cha
   const long long bhk = bh / heads * heads_kv + bh % heads / (heads / heads_kv);
   const int i0 = item % nqb * FB_BR, rows = n - i0 < FB_BR ? n - i0 : FB_BR;
   const float sl2 = a.scale * 1.4426950408889634f;
-  fb_load<FB_BR, FB_D, FB_SQ>(sm + FB_OFF_Q, (const fb_elem *)a.q + (bh * n + i0) * FB_D, rows);
-  fb_load<FB_BR, FB_DV, FB_SV>(sm + FB_OFF_DO, (const fb_elem *)a.dout + (bh * n + i0) * FB_DV, rows);
-  fb_load_rows(sl, sd, a.lse + bh * n + i0, a.delta + bh * n + i0, rows);
+  fb_elem *const qs = sm + FB_OFF_QS;
   fb_acc<FB_BR, FB_DP> dq;
   dq.zero();
   /* keys visible to some row of the block: [0, L) */
@@ -323,14 +375,29 @@ __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned cha
     const long long e = (long long)i0 + rows + n_kv - n;
     L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
   }
+  const int nb = L > 0 ? (L - 1) / FB_BC + 1 : 0;
+  if (nb > 0) {
+    fb_issue_q(a, qs, sl, sd, bh, i0, rows);
+    if (FB_S > 1) fb_issue_k(a, sm + FB_OFF_KS, bhk, 0, n_kv < FB_BC ? n_kv : FB_BC);
+  }
+  fb_commit();
 #pragma unroll 1
-  for (int j0 = 0; j0 < L; j0 += FB_BC) {
-    const int cols = n_kv - j0 < FB_BC ? n_kv - j0 : FB_BC;
-    __syncthreads(); /* the previous block's product is done with K and dS */
-    fb_load<FB_BC, FB_D, FB_SQ>(sm + FB_OFF_K, (const fb_elem *)a.k + (bhk * n_kv + j0) * FB_D, cols);
-    fb_load<FB_BC, FB_DV, FB_SV>(sm + FB_OFF_V, (const fb_elem *)a.v + (bhk * n_kv + j0) * FB_DV, cols);
-    __syncthreads();
-    fb_scores(sm, sl, sd, false, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
+  for (int jb = 0; jb < nb; jb++) {
+    const int st = FB_S > 1 ? jb & 1 : 0, j0 = jb * FB_BC, cols = n_kv - j0 < FB_BC ? n_kv - j0 : FB_BC;
+    fb_elem *const ks = sm + (st ? FB_OFF_X : FB_OFF_KS);
+    if (FB_S == 1) {
+      __syncthreads(); /* the previous block's product is done with K and dS */
+      fb_issue_k(a, ks, bhk, j0, cols);
+      fb_commit();
+    }
+    fb_wait_all();
+    __syncthreads(); /* block j visible to all; the previous block's product is done with dS and its set */
+    if (FB_S > 1 && jb + 1 < nb) {
+      const int j1 = j0 + FB_BC;
+      fb_issue_k(a, sm + (st ? FB_OFF_KS : FB_OFF_X), bhk, j1, n_kv - j1 < FB_BC ? n_kv - j1 : FB_BC);
+      fb_commit();
+    }
+    fb_scores(sm, qs, ks, sl, sd, false, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
     __syncthreads();
     /* dQ += dS K_j */
 #pragma unroll
@@ -338,11 +405,11 @@ __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned cha
       const int f = warp + FB_W * u;
       if (fb_acc<FB_BR, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BR, FB_DP>::N) {
         const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
-        fb_tile<FB_SP, 1, FB_SQ, 1, FB_BC>(dq.c[u], sm + FB_OFF_DS + mt * 16 * FB_SP, sm + FB_OFF_K + nt * 8,
-                                           lane);
+        fb_tile<FB_SP, 1, FB_SQ, 1, FB_BC>(dq.c[u], sm + FB_OFF_DS + mt * 16 * FB_SP, ks + nt * 8, lane);
       }
     }
   }
+  fb_wait_all();
   dq.template store<FB_D>((fb_elem *)a.dq + (bh * n + i0) * FB_D, rows, a.scale, warp, lane);
 }
 

@@ -23,12 +23,13 @@ typedef struct attn_cuda_bwd_kargs {
                                        ceil(n/Br) */
 } attn_cuda_bwd_kargs;
 
-/* Shared memory in bytes: Q_i and dO_i (Br rows), K_j and V_j (Bc rows), P and dS (Br x Bc), all in the input type
- * (esize bytes) with d and d_v padded to multiples of 16 and every row by 16 bytes, then lse and delta of the Br
- * rows (fp32). */
-#define ATTN_FLASH_BWD_SMEM(esize, d, dv, br, bc)                                                                 \
-  ((long long)(esize) * (((long long)(br) + (bc)) * (ATTN_CUDA_RUP(d, 16) + ATTN_CUDA_RUP(dv, 16) + 32 / (esize)) + \
-                         2LL * (br) * ((bc) + 16 / (esize))) +                                                     \
-   8LL * (br))
+/* Shared memory in bytes: Q_i and dO_i (Br rows), K_j and V_j (Bc rows), with 2 stages a second set of max(Br, Bc)
+ * rows (the next block's), P and dS (Br x Bc), all in the input type (esize bytes) with d and d_v padded to
+ * multiples of 16 and every row by 16 bytes, then lse and delta of the Br rows per stage (fp32). */
+#define ATTN_FLASH_BWD_SMEM(esize, d, dv, br, bc, stages)                                                   \
+  ((long long)(esize) * (((long long)(br) + (bc) + ((stages) > 1 ? ATTN_CUDA_MAX2(br, bc) : 0)) *             \
+                             (ATTN_CUDA_RUP(d, 16) + ATTN_CUDA_RUP(dv, 16) + 32 / (esize)) +                  \
+                         2LL * (br) * ((bc) + 16 / (esize))) +                                                \
+   8LL * (br) * (stages))
 
 #endif

@@ -74,7 +74,8 @@ static inline void magnitudes(const attn_problem *p, const float *q, const float
           double s = 0, gv = 0;
           for (long c = 0; c < d; c++) s += (double)qi[c] * kj[c];
           for (long c = 0; c < dv; c++) gv += fabs((double)gi[c] * vj[c]);
-          const double P = exp(s * p->scale - (double)lse[bh * n + i]), ds = fabs((double)p->scale) * P * (gv + fabs(delta));
+          const double P = exp(s * p->scale - (double)lse[bh * n + i]);
+          const double ds = fabs((double)p->scale) * P * (gv + fabs(delta));
           for (long c = 0; c < d; c++) {
             aq[(bh * n + i) * d + c] += ds * fabs((double)kj[c]);
             ak[(bkv * nkv + j) * d + c] += ds * fabs((double)qi[c]);

@@ -225,7 +225,8 @@ static void gpu_case(attn_runtime *rt, const attn_problem *p0, int time_it) {
   const size_t cq = bh * p.n * p.d, ck = bhk * p.n_kv * p.d, cv = bhk * p.n_kv * p.d_v, co = bh * p.n * p.d_v;
   float *q = malloc(cq * 4), *k = malloc(ck * 4), *v = malloc(cv * 4), *go = malloc(co * 4), *o = malloc(co * 4);
   float *lse = malloc(rows * 4), *want = malloc(rows * 4);
-  double *x[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)}, *r[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)};
+  double *x[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)};
+  double *r[3] = {malloc(cq * 8), malloc(ck * 8), malloc(cv * 8)};
   double *o64 = malloc(co * 8);
   unsigned char *raw = malloc((cq + ck + cv + co) * 4), *first = malloc((cq + ck + cv) * 4);
   void *dq = NULL, *dk = NULL, *dv = NULL, *dgo = NULL, *dout = NULL, *dlse = NULL, *g[3] = {NULL, NULL, NULL};

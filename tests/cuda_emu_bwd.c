@@ -1,19 +1,21 @@
-/* cuda_emu_bwd: the CUDA flash backward (templates/flash_bwd.cu) as NVRTC compiles it, run on the PTX interpreter
- * of tests/ptx against the fp64 backward (attn_reference_backward), no GPU needed.
- *   cuda_emu_bwd [--quick] [--chain] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90]
- * For each d (default 64) the backward's spec (attn_spec_backward_cuda: its tiles for d and d_v = N, default d)
- * goes through NVRTC to the PTX of its arch, and the interpreter runs attn_bwd_pre then attn_kernel, as the runtime
+/* cuda_emu_bwd: the CUDA flash backward (templates/flash_bwd.cu) as NVRTC compiles it, run on the PTX interpreter of
+ * tests/ptx against the fp64 backward (attn_reference_backward), no GPU needed.
+ *  cuda_emu_bwd [--quick] [--chain] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90]
+ * For each d (default 64) the backward's spec (attn_spec_backward_cuda: its tiles for d and d_v = N, default d) goes
+ * through NVRTC to the PTX of its arch, and the interpreter runs attn_bwd_pre then attn_kernel, as the runtime
  * launches them, for causal 0 and 1 (2, the default: both) on shapes with n = 1, odd n, n and n_kv at the tiles'
  * edges (B - 1, B, B + 1), n_kv != n both ways (causal rows that see no key, keys no row sees), grouped-query heads
- * (dK and dV summed over 2 and 3 query heads), batch > 1 and non-default scales (--quick: the first five). Inputs
- * q, k, v and dO are fresh random values rounded to the dtype; O and lse are the fp64 forward's (O rounded to the
- * dtype, lse to fp32), as the forward kernel would hand them over; dQ, dK and dV are poisoned (all bits set) before
- * the launch and must all be written. --chain: O and lse come from the forward kernel (flash.cu, its default spec)
- * run on the interpreter with lse asked for, as attn_execute_lse runs it; its lse is checked against fp64's first
- * (see check_lse), and the backward then gets the kernel's O and lse. Checked: each gradient's relative (Frobenius) error against fp64 within
- * limits from the dtype's unit roundoff (see limits()), and whatever the interpreter checks (races on shared memory
- * and on global memory across blocks, uninitialised reads, out-of-bounds accesses). Exit 77 (skipped) without
- * NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs FILE in place of templates/flash_bwd.cu. */
+ * (dK and dV summed over 2 and 3 query heads), batch > 1 and non-default scales (--quick: the first five), blocks
+ * in forward, reverse and shuffled order in turn. Inputs q, k, v and dO are fresh random values rounded to the
+ * dtype; O and lse are the fp64 forward's (O rounded to the dtype, lse to fp32), as the forward kernel would hand
+ * them over; dQ, dK and dV are poisoned (all bits set) before the launch and must all be written. --chain: O and
+ * lse come from the forward kernel (flash.cu, its default spec) run on the interpreter with lse asked for, as
+ * attn_execute_lse runs it; its lse is checked against fp64's first (see check_lse), and the backward then gets the
+ * kernel's O and lse. Checked: each gradient's error against fp64 over the norm of its magnitude within limits from
+ * the dtype's unit roundoff (tests/bwd_util.h), and whatever the interpreter checks (races on shared memory and on
+ * global memory across blocks, uninitialised reads, out-of-bounds and misaligned accesses, cp.async data read
+ * before its wait). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
+ * FILE in place of templates/flash_bwd.cu. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,7 +419,8 @@ int main(int argc, char **argv) {
   }
   const int t = i < argc ? attn_dtype_parse(argv[i]) : -1;
   if (t < 0) {
-    fprintf(stderr, "usage: cuda_emu_bwd [--quick] [--chain] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_XX]\n");
+    fprintf(stderr,
+            "usage: cuda_emu_bwd [--quick] [--chain] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_XX]\n");
     return 2;
   }
   char dlist[256] = "64", arch[16] = "sm_80";
