@@ -14,7 +14,7 @@
  * kernel's O and lse. Checked: each gradient's error against fp64 over the norm of its magnitude within limits from
  * the dtype's unit roundoff (tests/bwd_util.h), and whatever the interpreter checks (races on shared memory and on
  * global memory across blocks, uninitialised reads, out-of-bounds and misaligned accesses, cp.async data read
- * before its wait). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
+ * before its wait); f16 and bf16: no bank conflicts (the shared-memory wavefronts the fewest the bytes need). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
  * FILE in place of templates/flash_bwd.cu. */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +30,7 @@
 
 static int failures, cases, quick, chain, no_nvrtc;
 static double worst_lse; /* chain: the largest |lse - fp64 lse| / (1 + |lse|) seen */
+static unsigned long long smem_waves, smem_ideal; /* the backward's shared-memory wavefronts, and the fewest possible */
 static double worst_u[ATTN_BF16 + 1];
 
 #define FAIL(...)        \
@@ -303,6 +304,10 @@ static int run_shape(const ptx_module *m, const ptx_module *fm, const attn_spec 
     }
   }
   cases++;
+  ptx_stats st;
+  ptx_stats_get(x, &st);
+  smem_waves += st.shared_wavefronts;
+  smem_ideal += st.shared_ideal;
   if (rc == 0) printf("ok %s\n", what);
 out:
   ptx_machine_free(x);
@@ -455,6 +460,12 @@ int main(int argc, char **argv) {
   }
   if (no_nvrtc && !failures) return 77;
   printf("worst error against fp64: %.3g u (u: the dtype's unit roundoff)\n", worst_u[t]);
+  if (smem_ideal)
+    printf("shared memory: %llu wavefronts for %llu at least (%.3gx: bank conflicts above 1)\n", smem_waves,
+           smem_ideal, (double)smem_waves / (double)smem_ideal);
+  /* the tensor-core kernels' padded rows leave no bank conflict (docs/cuda.md); f32's element loads may have some */
+  if (t != ATTN_F32 && smem_waves > smem_ideal)
+    FAIL("%llu shared-memory wavefronts where %llu would do: bank conflicts", smem_waves, smem_ideal);
   if (chain) printf("worst lse error against fp64: %.3g (relative to 1 + |lse|)\n", worst_lse);
   printf("cuda_emu_bwd: %d cases, %d failures\n", cases, failures);
   if (cases == 0) {
