@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "cc.h"
 
@@ -20,15 +21,81 @@ struct attn_cpu_kernel {
   int fd;                           /* the checked file, open while the kernel is loaded (load_object) */
 };
 
-/* Loads the checked file open on fd: through /proc/self/fd, so that a file swapped in under the same name after the
- * check is not what runs; by path where /proc is not mounted. The descriptor stays open while the kernel is loaded:
- * the dynamic loader takes a name it has loaded before for that object, and a descriptor number reused by the next
- * kernel would hand back this one. */
+/* Kernels are loaded through /proc/self/fd/N, so that a file swapped in under the same name after the check is not
+ * what runs. The dynamic loader knows an object by that name, and by its file: a second plan of the same kernel gets
+ * the object already loaded (named after the first plan's descriptor), and a name it knows is answered with its
+ * object whatever file now sits behind it. So every loaded file keeps one descriptor for the whole process, shared
+ * by the plans that load it, closed only when the loader has let go of the object: no name is reused while the
+ * loader may still answer it with another kernel. */
+typedef struct { dev_t dev; ino_t ino; int fd, refs; } loaded_file;
+static loaded_file *loaded;
+static int nloaded, caploaded;
+static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The descriptor to load fd's file by (fd itself, or the one already open on that file, fd then closed), with a
+ * reference taken; -1 (fd closed) when out of memory. */
+static int file_acquire(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return fd; /* cannot tell: loaded by this descriptor, never shared */
+  pthread_mutex_lock(&loaded_lock);
+  int i = 0;
+  while (i < nloaded && !(loaded[i].dev == st.st_dev && loaded[i].ino == st.st_ino)) i++;
+  if (i == nloaded) {
+    if (nloaded == caploaded) {
+      const int cap = caploaded ? 2 * caploaded : 16;
+      loaded_file *t = realloc(loaded, (size_t)cap * sizeof *t);
+      if (!t) {
+        pthread_mutex_unlock(&loaded_lock);
+        close(fd);
+        return -1;
+      }
+      loaded = t;
+      caploaded = cap;
+    }
+    loaded[nloaded++] = (loaded_file){st.st_dev, st.st_ino, fd, 0};
+  } else if (loaded[i].fd != fd) {
+    close(fd);
+  }
+  loaded[i].refs++;
+  const int use = loaded[i].fd;
+  pthread_mutex_unlock(&loaded_lock);
+  return use;
+}
+
+/* Drops a reference to the file open on fd (after dlclose); its descriptor closes once nothing holds it and the
+ * loader has unloaded the object. An object the loader keeps (RTLD_NOLOAD still finds it) keeps its descriptor. */
+static void file_release(int fd) {
+  if (fd < 0) return;
+  pthread_mutex_lock(&loaded_lock);
+  int i = 0;
+  while (i < nloaded && loaded[i].fd != fd) i++;
+  if (i == nloaded) { /* never shared (fstat failed) */
+    pthread_mutex_unlock(&loaded_lock);
+    close(fd);
+    return;
+  }
+  if (--loaded[i].refs == 0) {
+    char byfd[64];
+    snprintf(byfd, sizeof byfd, "/proc/self/fd/%d", fd);
+    void *still = dlopen(byfd, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (still) {
+      dlclose(still); /* kept by the loader: the name stays taken, so the descriptor stays open */
+    } else {
+      close(fd);
+      loaded[i] = loaded[--nloaded];
+    }
+  }
+  pthread_mutex_unlock(&loaded_lock);
+}
+
+/* Loads the checked file open on fd (taking it over) into k, by the descriptor file_acquire gives; by path where
+ * /proc is not mounted. */
 static int load_object(attn_runtime *rt, int fd, const char *path, const char *label, attn_cpu_kernel *k) {
   char byfd[64];
-  snprintf(byfd, sizeof byfd, "/proc/self/fd/%d", fd);
-  if (k->fd >= 0) close(k->fd);
-  k->fd = fd;
+  file_release(k->fd);
+  k->fd = file_acquire(fd);
+  if (k->fd < 0) return attn_fail(rt, ATTN_ENOMEM, "out of memory loading %s", label);
+  snprintf(byfd, sizeof byfd, "/proc/self/fd/%d", k->fd);
   k->handle = dlopen(access(byfd, R_OK) == 0 ? byfd : path, RTLD_NOW | RTLD_LOCAL);
   if (!k->handle) {
     const char *e = dlerror();
@@ -87,7 +154,7 @@ static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int b
   }
   free(src);
   if (rc != ATTN_OK) {
-    if (k->fd >= 0) close(k->fd);
+    file_release(k->fd);
     free(k);
     return rc;
   }
@@ -106,7 +173,7 @@ int attn_cpu_load_backward(attn_runtime *rt, const attn_spec *s, int count_io, a
 void attn_cpu_unload(attn_cpu_kernel *k) {
   if (!k) return;
   if (k->handle) dlclose(k->handle);
-  if (k->fd >= 0) close(k->fd);
+  file_release(k->fd);
   free(k);
 }
 
