@@ -31,7 +31,7 @@ static const char tune_usage[] =
     "  decode (n below 64) and cross-attention are tuned under their own key; every problem (each dtype, causal,\n"
     "  d, d_v, n and n_kv with every other) is checked before anything runs, at most 65536 in one command\n"
     "  --algo flash,smallcache,lowrank (default flash; lowrank needs --tolerance > 0)\n"
-    "  --strategy exhaustive|random|anneal|genetic|bayes|FILE.lua (default: exhaustive\n"
+    "  --strategy exhaustive|random|anneal|genetic|bayes|guided|FILE.lua (default: exhaustive\n"
     "  when the budget covers the space)\n"
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
     "  --dtype LIST of f32, f16, bf16 (default: cpu f32, GPU f16,bf16); --causal 0,1; --heads H (cpu 2, GPU 16);\n"
