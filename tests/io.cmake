@@ -3,7 +3,7 @@
 set(ATTN_IO_CACHE ${CMAKE_BINARY_DIR}/test-cache-io)
 file(MAKE_DIRECTORY ${ATTN_IO_CACHE})
 set(ATTN_IO_ENV "ATTN_CACHE_DIR=${ATTN_IO_CACHE}" "ATTN_DB=${ATTN_IO_CACHE}/no-database.db")
-foreach(t exact scaling)
+foreach(t exact scaling window)
   add_executable(io_${t} ${CMAKE_CURRENT_LIST_DIR}/io_${t}.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
   target_include_directories(io_${t} PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
   target_link_libraries(io_${t} PRIVATE attn_core m)
@@ -18,6 +18,9 @@ target_include_directories(io_bwd PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
 target_link_libraries(io_bwd PRIVATE attn_core m)
 add_test(NAME io_bwd COMMAND io_bwd)
 set_tests_properties(io_bwd PROPERTIES LABELS io TIMEOUT 120 ENVIRONMENT "${ATTN_IO_ENV}")
+# a sliding window: the counted transfers equal the windowed closed forms (tests/io_window.c)
+add_test(NAME io_window COMMAND io_window)
+set_tests_properties(io_window PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
 add_test(NAME io_scaling COMMAND io_scaling)
 set_tests_properties(io_scaling PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}")
 if(TARGET attntune)
@@ -40,7 +43,9 @@ if(TARGET attntune)
       "io --pass bwd --algo smallcache --n 64 --d 64 --M 4096"
       "io --pass nosuch --n 64 --d 64 --M 4096"
       "io --pass bwd --n 64 --d 64 --M 100"
-      "io --pass bwd --n 64 --d 64 --M 100000 --br 600 --bc 64")
+      "io --pass bwd --n 64 --d 64 --M 100000 --br 600 --bc 64"
+      "io --algo flash --n 64 --d 64 --M 4096 --window -1"
+      "io --algo flash --n 64 --d 64 --M 4096 --window 1.5")
   set(i 0)
   foreach(args ${ATTN_IO_BAD})
     math(EXPR i "${i} + 1")
@@ -66,6 +71,10 @@ if(TARGET attntune)
   add_test(NAME io_cli_bwd_json COMMAND ${T} ${ATTN_IO_BWD} --json)
   set_tests_properties(io_cli_bwd_json PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
                        PASS_REGULAR_EXPRESSION "\"br\": 16, \"bc\": 24, .*\"pass\": \"bwd\", \"n_kv\": 100}")
+  # a window: the count equals the windowed closed form (keys [31, 150) of the one query block: 3200 + 119 * 64)
+  add_test(NAME io_cli_window COMMAND ${T} io --algo flash --n 100 --n-kv 150 --d 32 --M 8192 --causal --window 20 --json)
+  set_tests_properties(io_cli_window PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
+    PASS_REGULAR_EXPRESSION "\"reads\": 10816, \"writes\": 3200, \"formula\": 14016, .*\"window\": 20, \"n_kv\": 150}")
   add_test(NAME io_cli_text COMMAND ${T} io --algo flash --n 200 --d 32 --M 4096)
   set_tests_properties(io_cli_text PROPERTIES LABELS io TIMEOUT 60 ENVIRONMENT "${ATTN_IO_ENV}"
                        PASS_REGULAR_EXPRESSION "\\(equal\\)" FAIL_REGULAR_EXPRESSION "MISMATCH")

@@ -14,7 +14,7 @@
 
 
 /* Counting build of s on (batch, heads, heads_kv, n, n_kv): io and relative error vs fp64. */
-static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, int heads_kv, int n, int n_kv,
+__attribute__((unused)) static int io_run(attn_runtime *rt, const attn_spec *s, int batch, int heads, int heads_kv, int n, int n_kv,
                   attn_io *io, double *err) {
   attn_problem p0 = {0};
   p0.batch = batch;

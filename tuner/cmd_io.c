@@ -16,14 +16,16 @@
 
 static const char io_usage[] =
     "usage: attntune io --algo flash|smallcache|lowrank --n N --d D [--dv DV] --M M [--br B --bc B] [--tile T]\n"
-    "                   [--causal] [--feature taylor|random] [--degree G] [--rank R] [--seed S] [--n-kv N] [--json]\n"
+    "                   [--causal] [--window W] [--feature taylor|random] [--degree G] [--rank R] [--seed S] [--n-kv N]\n"
+    "                   [--json]\n"
     "       attntune io --n N --d D [--dv DV] --sweep M1..M2 [--plot out.svg] [--json]\n"
     "       attntune io --pass bwd --n N --d D [--dv DV] [--causal] [--n-kv N] (--M M [--br B --bc B] |\n"
     "                   --sweep M1..M2 [--plot out.svg]) [--json]\n"
     "  M: fast-memory size in entries; tiles not given are chosen to minimise transfers within M\n"
     "  --pass bwd: flash's backward (templates/flash_bwd.c) instead of the forward; its sweep draws the forward\n"
     "              flash beside it\n"
-    "  D, DV: head dimensions of Q, K and of V, O, each in 1..576 (DV default: D)\n";
+    "  D, DV: head dimensions of Q, K and of V, O, each in 1..576 (DV default: D)\n"
+    "  --window W: a sliding window (attn.h; 0: none) for flash and smallcache: only the keys it reaches are read\n";
 
 static int usage(const char *fmt, const char *arg) {
   fprintf(stderr, "attntune io: ");
@@ -46,6 +48,7 @@ typedef struct {
   int bwd; /* the backward pass */
   double M;
   long n, n_kv;
+  long window; /* the problem's sliding window, 0: none */
   attn_io io;
   unsigned long long f_reads, f_writes;
   double rel_error;
@@ -80,12 +83,12 @@ static int io_run_point(attn_runtime *rt, io_point *pt, int given_tiles, char *e
   }
   int rc = attn_spec_check(&pt->s, err, errlen);
   if (rc != ATTN_OK) return 2;
-  rc = attn_io_measure(rt, &pt->s, pt->n, pt->n_kv, &pt->io, &pt->rel_error);
+  rc = attn_io_measure_window(rt, &pt->s, pt->n, pt->n_kv, pt->window, &pt->io, &pt->rel_error);
   if (rc != ATTN_OK) {
     snprintf(err, errlen, "%s", attn_last_error(rt));
     return 1;
   }
-  attn_io_formula(&pt->s, 1, pt->n, pt->n_kv, &pt->f_reads, &pt->f_writes);
+  attn_io_formula_window(&pt->s, 1, pt->n, pt->n_kv, pt->window, &pt->f_reads, &pt->f_writes);
   return 0;
 }
 
@@ -105,6 +108,7 @@ static void print_point(const io_point *pt, int json) {
            ftotal, lb, t, total, (double)total / lb, attn_io_bound_theory(n, d, dv, pt->M), fl,
            need, pt->s.causal, pt->rel_error, attn_spec_dv(&pt->s));
     if (pt->bwd) printf(", \"pass\": \"bwd\", \"n_kv\": %ld", pt->n_kv);
+    if (pt->window > 0) printf(", \"window\": %ld, \"n_kv\": %ld", pt->window, pt->n_kv);
     if (pt->s.algo == ATTN_ALGO_LOWRANK)
       printf(", \"feature\": \"%s\", \"rank\": %ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
              attn_io_rank(&pt->s));
@@ -116,13 +120,16 @@ static void print_point(const io_point *pt, int json) {
   printf("%s%s n=%ld d=%d%s M=%.0f: br=%d bc=%d", attn_algo_name(pt->s.algo), pt->bwd ? " backward" : "", pt->n,
          pt->s.d, dvs, pt->M, pt->s.br, pt->s.bc);
   if (t) printf(" tile=%d", t);
+  if (pt->window > 0) printf(" window=%ld n_kv=%ld", pt->window, pt->n_kv);
   if (pt->s.algo == ATTN_ALGO_LOWRANK) printf(" %s r=%ld", pt->s.feature == ATTN_FEAT_TAYLOR ? "taylor" : "random",
                                               attn_io_rank(&pt->s));
   printf(" (fast memory used %.0f of %.0f)\n", need, pt->M);
   printf("  counted:     reads %llu  writes %llu  total %llu\n", pt->io.reads, pt->io.writes, total);
   printf("  formula:     reads %llu  writes %llu  total %llu  (%s)\n", pt->f_reads, pt->f_writes, ftotal,
          ftotal == total && pt->f_reads == pt->io.reads ? "equal" : "MISMATCH");
-  if (dv == d)
+  if (pt->window > 0)
+    printf("  lower bound: none here (the theory's is dense attention's; a window reads only the keys it reaches)\n");
+  else if (dv == d)
     printf("  lower bound: %.0f = max(min(n^2 d^2/M, n^2 d/sqrt(M)) = %.0f, 4 n d = %.0f); counted / bound = %.2f\n",
            lb, attn_io_bound_theory(n, d, dv, pt->M), fl, (double)total / lb);
   else
@@ -326,7 +333,7 @@ static int run_sweep(attn_runtime *rt, const io_point *proto, double m1, double 
 
 int attn_cmd_io(int argc, char **argv) {
   const char *algo_s = NULL, *feature_s = NULL, *sweep = NULL, *plot = NULL, *pass_s = NULL;
-  long n = -1, d = -1, dv = 0, br = 0, bc = 0, tile = 0, degree = -1, rank = -1, seed = -1, n_kv = 0;
+  long n = -1, d = -1, dv = 0, br = 0, bc = 0, tile = 0, degree = -1, rank = -1, seed = -1, n_kv = 0, window = 0;
   double M = -1;
   int json = 0, causal = 0;
   for (int i = 1; i < argc; i++) {
@@ -352,7 +359,10 @@ int attn_cmd_io(int argc, char **argv) {
     else if (!strcmp(a, "--degree")) bad = attn_parse_long(v, 0, 64, &degree);
     else if (!strcmp(a, "--rank")) bad = attn_parse_long(v, 1, 1L << 20, &rank);
     else if (!strcmp(a, "--seed")) bad = attn_parse_long(v, 0, 0xffffffffL, &seed);
-    else if (!strcmp(a, "--feature")) feature_s = v;
+    else if (!strcmp(a, "--window")) {
+      if (attn_parse_long(v, 0, 1L << 20, &window))
+        return usage("bad value for --window '%s': an integer in 0..1048576 (0: none)", v);
+    } else if (!strcmp(a, "--feature")) feature_s = v;
     else if (!strcmp(a, "--sweep")) sweep = v;
     else if (!strcmp(a, "--plot")) plot = v;
     else if (!strcmp(a, "--pass")) pass_s = v;
@@ -366,6 +376,10 @@ int attn_cmd_io(int argc, char **argv) {
   if (bwd && (tile > 0 || feature_s || degree >= 0 || rank > 0 || seed >= 0))
     return usage("%s", "--pass bwd takes no --tile, --feature, --degree, --rank or --seed (flash's backward)");
   if (bwd && !algo_s) algo_s = "flash";
+  if (window > 0 && bwd) return usage("%s", "--window: the backward has no window yet (the forward has)");
+  if (window > 0 && sweep) return usage("%s", "--window takes one --M, not --sweep");
+  if (window > 0 && algo_s && !strcmp(algo_s, "lowrank"))
+    return usage("%s", "--window: lowrank's running sums cover every key (flash or smallcache)");
   if (n < 0) return usage("%s", "--n N is required");
   if (d < 0) return usage("%s", "--d D is required");
   if (!sweep && M < 0) return usage("%s", "--M M (fast-memory entries) is required");
@@ -385,6 +399,7 @@ int attn_cmd_io(int argc, char **argv) {
   pt.s.dv = dv > 0 && dv != d ? (int)dv : 0;
   pt.n = n;
   pt.n_kv = n_kv > 0 ? n_kv : n;
+  pt.window = window;
   pt.M = M;
   pt.bwd = bwd;
   if (bwd) pt.s.br = pt.s.bc = 64; /* a backward spec: given tiles replace these */

@@ -25,11 +25,27 @@ static unsigned long long sat_mul(unsigned long long a, unsigned long long b) {
 
 static void flash_block(const attn_spec *s, long rows, long c, unsigned long long *r, unsigned long long *w);
 
-/* Keys seen by at least one of the query rows [i0, i0 + rows): all, or bottom-right causal. */
-static long visible(int causal, long i0, long rows, long n, long n_kv) {
-  if (!causal) return n_kv;
-  long last = i0 + rows + (n_kv - n);
-  return last < 0 ? 0 : lmin(last, n_kv);
+/* Keys [*lo, *hi) seen by at least one of the query rows whose shifted indices (i' = i + n_kv - n) run from a to z:
+ * causal hides j > i'; a window w > 0 hides j <= i' - w (causal) or |i' - j| >= w (not causal). Empty: *hi <= *lo. */
+static void seen_keys(int causal, long window, long a, long z, long n_kv, long *lo, long *hi) {
+  *lo = 0;
+  *hi = n_kv;
+  if (causal) *hi = lmin(*hi, z + 1);
+  if (window > 0) {
+    if (a - window + 1 > *lo) *lo = lmin(a - window + 1, n_kv);
+    if (!causal) *hi = lmin(*hi, z + window);
+  }
+  if (*hi < 0) *hi = 0;
+}
+
+/* Keys one flash block of rows [i0, i0 + rows) loads: the CPU kernel those it sees; the CUDA kernel whole key blocks
+ * from the one holding the first seen key to the one holding the last (rows past n_kv are zero-filled, not read). */
+static long flash_keys(const attn_spec *s, long i0, long rows, long n, long n_kv, long window) {
+  long lo, hi;
+  seen_keys(s->causal, window, i0 + n_kv - n, i0 + rows - 1 + n_kv - n, n_kv, &lo, &hi);
+  if (s->target != ATTN_TARGET_CUDA) return hi > lo ? hi - lo : 0;
+  lo = lo / s->bc * s->bc;
+  return hi > lo ? lmin(n_kv, cdiv(hi, s->bc) * s->bc) - lo : 0;
 }
 
 /* One flash block of rows query rows that reads the first c keys. */
@@ -49,22 +65,26 @@ static void flash_block(const attn_spec *s, long rows, long c, unsigned long lon
 
 int attn_io_formula_gqa(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
                         unsigned long long *reads, unsigned long long *writes) {
+  return attn_io_formula_gqa_window(s, batch, heads, heads_kv, n, n_kv, 0, reads, writes);
+}
+
+int attn_io_formula_gqa_window(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                               long window, unsigned long long *reads, unsigned long long *writes) {
   *reads = *writes = 0;
-  if (batch < 0 || heads < 0 || heads_kv <= 0 || heads % heads_kv || n < 0 || n_kv < 0) return ATTN_EINVAL;
+  if (batch < 0 || heads < 0 || heads_kv <= 0 || heads % heads_kv || n < 0 || n_kv < 0 || window < 0)
+    return ATTN_EINVAL;
   const long G = heads / heads_kv;
   if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU || n >= s->br || G < 2)
-    return attn_io_formula(s, batch * heads, n, n_kv, reads, writes);
-  /* packed: the G*n rows X = i*G + g of a KV head in blocks of Br; a block's last row asks query (X0+rows-1)/G */
+    return attn_io_formula_window(s, batch * heads, n, n_kv, window, reads, writes);
+  /* packed: the G*n rows X = i*G + g of a KV head in blocks of Br; a block's rows ask queries X0/G to
+   * (X0+rows-1)/G */
   unsigned long long r = 0, w = 0;
   const long total = n * G;
   for (long X0 = 0; X0 < total; X0 += s->br) {
     const long rows = lmin(s->br, total - X0);
-    long c = n_kv;
-    if (s->causal) {
-      const long last = (X0 + rows - 1) / G + (n_kv - n) + 1;
-      c = last < 0 ? 0 : lmin(last, n_kv);
-    }
-    flash_block(s, rows, c, &r, &w);
+    long lo, hi;
+    seen_keys(s->causal, window, X0 / G + (n_kv - n), (X0 + rows - 1) / G + (n_kv - n), n_kv, &lo, &hi);
+    flash_block(s, rows, hi > lo ? hi - lo : 0, &r, &w);
   }
   *reads = sat_mul(r, (unsigned long long)(batch * heads_kv));
   *writes = sat_mul(w, (unsigned long long)(batch * heads_kv));
@@ -78,29 +98,35 @@ long attn_io_rank(const attn_spec *s) {
 
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes) {
+  return attn_io_formula_window(s, bh, n, n_kv, 0, reads, writes);
+}
+
+int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long window, unsigned long long *reads,
+                           unsigned long long *writes) {
   unsigned long long r = 0, w = 0;
   const long d = s->d, dv = attn_spec_dv(s); /* Q and K rows are d wide, V and O rows d_v */
   *reads = *writes = 0;
-  if (bh < 0 || n < 0 || n_kv < 0) return ATTN_EINVAL; /* a negative count would convert to a huge one */
+  if (bh < 0 || n < 0 || n_kv < 0 || window < 0) return ATTN_EINVAL; /* a negative count would convert to a huge one */
   if (s->algo == ATTN_ALGO_FLASH) {
-    /* per query block: Q_i, then K_j (d) and V_j (d_v) over the visible keys; O_i (d_v) written once */
+    /* per query block: Q_i, then K_j (d) and V_j (d_v) over the keys it loads; O_i (d_v) written once */
     for (long i0 = 0; i0 < n; i0 += s->br) {
-      long rows = lmin(s->br, n - i0), c = visible(s->causal, i0, rows, n, n_kv);
-      /* the CUDA kernel loads whole key blocks up to the one holding the last visible key (rows past n_kv are
-       * zero-filled, not read); the CPU kernel stops at that key */
-      if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(c, s->bc) * s->bc);
-      flash_block(s, rows, c, &r, &w);
+      const long rows = lmin(s->br, n - i0);
+      flash_block(s, rows, flash_keys(s, i0, rows, n, n_kv, window), &r, &w);
     }
   } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
     const long t = s->tile > 0 ? s->tile : s->br;
     for (long i0 = 0; i0 < n; i0 += s->br) {
-      long R = lmin(s->br, n - i0), C = visible(s->causal, i0, R, n, n_kv);
+      long R = lmin(s->br, n - i0), lo, hi;
+      seen_keys(s->causal, window, i0 + n_kv - n, i0 + R - 1 + n_kv - n, n_kv, &lo, &hi);
+      /* the CPU kernel's tiles start at the first seen key; the CUDA kernel's at key 0 */
+      long C = s->target == ATTN_TARGET_CUDA ? hi : hi > lo ? hi - lo : 0;
       /* S = Q K^T over d, written; then O = P V over d_v: P read once per column tile of O */
       long nr = cdiv(R, t), nc = cdiv(C, t), ndv = cdiv(dv, t);
       r = sat_add(r, (unsigned long long)(d * R * nc + d * C * nr + R * C * ndv + dv * C * nr));
       w = sat_add(w, (unsigned long long)(R * C + R * dv));
     }
   } else if (s->algo == ATTN_ALGO_LOWRANK) {
+    if (window > 0) return ATTN_EINVAL; /* a running sum over all keys has no window */
     r = (unsigned long long)(n_kv * (d + dv) + n * d);
     w = (unsigned long long)(n * dv);
   } else {
@@ -199,7 +225,13 @@ int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen) {
 }
 
 int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr) {
+  return attn_io_measure_window(rt, s, n, n_kv, 0, io, relerr);
+}
+
+int attn_io_measure_window(attn_runtime *rt, const attn_spec *s, long n, long n_kv, long window, attn_io *io,
+                           double *relerr) {
   attn_problem p = {0};
+  attn_spec sw = *s;
   p.batch = 1;
   p.heads = 1;
   p.n = (int)n;
@@ -209,8 +241,14 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   p.dtype = s->dtype;
   p.causal = s->causal;
   p.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0; /* lowrank's error is measured here, not required */
+  p.window = (int)window;
+  /* the kernel applies a window only where it hides a key (a problem's window that hides none becomes 0) */
+  attn_problem norm;
+  int rc = attn_problem_normalize(rt, &p, &norm);
+  if (rc != ATTN_OK) return rc;
+  sw.window = norm.window > 0;
   attn_plan *plan = NULL;
-  int rc = attn_plan_create_spec(rt, &p, s, 1, "io", &plan);
+  rc = attn_plan_create_spec(rt, &p, &sw, 1, "io", &plan);
   if (rc != ATTN_OK) return rc;
   const size_t nq = (size_t)n * (size_t)s->d, nk = (size_t)p.n_kv * (size_t)s->d;
   const size_t nv = (size_t)p.n_kv * (size_t)p.d_v, no = (size_t)n * (size_t)p.d_v;

@@ -12,12 +12,19 @@
  * traffic (docs/io.md). ATTN_OK, or ATTN_EINVAL for an unknown algorithm. */
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes);
+/* The same with attn_problem's window (0: none, as attn_io_formula): flash and smallcache count only the keys each
+ * query block's rows can see (the CUDA kernels: whole key blocks; smallcache's from key 0); ATTN_EINVAL for a
+ * window < 0 or lowrank with a window. */
+int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long window, unsigned long long *reads,
+                           unsigned long long *writes);
 
 /* The same for batch x heads query heads on heads_kv KV heads: CPU flash packs the heads/heads_kv query heads of a KV
  * head into one block when n < Br (templates/flash.c, decode), so that K and V are read once per KV head; every
  * other case is attn_io_formula on batch * heads heads. */
 int attn_io_formula_gqa(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
                         unsigned long long *reads, unsigned long long *writes);
+int attn_io_formula_gqa_window(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
+                               long window, unsigned long long *reads, unsigned long long *writes);
 
 /* Feature-map rank of a lowrank spec (Taylor: C(d+g, g); random: rank); -1 when too large. */
 long attn_io_rank(const attn_spec *s);
@@ -41,6 +48,9 @@ int attn_io_choose(attn_spec *s, long n, double M, char *err, size_t errlen);
 /* Runs the counting build of spec s once on random inputs (batch = heads = 1, n_kv = n unless given): entries read
  * and written into *io, relative error against fp64 into *relerr (NULL allowed). */
 int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr);
+/* The same with the problem's window (0: none); the spec's window flag follows whether the window hides a key. */
+int attn_io_measure_window(attn_runtime *rt, const attn_spec *s, long n, long n_kv, long window, attn_io *io,
+                           double *relerr);
 
 /* The backward (templates/flash_bwd.c, CPU flash): exact entries read and written for batch x heads query heads on
  * heads_kv KV heads (docs/io.md), the fast memory its blocks need (K_j, V_j, dK_j, dV_j: Bc (2 d + 2 d_v); Q_i, dO_i,
