@@ -87,13 +87,16 @@ int main(void) {
   cuda.causal = 0;
   CHECK(attn_io_formula_window(&cuda, 1, 64, 64, 5, &r, &w) == ATTN_OK && r == 64 * 16 + 160 * 32,
         "CUDA closed form (not causal) %llu, want %d", r, 64 * 16 + 160 * 32);
-  /* window 0 is attn_io_formula; a negative window and lowrank with a window are refused */
+  /* window 0 is attn_io_formula; a negative window, and lowrank or CUDA smallcache with one, are refused */
   unsigned long long r0 = 0, w0 = 0;
   attn_io_formula(&cuda, 3, 64, 100, &r0, &w0);
   CHECK(attn_io_formula_window(&cuda, 3, 64, 100, 0, &r, &w) == ATTN_OK && r == r0 && w == w0, "window 0 differs");
   CHECK(attn_io_formula_window(&cpu, 1, 64, 64, -1, &r, &w) == ATTN_EINVAL && r == 0 && w == 0, "window -1 taken");
   attn_spec lr = io_spec(ATTN_ALGO_LOWRANK, 16, 32, 16, 0, 0);
   CHECK(attn_io_formula_window(&lr, 1, 64, 64, 5, &r, &w) == ATTN_EINVAL, "lowrank with a window taken");
+  attn_spec sc = io_spec(ATTN_ALGO_SMALLCACHE, 16, 16, 16, 16, 0);
+  sc.target = ATTN_TARGET_CUDA;
+  CHECK(attn_io_formula_window(&sc, 1, 64, 64, 5, &r, &w) == ATTN_EINVAL, "CUDA smallcache with a window taken");
   attn_close(rt);
   printf("%s\n", failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;

@@ -114,12 +114,12 @@ int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long 
       flash_block(s, rows, flash_keys(s, i0, rows, n, n_kv, window), &r, &w);
     }
   } else if (s->algo == ATTN_ALGO_SMALLCACHE) {
+    if (window > 0 && s->target == ATTN_TARGET_CUDA) return ATTN_EINVAL; /* smallcache.cu applies no window */
     const long t = s->tile > 0 ? s->tile : s->br;
     for (long i0 = 0; i0 < n; i0 += s->br) {
       long R = lmin(s->br, n - i0), lo, hi;
       seen_keys(s->causal, window, i0 + n_kv - n, i0 + R - 1 + n_kv - n, n_kv, &lo, &hi);
-      /* the CPU kernel's tiles start at the first seen key; the CUDA kernel's at key 0 */
-      long C = s->target == ATTN_TARGET_CUDA ? hi : hi > lo ? hi - lo : 0;
+      long C = hi > lo ? hi - lo : 0; /* the tiles start at the first seen key */
       /* S = Q K^T over d, written; then O = P V over d_v: P read once per column tile of O */
       long nr = cdiv(R, t), nc = cdiv(C, t), ndv = cdiv(dv, t);
       r = sat_add(r, (unsigned long long)(d * R * nc + d * C * nr + R * C * ndv + dv * C * nr));

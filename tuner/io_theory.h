@@ -13,8 +13,8 @@
 int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned long long *reads,
                     unsigned long long *writes);
 /* The same with attn_problem's window (0: none, as attn_io_formula): flash and smallcache count only the keys each
- * query block's rows can see (the CUDA kernels: whole key blocks; smallcache's from key 0); ATTN_EINVAL for a
- * window < 0 or lowrank with a window. */
+ * query block's rows can see (the CUDA flash kernel: whole key blocks); ATTN_EINVAL for a window < 0, and for lowrank
+ * and CUDA smallcache with a window (their kernels apply none). */
 int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long window, unsigned long long *reads,
                            unsigned long long *writes);
 
