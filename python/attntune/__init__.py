@@ -14,7 +14,8 @@ sees the keys j <= i + n_kv - n). NumPy arrays (float32, float16) and PyTorch CP
 bfloat16) run on the CPU; PyTorch CUDA tensors run on the GPU by device pointer (float16, bfloat16, float32) when
 libattn's CUDA target opens, stream-ordered on torch's current stream like any torch operation (no host
 synchronisation; with a libattn older than attn_execute_async the stream is synchronised and the call waits). The
-result has the inputs' dtype.
+result has the inputs' dtype. Score modifiers, attn.h's (0 or None: off): window=, softcap=, alibi_slopes= (one slope
+per query head) on attention(), plan() and describe(); forward only (EUNSUPPORTED on tensors that require grad).
 
 Training: attention() on torch tensors is differentiable (a torch.autograd.Function) when grad mode is on and q, k or
 v requires grad: the forward runs attn_execute_lse and keeps each row's log-sum-exp (fp32), the backward runs
@@ -86,7 +87,7 @@ class _Problem(ctypes.Structure):
                 ("n_kv", ctypes.c_int), ("heads_kv", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("tolerance", ctypes.c_double),
                 ("algo", ctypes.c_int), ("d_v", ctypes.c_int),
-                # score modifiers, left 0 (off): present so that libattn never reads past this struct's end
+                # score modifiers (0 / NULL: off); alibi_slopes points into _Args.slopes, which outlives the call
                 ("window", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p)]
 
 
@@ -184,7 +185,9 @@ class _Runtime:
     def cached(self, p, backward=False):
         """attention()'s plan for problem p (the backward's when backward), created when it is not cached; the lock
         is held."""
-        key = (backward,) + tuple(getattr(p, f) for f, _ in _Problem._fields_)
+        # the slopes by value, not by address: another array of equal slopes is the same problem
+        key = (backward,) + tuple(getattr(p, f) for f, _ in _Problem._fields_ if f != "alibi_slopes") + (
+            ctypes.string_at(p.alibi_slopes, 4 * p.heads) if p.alibi_slopes else None,)
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
@@ -268,6 +271,57 @@ def _algo(algo):
     if algo not in _ALGOS:
         raise Error(EINVAL, "algo=%r: expected one of %s" % (algo, ", ".join(_ALGOS)))
     return _ALGOS[algo]
+
+
+def _window(window):
+    if isinstance(window, (bool, np.bool_)) or not isinstance(window, numbers.Integral):
+        raise TypeError("window is of type %s: expected an int (0: no window)" % type(window).__name__)
+    if not 0 <= window <= _INT_MAX:
+        raise Error(EINVAL, "window=%d: must be >= 0 (0: no window) and at most %d" % (window, _INT_MAX))
+    return int(window)
+
+
+def _softcap(softcap):
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError("softcap is of type %s: expected a real number (0: no soft-capping)" % type(softcap).__name__)
+    c = float(softcap)
+    f32 = ctypes.c_float(c).value   # what libattn gets: a value that rounds to 0 would mean no soft-capping
+    if not (math.isfinite(c) and c >= 0 and math.isfinite(f32) and (f32 > 0) == (c > 0)):
+        raise Error(EINVAL, "softcap=%r: must be finite and >= 0 as a float32 (0: no soft-capping)" % (softcap,))
+    return c
+
+
+def _slopes(slopes, heads):
+    """alibi_slopes as a C-contiguous float32 array of `heads` finite values, or None."""
+    if slopes is None:
+        return None
+    if _is_torch(slopes):
+        import torch
+        if slopes.is_complex() or slopes.dtype == torch.bool:
+            raise TypeError("alibi_slopes has dtype %s: expected real numbers" % slopes.dtype)
+        a = slopes.detach().to("cpu", torch.float32).numpy()
+    else:
+        if isinstance(slopes, (str, bytes, numbers.Number)):
+            raise TypeError("alibi_slopes is of type %s: expected a sequence, array or tensor of one slope per query "
+                            "head, or None" % type(slopes).__name__)
+        try:
+            a = np.asarray(slopes)
+        except (TypeError, ValueError) as e:
+            raise TypeError("alibi_slopes: not an array of numbers (%s)" % e) from None
+        if a.dtype.kind not in "fiu":
+            raise TypeError("alibi_slopes has dtype %s: expected real numbers (float32 or convertible)" % a.dtype)
+    if a.ndim != 1:
+        raise Error(EINVAL, "alibi_slopes has shape %s: expected one dimension, one slope per query head" % (a.shape,))
+    if a.shape[0] != heads:
+        raise Error(EINVAL, "alibi_slopes has %d values: expected one per query head (heads = %d)"
+                    % (a.shape[0], heads))
+    with np.errstate(over="ignore"):   # a slope past float32's range becomes inf, refused below
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise Error(EINVAL, "alibi_slopes[%d] is %r as a float32: every slope must be finite" % (bad[0],
+                                                                                               float(a[bad[0]])))
+    return a
 
 
 def _dims(name, shape):
@@ -378,17 +432,22 @@ class _Args:
     """Everything about a call but the data: the problem (None when the result is empty), its target and the
     inputs' kind, dtype and device."""
 
-    def __init__(self, q, k, v, causal, scale, algo, tolerance):
+    def __init__(self, q, k, v, causal, scale, algo, tolerance, window=0, softcap=0.0, alibi_slopes=None):
         self.kind, dtype, self.target, self.device = _inputs(q, k, v)
         self.dtype = q.dtype
         self.shapes = tuple(tuple(int(s) for s in x.shape) for x in (q, k, v))
         self.out_shape = self.shapes[0][:-1] + self.shapes[2][-1:]
         (b, h, n, d, nk, hk, dv), empty = _shape_problem(*self.shapes)
         causal, scale, tolerance, algo = _causal(causal), _scale(scale), _tolerance(tolerance), _algo(algo)
+        window, softcap = _window(window), _softcap(softcap)
+        self.slopes = _slopes(alibi_slopes, h)   # kept while the problem points at it (libattn copies it)
+        self.mods = bool(window or softcap or self.slopes is not None)
         # every size is >= 1 here: attn.h reads a 0 in n_kv, heads_kv, d_v or scale as "the default"
         self.problem = None if empty else _Problem(batch=b, heads=h, n=n, d=d, n_kv=nk, heads_kv=hk, dtype=dtype,
                                                    causal=causal, scale=scale, tolerance=tolerance, algo=algo,
-                                                   d_v=dv)
+                                                   d_v=dv, window=window, softcap=softcap,
+                                                   alibi_slopes=None if self.slopes is None else
+                                                   self.slopes.ctypes.data)
 
 
 def _run(lib, rt, target, plan, xs, o, stream):
@@ -442,7 +501,8 @@ def _cuda_stream(stream, device):
 
 # --- the API ---------------------------------------------------------------------------------------------------
 
-def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, return_lse=False):
+def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, return_lse=False, window=0,
+              softcap=0.0, alibi_slopes=None):
     """softmax(scale * q k^T) v for NumPy arrays or PyTorch tensors (layouts, empty sizes and errors: the module's
     docstring).
 
@@ -454,12 +514,20 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     without its last dimension; -inf for a row that sees no key), what attention_backward takes.
     Differentiable on torch tensors: when grad mode is on and q, k or v requires grad, o's backward is libattn's
     (attn_execute_backward from the lse the forward keeps). The plan is cached per problem; attntune.plan() keeps
-    one in hand instead."""
-    a = _Args(q, k, v, causal, scale, algo, tolerance)
+    one in hand instead.
+
+    Score modifiers (attn.h's; 0 / None: off), with i' = i + n_kv - n: window w > 0 lets row i see key j only if
+    i' - w < j <= i' (causal) or |i' - j| < w (not causal); softcap c > 0 makes each scaled score c*tanh(s/c);
+    alibi_slopes (a sequence, array or tensor of one finite slope per query head) adds -slope_h*|i' - j| to it. A
+    row that sees no key is 0. No backward has them: on tensors that require grad they raise EUNSUPPORTED."""
+    a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
     dbp = _db_path(db)
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError("return_lse is of type %s: expected a bool" % type(return_lse).__name__)
     if a.kind == "torch" and _needs_grad(q, k, v):
+        if a.mods:
+            raise Error(EUNSUPPORTED, "window, softcap or alibi_slopes on tensors that require grad: libattn has no "
+                        "backward for them yet; run under torch.no_grad(), or detach the inputs")
         if a.problem is not None and a.problem.algo == _ALGOS["lowrank"]:
             raise Error(EUNSUPPORTED, "algo='lowrank' on tensors that require grad: lowrank has no backward (its "
                         "approximation's gradient); run it under torch.no_grad(), or use another algo")
@@ -603,10 +671,11 @@ def _function():
     return _Function
 
 
-def describe(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+def describe(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, window=0, softcap=0.0,
+             alibi_slopes=None):
     """The plan attention() runs for the same arguments, as attn_plan_describe says it:
     "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" (a configuration from the database) or "... (default)"."""
-    a = _Args(q, k, v, causal, scale, algo, tolerance)
+    a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
     dbp = _db_path(db)
     if a.problem is None:
         return _EMPTY_DESCRIBE
@@ -629,11 +698,13 @@ class Plan:
     collected; a CUDA plan's close() waits for the device's queued work first. run() may be called from several
     threads at once, close() not while another thread runs the plan."""
 
-    def __init__(self, q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
+    def __init__(self, q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, window=0,
+                 softcap=0.0, alibi_slopes=None):
         self._handle = None
-        a = _Args(q, k, v, causal, scale, algo, tolerance)
+        a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
         dbp = _db_path(db)
         self._kind, self._target, self._problem = a.kind, a.target, a.problem
+        self._slopes = a.slopes   # what self._problem.alibi_slopes points at
         self.q_shape, self.k_shape, self.v_shape = a.shapes
         self.out_shape = a.out_shape
         self.dtype, self.device = a.dtype, a.device
@@ -725,7 +796,9 @@ class Plan:
         return "<attntune.Plan %s: q %s k %s v %s %s>" % (what, self.q_shape, self.k_shape, self.v_shape, self.dtype)
 
 
-def plan(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0):
-    """A Plan for the problem q, k and v describe, taking attention()'s arguments: run it with .run(q, k, v,
-    out=None, stream=None) as often as needed, see which kernel serves with .describe()."""
-    return Plan(q, k, v, causal, scale, db, algo=algo, tolerance=tolerance)
+def plan(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, window=0, softcap=0.0,
+         alibi_slopes=None):
+    """A Plan for the problem q, k and v describe, taking attention()'s arguments (score modifiers included): run it
+    with .run(q, k, v, out=None, stream=None) as often as needed, see which kernel serves with .describe()."""
+    return Plan(q, k, v, causal, scale, db, algo=algo, tolerance=tolerance, window=window, softcap=softcap,
+                alibi_slopes=alibi_slopes)
