@@ -513,8 +513,8 @@ out:
 static char io_line[256];
 
 /* The closed form of a CUDA spec's transfers in entries, in terms of d and d_v (the CUDA kernels' I/O comments), and
- * tuner/io_theory.c's: the two must agree (io_theory.c has no window: a windowed problem is checked against the
- * closed form here alone, which counts the key blocks the window reaches). 0, or -1 with a failure reported. */
+ * tuner/io_theory.c's (attn_io_formula_window): the two must agree, with or without a window (both count only the key
+ * blocks it reaches). 0, or -1 with a failure reported. */
 static int formula(const attn_spec *s, const attn_problem *p, unsigned long long *fr, unsigned long long *fw,
                    const char *what) {
   const long long d = s->d, dv = attn_spec_dv(s), n = p->n, nkv = p->n_kv, bh = (long long)p->batch * p->heads;
@@ -545,13 +545,11 @@ static int formula(const attn_spec *s, const attn_problem *p, unsigned long long
   }
   *fr = (unsigned long long)(r * bh);
   *fw = (unsigned long long)(w * bh);
-  if (p->window <= 0) {
-    unsigned long long tr = 0, tw = 0;
-    attn_io_formula(s, (long)bh, p->n, p->n_kv, &tr, &tw);
-    if (tr != *fr || tw != *fw) {
-      FAIL("%s: closed form %llu/%llu, tuner/io_theory.c's %llu/%llu", what, *fr, *fw, tr, tw);
-      return -1;
-    }
+  unsigned long long tr = 0, tw = 0;
+  attn_io_formula_window(s, (long)bh, p->n, p->n_kv, p->window, &tr, &tw);
+  if (tr != *fr || tw != *fw) {
+    FAIL("%s: closed form %llu/%llu, tuner/io_theory.c's %llu/%llu", what, *fr, *fw, tr, tw);
+    return -1;
   }
   return 0;
 }
