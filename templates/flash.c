@@ -491,7 +491,19 @@ FL_INLINE fl_vf fl_tanh(fl_vf x) {
   x = fl_sel(x > 20.0f, fl_splat(20.0f), x);
   x = fl_sel(x < -20.0f, fl_splat(-20.0f), x);
   const fl_vf e = fl_exp2(x * fl_splat(2.8853900817779268f)); /* 2 log2(e) */
-  return fl_splat(1.0f) - fl_splat(2.0f) / (e + fl_splat(1.0f));
+  const fl_vf big = fl_splat(1.0f) - fl_splat(2.0f) / (e + fl_splat(1.0f));
+  /* below |x| = 1/2 that difference cancels (an absolute error of an ulp of 1, which a large cap c multiplies):
+   * tanh's odd series to x^15 instead, within 1e-8 relative there */
+  const fl_vf x2 = x * x;
+  fl_vf p = fl_splat(-929569.0f / 638512875.0f);
+  p = FL_FMA(p, x2, fl_splat(21844.0f / 6081075.0f));
+  p = FL_FMA(p, x2, fl_splat(-1382.0f / 155925.0f));
+  p = FL_FMA(p, x2, fl_splat(62.0f / 2835.0f));
+  p = FL_FMA(p, x2, fl_splat(-17.0f / 315.0f));
+  p = FL_FMA(p, x2, fl_splat(2.0f / 15.0f));
+  p = FL_FMA(p, x2, fl_splat(-1.0f / 3.0f));
+  const fl_vf small = FL_FMA(x * x2, p, x);
+  return fl_sel(x2 < 0.25f, small, big);
 }
 
 /* What the score modifiers need at run time: the softcap in base 2 (St' = k2 tanh(k1 St), k1 = ln 2 / c,
