@@ -1,0 +1,102 @@
+/* paged.c: attn_execute_paged, attention over a paged KV cache (vLLM's layout) on the CPU. Each sequence's pages are
+ * gathered into contiguous [1][heads_kv][len][d] K and V staging and the plan's own kernel runs on it with batch 1 and
+ * n_kv = the sequence's length. This copies the KV once: decode's memory traffic is about 3x the dense kernel's
+ * (read pages, write staging, read staging) until a kernel reads the pages directly. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+/* The shared library hides everything but the public API. */
+#define ATTN_API __attribute__((visibility("default")))
+
+/* Every argument checked before anything is written: ATTN_EINVAL (one line) leaves o untouched. */
+static int check_args(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
+                      int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o) {
+  attn_runtime *rt = plan->rt;
+  const char *what = "attn_execute_paged";
+  const char *null = !q ? "q" : !k_pages ? "k_pages" : !v_pages ? "v_pages" : !block_table ? "block_table"
+                   : !seq_lens_kv ? "seq_lens_kv" : !o ? "o" : NULL;
+  if (null) return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, null);
+  if (plan->backward)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: a backward plan (no paged backward; attn_execute_backward)", what);
+  if (plan->cuda)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: CPU plans only (no CUDA paged kernel yet)", what);
+  if (plan->spec.algo == ATTN_ALGO_LOWRANK)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: lowrank's projections need the whole KV, not pages (use flash)", what);
+  if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
+  if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
+  if (num_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: num_pages %d is not >= 1", what, num_pages);
+  if (max_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: max_pages %d is not >= 1", what, max_pages);
+  const attn_problem *p = &plan->p;
+  for (int b = 0; b < p->batch; b++) {
+    const long len = seq_lens_kv[b];
+    if (len < 0) return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has length %ld < 0", what, b, len);
+    if (len > p->n_kv)
+      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than the plan's n_kv %d", what, b, len,
+                       p->n_kv);
+    if (len > (long)max_pages * page_size)
+      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than its %d pages of %d hold", what, b,
+                       len, max_pages, page_size);
+    const long used = (len + page_size - 1) / page_size;
+    for (long i = 0; i < used; i++) {
+      const int page = block_table[(size_t)b * max_pages + i];
+      if (page < 0 || page >= num_pages)
+        return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d's page %ld is %d, outside the cache's 0..%d", what, b, i,
+                         page, num_pages - 1);
+    }
+  }
+  return ATTN_OK;
+}
+
+/* [page][slot][heads_kv][dim] pages to [heads_kv][len][dim] staging. */
+static void gather(char *dst, const char *pages, const int *table, long len, int page_size, long heads_kv, long dim,
+                   size_t esz) {
+  const size_t row = (size_t)dim * esz;
+  for (long t = 0; t < len; t++) {
+    const char *src = pages + ((size_t)table[t / page_size] * page_size + (size_t)(t % page_size)) * heads_kv * row;
+    for (long h = 0; h < heads_kv; h++) memcpy(dst + ((size_t)h * len + t) * row, src + (size_t)h * row, row);
+  }
+}
+
+ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
+                                int num_pages, int page_size, const int *block_table, int max_pages,
+                                const int *seq_lens_kv, void *o) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_paged: plan is NULL");
+  int rc = check_args(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages, seq_lens_kv, o);
+  if (rc != ATTN_OK) return rc;
+  attn_runtime *rt = plan->rt;
+  const attn_problem *p = &plan->p;
+  const size_t esz = p->dtype == ATTN_F32 ? 4 : 2;
+  long most = 0;
+  for (int b = 0; b < p->batch; b++)
+    if (seq_lens_kv[b] > most) most = seq_lens_kv[b];
+  const size_t kbytes = (size_t)p->heads_kv * most * p->d * esz, vbytes = (size_t)p->heads_kv * most * p->d_v * esz;
+  char *ks = most ? malloc(kbytes) : NULL, *vs = most ? malloc(vbytes) : NULL;
+  if (most && (!ks || !vs)) {
+    free(ks);
+    free(vs);
+    return attn_fail(rt, ATTN_ENOMEM, "attn_execute_paged: out of memory for %zu bytes of KV staging",
+                     kbytes + vbytes);
+  }
+  const size_t qseq = (size_t)p->heads * p->n * p->d * esz, oseq = (size_t)p->heads * p->n * p->d_v * esz;
+  for (int b = 0; b < p->batch && rc == ATTN_OK; b++) {
+    const long len = seq_lens_kv[b];
+    char *ob = (char *)o + (size_t)b * oseq;
+    if (len == 0) { /* no key: zero rows, as rows that see no key are (all-zero bits are 0 in every dtype) */
+      memset(ob, 0, oseq);
+      continue;
+    }
+    const int *table = block_table + (size_t)b * max_pages;
+    gather(ks, k_pages, table, len, page_size, p->heads_kv, p->d, esz);
+    gather(vs, v_pages, table, len, page_size, p->heads_kv, p->d_v, esz);
+    /* causal stays bottom-right aligned per sequence: i' = i + len - n */
+    attn_kargs a = {.q = (const char *)q + (size_t)b * qseq, .k = ks, .v = vs, .o = ob, .batch = 1,
+                    .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = len, .scale = p->scale,
+                    .window = p->window, .softcap = p->softcap, .alibi = p->alibi_slopes};
+    rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  }
+  free(ks);
+  free(vs);
+  return rc;
+}
