@@ -133,6 +133,16 @@ int  attn_execute_backward(const attn_plan *plan, const void *q, const void *k, 
 int  attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
                          const void *k, const void *v, void *o);
 
+/* Serving: a paged KV cache (vLLM's layout). q [batch][heads][n][d], k_pages [num_pages][page_size][heads_kv][d],
+ * v_pages [num_pages][page_size][heads_kv][d_v], block_table [batch][max_pages] of page indices, seq_lens_kv[b]
+ * (0..the plan's n_kv, at most max_pages·page_size) keys of sequence b; o [batch][heads][n][d_v]. Causal is
+ * bottom-right aligned per sequence; a sequence of length 0 gets zero rows. CPU flash and smallcache plans: each
+ * sequence's pages are copied once into contiguous staging (decode moves about 3x the dense kernel's bytes until a
+ * kernel reads pages directly). Lowrank, backward and CUDA plans: ATTN_EUNSUPPORTED. Bad input (NULL, page_size < 1,
+ * a used page index outside 0..num_pages-1, a sequence longer than its pages or n_kv): ATTN_EINVAL, o untouched. */
+int  attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
+                        int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o);
+
 #ifdef __cplusplus
 }
 #endif

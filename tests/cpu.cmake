@@ -79,6 +79,12 @@ foreach(g ref f32 half nan sweep)
   set_tests_properties(cpu_backward_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
 endforeach()
 set_tests_properties(cpu_backward_sweep PROPERTIES LABELS nightly TIMEOUT 1800)
+# attn_execute_paged: decode (GQA) and causal n = 5 (flash, smallcache) over shuffled pages of 16 and 7 keys against
+# fp64, bad input.
+add_executable(cpu_paged ${CMAKE_CURRENT_LIST_DIR}/cpu_paged.c)
+target_link_libraries(cpu_paged PRIVATE attn_core m)
+add_test(NAME cpu_paged COMMAND cpu_paged)
+set_tests_properties(cpu_paged PROPERTIES LABELS cpu TIMEOUT 120 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
 # attn_execute_varlen: packed sequences of 0, 1, odd and full n rows (and one with no keys) against fp64 per sequence,
 # causal both ways, GQA, d_v != d, f32 flash and f16 smallcache; bad cu_seqlens leave o untouched.
 add_executable(cpu_varlen ${CMAKE_CURRENT_LIST_DIR}/cpu_varlen.c)
