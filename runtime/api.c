@@ -485,9 +485,7 @@ static int execute(const char *what, const attn_plan *plan, void *stream, int sy
     return sync ? attn_cuda_run(rt, plan->cuda, p, q, k, v, o, NULL, NULL)
                 : attn_cuda_launch(rt, plan->cuda, p, stream, q, k, v, o);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
-  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
-                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .window = p->window, .softcap = p->softcap,
-                  .alibi = p->alibi_slopes};
+  attn_kargs a = attn_problem_kargs(p, q, k, v, o);
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 
@@ -515,9 +513,8 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
                      "attn_execute_lse: lowrank's normaliser is its approximation's, not the exact lse (use flash)");
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_lse: plan has no kernel");
   const attn_problem *p = &plan->p;
-  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
-                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .lse = lse, .window = p->window,
-                  .softcap = p->softcap, .alibi = p->alibi_slopes};
+  attn_kargs a = attn_problem_kargs(p, q, k, v, o);
+  a.lse = lse;
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 
@@ -636,9 +633,12 @@ ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const v
   if (plan->cuda) return attn_cuda_run_backward(rt, plan->cuda, p, q, k, v, o, lse, dout, dq, dk, dv);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_backward: plan has no kernel");
   /* o is read, not written: the kernel ABI's o is the forward's output here */
-  attn_kargs a = {.q = q, .k = k, .v = v, .o = (void *)(uintptr_t)o, .batch = p->batch, .heads = p->heads,
-                  .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale,
-                  .lse = (float *)(uintptr_t)lse, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+  attn_kargs a = attn_problem_kargs(p, q, k, v, (void *)(uintptr_t)o);
+  a.lse = (float *)(uintptr_t)lse;
+  a.dout = dout;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
   return attn_cpu_run(rt, plan->cpu, &a, NULL);
 }
 

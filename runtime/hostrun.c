@@ -90,9 +90,7 @@ int attn_plan_run_f32(const attn_plan *plan, const float *q, const float *k, con
   if (plan->cuda) return run_cuda(plan, q, k, v, o, io, ms);
   if (!plan->cpu) return attn_fail(plan->rt, ATTN_ERUNTIME, "plan has no kernel");
   const attn_problem *p = &plan->p;
-  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
-                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .window = p->window, .softcap = p->softcap,
-                  .alibi = p->alibi_slopes};
+  attn_kargs a = attn_problem_kargs(p, q, k, v, o);
   if (p->dtype == ATTN_F32) {
     double t0 = now_ms();
     int rc = attn_cpu_run(plan->rt, plan->cpu, &a, io);

@@ -62,6 +62,15 @@ int attn_problem_variant(const attn_problem *p, char *buf, size_t len);
 static inline int attn_problem_has_mods(const attn_problem *p) {
   return p->window > 0 || p->softcap > 0 || p->alibi_slopes != NULL;
 }
+/* A CPU kernel's arguments for problem p on q, k, v and o: its sizes, scale and score modifiers, the rest zero (lse,
+ * partials and the backward's arrays are the caller's to set). */
+static inline attn_kargs attn_problem_kargs(const attn_problem *p, const void *q, const void *k, const void *v,
+                                            void *o) {
+  attn_kargs a = {.q = q, .k = k, .v = v, .o = o, .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv,
+                  .n = p->n, .n_kv = p->n_kv, .scale = p->scale, .window = p->window, .softcap = p->softcap,
+                  .alibi = p->alibi_slopes};
+  return a;
+}
 
 /* The configuration attn_plan_create uses for a normalised problem, without compiling it: the stored row (tuned or
  * model, nearest problem) or the default, and its origin for describe ("tuned", "tuned at n=4096 n_kv=4096: nearest

@@ -67,7 +67,7 @@ ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void
   if (rc != ATTN_OK) return rc;
   attn_runtime *rt = plan->rt;
   const attn_problem *p = &plan->p;
-  const size_t esz = p->dtype == ATTN_F32 ? 4 : 2;
+  const size_t esz = attn_dtype_size(p->dtype);
   long most = 0;
   for (int b = 0; b < p->batch; b++)
     if (seq_lens_kv[b] > most) most = seq_lens_kv[b];
@@ -91,9 +91,9 @@ ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void
     gather(ks, k_pages, table, len, page_size, p->heads_kv, p->d, esz);
     gather(vs, v_pages, table, len, page_size, p->heads_kv, p->d_v, esz);
     /* causal stays bottom-right aligned per sequence: i' = i + len - n */
-    attn_kargs a = {.q = (const char *)q + (size_t)b * qseq, .k = ks, .v = vs, .o = ob, .batch = 1,
-                    .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = len, .scale = p->scale,
-                    .window = p->window, .softcap = p->softcap, .alibi = p->alibi_slopes};
+    attn_kargs a = attn_problem_kargs(p, (const char *)q + (size_t)b * qseq, ks, vs, ob);
+    a.batch = 1;
+    a.n_kv = len;
     rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
   }
   free(ks);

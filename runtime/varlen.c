@@ -56,7 +56,7 @@ ATTN_API int attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q,
   if (rc == ATTN_OK) rc = check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
   if (rc != ATTN_OK) return rc;
 
-  const size_t es = p->dtype == ATTN_F32 ? 4 : 2;
+  const size_t es = attn_dtype_size(p->dtype);
   const size_t hq = (size_t)p->heads, hk = (size_t)p->heads_kv;
   /* Staging for the longest sequence, reused by all (the problem's limits keep these products in size_t). */
   char *sq = malloc(hq * (size_t)max_q * (size_t)p->d * es + 1);
@@ -82,9 +82,10 @@ ATTN_API int attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q,
     repack(kp, sk, k0, lk, p->heads_kv, p->d, es, 0);
     repack(vp, sv, k0, lk, p->heads_kv, p->d_v, es, 0);
     /* Causal stays bottom-right within the sequence: the kernel aligns query lq-1 with key lk-1. */
-    attn_kargs a = {.q = sq, .k = sk, .v = sv, .o = so, .batch = 1, .heads = p->heads, .heads_kv = p->heads_kv,
-                    .n = lq, .n_kv = lk, .scale = p->scale, .window = p->window, .softcap = p->softcap,
-                    .alibi = p->alibi_slopes};
+    attn_kargs a = attn_problem_kargs(p, sq, sk, sv, so);
+    a.batch = 1;
+    a.n = lq;
+    a.n_kv = lk;
     rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
     if (rc == ATTN_OK) repack(op, so, q0, lq, p->heads, p->d_v, es, 1);
   }

@@ -177,10 +177,7 @@ static attn_kargs kargs(const attn_meas_ctx *c, int set) {
   const size_t es = attn_dtype_size(c->p.dtype);
   const char *b = (const char *)c->karena + (size_t)set * c->set_count * es;
   const attn_problem *p = &c->p;
-  attn_kargs a = {.q = b, .k = b + c->q_count * es, .v = b + (c->q_count + c->kv_count) * es, .o = c->kout,
-                  .batch = p->batch, .heads = p->heads, .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv,
-                  .scale = p->scale};
-  return a;
+  return attn_problem_kargs(p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es, c->kout);
 }
 
 static void set_status(attn_meas_result *r, const char *status, const char *msg) {

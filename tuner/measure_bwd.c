@@ -50,10 +50,12 @@ attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set) {
   const size_t es = attn_dtype_size(c->p.dtype);
   char *x = set_base(c, set);
   const attn_problem *p = &c->p;
-  attn_kargs a = {.q = x, .k = x + b->nq * es, .v = x + (b->nq + b->nk) * es, .o = x + (b->nq + b->nk + b->nv) * es,
-                  .dout = x + (b->nq + b->nk + b->nv + b->no) * es, .lse = b->lse + (size_t)set * b->nl,
-                  .dq = b->dq, .dk = b->dk, .dv = b->dv, .batch = p->batch, .heads = p->heads,
-                  .heads_kv = p->heads_kv, .n = p->n, .n_kv = p->n_kv, .scale = p->scale};
+  attn_kargs a = attn_problem_kargs(p, x, x + b->nq * es, x + (b->nq + b->nk) * es, x + (b->nq + b->nk + b->nv) * es);
+  a.dout = x + (b->nq + b->nk + b->nv + b->no) * es;
+  a.lse = b->lse + (size_t)set * b->nl;
+  a.dq = b->dq;
+  a.dk = b->dk;
+  a.dv = b->dv;
   return a;
 }
 
