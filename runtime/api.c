@@ -247,6 +247,8 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
                      "problem too large: batch*heads*max(n, n_kv)*max(d, d_v) = %.3g elements, at most %llu",
                      (double)p.batch * p.heads * (double)rows * dmax, lim);
   if (p.window < 0) return attn_fail(rt, ATTN_EINVAL, "window=%d must be >= 0 (0: no window)", p.window);
+  if (p.page_size < 0) return attn_fail(rt, ATTN_EINVAL, "page_size=%d must be >= 0 (0: dense KV)", p.page_size);
+  if (p.varlen != 0 && p.varlen != 1) return attn_fail(rt, ATTN_EINVAL, "varlen=%d must be 0 or 1", p.varlen);
   if (!(p.softcap >= 0) || !isfinite(p.softcap))
     return attn_fail(rt, ATTN_EINVAL, "softcap=%g must be finite and >= 0 (0: no soft-capping)", (double)p.softcap);
   if (p.alibi_slopes)
@@ -355,10 +357,18 @@ int attn_problem_variant(const attn_problem *p, char *buf, size_t len) {
       snprintf(cap, sizeof cap, "%.*g", prec, (double)p->softcap);
       if (strtof(cap, NULL) == p->softcap) break;
     }
-  char win[32] = "";
-  if (p->window > 0) snprintf(win, sizeof win, "window=%d", p->window);
-  return snprintf(buf, len, "%s%s%s%s%s%s", win, win[0] && cap[0] ? "," : "", cap[0] ? "softcap=" : "", cap,
-                  p->alibi_slopes && (win[0] || cap[0]) ? "," : "", p->alibi_slopes ? "alibi" : "");
+  char part[5][40] = {"", "", "", "", ""};
+  if (p->window > 0) snprintf(part[0], sizeof part[0], "window=%d", p->window);
+  if (cap[0]) snprintf(part[1], sizeof part[1], "softcap=%s", cap);
+  if (p->alibi_slopes) snprintf(part[2], sizeof part[2], "alibi");
+  if (p->page_size > 0) snprintf(part[3], sizeof part[3], "paged=%d", p->page_size);
+  if (p->varlen) snprintf(part[4], sizeof part[4], "varlen");
+  char all[sizeof part];
+  size_t k = 0;
+  for (int i = 0; i < 5; i++)
+    if (part[i][0]) k += (size_t)snprintf(all + k, sizeof all - k, "%s%s", k ? "," : "", part[i]);
+  all[k] = '\0';
+  return snprintf(buf, len, "%s", all);
 }
 
 /* The tuned row for this problem and pass ("fwd", "bwd"), when the database has one that fits; 0 and *s filled, else

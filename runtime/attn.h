@@ -41,6 +41,12 @@ typedef struct attn_problem {
   int window;               /* w > 0: causal: i' - w < j <= i'; not causal: |i' - j| < w */
   float softcap;            /* c > 0: each scaled score s becomes c·tanh(s/c) before the bias and the softmax */
   const float *alibi_slopes; /* NULL, or one slope per query head: the score gains -slope_h·|i' - j| */
+  /* Serving layouts (0: dense), each part of the tuning key as the modifiers are. page_size > 0: the plan serves
+   * attn_execute_paged calls with pages of this many tokens (another page size is refused) from the row tuned for
+   * them; varlen 1: the plan serves attn_execute_varlen batches from the row tuned for them (n and n_kv the longest
+   * sequence's). Either plan still runs the other calls. */
+  int page_size;
+  int varlen;
 } attn_problem;
 
 /* db_path NULL: $ATTN_DB, else attntune.db in the cache directory: $XDG_CACHE_HOME/attntune when XDG_CACHE_HOME is

@@ -26,6 +26,9 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
     return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: lowrank's projections need the whole KV, not pages (use flash)", what);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
   if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
+  if (plan->p.page_size > 0 && page_size != plan->p.page_size)
+    return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d, but the plan was made for pages of %d", what, page_size,
+                     plan->p.page_size);
   if (num_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: num_pages %d is not >= 1", what, num_pages);
   if (max_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: max_pages %d is not >= 1", what, max_pages);
   const attn_problem *p = &plan->p;

@@ -407,9 +407,20 @@ static void plan_cases(attn_runtime *rt) {
   n.softcap = 0.1f, n.window = 0;
   attn_problem_variant(&n, v, sizeof v);
   CHECK(strcmp(v, "softcap=0.1,alibi") == 0, "variant '%s'", v);
+  n.page_size = 16, n.varlen = 1;
+  attn_problem_variant(&n, v, sizeof v);
+  CHECK(strcmp(v, "softcap=0.1,alibi,paged=16,varlen") == 0, "variant '%s'", v);
   n.alibi_slopes = NULL, n.softcap = 0;
   attn_problem_variant(&n, v, sizeof v);
+  CHECK(strcmp(v, "paged=16,varlen") == 0, "variant '%s'", v);
+  n.page_size = 0, n.varlen = 0;
+  attn_problem_variant(&n, v, sizeof v);
   CHECK(strcmp(v, "") == 0, "variant '%s'", v);
+  attn_problem bad_layout = p0;
+  bad_layout.page_size = -1;
+  CHECK(attn_problem_normalize(NULL, &bad_layout, &n) == ATTN_EINVAL, "page_size -1 accepted");
+  bad_layout.page_size = 0, bad_layout.varlen = 2;
+  CHECK(attn_problem_normalize(NULL, &bad_layout, &n) == ATTN_EINVAL, "varlen 2 accepted");
   /* lowrank says why not */
   p0.algo = ATTN_ALGO_LOWRANK;
   p0.tolerance = 0.1;

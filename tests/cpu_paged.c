@@ -173,6 +173,17 @@ static void bad(attn_runtime *rt) {
   }
   /* entries past a sequence's pages are not read (-1 there is fine) and a good call still works */
   paged_check(plan, &c, "after bad calls");
+  /* a plan made for a page size refuses another */
+  attn_problem pp = p;
+  pp.page_size = c.page_size + 1;
+  attn_plan *sized = NULL;
+  CHECK(attn_plan_create(rt, &pp, &sized) == ATTN_OK, "plan with page_size: %s", attn_last_error(rt));
+  if (sized) {
+    CHECK(attn_execute_paged(sized, c.q, c.kp, c.vp, c.num_pages, c.page_size, c.table, c.max_pages, lens, c.o) ==
+              ATTN_EINVAL && strstr(attn_last_error(rt), "made for pages"),
+          "page size other than the plan's accepted: %s", attn_last_error(rt));
+    attn_plan_destroy(sized);
+  }
   CHECK(attn_execute_paged(NULL, c.q, c.kp, c.vp, 1, 1, lens, 1, lens, keep) == ATTN_EINVAL, "plan NULL accepted");
   free(keep);
   paged_free(&c);

@@ -88,7 +88,9 @@ class _Problem(ctypes.Structure):
                 ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("tolerance", ctypes.c_double),
                 ("algo", ctypes.c_int), ("d_v", ctypes.c_int),
                 # score modifiers (0 / NULL: off); alibi_slopes points into _Args.slopes, which outlives the call
-                ("window", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p)]
+                ("window", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p),
+                # serving layouts (0: dense)
+                ("page_size", ctypes.c_int), ("varlen", ctypes.c_int)]
 
 
 def library_path():
