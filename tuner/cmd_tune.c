@@ -20,7 +20,7 @@ static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
-    "                [--compiled] [--shard K/N] [--pass fwd,bwd]\n"
+    "                [--compiled] [--shard K/N] [--pass fwd,bwd] [--page-size P | --varlen LENS]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
     "  with every d_v): each in 1..576 (tiles that do not fit a GPU's shared memory are left out of its space)\n"
@@ -49,11 +49,76 @@ static const char tune_usage[] =
     "  --pass fwd,bwd: the forward (fwd, the default), the backward (bwd: attn_plan_create_backward's flash kernel,\n"
     "  CPU only; its Br and Bc tuned apart from the forward's, each configuration checked against the fp64\n"
     "  backward), or both: each pass of each problem is its own problem, stored under its own key\n"
+    "  --page-size P: paged KV cache (attn_execute_paged, vLLM's layout): pages of P tokens in shuffled order, every\n"
+    "  sequence n_kv keys (decode: --n 1); rows of variant paged=P, which serve plans made with page_size P\n"
+    "  --varlen LENS: a packed variable-length batch (attn_execute_varlen): LENS a comma list of sequences, each Q\n"
+    "  (Q queries and Q keys) or Q:KV, e.g. 1,17,300:1024; it sets the batch (their count), n and n_kv (their\n"
+    "  maxima) in place of --batch, --n, --n-kv; rows of variant varlen, which serve plans made with varlen 1.\n"
+    "  Both: CPU, forward, flash and smallcache; each configuration checked against fp64 per sequence\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 /* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
  * takes about an hour; a larger sweep is a mistake in a range, or several commands. */
 #define ATTN_TUNE_MAX_PROBLEMS 65536
+
+/* --varlen LENS: a comma list of sequences, each Q (as many keys) or Q:KV, at most ATTN_VARLEN_MAX of them, at least
+ * one query and one key in all: 0 with the lists malloc'd, else -1 with a one-line reason. */
+#define ATTN_VARLEN_MAX 4096
+#define ATTN_VARLEN_LEN_MAX (1 << 24)
+static int varlen_parse(const char *s, int **q, int **kv, int *count, char *err, size_t elen) {
+  *q = *kv = NULL;
+  *count = 0;
+  int cap = 1;
+  for (const char *t = s; *t; t++) cap += *t == ',';
+  if (cap > ATTN_VARLEN_MAX) {
+    snprintf(err, elen, "--varlen %s: more than %d sequences", s, ATTN_VARLEN_MAX);
+    return -1;
+  }
+  int *a = malloc(sizeof *a * (size_t)cap), *b = malloc(sizeof *b * (size_t)cap);
+  if (!a || !b) {
+    free(a), free(b);
+    snprintf(err, elen, "out of memory");
+    return -1;
+  }
+  long most_q = 0, most_kv = 0;
+  const char *p = s;
+  for (int i = 0; i < cap; i++) {
+    long v[2];
+    int parts = 0;
+    for (;;) {
+      if (*p < '0' || *p > '9') goto bad; /* no sign, no space: strtol would take them */
+      char *end;
+      errno = 0;
+      v[parts] = strtol(p, &end, 10);
+      if (errno || v[parts] > ATTN_VARLEN_LEN_MAX) goto bad;
+      p = end;
+      if (++parts == 1 && *p == ':') {
+        p++;
+        continue;
+      }
+      break;
+    }
+    if (parts == 1) v[1] = v[0];
+    if (*p != (i + 1 < cap ? ',' : '\0')) goto bad;
+    if (*p) p++;
+    a[i] = (int)v[0], b[i] = (int)v[1];
+    if (v[0] > most_q) most_q = v[0];
+    if (v[1] > most_kv) most_kv = v[1];
+  }
+  if (most_q == 0 || most_kv == 0) {
+    free(a), free(b);
+    snprintf(err, elen, "--varlen %s: no sequence has a %s (a batch of empty sequences computes nothing)", s,
+             most_q == 0 ? "query" : "key");
+    return -1;
+  }
+  *q = a, *kv = b, *count = cap;
+  return 0;
+bad:
+  free(a), free(b);
+  snprintf(err, elen, "--varlen %s: expected a comma list of Q or Q:KV sequence lengths in 0..%d (e.g. 1,17,300:1024)",
+           s, ATTN_VARLEN_LEN_MAX);
+  return -1;
+}
 
 /* --pass's names: bit 0 the forward, bit 1 the backward */
 static int pass_parse(const char *s) { return strcmp(s, "fwd") == 0 ? 0 : strcmp(s, "bwd") == 0 ? 1 : -1; }
@@ -80,7 +145,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   tune_opts o = {.gpu_name = NULL, .budget = 0, .jobs = 1, .heads = 0, .batch = 1, .reps = 5, .cap_s = ATTN_MEAS_CAP_S,
                 .target = ATTN_TARGET_CPU};
   const char *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL,
-             *causal_s = "0", *pass_s = "fwd";
+             *causal_s = "0", *pass_s = "fwd", *varlen_s = NULL;
+  int n_given = 0, batch_given = 0;
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   for (int i = i0; i < argc; i++) {
     const char *a = argv[i];
@@ -103,7 +169,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--batch", "--reps", "--n-kv",
-                                             "--time-cap", "--shard", "--dv", "--pass"};
+                                             "--time-cap", "--shard", "--dv", "--pass", "--page-size",
+                                             "--varlen"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return attn_tune_usage("unknown option '%s' (see attntune tune --help)", a);
@@ -112,7 +179,11 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     if (strcmp(a, "--gpu") == 0) o.gpu_name = v;
     else if (strcmp(a, "--d") == 0) d_s = v;
     else if (strcmp(a, "--dv") == 0) dv_s = v;
-    else if (strcmp(a, "--n") == 0) n_s = v;
+    else if (strcmp(a, "--n") == 0) n_s = v, n_given = 1;
+    else if (strcmp(a, "--varlen") == 0) varlen_s = v;
+    else if (strcmp(a, "--page-size") == 0) {
+      if (attn_parse_int(v, 1, 65536, &o.page_size)) return attn_tune_usage("--page-size %s: expected 1..65536", v);
+    }
     else if (strcmp(a, "--n-kv") == 0) nkv_s = v;
     else if (strcmp(a, "--algo") == 0) algo_s = v;
     else if (strcmp(a, "--strategy") == 0) o.strategy = v;
@@ -134,6 +205,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       if (attn_parse_int(v, 1, 4096, &o.heads)) return attn_tune_usage("--heads %s: expected 1..4096", v);
     } else if (strcmp(a, "--batch") == 0) {
       if (attn_parse_int(v, 1, 4096, &o.batch)) return attn_tune_usage("--batch %s: expected 1..4096", v);
+      batch_given = 1;
     } else if (strcmp(a, "--reps") == 0) {
       if (attn_parse_int(v, 1, 64, &o.reps)) return attn_tune_usage("--reps %s: expected 1..64", v);
     } else if (strcmp(a, "--time-cap") == 0) {
@@ -156,6 +228,29 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
         "--gpu is required: --gpu cpu measures this CPU, --gpu NAME a GPU (attntune gpus lists them)");
   if (!d_s) return attn_tune_usage("--d RANGE is required (e.g. --d 64..256)");
   char err[4096], bad[128];
+  /* a serving layout: the CPU forward of the kernels attn_execute_paged and attn_execute_varlen run */
+  const char *layout = o.page_size ? "--page-size" : varlen_s ? "--varlen" : NULL;
+  if (o.page_size && varlen_s)
+    return attn_tune_usage("--page-size and --varlen are two layouts, each tuned as its own problem: give one");
+  if (layout && strcmp(o.gpu_name, "cpu") != 0)
+    return attn_tune_usage("%s: paged and varlen kernels run on the CPU only (use --gpu cpu)", layout);
+  char nbuf[16], kvbuf[16];
+  if (varlen_s) {
+    if (n_given || nkv_s || batch_given)
+      return attn_tune_usage("--varlen sets the batch, n and n_kv (the sequences' count and longest): drop %s",
+                             n_given ? "--n" : nkv_s ? "--n-kv" : "--batch");
+    if (varlen_parse(varlen_s, &o.vl_q, &o.vl_kv, &o.nvl, err, sizeof err)) return attn_tune_usage("%s", err);
+    int most_q = 0, most_kv = 0;
+    for (int i = 0; i < o.nvl; i++) {
+      if (o.vl_q[i] > most_q) most_q = o.vl_q[i];
+      if (o.vl_kv[i] > most_kv) most_kv = o.vl_kv[i];
+    }
+    snprintf(nbuf, sizeof nbuf, "%d", most_q);
+    snprintf(kvbuf, sizeof kvbuf, "%d", most_kv);
+    n_s = nbuf;
+    nkv_s = kvbuf;
+    o.batch = o.nvl;
+  }
 
   /* Target: this CPU, or a GPU from the spec table. */
   if (strcmp(o.gpu_name, "cpu") != 0) {
@@ -166,24 +261,12 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     return attn_tune_usage("--model ranks GPU configurations: with --gpu cpu the CPU is measured");
   }
 
-  if (attn_range_parse(d_s, &o.ds, &o.nd, err, sizeof err) != ATTN_OK) return attn_tune_usage("--d: %s", err);
-  if (attn_range_parse(n_s, &o.ns, &o.nn, err, sizeof err) != ATTN_OK) {
-    free(o.ds);
-    return attn_tune_usage("--n: %s", err);
-  }
-  if (nkv_s && attn_range_parse(nkv_s, &o.nkvs, &o.nnkv, err, sizeof err) != ATTN_OK) {
-    free(o.ds);
-    free(o.ns);
-    return attn_tune_usage("--n-kv: %s", err);
-  }
-  if (dv_s && attn_range_parse(dv_s, &o.dvs, &o.ndv, err, sizeof err) != ATTN_OK) {
-    free(o.ds);
-    free(o.ns);
-    free(o.nkvs);
-    return attn_tune_usage("--dv: %s", err);
-  }
-  if (!o.dvs) o.ndv = 1; /* d_v values per d (without --dv: d_v = d) */
   int status = 0;
+  if (attn_range_parse(d_s, &o.ds, &o.nd, err, sizeof err) != ATTN_OK) FAIL_USAGE("--d: %s", err);
+  if (attn_range_parse(n_s, &o.ns, &o.nn, err, sizeof err) != ATTN_OK) FAIL_USAGE("--n: %s", err);
+  if (nkv_s && attn_range_parse(nkv_s, &o.nkvs, &o.nnkv, err, sizeof err) != ATTN_OK) FAIL_USAGE("--n-kv: %s", err);
+  if (dv_s && attn_range_parse(dv_s, &o.dvs, &o.ndv, err, sizeof err) != ATTN_OK) FAIL_USAGE("--dv: %s", err);
+  if (!o.dvs) o.ndv = 1; /* d_v values per d (without --dv: d_v = d) */
   for (int i = 0; i < o.nd; i++)
     for (int j = 0; j < o.ndv; j++)
       if (attn_space_dims_ok(o.target, o.ds[i], o.dvs ? o.dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
@@ -195,6 +278,11 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
                "CUDA backward is measured yet): use --gpu cpu");
   if (attn_names_parse(algo_s, attn_algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
+  if (layout && (o.passes & 2))
+    FAIL_USAGE("%s with --pass bwd: attn_execute_paged and attn_execute_varlen have no backward", layout);
+  if (layout && (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)))
+    FAIL_USAGE("%s with --algo lowrank: lowrank's projections need each sequence's whole dense KV (flash, "
+               "smallcache)", layout);
   if ((o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && o.tolerance <= 0)
     FAIL_USAGE("--algo lowrank is approximate: give --tolerance > 0 (e.g. --tolerance 0.05)");
   if (dtype_s) {
@@ -249,7 +337,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       for (int vi = 0; vi < o.ndv; vi++)
         for (int ni = 0; ni < o.nn; ni++) {
           const attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni],
-                                  .d = o.ds[di], .d_v = o.dvs ? o.dvs[vi] : 0, .dtype = ATTN_F32};
+                                  .d = o.ds[di], .d_v = o.dvs ? o.dvs[vi] : 0, .dtype = ATTN_F32,
+                                  .page_size = o.page_size, .varlen = o.nvl > 0};
           attn_problem norm;
           if (attn_problem_normalize(NULL, &p, &norm) != ATTN_OK)
             FAIL_USAGE("%s (--n %d --n-kv %d --d %d --dv %d --heads %d --batch %d)", attn_last_error(NULL), p.n,
@@ -281,6 +370,8 @@ out:
   free(o.ns);
   free(o.nkvs);
   free(o.kv);
+  free(o.vl_q);
+  free(o.vl_kv);
   return status;
 }
 

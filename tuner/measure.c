@@ -122,6 +122,7 @@ void attn_meas_free(attn_meas_ctx *c) {
   if (c->kout != c->out) free(c->kout);
   c->karena = c->kout = NULL;
   attn_meas_bwd_free(c);
+  attn_meas_serve_free(c);
   free(c->arena);
   free(c->out);
   free(c->ref);
@@ -251,10 +252,12 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
     return attn_cuda_run(rt, plan->cuda, &c->p, b, b + c->q_count * es, b + (c->q_count + c->kv_count) * es,
                          c->dev_out, NULL, ms);
   }
-  attn_kargs a = plan->backward ? attn_meas_bwd_kargs(c, c->next_set) : kargs(c, c->next_set);
+  const int set = c->next_set;
   c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
+  /* a serving layout times the call itself: its staging is part of what it costs */
+  attn_kargs a = c->serve ? (attn_kargs){0} : plan->backward ? attn_meas_bwd_kargs(c, set) : kargs(c, set);
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
-  int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  int rc = c->serve ? attn_meas_serve_run(c, plan, set) : attn_cpu_run(rt, plan->cpu, &a, NULL);
   *ms = now_ms() - t0;
   double d1 = attn_sched_delay_ms(sp);
   *delay = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
@@ -419,10 +422,67 @@ static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_meas_res
   }
 }
 
+/* attn_measure of a serving layout (paged, varlen; CPU): the plan run through attn_execute_paged or
+ * attn_execute_varlen, checked on set 0 per sequence against fp64 with a poisoned output, timed on the rotated sets
+ * (staging included), its kernel's transfers counted per sequence (measure_serve.c). */
+static void measure_serve(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
+  attn_runtime *rt = c->rt;
+  char err[256];
+  int rc = attn_meas_serve_ensure(c, err, sizeof err);
+  if (rc != ATTN_OK) {
+    set_status(r, "error", err);
+    return;
+  }
+  attn_plan *plan = NULL;
+  rc = attn_plan_create_spec(rt, &c->p, s, 0, "tuning", &plan);
+  if (rc != ATTN_OK) {
+    set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
+    return;
+  }
+  rc = attn_meas_serve_check(c, plan, &r->error, err, sizeof err);
+  if (rc != ATTN_OK) {
+    set_status(r, status_for(rc, err), err);
+    attn_plan_destroy(plan);
+    return;
+  }
+  const int wrong = !(r->error <= attn_meas_exact_tolerance(s->dtype));
+  const double cap = c->cap_s;
+  if (wrong) c->cap_s = 0;
+  rc = time_plan(c, plan, r);
+  c->cap_s = cap;
+  attn_plan_destroy(plan);
+  if (rc != ATTN_OK) {
+    set_status(r, "error", attn_last_error(rt));
+    return;
+  }
+  attn_plan *counting = NULL;
+  if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
+    attn_io io = {0, 0};
+    if (attn_meas_serve_count(c, counting, &io) == ATTN_OK) {
+      r->reads = io.reads;
+      r->writes = io.writes;
+      r->have_io = 1;
+    }
+    attn_plan_destroy(counting);
+  }
+  if (wrong) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e for an exact algorithm in %s", r->error,
+             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
+    set_status(r, "wrong", msg);
+  } else {
+    set_status(r, "ok", "");
+  }
+}
+
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   memset(r, 0, sizeof *r);
   if (c->backward) {
     measure_backward(c, s, r);
+    return;
+  }
+  if (c->p.page_size > 0 || c->p.varlen) {
+    measure_serve(c, s, r);
     return;
   }
   attn_runtime *rt = c->rt;
@@ -499,7 +559,9 @@ int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, dou
     memset(&out[i], 0, sizeof out[i]);
     set_status(&out[i], "error", rc == ATTN_OK ? "" : "out of memory");
   }
+  const int serve = c->p.page_size > 0 || c->p.varlen;
   if (rc == ATTN_OK && (c->backward ? attn_meas_bwd_ensure(c, err, sizeof err) != ATTN_OK
+                        : serve     ? attn_meas_serve_ensure(c, err, sizeof err) != ATTN_OK
                                     : ensure_inputs(c, err, sizeof err) != ATTN_OK ||
                                           (rt->target == ATTN_TARGET_CUDA &&
                                            ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))

@@ -45,6 +45,11 @@ typedef struct attn_meas_ctx {
    * before the first measurement); its inputs are measure_bwd.c's */
   int backward;
   struct attn_meas_bwd *bwd;
+  /* Serving layouts (p.page_size > 0: attn_execute_paged; p.varlen: attn_execute_varlen), measure_serve.c: each
+   * sequence's queries and keys (p.batch of each; NULL: every sequence n and n_kv), set before the first measurement
+   * and kept by the caller; serve holds their input sets */
+  const int *serve_lq, *serve_lk;
+  struct attn_meas_serve *serve;
 } attn_meas_ctx;
 
 typedef struct attn_meas_result {
@@ -114,6 +119,16 @@ attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set);
 void attn_meas_bwd_poison(attn_meas_ctx *c);
 int  attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errlen);
 void attn_meas_bwd_free(attn_meas_ctx *c);
+
+/* measure_serve.c: the serving layouts' input sets (set 0's fp32 values kept for the reference; the rest made in the
+ * kernel's dtype and layout: pages of p.page_size in shuffled order, or the packed varlen batch), a timed run of a
+ * plan on one set, the checked run on set 0 (output poisoned; each sequence's rows, its last CHECK rows beyond 1024,
+ * against the fp64 reference of that sequence alone) and the counting build on each sequence as the call runs it. */
+int  attn_meas_serve_ensure(attn_meas_ctx *c, char *err, size_t errlen);
+int  attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set);
+int  attn_meas_serve_check(attn_meas_ctx *c, const attn_plan *plan, double *error, char *err, size_t errlen);
+int  attn_meas_serve_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io);
+void attn_meas_serve_free(attn_meas_ctx *c);
 
 /* Compiles s (and its counting build) into the runtime's cache without running it, so that a later attn_measure
  * finds it compiled; safe to call from several threads at once (each uses its own runtime copy). */

@@ -22,6 +22,11 @@ typedef struct tune_opts {
   double cap_s;            /* --time-cap: timed running per configuration; the finalist round gets 4x, the
                             * confirmation 2x */
   double tolerance;
+  /* Serving layouts, each tuned as a problem of its own (the rows' variant): --page-size P, attn_execute_paged over
+   * pages of P tokens (every sequence n_kv keys); --varlen LENS, attn_execute_varlen on a packed batch whose
+   * sequences have vl_q[i] queries and vl_kv[i] keys (batch = nvl, n and n_kv their maxima). 0 / NULL: dense. */
+  int page_size;
+  int *vl_q, *vl_kv, nvl;
   /* from the arguments, for the run */
   const attn_gpu *gpu;     /* --gpu NAME's entry; NULL: cpu */
   attn_target target;

@@ -331,7 +331,9 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           nmine++;
           attn_space_opts so = {.target = target, .dtype = (attn_dtype)t, .d = o->ds[di], .causal = o->causals[c],
                                 .algos = o->algos, .tolerance = o->tolerance, .gpu = gpu, .n = o->ns[ni],
-                                .n_kv = o->kv[ni], .heads = (long)o->batch * o->heads, .threads = rt ? rt->threads : 0,
+                                .n_kv = o->kv[ni], .threads = rt ? rt->threads : 0,
+                                /* paged and varlen run their kernel on one sequence at a time */
+                                .heads = (long)(o->page_size || o->nvl ? 1 : o->batch) * o->heads,
                                 .dv = dv, .backward = pa};
           so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
           if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
@@ -407,7 +409,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           if (!sp->count) continue;
           attn_problem p = {.batch = o->batch, .heads = o->heads, .n = o->ns[ni], .n_kv = o->kv[ni], .d = o->ds[di],
                             .dtype = (attn_dtype)t, .causal = o->causals[c], .tolerance = o->tolerance,
-                            .d_v = dv == o->ds[di] ? 0 : dv};
+                            .d_v = dv == o->ds[di] ? 0 : dv, .page_size = o->page_size, .varlen = o->nvl > 0};
           ts.prob = p;
           ts.backward = pa;
           attn_store_set_backward(store, pa);
@@ -423,6 +425,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             }
             ts.meas.cap_s = o->cap_s;
             ts.meas.backward = pa;
+            ts.meas.serve_lq = o->vl_q; /* --varlen's sequences (NULL: each n queries, n_kv keys) */
+            ts.meas.serve_lk = o->vl_kv;
             if (pa) ts.default_cfg = attn_tune_backward_default(&ts.meas.p);
             else attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
             attn_spec_format(&ts.default_cfg, ts.default_spec, sizeof ts.default_spec);
@@ -464,10 +468,15 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           if (ts.db_error) break;
           if (attn_tune_stop == 1) break; /* an interrupted problem has no best yet */
           tuned++;
-          char sum[256], kv[32] = "", dvs[24] = "";
+          char sum[256], kv[32] = "", dvs[80] = "";
           const char *bwd = pa ? "bwd " : "";
           if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
           if (p.d_v && p.d_v != p.d) snprintf(dvs, sizeof dvs, " d_v=%d", p.d_v);
+          if (p.page_size || p.varlen) { /* the layout's variant, as the rows store it */
+            const size_t l = strlen(dvs);
+            dvs[l] = ' ';
+            attn_problem_variant(&p, dvs + l + 1, sizeof dvs - l - 1);
+          }
           if (have_best) {
             attn_spec_summary(&best, sum, sizeof sum);
             printf("best %sn=%d%s d=%d%s %s causal=%d: %s: %.4g ms (%s, %d evaluated)%s%s\n", bwd, p.n, kv, p.d, dvs,
@@ -521,5 +530,7 @@ out:
   free(o->ns);
   free(o->nkvs);
   free(o->kv);
+  free(o->vl_q);
+  free(o->vl_kv);
   return status;
 }
