@@ -139,5 +139,109 @@ if torch is not None:
         o = attntune.attention(tq, tk, tv, causal=True, window=3, softcap=2.0, alibi_slopes=torch.tensor(SLOPES))
     check(close(o.numpy(), ref(q, k, v, True, 3, 2.0, SLOPES)), "torch under no_grad, slopes a tensor")
 
+# --- serving layouts: varlen (cu_seqlens_q/kv) and paged (block_table, seq_lens_kv, page_size) against the same
+# reference per sequence, on the kernels above (every modifier, causal and not; softcap with ALiBi, causal)
+LAYOUT_CASES = [(True, 3, 2.0, SLOPES), (False, 3, 50.0, ZERO), (True, 0, 2.0, SLOPES)]
+
+
+def ref_seq(q, k, v, causal, w, c, sl):
+    """ref of one sequence: q (heads, n, d), k and v (heads_kv, n_kv, .); zero rows without keys."""
+    if k.shape[1] == 0:
+        return np.zeros(q.shape[:2] + (v.shape[2],))
+    return ref(q[None], k[None], v[None], causal, w, c, sl)[0]
+
+
+def ref_varlen(q, k, v, cu_q, cu_kv, causal, w, c, sl):
+    o = np.zeros(q.shape[:2] + (v.shape[2],))
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_kv[b], cu_kv[b + 1]
+        if q1 > q0:
+            o[q0:q1] = ref_seq(q[q0:q1].transpose(1, 0, 2), k[k0:k1].transpose(1, 0, 2), v[k0:k1].transpose(1, 0, 2),
+                               causal, w, c, sl).transpose(1, 0, 2)
+    return o
+
+
+def ref_paged(q, kp, vp, table, lens, causal, w, c, sl):
+    o = np.zeros(q.shape[:3] + (vp.shape[3],))
+    for b in range(q.shape[0]):
+        t = np.arange(lens[b])
+        rows = (np.asarray(table[b])[t // kp.shape[1]], t % kp.shape[1])   # token t: page, slot
+        o[b] = ref_seq(q[b], kp[rows].transpose(1, 0, 2), vp[rows].transpose(1, 0, 2), causal, w, c, sl)
+    return o
+
+
+# lengths 0 and 1, a sequence without keys, n > n_kv (rows that see no key), n_kv > n, odd lengths
+LQ, LK = [0, 1, 7, 4, 9, 1], [5, 0, 19, 4, 3, 1]
+cu_q, cu_kv = np.concatenate([[0], np.cumsum(LQ)]), np.concatenate([[0], np.cumsum(LK)])
+vq = rng.standard_normal((cu_q[-1], HEADS, D)).astype(np.float32) * 2
+vk = rng.standard_normal((cu_kv[-1], HEADS_KV, D)).astype(np.float32) * 2
+vv = rng.standard_normal((cu_kv[-1], HEADS_KV, DV)).astype(np.float32)
+for causal, w, c, sl in LAYOUT_CASES:
+    o = attntune.attention(vq, vk, vv, causal=causal, window=w, softcap=c, alibi_slopes=sl,
+                           cu_seqlens_q=list(cu_q), cu_seqlens_kv=cu_kv)
+    r = ref_varlen(vq, vk, vv, cu_q, cu_kv, causal, w, c, sl)
+    check(close(o, r), "varlen causal=%s window=%d softcap=%g: max |o - ref| %.2g" % (causal, w, c,
+                                                                                     np.max(np.abs(o - r))))
+# pages of 5 in shuffled order, one unused; lengths 7 (a part-full page), 0 and 13; decode (n = 1) and n = 5
+PS, LENS = 5, [7, 0, 13]
+table = np.array([[3, 0, 6], [1, 1, 1], [5, 2, 4]])
+kp = rng.standard_normal((7, PS, HEADS_KV, D)).astype(np.float32) * 2
+vp = rng.standard_normal((7, PS, HEADS_KV, DV)).astype(np.float32)
+for n in (1, 5):
+    pq = rng.standard_normal((3, HEADS, n, D)).astype(np.float32) * 2
+    for causal, w, c, sl in LAYOUT_CASES:
+        o = attntune.attention(pq, kp, vp, causal=causal, window=w, softcap=c, alibi_slopes=sl, block_table=table,
+                               seq_lens_kv=LENS, page_size=PS)
+        r = ref_paged(pq, kp, vp, table, LENS, causal, w, c, sl)
+        check(close(o, r), "paged n=%d causal=%s window=%d softcap=%g: max |o - ref| %.2g"
+              % (n, causal, w, c, np.max(np.abs(o - r))))
+d = attntune.describe(pq, kp, vp, causal=True, softcap=2.0, alibi_slopes=SLOPES, block_table=table, seq_lens_kv=LENS)
+check(d.endswith("(default)"), "describe() of a paged problem: %s" % d)
+check(attntune.attention(vq, vk[:0], vv[:0], cu_seqlens_q=cu_q, cu_seqlens_kv=[0] * len(cu_q)).shape == vq.shape[:2] +
+      (DV,), "varlen with no key at all: zero rows of the result's shape")
+
+LBAD = [("both layouts", dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, block_table=table), E, attntune.EINVAL),
+        ("cu_seqlens_q alone", dict(cu_seqlens_q=cu_q), E, attntune.EINVAL),
+        ("cu_seqlens_q not from 0", dict(cu_seqlens_q=cu_q + 1, cu_seqlens_kv=cu_kv), E, attntune.EINVAL),
+        ("cu_seqlens_q short of total_q", dict(cu_seqlens_q=np.minimum(cu_q, 20), cu_seqlens_kv=cu_kv), E,
+         attntune.EINVAL),
+        ("cu_seqlens_kv decreasing", dict(cu_seqlens_q=cu_q, cu_seqlens_kv=[0, 5, 4, 23, 27, 30, 32]), E,
+         attntune.EINVAL),
+        ("cu_seqlens of floats", dict(cu_seqlens_q=cu_q * 1.0, cu_seqlens_kv=cu_kv), TypeError, None),
+        ("cu_seqlens of other lengths", dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv[:-1]), E, attntune.EINVAL),
+        ("return_lse", dict(cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, return_lse=True), E, attntune.EUNSUPPORTED)]
+for what, kw, exc, code in LBAD:
+    check(raises(lambda: attntune.attention(vq, vk, vv, **kw), exc, code), "varlen %s raises %s" % (what,
+                                                                                                   exc.__name__))
+PBAD = [("page_size 4 for pages of 5", dict(page_size=4), E, attntune.EINVAL),
+        ("page_size 5.0", dict(page_size=5.0), TypeError, None),
+        ("a page outside the cache", dict(block_table=table + 4), E, attntune.EINVAL),
+        ("a sequence longer than its pages", dict(seq_lens_kv=[7, 0, 16]), E, attntune.EINVAL),
+        ("block_table of 2 rows", dict(block_table=table[:2]), E, attntune.EINVAL),
+        ("block_table 1-D", dict(block_table=table[0]), E, attntune.EINVAL),
+        ("seq_lens_kv missing", dict(seq_lens_kv=None), E, attntune.EINVAL)]
+for what, kw, exc, code in PBAD:
+    args = dict(block_table=table, seq_lens_kv=LENS)
+    args.update(kw)
+    check(raises(lambda: attntune.attention(pq, kp, vp, causal=True, softcap=2.0, alibi_slopes=SLOPES, **args), exc,
+                 code), "paged %s raises %s" % (what, exc.__name__))
+
+if torch is not None:   # CPU tensors, lengths and tables as tensors too
+    causal, w, c, sl = LAYOUT_CASES[0]
+    o = attntune.attention(*(torch.from_numpy(x) for x in (vq, vk, vv)), causal=causal, window=w, softcap=c,
+                           alibi_slopes=torch.tensor(sl), cu_seqlens_q=torch.from_numpy(cu_q).int(),
+                           cu_seqlens_kv=torch.from_numpy(cu_kv))
+    check(isinstance(o, torch.Tensor) and close(o.numpy(), ref_varlen(vq, vk, vv, cu_q, cu_kv, causal, w, c, sl)),
+          "varlen on torch tensors")
+    o = attntune.attention(*(torch.from_numpy(x) for x in (pq, kp, vp)), causal=causal, window=w, softcap=c,
+                           alibi_slopes=sl, block_table=torch.from_numpy(table), seq_lens_kv=torch.tensor(LENS),
+                           page_size=PS)
+    check(isinstance(o, torch.Tensor) and close(o.numpy(), ref_paged(pq, kp, vp, table, LENS, causal, w, c, sl)),
+          "paged on torch tensors")
+    tq = torch.from_numpy(vq).requires_grad_()
+    check(raises(lambda: attntune.attention(tq, torch.from_numpy(vk), torch.from_numpy(vv), cu_seqlens_q=cu_q,
+                                            cu_seqlens_kv=cu_kv), E, attntune.EUNSUPPORTED),
+          "varlen on tensors that require grad raises EUNSUPPORTED")
+
 print("%d failure(s)" % failures)
 sys.exit(1 if failures else 0)

@@ -16,6 +16,9 @@ libattn's CUDA target opens, stream-ordered on torch's current stream like any t
 synchronisation; with a libattn older than attn_execute_async the stream is synchronised and the call waits). The
 result has the inputs' dtype. Score modifiers, attn.h's (0 or None: off): window=, softcap=, alibi_slopes= (one slope
 per query head) on attention(), plan() and describe(); forward only (EUNSUPPORTED on tensors that require grad).
+Serving layouts on the CPU, forward only: attention() and describe() take cu_seqlens_q=/cu_seqlens_kv= (a packed
+variable-length batch, attn_execute_varlen) or block_table=/seq_lens_kv=/page_size= (a paged KV cache,
+attn_execute_paged); attention()'s docstring gives their shapes.
 
 Training: attention() on torch tensors is differentiable (a torch.autograd.Function) when grad mode is on and q, k or
 v requires grad: the forward runs attn_execute_lse and keeps each row's log-sum-exp (fp32), the backward runs
@@ -138,6 +141,10 @@ def _load():
         lib.attn_execute_lse.argtypes = [vp, vp, vp, vp, vp, vp]
         lib.attn_plan_create_backward.argtypes = [vp, ctypes.POINTER(_Problem), ctypes.POINTER(vp)]
         lib.attn_execute_backward.argtypes = [vp] + [vp] * 9
+    if hasattr(lib, "attn_execute_varlen"):  # serving layouts: a libattn older than them refuses (_layout_call)
+        lib.attn_execute_varlen.argtypes = [vp] * 7
+    if hasattr(lib, "attn_execute_paged"):
+        lib.attn_execute_paged.argtypes = [vp, vp, vp, vp, ctypes.c_int, ctypes.c_int, vp, ctypes.c_int, vp, vp]
     lib.attn_plan_describe.argtypes = [vp]
     lib.attn_plan_describe.restype = ctypes.c_char_p
     lib.attn_plan_destroy.argtypes = [vp]
@@ -452,6 +459,161 @@ class _Args:
                                                    self.slopes.ctypes.data)
 
 
+def _int_array(name, x, ndim):
+    """x (a sequence, NumPy array or torch tensor of integers) as a C-contiguous int32 NumPy array of ndim
+    dimensions, on the host (libattn reads lengths and page indices there)."""
+    if _is_torch(x):
+        import torch
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError("%s has dtype %s: expected integers" % (name, x.dtype))
+        a = x.detach().cpu().numpy()
+    else:
+        if isinstance(x, (str, bytes, numbers.Number)) or x is None:
+            raise TypeError("%s is of type %s: expected a sequence, array or tensor of integers"
+                            % (name, type(x).__name__))
+        try:
+            a = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError("%s: not an array of integers (%s)" % (name, e)) from None
+        if a.size == 0 and a.dtype == np.float64:   # [] or [[]]: no values, of no particular type
+            a = a.astype(np.int64)
+        if a.dtype.kind not in "iu":
+            raise TypeError("%s has dtype %s: expected integers" % (name, a.dtype))
+    if a.ndim != ndim:
+        raise Error(EINVAL, "%s has shape %s: expected %d dimension%s" % (name, a.shape, ndim, "s" * (ndim > 1)))
+    if a.size and (int(a.min()) < -2**31 or int(a.max()) > _INT_MAX):
+        raise Error(EINVAL, "%s has values outside int32's range" % name)
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _cu_seqlens(name, cu, total):
+    """A cumulative-lengths array: from 0, non-decreasing, ending at total (the packed array's rows)."""
+    a = _int_array(name, cu, 1)
+    if a.shape[0] < 2:
+        raise Error(EINVAL, "%s has %d entries: expected batch + 1 >= 2 (cumulative lengths from 0)"
+                    % (name, a.shape[0]))
+    if a[0] != 0:
+        raise Error(EINVAL, "%s[0] is %d: cumulative lengths start at 0" % (name, a[0]))
+    drop = np.flatnonzero(np.diff(a) < 0)
+    if drop.size:
+        i = int(drop[0]) + 1
+        raise Error(EINVAL, "%s decreases at %d (%d then %d): lengths must be >= 0" % (name, i, a[i - 1], a[i]))
+    if a[-1] != total:
+        raise Error(EINVAL, "%s ends at %d, but the packed array has %d rows" % (name, a[-1], total))
+    return a
+
+
+class _Layout:
+    """_Args of a serving layout: varlen (cu_seqlens_q/kv: q [total_q][heads][d], k [total_kv][heads_kv][d],
+    v [total_kv][heads_kv][d_v], the result [total_q][heads][d_v]; batch the sequences, n and n_kv the longest) or
+    paged (block_table, seq_lens_kv, page_size: q [batch][heads][n][d], k_pages [num_pages][page_size][heads_kv][d],
+    v_pages [..][d_v], block_table [batch][max_pages], the result [batch][heads][n][d_v]; n_kv = max_pages *
+    page_size, what the table can address). The problem carries varlen = 1 or page_size, as the tuner's rows."""
+
+    def __init__(self, q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes, cu_seqlens_q,
+                 cu_seqlens_kv, block_table, seq_lens_kv, page_size):
+        self.kind, dtype, self.target, self.device = _inputs(q, k, v)
+        self.dtype = q.dtype
+        self.varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
+        paged = block_table is not None or seq_lens_kv is not None or page_size is not None
+        if self.varlen and paged:
+            raise Error(EINVAL, "cu_seqlens_q/cu_seqlens_kv (varlen) and block_table/seq_lens_kv/page_size (paged) "
+                        "are two layouts: give one")
+        self.shapes = tuple(tuple(int(s) for s in x.shape) for x in (q, k, v))
+        qs, ks, vs = self.shapes
+        if self.varlen:
+            if cu_seqlens_q is None or cu_seqlens_kv is None:
+                raise Error(EINVAL, "varlen needs both cu_seqlens_q and cu_seqlens_kv")
+            if not len(qs) == len(ks) == len(vs) == 3:
+                raise Error(EINVAL, "varlen: q, k and v have shapes %s, %s and %s: expected (total_q, heads, d), "
+                            "(total_kv, heads_kv, d) and (total_kv, heads_kv, d_v)" % (qs, ks, vs))
+            (tq, h, d), (tk, hk, dk), dv = qs, ks, vs[2]
+            self.cu_q = _cu_seqlens("cu_seqlens_q", cu_seqlens_q, tq)
+            self.cu_kv = _cu_seqlens("cu_seqlens_kv", cu_seqlens_kv, tk)
+            if self.cu_q.shape[0] != self.cu_kv.shape[0]:
+                raise Error(EINVAL, "cu_seqlens_q has %d entries and cu_seqlens_kv %d: one sequence each, batch + 1 "
+                            "entries both" % (self.cu_q.shape[0], self.cu_kv.shape[0]))
+            b = self.cu_q.shape[0] - 1
+            n, nk = int(np.diff(self.cu_q).max()), int(np.diff(self.cu_kv).max())
+            self.out_shape = (tq, h, dv)
+        else:
+            if block_table is None or seq_lens_kv is None:
+                raise Error(EINVAL, "paged needs block_table and seq_lens_kv (page_size is k_pages' second dimension)")
+            if not len(qs) == len(ks) == len(vs) == 4:
+                raise Error(EINVAL, "paged: q, k_pages and v_pages have shapes %s, %s and %s: expected (batch, heads, "
+                            "n, d), (num_pages, page_size, heads_kv, d) and (num_pages, page_size, heads_kv, d_v)"
+                            % (qs, ks, vs))
+            (b, h, n, d), (self.num_pages, ps, hk, dk), dv = qs, ks, vs[3]
+            if page_size is not None:
+                if isinstance(page_size, (bool, np.bool_)) or not isinstance(page_size, numbers.Integral):
+                    raise TypeError("page_size is of type %s: expected an int" % type(page_size).__name__)
+                if page_size != ps:
+                    raise Error(EINVAL, "page_size=%d, but k_pages has pages of %d (shape %s)" % (page_size, ps, ks))
+            self.page_size = ps
+            self.table = _int_array("block_table", block_table, 2)
+            self.lens = _int_array("seq_lens_kv", seq_lens_kv, 1)
+            if self.table.shape[0] != b or self.lens.shape[0] != b:
+                raise Error(EINVAL, "block_table has %d rows and seq_lens_kv %d entries: one per sequence of q's "
+                            "batch %d" % (self.table.shape[0], self.lens.shape[0], b))
+            self.max_pages = self.table.shape[1]
+            if self.num_pages == 0 or ps == 0 or self.max_pages == 0:
+                raise Error(EINVAL, "paged: no pages (num_pages %d, page_size %d, max_pages %d)"
+                            % (self.num_pages, ps, self.max_pages))
+            nk = self.max_pages * ps
+            if nk > _INT_MAX:
+                raise Error(EINVAL, "block_table addresses %d keys per sequence: at most %d" % (nk, _INT_MAX))
+            self.out_shape = (b, h, n, dv)
+        if tuple(ks[:-1]) != tuple(vs[:-1]):
+            raise Error(EINVAL, "k has shape %s and v %s: they must be the same but for the last dimension (d_v)"
+                        % (ks, vs))
+        if dk != d:
+            raise Error(EINVAL, "q has d = %d and k %d: they must be the same" % (d, dk))
+        if hk == 0 or h % hk:
+            raise Error(EINVAL, "heads_kv = %d does not divide heads = %d (grouped-query attention)" % (hk, h))
+        if d == 0:
+            raise Error(EINVAL, "q and k have d = 0 (their last dimension): no score, and no 1/sqrt(d) to scale it by")
+        causal, scale, tolerance, algo = _causal(causal), _scale(scale), _tolerance(tolerance), _algo(algo)
+        window, softcap = _window(window), _softcap(softcap)
+        self.slopes = _slopes(alibi_slopes, h)
+        self.mods = bool(window or softcap or self.slopes is not None)
+        # an empty result runs nothing; sequences that all have no key give zeros without a kernel
+        self.zeros = nk == 0
+        empty = math.prod(self.out_shape) == 0 or n == 0
+        self.problem = None if empty or self.zeros else _Problem(
+            batch=b, heads=h, n=n, d=d, n_kv=nk, heads_kv=hk, dtype=dtype, causal=causal, scale=scale,
+            tolerance=tolerance, algo=algo, d_v=dv, window=window, softcap=softcap,
+            alibi_slopes=None if self.slopes is None else self.slopes.ctypes.data,
+            page_size=0 if self.varlen else self.page_size, varlen=int(self.varlen))
+
+
+def _layout_call(lib, rt, plan, a, xs, o):
+    """attn_execute_varlen or attn_execute_paged of plan for _Layout a on xs (q, k, v) into o."""
+    fn = "attn_execute_varlen" if a.varlen else "attn_execute_paged"
+    if not hasattr(lib, fn):
+        raise Error(EUNSUPPORTED, "this libattn (%s) has no %s: the layout needs a newer one" % (library_path(), fn))
+    q, k, v = (_ptr(x) for x in xs)
+    if a.varlen:
+        rc = lib.attn_execute_varlen(plan, a.cu_q.ctypes.data, a.cu_kv.ctypes.data, q, k, v, _ptr(o))
+    else:
+        rc = lib.attn_execute_paged(plan, q, k, v, a.num_pages, a.page_size, a.table.ctypes.data, a.max_pages,
+                                    a.lens.ctypes.data, _ptr(o))
+    if rc != OK:
+        raise Error(rc, _last_error(lib, rt))
+
+
+def _layout_attention(a, dbp, q, k, v):
+    if a.problem is None:
+        return (_zeros if a.zeros else _new_out)(a.kind, a.out_shape, q)
+    xs = _contiguous(a.kind, a.target, (q, k, v))
+    o = _new_out(a.kind, a.out_shape, xs[0])
+    if a.target == _TARGET_CUDA:   # attn_execute_varlen/paged return when done, on the default stream
+        _cuda_stream(None, a.device).synchronize()
+    with _lock:
+        rt = _runtime(dbp, a.target)
+        _layout_call(rt.lib, rt.rt, rt.cached(a.problem), a, xs, o)
+    return o
+
+
 def _run(lib, rt, target, plan, xs, o, stream):
     """Executes plan on xs (q, k, v in attn.h's layout) into o. CUDA: on `stream` (a torch stream) without waiting
     when libattn has attn_execute_async, else after synchronising the stream, waiting for the result."""
@@ -504,7 +666,8 @@ def _cuda_stream(stream, device):
 # --- the API ---------------------------------------------------------------------------------------------------
 
 def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, return_lse=False, window=0,
-              softcap=0.0, alibi_slopes=None):
+              softcap=0.0, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None,
+              seq_lens_kv=None, page_size=None):
     """softmax(scale * q k^T) v for NumPy arrays or PyTorch tensors (layouts, empty sizes and errors: the module's
     docstring).
 
@@ -521,7 +684,32 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     Score modifiers (attn.h's; 0 / None: off), with i' = i + n_kv - n: window w > 0 lets row i see key j only if
     i' - w < j <= i' (causal) or |i' - j| < w (not causal); softcap c > 0 makes each scaled score c*tanh(s/c);
     alibi_slopes (a sequence, array or tensor of one finite slope per query head) adds -slope_h*|i' - j| to it. A
-    row that sees no key is 0. No backward has them: on tensors that require grad they raise EUNSUPPORTED."""
+    row that sees no key is 0. On tensors that require grad the backward has to take them (else EUNSUPPORTED).
+
+    Serving layouts (CPU; forward only), the plan made for them and served their tuned rows (attntune tune --varlen,
+    --page-size):
+    - varlen, FlashAttention's packed batch: cu_seqlens_q and cu_seqlens_kv (batch + 1 cumulative lengths from 0,
+      sequences of int, arrays or tensors), q (total_q, heads, d), k (total_kv, heads_kv, d), v (total_kv, heads_kv,
+      d_v); the result (total_q, heads, d_v). Each sequence is its own problem (causal bottom-right within it); a
+      sequence without keys gives zero rows. attn_execute_varlen.
+    - paged, vLLM's KV cache: block_table (batch, max_pages) of page indices and seq_lens_kv (batch,) the keys of
+      each sequence, q (batch, heads, n, d), k (num_pages, page_size, heads_kv, d), v (num_pages, page_size,
+      heads_kv, d_v); page_size, when given, must be k's second dimension. The result (batch, heads, n, d_v).
+      attn_execute_paged."""
+    if any(x is not None for x in (cu_seqlens_q, cu_seqlens_kv, block_table, seq_lens_kv, page_size)):
+        a = _Layout(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes, cu_seqlens_q,
+                    cu_seqlens_kv, block_table, seq_lens_kv, page_size)
+        dbp = _db_path(db)
+        if not isinstance(return_lse, (bool, np.bool_)):
+            raise TypeError("return_lse is of type %s: expected a bool" % type(return_lse).__name__)
+        what = "cu_seqlens_q/cu_seqlens_kv (varlen)" if a.varlen else "block_table (paged)"
+        if return_lse:
+            raise Error(EUNSUPPORTED, "return_lse with %s: attn_execute_varlen and attn_execute_paged write no lse"
+                        % what)
+        if a.kind == "torch" and _needs_grad(q, k, v):
+            raise Error(EUNSUPPORTED, "%s on tensors that require grad: these layouts have no backward; run under "
+                        "torch.no_grad(), or detach the inputs" % what)
+        return _layout_attention(a, dbp, q, k, v)
     a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
     dbp = _db_path(db)
     if not isinstance(return_lse, (bool, np.bool_)):
@@ -674,10 +862,15 @@ def _function():
 
 
 def describe(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolerance=0.0, window=0, softcap=0.0,
-             alibi_slopes=None):
+             alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None, block_table=None, seq_lens_kv=None,
+             page_size=None):
     """The plan attention() runs for the same arguments, as attn_plan_describe says it:
     "flash d=64 Br=64 Bc=128 cpu f32 (tuned)" (a configuration from the database) or "... (default)"."""
-    a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
+    if any(x is not None for x in (cu_seqlens_q, cu_seqlens_kv, block_table, seq_lens_kv, page_size)):
+        a = _Layout(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes, cu_seqlens_q,
+                    cu_seqlens_kv, block_table, seq_lens_kv, page_size)
+    else:
+        a = _Args(q, k, v, causal, scale, algo, tolerance, window, softcap, alibi_slopes)
     dbp = _db_path(db)
     if a.problem is None:
         return _EMPTY_DESCRIBE
