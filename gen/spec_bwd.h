@@ -1,4 +1,5 @@
-/* spec_bwd.h: the CPU flash backward's specs (templates/flash_bwd.c): which ones its template takes. */
+/* spec_bwd.h: the CPU backward's specs (templates/flash_bwd.c, and templates/lowrank_bwd.c for lowrank's
+ * approximation): which ones the templates take. */
 #ifndef ATTN_SPEC_BWD_H
 #define ATTN_SPEC_BWD_H
 
@@ -12,7 +13,8 @@
 /* Bytes of a thread's scratch for the blocks of the backward of s (what grows with Br, Bc, d and d_v). */
 long attn_spec_backward_scratch(const attn_spec *s);
 
-/* attn_spec_check, then what the CPU backward template needs: flash on the cpu; Br and Bc each in
+/* attn_spec_check, then what the CPU backward templates need: lowrank on the cpu as attn_spec_check takes it (the
+ * forward's spec: the same features), or flash on the cpu with Br and Bc each in
  * 1..ATTN_BWD_MAX_BLOCK (tuned apart, as FlashAttention-2 does); the blocks' scratch within ATTN_BWD_MAX_SCRATCH;
  * no split or unroll (forward-only fields: a value would name the same kernel twice). ATTN_OK, or ATTN_EINVAL /
  * ATTN_EUNSUPPORTED with a one-line reason in err. */

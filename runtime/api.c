@@ -559,12 +559,16 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
   attn_problem p = {0};
   int rc = attn_problem_normalize(rt, prob, &p);
   if (rc != ATTN_OK) return rc;
-  if (p.algo == ATTN_ALGO_LOWRANK)
+  if (s->algo == ATTN_ALGO_LOWRANK && rt->target == ATTN_TARGET_CUDA)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
-                     "attn_plan_create_backward: lowrank's backward (its approximation's gradient) is not implemented");
-  if (attn_problem_has_mods(&p))
+                     "attn_plan_create_backward: the CUDA backward has no lowrank (its gradient runs on the CPU)");
+  if (s->algo == ATTN_ALGO_LOWRANK && p.tolerance <= 0)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
-                     "attn_plan_create_backward: no backward for window, softcap or ALiBi yet (the forward has them)");
+                     "attn_plan_create_backward: lowrank is approximate: it needs a problem tolerance > 0");
+  if (attn_problem_has_mods(&p) && rt->target == ATTN_TARGET_CUDA)
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create_backward: the CUDA backward applies no window, softcap or ALiBi (the CPU "
+                     "backward does)");
   if (rt->target != ATTN_TARGET_CPU)
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "attn_plan_create_backward: CUDA backward kernels take no given spec (attn_plan_create_backward "
@@ -574,6 +578,11 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
                      "attn_plan_create_backward: spec (d=%d d_v=%d causal=%d %s) does not match the problem (d=%d "
                      "d_v=%d causal=%d %s)", s->d, attn_spec_dv(s), s->causal, attn_dtype_name(s->dtype), p.d, p.d_v,
                      p.causal, attn_dtype_name(p.dtype));
+  if (s->window != (p.window > 0) || s->softcap != (p.softcap > 0) || s->alibi != (p.alibi_slopes != NULL))
+    return attn_fail(rt, ATTN_EINVAL,
+                     "attn_plan_create_backward: spec (window=%d softcap=%d alibi=%d) does not match the problem "
+                     "(window=%d softcap=%g alibi %s)", s->window, s->softcap, s->alibi, p.window, (double)p.softcap,
+                     p.alibi_slopes ? "on" : "off");
   char err[512];
   rc = attn_spec_check_backward(s, err, sizeof err);
   if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
@@ -583,8 +592,18 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
   plan->p = p;
   plan->spec = *s;
   plan->backward = 1;
+  if (p.alibi_slopes) { /* the plan's own copy, as attn_plan_create_spec's */
+    plan->alibi = malloc(sizeof(float) * (size_t)p.heads);
+    if (!plan->alibi) {
+      free(plan);
+      return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
+    }
+    memcpy(plan->alibi, p.alibi_slopes, sizeof(float) * (size_t)p.heads);
+    plan->p.alibi_slopes = plan->alibi;
+  }
   rc = attn_cpu_load_backward(rt, s, count_io, &plan->cpu);
   if (rc != ATTN_OK) {
+    free(plan->alibi);
     free(plan);
     return rc;
   }
@@ -613,7 +632,18 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
   char origin[128] = "default", err[512];
   attn_problem any = p;
   any.algo = ATTN_ALGO_AUTO;
-  int tuned = rt->target == ATTN_TARGET_CPU && p.algo != ATTN_ALGO_LOWRANK && !attn_problem_has_mods(&p) &&
+  if (p.algo == ATTN_ALGO_LOWRANK && rt->target == ATTN_TARGET_CUDA)
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create_backward: the CUDA backward has no lowrank (its gradient runs on the CPU)");
+  /* the gradient of what attn_plan_create runs: lowrank's approximation where a lowrank row serves the forward (the
+   * same spec: the same features), else flash's exact one */
+  if (rt->target == ATTN_TARGET_CPU && p.tolerance > 0 && (p.algo == ATTN_ALGO_AUTO || p.algo == ATTN_ALGO_LOWRANK)) {
+    rc = attn_plan_choose(rt, &p, &s, origin, sizeof origin);
+    if (rc != ATTN_OK) return rc;
+    if (s.algo == ATTN_ALGO_LOWRANK) return attn_plan_create_backward_spec(rt, &p, &s, 0, origin, out);
+    snprintf(origin, sizeof origin, "default");
+  }
+  int tuned = rt->target == ATTN_TARGET_CPU && p.algo != ATTN_ALGO_LOWRANK &&
               tuned_spec(rt, &any, "bwd", &s, origin, sizeof origin) == 0;
   if (tuned && (s.algo != ATTN_ALGO_FLASH || attn_spec_check_backward(&s, err, sizeof err) != ATTN_OK)) {
     tuned = 0; /* a row the backward template does not take (made elsewhere): the default serves */
@@ -622,6 +652,9 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
   if (!tuned) {
     s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
     s.dv = p.d_v != p.d ? p.d_v : 0;
+    s.window = p.window > 0;
+    s.softcap = p.softcap > 0;
+    s.alibi = p.alibi_slopes != NULL;
     s.br = 64;
     s.bc = 64;
   }
@@ -638,7 +671,8 @@ ATTN_API int attn_execute_backward(const attn_plan *plan, const void *q, const v
   const void *const ptr[] = {q, k, v, o, lse, dout, dq, dk, dv};
   static const char *const name[] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
   for (size_t i = 0; i < sizeof ptr / sizeof ptr[0]; i++)
-    if (!ptr[i]) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: %s is NULL", name[i]);
+    if (!ptr[i] && !(i == 4 && plan->spec.algo == ATTN_ALGO_LOWRANK)) /* lowrank's gradient reads no lse */
+      return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: %s is NULL", name[i]);
   const attn_problem *p = &plan->p;
   if (plan->cuda) return attn_cuda_run_backward(rt, plan->cuda, p, q, k, v, o, lse, dout, dq, dk, dv);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_backward: plan has no kernel");

@@ -189,9 +189,16 @@ void   attn_visible_keys(const attn_problem *p, long i, long *lo, long *hi);
 double attn_score_mod(const attn_problem *p, double s, long h, long i, long j);
 /* fp64 backward of the same problem from the definition: P = softmax(S) over the keys a row sees, dV = Pᵀ dO,
  * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q (GQA: dK, dV summed over the query heads
- * of a KV head). o: the forward output the kernel is given (the problem's layout), or NULL for the fp64 forward's. */
+ * of a KV head). o: the forward output the kernel is given (the problem's layout), or NULL for the fp64 forward's.
+ * The window, softcap and ALiBi as attn_reference applies them; softcap c multiplies dS by 1 − tanh²(s/c). */
 void   attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
                                const float *dout, double *dq, double *dk, double *dv);
+/* lowrank's approximation (templates/lowrank.c, spec s: its features, rank and seed) in fp64: o as the kernel's
+ * O_i = sum_j a_ij v_j / sum_j a_ij with a_ij = phi(q_i).phi(k_j) over the keys row i sees (0 for none); and, when dq
+ * is not NULL, the gradients of L = sum(dout ∘ O) in q, k and v (GQA: dk, dv summed over the query heads), the
+ * definition templates/lowrank_bwd.c computes. ATTN_OK, or ATTN_ENOMEM. */
+int    attn_reference_lowrank(const attn_problem *p, const attn_spec *s, const float *q, const float *k, const float *v,
+                              const float *dout, double *o, double *dq, double *dk, double *dv);
 /* ||out - ref||_F / ||ref||_F; INFINITY when out holds a NaN or Inf. */
 double attn_rel_error(const double *ref, const float *out, size_t count);
 /* Fresh uniform(-1, 1) values from a seed (xoshiro-style; reproducible per seed). */

@@ -121,11 +121,13 @@ void attn_reference_backward(const attn_problem *p, const float *q, const float 
   memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
   memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
   double *P = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
+  double *C = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
   double *orow = malloc(sizeof(double) * (size_t)dvw);
-  if (!P || !orow) {
+  if (!P || !C || !orow) {
     /* no way to report from here: NaN gradients fail the comparison loudly */
     for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;
     free(P);
+    free(C);
     free(orow);
     return;
   }
@@ -138,37 +140,41 @@ void attn_reference_backward(const attn_problem *p, const float *q, const float 
       double *dqh = dq + (b * heads + h) * n * d;
       double *dkh = dk + (b * heads_kv + hk) * n_kv * d, *dvh = dv + (b * heads_kv + hk) * n_kv * dvw;
       for (long i = 0; i < n; i++) {
-        long visible = n_kv;
-        if (p->causal) {
-          long last = i + (n_kv - n);
-          visible = last < 0 ? 0 : last + 1 < n_kv ? last + 1 : n_kv;
-        }
-        if (visible == 0) continue;
+        long lo, hi;
+        attn_visible_keys(p, i, &lo, &hi);
+        if (hi <= lo) continue;
         double mx = -INFINITY, sum = 0;
-        for (long j = 0; j < visible; j++) {
+        for (long j = lo; j < hi; j++) {
           double acc = 0;
           for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-          P[j] = acc * scale;
+          P[j] = attn_score_mod(p, acc * scale, h, i, j);
+          /* the softcap's derivative d/ds c tanh(s/c) = 1 - tanh^2(s/c), applied to dS below */
+          if (p->softcap > 0) {
+            const double t = tanh(acc * scale / (double)p->softcap);
+            C[j] = 1.0 - t * t;
+          } else {
+            C[j] = 1.0;
+          }
           if (P[j] > mx) mx = P[j];
         }
-        for (long j = 0; j < visible; j++) sum += (P[j] = exp(P[j] - mx));
-        for (long j = 0; j < visible; j++) P[j] /= sum;
+        for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
+        for (long j = lo; j < hi; j++) P[j] /= sum;
         /* D = rowsum(dO ∘ O), O the given one or this forward's */
         for (long c = 0; c < dvw; c++) {
           orow[c] = 0;
           if (oh) orow[c] = oh[i * dvw + c];
           else
-            for (long j = 0; j < visible; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+            for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
         }
         double D = 0;
         for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
-        for (long j = 0; j < visible; j++) {
+        for (long j = lo; j < hi; j++) {
           double dp = 0;
           for (long c = 0; c < dvw; c++) {
             dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
             dvh[j * dvw + c] += P[j] * (double)gh[i * dvw + c];
           }
-          const double ds = P[j] * (dp - D);
+          const double ds = P[j] * (dp - D) * C[j];
           for (long c = 0; c < d; c++) {
             dqh[i * d + c] += scale * ds * (double)kh[j * d + c];
             dkh[j * d + c] += scale * ds * (double)qh[i * d + c];
@@ -177,5 +183,171 @@ void attn_reference_backward(const attn_problem *p, const float *q, const float 
       }
     }
   free(P);
+  free(C);
   free(orow);
+}
+
+/* lowrank's feature map (templates/lowrank.c) in fp64: the same Taylor table, or the same Gaussian directions (its
+ * generator, rounded to float as the kernel stores them). */
+typedef struct {
+  long r, d;
+  int taylor;
+  float *w;     /* random: r x d */
+  int *par, *var;
+  double *coef; /* Taylor */
+} lr_map;
+
+static uint64_t lr_next64(uint64_t *st) {
+  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static int lr_map_init(const attn_spec *s, long d, lr_map *m) {
+  memset(m, 0, sizeof *m);
+  m->d = d;
+  m->taylor = s->feature == ATTN_FEAT_TAYLOR;
+  if (!m->taylor) {
+    m->r = s->rank;
+    m->w = malloc(sizeof(float) * (size_t)(m->r * d + 1));
+    if (!m->w) return -1;
+    uint64_t st = (uint64_t)s->seed * 0x2545F4914F6CDD1Dull + 1;
+    for (long i = 0; i < m->r * d; i += 2) {
+      const double u1 = ((lr_next64(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+      const double u2 = (lr_next64(&st) >> 11) * (1.0 / 9007199254740992.0);
+      const double rad = sqrt(-2.0 * log(u1));
+      m->w[i] = (float)(rad * cos(6.283185307179586 * u2));
+      if (i + 1 < m->r * d) m->w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
+    }
+    return 0;
+  }
+  m->r = attn_taylor_rank((int)d, s->degree, 1L << 16);
+  if (m->r < 1) return -1;
+  m->par = malloc(sizeof(int) * (size_t)m->r), m->var = malloc(sizeof(int) * (size_t)m->r);
+  m->coef = malloc(sizeof(double) * (size_t)m->r);
+  if (!m->par || !m->var || !m->coef) return -1;
+  long cnt = 1, lo = 0;
+  m->par[0] = m->var[0] = -1;
+  m->coef[0] = 1.0;
+  for (int deg = 1; deg <= s->degree; deg++) {
+    const long hi = cnt;
+    for (long p = lo; p < hi; p++) {
+      const int lastv = m->var[p];
+      int runlen = 0;
+      for (long t = p; t > 0 && m->var[t] == lastv; t = m->par[t]) runlen++;
+      for (int i = lastv < 0 ? 0 : lastv; i < d; i++, cnt++) {
+        m->par[cnt] = (int)p;
+        m->var[cnt] = i;
+        m->coef[cnt] = 1.0 / sqrt((double)(i == lastv ? runlen + 1 : 1));
+      }
+    }
+    lo = hi;
+  }
+  return 0;
+}
+
+static void lr_map_free(lr_map *m) { free(m->w), free(m->par), free(m->var), free(m->coef); }
+
+/* phi(x) of x = sq row into f (r), no constant factored out. */
+static void lr_phi64(const lr_map *m, const float *row, double sq, double *x, double *f) {
+  double nrm = 0;
+  for (long i = 0; i < m->d; i++) {
+    x[i] = sq * (double)row[i];
+    nrm += x[i] * x[i];
+  }
+  if (m->taylor) {
+    f[0] = 1;
+    for (long t = 1; t < m->r; t++) f[t] = f[m->par[t]] * x[m->var[t]] * m->coef[t];
+    return;
+  }
+  for (long t = 0; t < m->r; t++) {
+    double e = 0;
+    for (long i = 0; i < m->d; i++) e += (double)m->w[t * m->d + i] * x[i];
+    f[t] = exp(e - 0.5 * nrm);
+  }
+}
+
+/* out (d) += sq dL/dx from g = dL/dphi at x with features f (g is overwritten for Taylor). */
+static void lr_chain64(const lr_map *m, double sq, const double *x, const double *f, double *g, double *out) {
+  if (m->taylor) {
+    for (long t = m->r - 1; t >= 1; t--) {
+      out[m->var[t]] += sq * g[t] * f[m->par[t]] * m->coef[t];
+      g[m->par[t]] += g[t] * x[m->var[t]] * m->coef[t];
+    }
+    return;
+  }
+  for (long t = 0; t < m->r; t++)
+    for (long i = 0; i < m->d; i++) out[i] += sq * g[t] * f[t] * ((double)m->w[t * m->d + i] - x[i]);
+}
+
+int attn_reference_lowrank(const attn_problem *p, const attn_spec *s, const float *q, const float *k, const float *v,
+                           const float *dout, double *o, double *dq, double *dk, double *dv) {
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
+  const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d), sq = sqrt(scale);
+  lr_map m;
+  int rc = lr_map_init(s, d, &m);
+  const long r = m.r;
+  double *fk = rc ? NULL : malloc(sizeof(double) * (size_t)(n_kv * r + 1));
+  double *gk = rc ? NULL : malloc(sizeof(double) * (size_t)(n_kv * r + 1));
+  double *fq = malloc(sizeof(double) * (size_t)(r + 1)), *gq = malloc(sizeof(double) * (size_t)(r + 1));
+  double *x = malloc(sizeof(double) * (size_t)d), *a = malloc(sizeof(double) * (size_t)(n_kv + 1));
+  rc = !fk || !gk || !fq || !gq || !x || !a ? -1 : 0;
+  if (dq && !rc) {
+    memset(dq, 0, sizeof(double) * (size_t)(p->batch * heads * n * d));
+    memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
+    memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
+  }
+  for (long b = 0; b < p->batch && !rc; b++)
+    for (long hk = 0; hk < heads_kv; hk++) {
+      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dvw;
+      for (long j = 0; j < n_kv; j++) lr_phi64(&m, kh + j * d, sq, x, fk + j * r);
+      memset(gk, 0, sizeof(double) * (size_t)(n_kv * r));
+      for (long h = hk * group; h < (hk + 1) * group; h++) {
+        const long bh = b * heads + h;
+        for (long i = 0; i < n; i++) {
+          long lo, hi;
+          attn_visible_keys(p, i, &lo, &hi);
+          double *oi = o + (bh * n + i) * dvw;
+          for (long c = 0; c < dvw; c++) oi[c] = 0;
+          if (hi <= lo) continue;
+          lr_phi64(&m, q + (bh * n + i) * d, sq, x, fq);
+          double den = 0;
+          for (long j = lo; j < hi; j++) {
+            a[j] = 0;
+            for (long t = 0; t < r; t++) a[j] += fq[t] * fk[j * r + t];
+            den += a[j];
+          }
+          for (long j = lo; j < hi; j++)
+            for (long c = 0; c < dvw; c++) oi[c] += a[j] / den * (double)vh[j * dvw + c];
+          if (!dq) continue;
+          const float *gi = dout + (bh * n + i) * dvw;
+          double D = 0;
+          for (long c = 0; c < dvw; c++) D += (double)gi[c] * oi[c];
+          memset(gq, 0, sizeof(double) * (size_t)r);
+          for (long j = lo; j < hi; j++) {
+            double dp = 0;
+            for (long c = 0; c < dvw; c++) {
+              dp += (double)gi[c] * (double)vh[j * dvw + c];
+              dv[((b * heads_kv + hk) * n_kv + j) * dvw + c] += a[j] / den * (double)gi[c];
+            }
+            const double da = (dp - D) / den;
+            for (long t = 0; t < r; t++) {
+              gq[t] += da * fk[j * r + t];
+              gk[j * r + t] += da * fq[t];
+            }
+          }
+          lr_chain64(&m, sq, x, fq, gq, dq + (bh * n + i) * d);
+        }
+      }
+      if (!dq) continue;
+      for (long j = 0; j < n_kv; j++) {
+        lr_phi64(&m, kh + j * d, sq, x, fq);
+        lr_chain64(&m, sq, x, fq, gk + j * r, dk + ((b * heads_kv + hk) * n_kv + j) * d);
+      }
+    }
+  lr_map_free(&m);
+  free(fk), free(gk), free(fq), free(gq), free(x), free(a);
+  return rc ? ATTN_ENOMEM : ATTN_OK;
 }

@@ -26,6 +26,14 @@
  * Inf as the fp64 backward of the same formulas does (a row whose visible scores are all -inf has lse = -inf and
  * P = exp(NaN): NaN gradients).
  *
+ * Score modifiers (attn.h), compiled in only when the spec asks, as in templates/flash.c: ATTN_WINDOW (a->window =
+ * w > 0: with i' = i + n_kv - n, causal i' - w < j <= i', else |i' - j| < w) masks like the causal diagonal (each
+ * row sees the contiguous keys [lo, hi), each key the contiguous rows that see it), and a key block is loaded only
+ * for the query blocks whose rows reach it, so work and traffic follow the window, not n_kv; ATTN_SOFTCAP (c > 0):
+ * the recomputed score is c tanh(s / c) and dS is multiplied by its derivative 1 - tanh^2(s / c); ATTN_ALIBI (one
+ * slope per query head): the recomputed score gains -slope |i' - j| after the softcap (a constant: no factor on
+ * dS). P uses the forward's lse, which holds the same modified scores.
+ *
  * I/O accounting (ATTN_IO_READ / ATTN_IO_WRITE), in elements; the partials and D are slow-memory traffic. A key item
  * writes its G n rows of dQ partials once (zeros, d a row) and reads O and dO once (D: 2 d_v a row, written as one
  * entry a row). Per key block it reads K_j and V_j (cols (d + d_v)) when some query sees the block, and writes dK_j
@@ -46,6 +54,15 @@
 #endif
 #ifndef ATTN_DV
 #define ATTN_DV ATTN_D
+#endif
+#ifndef ATTN_WINDOW
+#define ATTN_WINDOW 0
+#endif
+#ifndef ATTN_SOFTCAP
+#define ATTN_SOFTCAP 0
+#endif
+#ifndef ATTN_ALIBI
+#define ATTN_ALIBI 0
 #endif
 
 #ifndef ATTN_KERNEL_ABI_H
@@ -160,11 +177,29 @@ size_t attn_kernel_partials(const attn_kargs *a, long *merge_items) {
   return (size_t)fb_chunks(a) * (size_t)(a->batch * fb_heads_kv(a)) * fb_part_floats(a) * sizeof(float);
 }
 
-/* Keys visible to query i: j < fb_key_end(i) (n_kv without the mask; 0 or less for a row that sees none). */
-static inline long fb_key_end(const attn_kargs *a, long i) {
-  if (!ATTN_CAUSAL) return a->n_kv;
-  const long e = i + a->n_kv - a->n + 1;
+/* The window's width, 0 for none (a kernel without ATTN_WINDOW, or a->window <= 0). */
+static inline long fb_window(const attn_kargs *a) { return ATTN_WINDOW && a->window > 0 ? a->window : 0; }
+
+/* Keys visible to query i: fb_key_lo(i) <= j < fb_key_hi(i) (hi <= lo: none). Both are non-decreasing in i. */
+static inline long fb_key_hi(const attn_kargs *a, long i) {
+  const long ip = i + a->n_kv - a->n, w = fb_window(a);
+  long e = a->n_kv;
+  if (ATTN_CAUSAL) e = ip + 1;
+  else if (w) e = ip + w;
   return e < a->n_kv ? e : a->n_kv;
+}
+static inline long fb_key_lo(const attn_kargs *a, long i) {
+  const long w = fb_window(a), l = i + a->n_kv - a->n - w + 1;
+  return w && l > 0 ? l : 0;
+}
+/* Queries that see key j: fb_row_lo(j) <= i < fb_row_hi(j) (unclamped; the inverse of the two above). */
+static inline long fb_row_lo(const attn_kargs *a, long j) {
+  const long off = a->n_kv - a->n, w = fb_window(a);
+  return ATTN_CAUSAL ? j - off : w ? j - w + 1 - off : -1L - a->n_kv;
+}
+static inline long fb_row_hi(const attn_kargs *a, long j) {
+  const long w = fb_window(a);
+  return w ? j + w - (a->n_kv - a->n) : a->n + a->n_kv + 1;
 }
 
 /* K_j, V_j (cols rows from key j0 of KV head bkv) into fp32: K rows and K, V transposed (zero past cols). */
@@ -289,19 +324,66 @@ static inline fb_v fb_expv(fb_v x) {
   return fb_sel(under, (fb_v){0}, p * e);
 }
 
-/* For the rows x cols block: s = P = exp(scale Q Kᵀ - lse), ds = dS = P ∘ (dO Vᵀ - D), the columns up to whole tiles
- * past cols (zero K and V there: finite, never read). */
-static void fb_block(fb_scratch *w, float scale, int rows, int cols) {
+#if ATTN_SOFTCAP
+/* tanh lane by lane (templates/flash.c's fl_tanh in base e): 1 - 2 / (e^2x + 1) with x clamped to +-20, the odd
+ * series to x^15 below |x| = 1/2 where that difference cancels. NaN stays NaN. */
+static inline fb_v fb_tanh(fb_v x) {
+  x = fb_sel(x > 20.0f, fb_splat(20.0f), x);
+  x = fb_sel(x < -20.0f, fb_splat(-20.0f), x);
+  const fb_v big = 1.0f - 2.0f / (fb_expv(x + x) + 1.0f);
+  const fb_v x2 = x * x;
+  fb_v p = fb_splat(-929569.0f / 638512875.0f);
+  p = FB_FMA(p, x2, fb_splat(21844.0f / 6081075.0f));
+  p = FB_FMA(p, x2, fb_splat(-1382.0f / 155925.0f));
+  p = FB_FMA(p, x2, fb_splat(62.0f / 2835.0f));
+  p = FB_FMA(p, x2, fb_splat(-17.0f / 315.0f));
+  p = FB_FMA(p, x2, fb_splat(2.0f / 15.0f));
+  p = FB_FMA(p, x2, fb_splat(-1.0f / 3.0f));
+  return fb_sel(x2 < 0.25f, FB_FMA(x * x2, p, x), big);
+}
+#endif
+
+/* For the rows x cols block of query head h (rows from query i0, keys from j0): s = P = exp(mod(scale Q Kᵀ) - lse),
+ * ds = dS = P ∘ (dO Vᵀ - D) (times the softcap's derivative), the columns up to whole tiles past cols (zero K and V
+ * there: finite, never read). */
+static void fb_block(const attn_kargs *a, fb_scratch *w, float scale, long h, long i0, int rows, long j0, int cols) {
   const int width = FB_RUP(cols, FB_TC);
   fb_product(w->s, FB_BCP, rows, width, w->qr, FB_DP, 1, w->kt, FB_BCP, FB_D, 0);
   fb_product(w->ds, FB_BCP, rows, width, w->dor, FB_DVP, 1, w->vt, FB_BCP, FB_DV, 0);
+#if ATTN_SOFTCAP
+  const float cap = a->softcap > 0.0f ? a->softcap : 0.0f, icap = cap > 0.0f ? 1.0f / cap : 0.0f;
+#endif
+#if ATTN_ALIBI
+  const float slope = a->alibi ? a->alibi[h % a->heads] : 0.0f;
+  fb_v lane;
+  for (int l = 0; l < FB_VW; l++) lane[l] = (float)l;
+#endif
+  (void)a, (void)h, (void)i0, (void)j0;
   for (int r = 0; r < rows; r++) {
     float *restrict s = w->s + r * FB_BCP, *restrict ds = w->ds + r * FB_BCP;
     const fb_v lse = fb_splat(w->lse[r]), dd = fb_splat(w->dd[r]);
+#if ATTN_ALIBI
+    const float ip = (float)(i0 + r + a->n_kv - a->n);
+#endif
     for (int c = 0; c < width; c += FB_VW) {
-      const fb_v p = fb_expv(scale * FB_LD(s + c) - lse);
+      fb_v x = scale * FB_LD(s + c), g = FB_LD(ds + c) - dd;
+#if ATTN_SOFTCAP
+      if (cap > 0.0f) {
+        const fb_v t = fb_tanh(x * icap);
+        x = cap * t;
+        g = g * (1.0f - t * t);
+      }
+#endif
+#if ATTN_ALIBI
+      if (slope != 0.0f) {
+        fb_v dist = ip - ((float)(j0 + c) + lane);
+        dist = fb_sel(dist < 0.0f, -dist, dist);
+        x = FB_FMA(fb_splat(-slope), dist, x);
+      }
+#endif
+      const fb_v p = fb_expv(x - lse);
       FB_ST(s + c, p);
-      FB_ST(ds + c, p * (FB_LD(ds + c) - dd));
+      FB_ST(ds + c, p * g);
     }
   }
 }
@@ -323,30 +405,29 @@ static inline __attribute__((always_inline)) void fb_accumulate(float *restrict 
   }
 }
 
-/* Visible keys of row r of a block (query i0 + r, keys from j0): c < the result (clamped to cols; <= 0: none). */
-static inline long fb_cols_seen(const attn_kargs *a, long i0, int r, long j0, int cols) {
-  const long e = fb_key_end(a, i0 + r) - j0;
-  return e < cols ? e : cols;
-}
-
 /* dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i and the dQ partial rows pq += dS K_j for one (query block, key block). */
 static void fb_sums(const attn_kargs *a, fb_scratch *w, long i0, int rows, long j0, int cols, float *pq) {
-  if (fb_key_end(a, i0) >= j0 + cols) { /* the first row sees every key: so do the others */
+  if (fb_key_hi(a, i0) >= j0 + cols && fb_key_lo(a, i0 + rows - 1) <= j0) { /* every row sees every key */
     fb_product(w->dv, FB_DVP, cols, FB_DVP, w->s, 1, FB_BCP, w->dor, FB_DVP, rows, 1);
     fb_product(w->dk, FB_DP, cols, FB_DP, w->ds, 1, FB_BCP, w->qr, FB_DP, rows, 1);
     fb_product(pq, FB_DP, rows, FB_DP, w->ds, FB_BCP, 1, w->kr, FB_DP, cols, 1);
     return;
   }
-  /* key c is seen by rows r >= its first (bottom-right causal: later rows see more) */
+  /* key c is seen by the rows [r_lo, r_hi) of the block, row r by the keys [c_lo, c_hi) (the mask is monotone) */
   for (int c = 0; c < cols; c++) {
-    long r_lo = j0 + c - (a->n_kv - a->n) - i0;
+    long r_lo = fb_row_lo(a, j0 + c) - i0, r_hi = fb_row_hi(a, j0 + c) - i0;
     if (r_lo < 0) r_lo = 0;
-    fb_accumulate(w->dv + c * FB_DVP, FB_DVP, w->s + c, FB_BCP, w->dor, FB_DVP, r_lo, rows);
-    fb_accumulate(w->dk + c * FB_DP, FB_DP, w->ds + c, FB_BCP, w->qr, FB_DP, r_lo, rows);
+    if (r_hi > rows) r_hi = rows;
+    if (r_hi <= r_lo) continue;
+    fb_accumulate(w->dv + c * FB_DVP, FB_DVP, w->s + c, FB_BCP, w->dor, FB_DVP, r_lo, r_hi);
+    fb_accumulate(w->dk + c * FB_DP, FB_DP, w->ds + c, FB_BCP, w->qr, FB_DP, r_lo, r_hi);
   }
   for (int r = 0; r < rows; r++) {
-    const long seen = fb_cols_seen(a, i0, r, j0, cols);
-    if (seen > 0) fb_accumulate(pq + r * FB_DP, FB_DP, w->ds + r * FB_BCP, 1, w->kr, FB_DP, 0, seen);
+    long c_lo = fb_key_lo(a, i0 + r) - j0, c_hi = fb_key_hi(a, i0 + r) - j0;
+    if (c_lo < 0) c_lo = 0;
+    if (c_hi > cols) c_hi = cols;
+    if (c_hi > c_lo) fb_accumulate(pq + r * FB_DP, FB_DP, w->ds + r * FB_BCP + c_lo, 1, w->kr + c_lo * FB_DP, FB_DP, 0,
+                                   c_hi - c_lo);
   }
 }
 
@@ -386,17 +467,19 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     const int cols = (int)(a->n_kv - j0 < FB_BC ? a->n_kv - j0 : FB_BC);
     memset(w.dk, 0, sizeof(float) * FB_DK_SZ);
     memset(w.dv, 0, sizeof(float) * FB_DVA_SZ);
-    /* the first query that sees key j0: i + n_kv - n >= j0 */
-    long i_first = ATTN_CAUSAL ? j0 - (a->n_kv - a->n) : 0;
+    /* the queries that see some key of the block: the first one's first key is j0, the last one's last key the
+     * block's last (both bounds are monotone) */
+    long i_first = fb_row_lo(a, j0), i_end = fb_row_hi(a, j0 + cols - 1);
     if (i_first < 0) i_first = 0;
-    if (i_first < a->n) {
+    if (i_end > a->n) i_end = a->n;
+    if (i_first < i_end) {
       fb_load_kv(a, bkv, j0, cols, &w, io);
       for (long g = 0; g < G; g++) {
         const long bh = b * a->heads + hk * G + g;
-        for (long i0 = i_first / FB_BR * FB_BR; i0 < a->n; i0 += FB_BR) {
+        for (long i0 = i_first / FB_BR * FB_BR; i0 < i_end; i0 += FB_BR) {
           const int rows = (int)(a->n - i0 < FB_BR ? a->n - i0 : FB_BR);
           fb_load_q(a, bh, i0, rows, g * a->n + i0, &w, io);
-          fb_block(&w, scale, rows, cols);
+          fb_block(a, &w, scale, bh % a->heads, i0, rows, j0, cols);
           ATTN_IO_READ(io, (long)rows * FB_D);
           fb_sums(a, &w, i0, rows, j0, cols, part + (size_t)(g * a->n + i0) * FB_DP);
           ATTN_IO_WRITE(io, (long)rows * FB_D);

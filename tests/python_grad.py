@@ -181,8 +181,9 @@ if part != "torch":
     raises(attntune.Error, attntune.EINVAL, "lse of another shape", lambda: bw(q, k, v, o, lse[:, :3], dout))
     raises(attntune.Error, attntune.EINVAL, "dout of another shape", lambda: bw(q, k, v, o, lse, dout[..., :4]))
     raises(attntune.Error, attntune.EINVAL, "lse of q's shape", lambda: bw(q, k, v, o, q, dout))
-    raises(attntune.Error, attntune.EUNSUPPORTED, "lowrank's backward",
-           lambda: bw(q, k, v, o, lse, dout, algo="lowrank", tolerance=0.1))
+    # lowrank with no measured row: the forward runs flash, and so does libattn's backward
+    check(all(np.array_equal(x, y) for x, y in zip(bw(q, k, v, o, lse, dout, algo="lowrank", tolerance=0.1),
+                                                   bw(q, k, v, o, lse, dout))), "lowrank with no row: flash's gradients")
     raises(TypeError, None, "return_lse=1", lambda: attntune.attention(q, k, v, return_lse=1))
     g = bw(q[:0], k[:0], v[:0], o[:0], lse[:0], dout[:0])
     check([x.shape for x in g] == [(0, 9, 16), (0, 11, 16), (0, 11, 16)], "batch = 0: empty gradients")

@@ -1,0 +1,428 @@
+/* cpu_bwd_mods: the CPU flash backward with score modifiers (window, softcap, ALiBi) against the fp64 backward of the
+ * same definition (runtime/reference.c), on fresh random inputs with every gradient poisoned (NaN) before each run.
+ * argv[1] picks a group:
+ *   ref    the fp64 backward with each modifier, alone and together, against central finite differences of the fp64
+ *          forward (tiny shapes, causal both ways, GQA, d_v != d, n_kv != n); no kernel;
+ *   ci     two kernels with all three modifiers compiled in, each modifier turned on alone at run time, all together
+ *          and none: f32 causal GQA d = 16 through attn_plan_create_backward (its own 64 x 64 tiles, the ALiBi slopes
+ *          copied into the plan), bf16 not causal (the window on both sides) d = 16 d_v = 24 with 16 x 16 tiles;
+ *          windows of 5 (shorter than a tile) and 90 (longer), odd n, n_kv != n both ways, rows that see no key;
+ *          the same bits twice and with one thread;
+ *   sweep  (nightly) every modifier alone and together through attn_plan_create_backward (its own kernel), f32, f16
+ *          and bf16, d_v != d, GQA, causal both ways, windows from 1 to past n_kv, with the forward kernel's O and lse
+ *          (attn_execute_lse) in f32.
+ * The fp64 O and lse (rounded to the dtype and fp32) stand in for the forward's where a case says fwd=0: a forward
+ * kernel costs seconds to compile. Limits as tests/cpu_backward.c's: f32 1e-5, f16 1e-3, bf16 8e-3 (relative
+ * Frobenius error, floored at an RMS of 0.1). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "cpu_util.h"
+#include "spec_bwd.h"
+
+static int cases;
+static const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 0.2f, 0.01f};
+
+static double tol_of(attn_dtype t) { return t == ATTN_F32 ? 1e-5 : t == ATTN_F16 ? 1e-3 : 8e-3; }
+
+static void *typed(attn_dtype t, const float *x, size_t count) {
+  void *p = malloc(count * attn_dtype_size(t) + 1);
+  if (p) attn_to_dtype(t, x, count, p);
+  return p;
+}
+
+static void *poisoned(attn_dtype t, size_t count) {
+  float *f = malloc(count * sizeof(float) + 1);
+  if (!f) return NULL;
+  attn_poison(f, count);
+  void *p = typed(t, f, count);
+  free(f);
+  return p;
+}
+
+static float *as_f32(attn_dtype t, const void *x, size_t count) {
+  float *f = malloc(count * sizeof(float) + 1);
+  if (f) attn_from_dtype(t, x, count, f);
+  return f;
+}
+
+static const char *mods(const attn_problem *p) {
+  static char buf[128];
+  snprintf(buf, sizeof buf, "window=%d softcap=%g alibi=%s", p->window, (double)p->softcap,
+           p->alibi_slopes ? "on" : "off");
+  return buf;
+}
+
+/* fp64 lse with the modifiers: log sum over the keys row i sees of exp(mod(scale q.k)), -inf for none. */
+static void ref_lse(const attn_problem *p, const float *q, const float *k, double *lse) {
+  const long G = p->heads / p->heads_kv;
+  double *s = malloc(sizeof(double) * (size_t)(p->n_kv + 1));
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
+    const long bkv = bh / p->heads * p->heads_kv + bh % p->heads / G, h = bh % p->heads;
+    for (long i = 0; i < p->n; i++) {
+      long lo, hi;
+      attn_visible_keys(p, i, &lo, &hi);
+      double mx = -INFINITY, sum = 0;
+      if (!s) {
+        lse[bh * p->n + i] = NAN;
+        continue;
+      }
+      for (long j = lo; j < hi; j++) {
+        double a = 0;
+        for (long c = 0; c < p->d; c++) a += (double)q[(bh * p->n + i) * p->d + c] * k[(bkv * p->n_kv + j) * p->d + c];
+        s[j] = attn_score_mod(p, a * p->scale, h, i, j);
+        if (s[j] > mx) mx = s[j];
+      }
+      for (long j = lo; j < hi; j++) sum += exp(s[j] - mx);
+      lse[bh * p->n + i] = hi > lo ? mx + log(sum) : -INFINITY;
+    }
+  }
+  free(s);
+}
+
+typedef struct {
+  attn_problem p;
+  size_t nq, nk, nv, no, nl;
+  float *q, *k, *v, *g, *o, *lse;
+  void *tq, *tk, *tv, *tg, *to;
+} mcase;
+
+static void mfree(mcase *c) {
+  free(c->q), free(c->k), free(c->v), free(c->g), free(c->o), free(c->lse);
+  free(c->tq), free(c->tk), free(c->tv), free(c->tg), free(c->to);
+}
+
+/* Fresh inputs rounded to the dtype; O and lse from the forward kernel (fwd) or the fp64 forward. */
+static int msetup(attn_runtime *rt, const attn_problem *p0, unsigned long long seed, int fwd, mcase *c) {
+  memset(c, 0, sizeof *c);
+  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
+  const attn_problem *p = &c->p;
+  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
+  c->nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
+  c->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
+  c->no = (size_t)p->batch * p->heads * p->n * p->d_v;
+  c->nl = (size_t)p->batch * p->heads * p->n;
+  c->q = malloc(c->nq * 4 + 4), c->k = malloc(c->nk * 4 + 4), c->v = malloc(c->nv * 4 + 4);
+  c->g = malloc(c->no * 4 + 4), c->o = malloc(c->no * 4 + 4), c->lse = malloc(c->nl * 4 + 4);
+  if (!c->q || !c->k || !c->v || !c->g || !c->o || !c->lse) return -1;
+  seed = seed * 1000003ULL + test_seed() * 11;
+  attn_fill_random(c->q, c->nq, seed * 5 + 1);
+  attn_fill_random(c->k, c->nk, seed * 5 + 2);
+  attn_fill_random(c->v, c->nv, seed * 5 + 3);
+  attn_fill_random(c->g, c->no, seed * 5 + 4);
+  for (size_t i = 0; i < c->nq; i++) c->q[i] *= 2.0f; /* scores of a few units: the softcaps below bite */
+  attn_round_dtype(p->dtype, c->q, c->nq);
+  attn_round_dtype(p->dtype, c->k, c->nk);
+  attn_round_dtype(p->dtype, c->v, c->nv);
+  attn_round_dtype(p->dtype, c->g, c->no);
+  c->tq = typed(p->dtype, c->q, c->nq), c->tk = typed(p->dtype, c->k, c->nk);
+  c->tv = typed(p->dtype, c->v, c->nv), c->tg = typed(p->dtype, c->g, c->no);
+  c->to = poisoned(p->dtype, c->no);
+  if (!c->tq || !c->tk || !c->tv || !c->tg || !c->to) return -1;
+  if (fwd) {
+    attn_plan *plan = NULL;
+    attn_problem fp = *p;
+    fp.algo = ATTN_ALGO_FLASH;
+    int rc = attn_plan_create(rt, &fp, &plan);
+    CHECK(rc == ATTN_OK, "%s %s: forward plan: %s", shape(p), mods(p), attn_last_error(rt));
+    if (rc != ATTN_OK) return -1;
+    attn_poison(c->lse, c->nl);
+    rc = attn_execute_lse(plan, c->tq, c->tk, c->tv, c->to, c->lse);
+    CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", shape(p), attn_last_error(rt));
+    attn_plan_destroy(plan);
+    attn_from_dtype(p->dtype, c->to, c->no, c->o);
+    return rc == ATTN_OK ? 0 : -1;
+  }
+  double *o = malloc(c->no * 8 + 8), *l = malloc(c->nl * 8 + 8);
+  if (o && l) {
+    attn_reference(p, c->q, c->k, c->v, o);
+    ref_lse(p, c->q, c->k, l);
+    for (size_t i = 0; i < c->no; i++) c->o[i] = (float)o[i];
+    for (size_t i = 0; i < c->nl; i++) c->lse[i] = (float)l[i];
+    attn_round_dtype(p->dtype, c->o, c->no);
+    attn_to_dtype(p->dtype, c->o, c->no, c->to);
+  }
+  free(o), free(l);
+  return o && l ? 0 : -1;
+}
+
+/* One backward run into poisoned buffers: through the plan, or (kern) that kernel with the case's modifiers as its
+ * run-time arguments (a kernel with every modifier compiled in serves each alone: 0 or NULL there is off). */
+static int mrun(attn_runtime *rt, attn_plan *plan, const attn_cpu_kernel *kern, mcase *c, float **dq, float **dk,
+                float **dv) {
+  const attn_dtype t = c->p.dtype;
+  void *tq = poisoned(t, c->nq), *tk = poisoned(t, c->nk), *tv = poisoned(t, c->nv);
+  int rc = -1;
+  if (tq && tk && tv) {
+    if (kern) {
+      attn_kargs a = attn_problem_kargs(&c->p, c->tq, c->tk, c->tv, c->to);
+      a.lse = c->lse, a.dout = c->tg, a.dq = tq, a.dk = tk, a.dv = tv;
+      rc = attn_cpu_run(rt, kern, &a, NULL);
+    } else {
+      rc = attn_execute_backward(plan, c->tq, c->tk, c->tv, c->to, c->lse, c->tg, tq, tk, tv);
+    }
+    CHECK(rc == ATTN_OK, "%s %s: backward: %s", shape(&c->p), mods(&c->p), attn_last_error(rt));
+    if (rc == ATTN_OK) {
+      *dq = as_f32(t, tq, c->nq), *dk = as_f32(t, tk, c->nk), *dv = as_f32(t, tv, c->nv);
+      rc = *dq && *dk && *dv ? 0 : -1;
+    }
+  }
+  free(tq), free(tk), free(tv);
+  return rc;
+}
+
+/* out against ref: relative Frobenius error within tol (floored at an RMS of 0.1, as tests/cpu_backward.c's), no
+ * poison left where ref is finite, exact zeros in dq's rows that see no key (zd = d). */
+static double compare(const char *what, const attn_problem *p, const double *ref, const float *out, size_t count,
+                      long zd) {
+  size_t unwritten = 0, nonzero = 0;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (isnan(out[i]) && !isnan(ref[i])) unwritten++;
+    if (zd > 0) {
+      long lo, hi;
+      attn_visible_keys(p, (long)(i / (size_t)zd) % p->n, &lo, &hi);
+      if (hi <= lo && out[i] != 0.0f) nonzero++;
+    }
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double floor = 0.1 * sqrt((double)count), tol = tol_of(p->dtype);
+  const double err = sqrt(num) / (sqrt(den) > floor ? sqrt(den) : floor);
+  CHECK(unwritten == 0, "%s %s: %s: %zu of %zu elements NaN (unwritten?)", shape(p), mods(p), what, unwritten, count);
+  CHECK(nonzero == 0, "%s %s: %s: %zu elements nonzero in rows that see no key", shape(p), mods(p), what, nonzero);
+  CHECK(err <= tol, "%s %s: %s relative error %.3g > %g", shape(p), mods(p), what, err, tol);
+  return err;
+}
+
+/* One case: the gradients against fp64, and the same bits on a second run and on rt1 (one thread) when given. */
+static void run_case_mod(attn_runtime *rt, attn_runtime *rt1, attn_plan *plan, const attn_cpu_kernel *kern,
+                         const attn_cpu_kernel *kern1, const attn_problem *p0, unsigned long long seed, int fwd) {
+  mcase c;
+  if (msetup(rt, p0, seed, fwd, &c) != 0) {
+    CHECK(0, "%s: setup failed", shape(p0));
+    mfree(&c);
+    return;
+  }
+  const attn_problem *p = &c.p;
+  cases++;
+  double *rq = malloc(c.nq * 8 + 8), *rk = malloc(c.nk * 8 + 8), *rv = malloc(c.nv * 8 + 8);
+  float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
+  if (!rq || !rk || !rv) {
+    CHECK(0, "out of memory");
+  } else if (mrun(rt, plan, kern, &c, &dq, &dk, &dv) == 0) {
+    attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
+    const double eq = compare("dq", p, rq, dq, c.nq, p->d), ek = compare("dk", p, rk, dk, c.nk, 0),
+                 ev = compare("dv", p, rv, dv, c.nv, 0);
+    printf("%s %s %s%s: err dq %.2e dk %.2e dv %.2e\n", shape(p), mods(p), kern ? "kernel" : "plan",
+           fwd ? " fwd" : "", eq, ek, ev);
+    if (mrun(rt, plan, kern, &c, &dq2, &dk2, &dv2) == 0)
+      CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
+            "%s %s: a second run gave other bits", shape(p), mods(p));
+    if (rt1 && kern1) {
+      free(dq2), free(dk2), free(dv2);
+      dq2 = dk2 = dv2 = NULL;
+      if (mrun(rt1, NULL, kern1, &c, &dq2, &dk2, &dv2) == 0)
+        CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
+              "%s %s: one thread gave other bits than two", shape(p), mods(p));
+    }
+  }
+  free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(rq), free(rk), free(rv);
+  mfree(&c);
+}
+
+/* L(x) = sum(dO ∘ O(x)) in fp64. */
+static double loss(const attn_problem *p, const float *q, const float *k, const float *v, const float *g, double *o) {
+  attn_reference(p, q, k, v, o);
+  double s = 0;
+  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) s += g[i] * o[i];
+  return s;
+}
+
+/* The fp64 backward with modifiers against central differences with h = 2^-10 (exact in fp32 on these inputs). */
+static void check_reference(void) {
+  const attn_problem base[] = {
+      {.batch = 1, .heads = 2, .heads_kv = 1, .n = 5, .n_kv = 6, .d = 3, .d_v = 2, .causal = 1, .scale = 0.9f},
+      {.batch = 1, .heads = 2, .heads_kv = 1, .n = 6, .n_kv = 4, .d = 3, .d_v = 2, .causal = 0, .scale = 1.3f},
+      {.batch = 2, .heads = 1, .n = 5, .d = 2, .d_v = 3, .causal = 0, .scale = 1.1f}};
+  const struct { int window; float softcap; int alibi; } m[] = {{2, 0, 0}, {0, 0.8f, 0}, {0, 0, 1}, {3, 1.5f, 1}};
+  for (size_t t = 0; t < sizeof base / sizeof base[0]; t++)
+    for (size_t mi = 0; mi < sizeof m / sizeof m[0]; mi++) {
+      attn_problem p0 = base[t];
+      p0.window = m[mi].window, p0.softcap = m[mi].softcap, p0.alibi_slopes = m[mi].alibi ? slopes : NULL;
+      mcase c;
+      if (msetup(NULL, &p0, 7 + t * 5 + mi, 0, &c) != 0) {
+        CHECK(0, "setup failed");
+        mfree(&c);
+        continue;
+      }
+      const attn_problem *p = &c.p;
+      /* unrounded: the fp64 forward's own O (NULL) */
+      double *o = malloc(c.no * 8), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
+      if (!o || !rq || !rk || !rv) {
+        CHECK(0, "out of memory");
+      } else {
+        attn_reference_backward(p, c.q, c.k, c.v, NULL, c.g, rq, rk, rv);
+        const struct { const char *name; float *x; double *r; size_t n; } a[] = {
+            {"dq", c.q, rq, c.nq}, {"dk", c.k, rk, c.nk}, {"dv", c.v, rv, c.nv}};
+        const float h = 1.0f / 1024;
+        double worst = 0, mag = 0;
+        for (int w = 0; w < 3; w++)
+          for (size_t i = 0; i < a[w].n; i++) {
+            const float x = a[w].x[i];
+            a[w].x[i] = x + h;
+            const double up = loss(p, c.q, c.k, c.v, c.g, o);
+            a[w].x[i] = x - h;
+            const double down = loss(p, c.q, c.k, c.v, c.g, o);
+            a[w].x[i] = x;
+            const double fd = (up - down) / (2.0 * h), e = fabs(fd - a[w].r[i]);
+            if (e > worst) worst = e;
+            if (fabs(fd) > mag) mag = fabs(fd);
+            CHECK(e <= 1e-5 * (1 + fabs(fd)), "%s %s: reference %s[%zu] = %.9f, finite differences %.9f", shape(p),
+                  mods(p), a[w].name, i, a[w].r[i], fd);
+          }
+        CHECK(mag > 1e-3, "%s %s: gradients all near 0: nothing measured", shape(p), mods(p));
+        printf("%s %s: fp64 backward within %.2e of finite differences (largest %.3f)\n", shape(p), mods(p), worst,
+               mag);
+        cases++;
+      }
+      free(o), free(rq), free(rk), free(rv);
+      mfree(&c);
+    }
+  /* the softcap's derivative is there: without it (the capped scores' backward taken as the plain one) the
+   * reference would differ from finite differences; check that it differs from the plain backward at all */
+  attn_problem p0 = base[2];
+  p0.softcap = 0.5f;
+  mcase c;
+  if (msetup(NULL, &p0, 3, 0, &c) == 0) {
+    double *r1 = malloc(c.nq * 8), *r2 = malloc(c.nq * 8), *k1 = malloc(c.nk * 8), *v1 = malloc(c.nv * 8);
+    if (r1 && r2 && k1 && v1) {
+      attn_reference_backward(&c.p, c.q, c.k, c.v, NULL, c.g, r1, k1, v1);
+      attn_problem plain = c.p;
+      plain.softcap = 0;
+      attn_reference_backward(&plain, c.q, c.k, c.v, NULL, c.g, r2, k1, v1);
+      double diff = 0;
+      for (size_t i = 0; i < c.nq; i++) diff += fabs(r1[i] - r2[i]);
+      CHECK(diff > 1e-3, "softcap 0.5 leaves dq as without it (%.3g)", diff);
+    }
+    free(r1), free(r2), free(k1), free(v1);
+  }
+  mfree(&c);
+}
+
+/* A backward plan for p: attn_plan_create_backward's own (tile 0), or one with Br = Bc = tile made from the default
+ * spec with those tiles (what a tuned row gives the runtime). */
+static int mplan(attn_runtime *rt, const attn_problem *p, int tile, attn_plan **out) {
+  int rc;
+  if (!tile) {
+    rc = attn_plan_create_backward(rt, p, out);
+  } else {
+    attn_problem np;
+    rc = attn_problem_normalize(rt, p, &np);
+    attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, np.dtype, np.d, np.causal);
+    s.dv = np.d_v != np.d ? np.d_v : 0;
+    s.window = np.window > 0, s.softcap = np.softcap > 0, s.alibi = np.alibi_slopes != NULL;
+    s.br = s.bc = tile;
+    if (rc == ATTN_OK) rc = attn_plan_create_backward_spec(rt, p, &s, 0, "test tiles", out);
+  }
+  CHECK(rc == ATTN_OK, "%s %s: backward plan: %s", shape(p), mods(p), attn_last_error(rt));
+  return rc;
+}
+
+/* Every modifier alone and together on a kernel with all three compiled in, for the shapes of p0 (p0's modifiers
+ * are the kernel's: all on). */
+static void ci_kernel(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, int tile,
+                      const attn_problem *shapes, size_t nshapes, unsigned long long *seed) {
+  attn_plan *plan = NULL, *plan1 = NULL;
+  if (mplan(rt, p0, tile, &plan) != ATTN_OK) return;
+  if (mplan(rt1, p0, tile, &plan1) != ATTN_OK) plan1 = NULL;
+  printf("kernel: %s\n", attn_plan_describe(plan));
+  const struct { int window; float softcap; int alibi; } m[] = {
+      {5, 0, 0}, {90, 0, 0}, {0, 1.5f, 0}, {0, 0, 1}, {5, 2.0f, 1}, {90, 1.0f, 1}, {0, 0, 0}};
+  for (size_t s = 0; s < nshapes; s++)
+    for (size_t mi = 0; mi < sizeof m / sizeof m[0]; mi++) {
+      attn_problem p = shapes[s];
+      p.d = p0->d, p.d_v = p0->d_v, p.causal = p0->causal, p.dtype = p0->dtype;
+      p.window = m[mi].window, p.softcap = m[mi].softcap, p.alibi_slopes = m[mi].alibi ? slopes : NULL;
+      run_case_mod(rt, rt1, NULL, plan->cpu, plan1 ? plan1->cpu : NULL, &p, (*seed)++, 0);
+    }
+  attn_plan_destroy(plan);
+  attn_plan_destroy(plan1);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: cpu_bwd_mods ref|ci|sweep\n");
+    return 2;
+  }
+  attn_runtime *rt = NULL, *rt1 = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
+  if (rc != ATTN_OK) {
+    fprintf(stderr, "attn_open: %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
+    return 1;
+  }
+  unsigned long long seed = 1;
+  const char *g = argv[1];
+  if (!strcmp(g, "ref")) {
+    check_reference();
+  } else if (!strcmp(g, "ci")) {
+    setenv("ATTN_THREADS", "1", 1);
+    rc = attn_open(NULL, ATTN_TARGET_CPU, &rt1);
+    CHECK(rc == ATTN_OK && rt1->threads == 1, "one-thread runtime: %s", attn_last_error(NULL));
+    if (rc != ATTN_OK) goto done;
+    /* causal GQA: odd n, n_kv != n both ways (n > n_kv: rows that see no key) */
+    const attn_problem pc = {.batch = 1, .heads = 4, .heads_kv = 2, .n = 67, .n_kv = 150, .d = 16, .causal = 1,
+                             .window = 5, .softcap = 1.0f, .alibi_slopes = slopes};
+    const attn_problem sc[] = {{.batch = 1, .heads = 4, .heads_kv = 2, .n = 67, .n_kv = 150},
+                               {.batch = 2, .heads = 2, .heads_kv = 1, .n = 140, .n_kv = 45}};
+    ci_kernel(rt, rt1, &pc, 0, sc, 2, &seed); /* attn_plan_create_backward's own kernel: 64 x 64 tiles */
+    /* not causal (the window on both sides), bf16, d_v != d, 16 x 16 tiles */
+    const attn_problem pn = {.batch = 1, .heads = 2, .n = 61, .n_kv = 120, .d = 16, .d_v = 24, .dtype = ATTN_BF16,
+                             .window = 5, .softcap = 1.0f, .alibi_slopes = slopes};
+    const attn_problem sn[] = {{.batch = 1, .heads = 2, .n = 61, .n_kv = 120},
+                               {.batch = 1, .heads = 2, .n = 100, .n_kv = 33}};
+    ci_kernel(rt, rt1, &pn, 16, sn, 2, &seed);
+    /* the plan's ALiBi slopes are its own copy: the caller's array rewritten after plan creation changes nothing */
+    float mine[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    attn_problem pe = pc;
+    pe.alibi_slopes = mine;
+    attn_plan *plan = NULL;
+    if (mplan(rt, &pe, 0, &plan) == ATTN_OK) {
+      printf("plan: %s\n", attn_plan_describe(plan));
+      mine[0] = mine[1] = mine[2] = mine[3] = 100.0f;
+      attn_problem pr = pc;
+      pr.alibi_slopes = slopes; /* what the plan was made with */
+      run_case_mod(rt, NULL, plan, NULL, NULL, &pr, seed++, 0);
+    }
+    attn_plan_destroy(plan);
+  } else if (!strcmp(g, "sweep")) {
+    const struct { int window; float softcap; int alibi; } m[] = {
+        {1, 0, 0}, {7, 0, 0}, {100, 0, 0}, {0, 0.7f, 0}, {0, 5.0f, 0}, {0, 0, 1}, {9, 1.5f, 1}};
+    for (int t = ATTN_F32; t <= ATTN_BF16; t++)
+      for (int causal = 0; causal <= 1; causal++)
+        for (size_t mi = 0; mi < sizeof m / sizeof m[0]; mi++) {
+          const attn_problem ps[] = {
+              {.batch = 2, .heads = 4, .heads_kv = 2, .n = 131, .n_kv = 97, .d = 64, .d_v = 40},
+              {.batch = 1, .heads = 3, .n = 1, .n_kv = 130, .d = 64, .d_v = 40},
+              {.batch = 1, .heads = 2, .n = 200, .n_kv = 257, .d = 64, .d_v = 40}};
+          for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+            attn_problem p = ps[i];
+            p.dtype = (attn_dtype)t, p.causal = causal;
+            p.window = m[mi].window, p.softcap = m[mi].softcap, p.alibi_slopes = m[mi].alibi ? slopes : NULL;
+            attn_plan *plan = NULL;
+            if (mplan(rt, &p, 0, &plan) != ATTN_OK) continue;
+            run_case_mod(rt, NULL, plan, NULL, NULL, &p, seed++, t == ATTN_F32);
+            attn_plan_destroy(plan);
+          }
+        }
+  } else {
+    fprintf(stderr, "unknown group %s\n", g);
+    attn_close(rt);
+    return 2;
+  }
+done:
+  attn_close(rt);
+  attn_close(rt1);
+  printf("%d cases, %d checks, %d failures\n", cases, checks, failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,16 @@
+# The CPU backward's score modifiers and lowrank's backward (tests/cpu_bwd_mods.c, tests/cpu_bwd_lowrank.c): fp64
+# references against finite differences, a small CI sample on few kernels, sweeps nightly.
+add_executable(cpu_bwd_mods ${CMAKE_CURRENT_LIST_DIR}/cpu_bwd_mods.c)
+target_link_libraries(cpu_bwd_mods PRIVATE attn_core m)
+foreach(g ref ci sweep)
+  add_test(NAME cpu_bwd_mods_${g} COMMAND cpu_bwd_mods ${g})
+  set_tests_properties(cpu_bwd_mods_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
+endforeach()
+set_tests_properties(cpu_bwd_mods_sweep PROPERTIES LABELS "cpu;nightly" TIMEOUT 1800)
+add_executable(cpu_bwd_lowrank ${CMAKE_CURRENT_LIST_DIR}/cpu_bwd_lowrank.c)
+target_link_libraries(cpu_bwd_lowrank PRIVATE attn_core m)
+foreach(g ref ci sweep)
+  add_test(NAME cpu_bwd_lowrank_${g} COMMAND cpu_bwd_lowrank ${g})
+  set_tests_properties(cpu_bwd_lowrank_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
+endforeach()
+set_tests_properties(cpu_bwd_lowrank_sweep PROPERTIES LABELS "cpu;nightly" TIMEOUT 1800)
