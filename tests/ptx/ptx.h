@@ -2,11 +2,15 @@
  * module: entries, device functions, inline asm) and executes it as a GPU would: a grid of blocks (several
  * resident at once, switched at their barriers), warps of 32 lanes with their own program counters, per-thread
  * registers and predicates, divergence and reconvergence, bar.sync and warp collectives (shfl, vote, ldmatrix,
- * mma.sync), cp.async groups, and the global, shared, local, param and const spaces. It also checks what the
+ * mma.sync), cp.async groups, and the global, shared, local, param and const spaces; on sm_90a also wgmma (from
+ * shared-memory descriptors, any swizzle, or A from registers), mbarriers, cp.async.bulk.tensor through the tensor
+ * maps of ptx_tmap.h, fence.proxy.async, elect.sync and stmatrix. It also checks what the
  * hardware would not: out-of-bounds and misaligned accesses, reads of uninitialised memory and registers,
  * shared-memory races between barriers, global-memory races between the blocks of a launch, divergent barriers and
- * collectives, and cp.async data touched before its wait; and it counts global traffic in 32-byte sectors per warp
- * instruction and shared-memory wavefronts (bank conflicts). An opcode, modifier or directive it does not know is
+ * collectives, cp.async data touched before its wait, and on sm_90a wgmma results used before their wait_group,
+ * plain stores read by the async proxy without fence.proxy.async, waits that can never complete, TMA data read
+ * before its mbarrier phase and stages refilled while a wgmma reads them; and it counts global traffic in 32-byte
+ * sectors per warp instruction and shared-memory wavefronts (bank conflicts). An opcode, modifier or directive it does not know is
  * refused when the module is loaded, naming it. The first error of a launch stops it, with the block, thread and PTX
  * line. */
 #ifndef ATTN_PTX_H

@@ -18,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ptx_internal.h"
+#include "ptx_tmap.h"
 
 #define GLOBAL_BASE 0x100000000ull
 #define GUARD 4096ull
 #define SHWIN 0x7f0000000000ull /* generic addresses of the shared window */
 #define LOCWIN 0x7e0000000000ull /* ... and of the local window */
+#define PARWIN 0x7d0000000000ull /* ... and of the kernel's parameters (cvta.param: a __grid_constant__ tensor map) */
 #define WINSIZE 0x100000000ull
 #define MAXDEPTH 8
 
@@ -56,7 +58,9 @@ struct ptx_machine {
 void ptx_machine_set_approx(ptx_machine *x, int worst) { x->approx_worst = worst != 0; }
 
 /* shared-memory shadow, one per byte */
-enum { SH_INIT = 1, SH_W = 2, SH_PEND = 4 };
+enum { SH_INIT = 1, SH_W = 2, SH_PEND = 4,
+       SH_WGR = 8,   /* read by a wgmma.mma_async its warp has not waited for */
+       SH_TMA = 16   /* the destination of a cp.async.bulk.tensor still in flight */ };
 /* the last write (thread, barrier epoch, its warp's collective count, warp instruction); the reads since: in which
  * epoch, by which warps, the highest collective count among them, and the thread (0xffff: several) */
 typedef struct {
@@ -81,7 +85,7 @@ typedef struct {
   uint8_t data[16];
 } cpcopy;
 
-enum { TS_RUN, TS_BAR, TS_EXIT };
+enum { TS_RUN, TS_BAR, TS_EXIT, TS_MBAR /* waiting on an mbarrier's phase */ };
 typedef struct {
   int pc, depth, state;
   uint32_t carry;
@@ -89,7 +93,58 @@ typedef struct {
   cpcopy *cp;
   int ncp, capcp, committed;
   int barpred; /* bar.red's input */
+  /* wgmma: results held until the wait_group that completes them. wgseq per register of the entry frame: the
+   * issue number of the wgmma whose result it awaits (-1: none); wgkind 1 an accumulator (no access at all), 2 an
+   * A fragment of the register form (no write). wgn: registers awaiting (0: lane_exec checks nothing). */
+  int wgn, wgfenced, wgissued, wggroups, wgdone, capwgend;
+  int *wgend;          /* per commit group: the issue count at its commit */
+  int32_t *wgseq;
+  uint32_t *wgval;
+  uint8_t *wgkind;
+  /* TS_MBAR: the barrier (shared offset) and what completes the wait: the phase of parity mbpar (mbtok < 0), or
+   * any phase after mbtok (a state token) */
+  uint32_t mboff;
+  int mbpar;
+  int64_t mbtok;
 } thread;
+
+/* an mbarrier object in shared memory (its state lives here, its 8 bytes are off limits to plain accesses) */
+typedef struct {
+  uint32_t off;
+  int valid;
+  uint32_t phase;       /* phases completed */
+  int expected, pending;
+  int64_t tx;           /* bytes expected (expect_tx) less bytes arrived (complete_tx) */
+} mbarrier;
+
+/* a cp.async.bulk.tensor load in flight: its bytes, in 16-byte chunks at their (swizzled) shared offsets */
+typedef struct {
+  uint32_t mbar, bytes, nchunk;
+  uint32_t *chunk;
+  uint8_t *data;
+  int tid, line;
+} tmacopy;
+
+/* shared memory a warp's wgmma.mma_async reads, until its wait_group: 16-byte chunks */
+typedef struct {
+  int warp, seq;
+  uint32_t *chunk;
+  int n;
+} wgread;
+
+/* a block's sm_90 state: mbarriers, bulk copies in flight, wgmma reads in flight, each thread's last
+ * fence.proxy.async */
+typedef struct {
+  int used;             /* an mbarrier or bulk copy was used: the scheduler looks at waits and copies */
+  int wgthreads;        /* threads with registers awaiting wgmma results (0: nothing to check per instruction) */
+  mbarrier *mb;
+  int nmb, capmb;
+  tmacopy *tma;
+  int ntma, captma;
+  wgread *wr;
+  int nwr, capwr;
+  uint32_t *fence;      /* per thread: the warp-instruction serial of its last fence.proxy.async */
+} hstate;
 
 typedef struct { /* one lane's memory access inside the current warp instruction */
   uint8_t space, write;
@@ -118,6 +173,7 @@ typedef struct {
   int atomic; /* the access being made is an atomic's */
   access acc[32 * 4];
   int nacc;
+  hstate *h;  /* the running block's */
 } L;
 
 /* ---- errors ---- */
@@ -366,9 +422,13 @@ static int ordered(L *l, int prev_tid, uint32_t prev_ep, uint16_t prev_ws, int t
 static int sh_read(L *l, int tid, uint64_t off, uint32_t n, uint8_t *out) {
   for (uint32_t i = 0; i < n; i++) {
     shadow *s = &l->sh[off + i];
-    if (s->flags & SH_PEND)
+    if (s->flags & (SH_PEND | SH_TMA)) {
+      if (s->flags & SH_TMA)
+        return lfail(l, "reads shared byte %llu while thread %u's cp.async.bulk.tensor to it is still in flight "
+                        "(its mbarrier phase has not completed)", (unsigned long long)(off + i), s->ptid);
       return lfail(l, "reads shared byte %llu while thread %u's cp.async to it is still in flight (before its "
                       "wait_group)", (unsigned long long)(off + i), s->ptid);
+    }
     if (!(s->flags & SH_INIT))
       return lfail(l, "reads shared byte %llu, which nothing has written", (unsigned long long)(off + i));
     if ((s->flags & SH_W) && !ordered(l, s->wtid, s->wep, s->wws, tid))
@@ -395,9 +455,16 @@ static int sh_read(L *l, int tid, uint64_t off, uint32_t n, uint8_t *out) {
 static int sh_check_write(L *l, int tid, uint64_t off, uint32_t n, const uint8_t *val) {
   for (uint32_t i = 0; i < n; i++) {
     shadow *s = &l->sh[off + i];
-    if (s->flags & SH_PEND)
+    if (s->flags & (SH_PEND | SH_WGR | SH_TMA)) {
+      if (s->flags & SH_WGR)
+        return lfail(l, "writes shared byte %llu, which a wgmma.mma_async still reads (its warp has not waited for "
+                        "it with wgmma.wait_group)", (unsigned long long)(off + i));
+      if (s->flags & SH_TMA)
+        return lfail(l, "writes shared byte %llu while thread %u's cp.async.bulk.tensor to it is still in flight",
+                     (unsigned long long)(off + i), s->ptid);
       return lfail(l, "writes shared byte %llu while thread %u's cp.async to it is still in flight",
                    (unsigned long long)(off + i), s->ptid);
+    }
     if ((s->flags & SH_W) && !ordered(l, s->wtid, s->wep, s->wws, tid)) {
       /* lanes of one instruction writing the same value: benign */
       if (!(s->wser == l->serial && val && l->smem[off + i] == val[i]))
@@ -490,6 +557,7 @@ static int resolve(L *l, int tid, ptx_space sp, uint64_t addr, uint32_t n, uint3
   if (sp == SP_GENERIC) {
     if (addr >= SHWIN && addr < SHWIN + WINSIZE) sp = SP_SHARED, addr -= SHWIN;
     else if (addr >= LOCWIN && addr < LOCWIN + WINSIZE) sp = SP_LOCAL, addr -= LOCWIN;
+    else if (addr >= PARWIN && addr < PARWIN + WINSIZE) sp = SP_PARAM, addr -= PARWIN;
     else sp = SP_GLOBAL;
   }
   *rsp = (uint8_t)sp;
@@ -745,6 +813,616 @@ static int cp_issue(L *l, int tid, const ptx_insn *in) {
   return 0;
 }
 
+/* ---- sm_90: mbarriers, bulk tensor copies (TMA), wgmma ---- */
+
+/* kept out of the interpreter's hot loop (lane_exec, run_warp), which must stay small enough to be inlined */
+#define COLD __attribute__((noinline, cold))
+
+static int check_members(L *l, int w, uint32_t mask, uint32_t group, const char *what);
+
+static mbarrier *mb_find(L *l, uint32_t off) {
+  hstate *h = l->h;
+  for (int i = 0; i < h->nmb; i++)
+    if (h->mb[i].valid && h->mb[i].off == off) return &h->mb[i];
+  return NULL;
+}
+
+/* the shared offset of an mbarrier operand (a shared address, or a generic one with no state space) */
+static int mb_addr(L *l, int tid, ptx_space sp, const ptx_operand *o, uint32_t *off) {
+  uint64_t a = 0, so = 0;
+  uint8_t rsp = 0, *p = NULL, *pd = NULL;
+  int alloc;
+  if (address(l, tid, o, &a) || resolve(l, tid, sp, a, 8, 8, &rsp, &p, &pd, &so, &alloc)) return -1;
+  if (rsp != SP_SHARED) return lfail(l, "an mbarrier outside shared memory (0x%llx)", (unsigned long long)a);
+  *off = (uint32_t)so;
+  return 0;
+}
+
+/* a phase completes when its arrivals are all in and its transaction bytes are all counted */
+static void mb_complete(mbarrier *b) {
+  if (b->pending == 0 && b->tx == 0) {
+    b->phase++;
+    b->pending = b->expected;
+  }
+}
+
+static int mb_ready(const mbarrier *b, const thread *t) {
+  return t->mbtok >= 0 ? (int64_t)b->phase > t->mbtok : (int)(b->phase & 1) != t->mbpar;
+}
+
+static const char *mb_state(const mbarrier *b, char *buf, size_t len) {
+  snprintf(buf, len, "phase %u (parity %u) with %d of %d arrivals pending and tx-count %lld", b->phase, b->phase & 1,
+           b->pending, b->expected, (long long)b->tx);
+  return buf;
+}
+
+/* mbarrier.*: 0 done, 1 the thread waits (its pc stays: the wait runs again when the phase completes) */
+COLD static int lane_mbar(L *l, int tid, const ptx_insn *in) {
+  thread *th = &l->t[tid];
+  frame *f = top(th);
+  l->h->used = 1;
+  const int ai = in->mode == MB_INIT || in->mode == MB_EXPECT_TX || in->mode == MB_INVAL ? 0 : 1;
+  uint32_t off;
+  if (mb_addr(l, tid, (ptx_space)in->space, &in->o[ai], &off)) return -1;
+  mbarrier *b = mb_find(l, off);
+  int def = 1;
+  if (in->mode == MB_INIT) {
+    const uint64_t cnt = get(l, tid, &in->o[1], T_U32, &def);
+    if (!def) return lfail(l, "mbarrier.init with an undefined count");
+    if (cnt < 1 || cnt >= 1u << 20) return lfail(l, "mbarrier.init with a count of %llu (1 to 2^20 - 1)",
+                                                 (unsigned long long)cnt);
+    if (!b) {
+      mbarrier *g = ptx_grow(l->h->mb, &l->h->capmb, l->h->nmb + 1, sizeof *g);
+      if (!g) return lfail(l, "out of memory");
+      l->h->mb = g;
+      b = &g[l->h->nmb++];
+    }
+    b->off = off;
+    b->valid = 1;
+    b->phase = 0;
+    b->expected = b->pending = (int)cnt;
+    b->tx = 0;
+    static const uint8_t zero[8];
+    if (sh_check_write(l, tid, off, 8, NULL)) return -1;
+    sh_commit_write(l, tid, off, 8, zero);
+    return 0;
+  }
+  if (!b) return lfail(l, "the mbarrier at shared %u is used before mbarrier.init (or after mbarrier.inval)", off);
+  char sbuf[128];
+  switch (in->mode) {
+  case MB_INVAL: b->valid = 0; return 0;
+  case MB_EXPECT_TX: {
+    const uint64_t tx = get(l, tid, &in->o[1], T_U32, &def);
+    if (!def) return lfail(l, "mbarrier.expect_tx of an undefined byte count");
+    b->tx += (int64_t)tx;
+    mb_complete(b);
+    return 0;
+  }
+  case MB_ARRIVE: {
+    int64_t cnt = 1;
+    if (in->flags & F_EXPECTTX) {
+      const uint64_t tx = get(l, tid, &in->o[2], T_U32, &def);
+      if (!def) return lfail(l, "mbarrier.arrive.expect_tx of an undefined byte count");
+      b->tx += (int64_t)tx;
+    } else if (in->nops == 3) {
+      cnt = (int64_t)get(l, tid, &in->o[2], T_U32, &def);
+      if (!def || cnt < 1) return lfail(l, "mbarrier.arrive with a bad count");
+    }
+    if (cnt > b->pending)
+      return lfail(l, "arrives at the mbarrier at shared %u (%s) %lld times, more than the phase awaits", off,
+                   mb_state(b, sbuf, sizeof sbuf), (long long)cnt);
+    const uint64_t token = (uint64_t)off << 32 | b->phase;
+    b->pending -= (int)cnt;
+    mb_complete(b);
+    if (in->o[0].kind == K_REG) put(l, f, in->o[0].reg, token, 1);
+    return 0;
+  }
+  default: { /* try_wait, test_wait */
+    const uint64_t v = get(l, tid, &in->o[2], in->flags & F_PARITY ? T_U32 : T_B64, &def);
+    if (!def) return lfail(l, "an mbarrier wait on an undefined %s", in->flags & F_PARITY ? "parity" : "state");
+    th->mboff = off;
+    th->mbtok = -1;
+    th->mbpar = (int)(v & 1);
+    if (!(in->flags & F_PARITY)) {
+      if (v >> 32 != off) return lfail(l, "an mbarrier wait with the state of another mbarrier (shared %u)",
+                                       (unsigned)(v >> 32));
+      th->mbtok = (int64_t)(v & 0xffffffffu);
+    }
+    if (mb_ready(b, th)) {
+      put(l, f, in->o[0].reg, 1, 1);
+      return 0;
+    }
+    th->state = TS_MBAR;
+    return 1;
+  }
+  }
+}
+
+/* threads waiting on mbarriers whose phase has come go on; the number woken */
+COLD static int mb_wake(L *l) {
+  int woke = 0;
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    thread *t = &l->t[i];
+    if (t->state != TS_MBAR) continue;
+    const mbarrier *b = mb_find(l, t->mboff);
+    if (!b) {
+      l->cur_tid = (int)i;
+      l->cur_pc = t->pc;
+      return lfail(l, "waits on the mbarrier at shared %u, which was invalidated", t->mboff);
+    }
+    if (mb_ready(b, t)) t->state = TS_RUN, woke++;
+  }
+  return woke;
+}
+
+/* A read of shared memory by the async proxy (wgmma, a TMA store): what was written by plain stores must have been
+ * made visible to it by fence.proxy.async after the store (and ordered before the read, as any read). */
+static int async_read(L *l, int tid, uint64_t off, uint32_t n, uint8_t *out, const char *who) {
+  if (off > l->smem_size || n > l->smem_size - off)
+    return lfail(l, "%s reads %u shared bytes at %llu, outside the block's %llu bytes", who, n,
+                 (unsigned long long)off, (unsigned long long)l->smem_size);
+  for (uint32_t i = 0; i < n; i++) {
+    const shadow *s = &l->sh[off + i];
+    if (s->flags & (SH_PEND | SH_TMA))
+      return lfail(l, "%s reads shared byte %llu while thread %u's %s to it is still in flight", who,
+                   (unsigned long long)(off + i), s->ptid, s->flags & SH_TMA ? "cp.async.bulk.tensor" : "cp.async");
+    if (!(s->flags & SH_INIT))
+      return lfail(l, "%s reads shared byte %llu, which nothing has written", who, (unsigned long long)(off + i));
+    if (s->flags & SH_W) {
+      if (!ordered(l, s->wtid, s->wep, s->wws, tid))
+        return lfail(l, "race: %s reads shared byte %llu, written by thread %u with no barrier between", who,
+                     (unsigned long long)(off + i), s->wtid);
+      if (l->h->fence[s->wtid] < s->wser)
+        return lfail(l, "%s reads shared byte %llu, which thread %u wrote with a plain store (the generic proxy) and "
+                        "no fence.proxy.async since: the async proxy may not see it", who,
+                     (unsigned long long)(off + i), s->wtid);
+    }
+    out[i] = l->smem[off + i];
+  }
+  return 0;
+}
+
+/* the tensor map a bulk copy names: ptx_tmap.h's encoding, in param (a __grid_constant__ parameter) or global
+ * memory */
+static int tmap_read(L *l, int tid, const ptx_operand *o, ptx_tmap *t) {
+  uint64_t a;
+  uint8_t buf[128];
+  ptx_space sp = SP_GENERIC;
+  if (o->reg < 0 && o->sym >= 0 && l->m->sym[o->sym].space == SP_PARAM) sp = SP_PARAM;
+  if (address(l, tid, o, &a) || mem_read(l, tid, sp, a, 128, 64, buf)) return -1;
+  memcpy(t, buf, sizeof *t);
+  if (t->magic != PTX_TMAP_MAGIC)
+    return lfail(l, "the tensor map at 0x%llx was not written by ptx_tmap_encode (tests/ptx/ptx_tmap.h): the "
+                    "interpreter cannot read a driver-encoded CUtensorMap", (unsigned long long)a);
+  return 0;
+}
+
+/* a bulk tensor copy's box: coordinates from the instruction, the element count per dimension; *bytes the total */
+static int tma_box(L *l, int tid, const ptx_insn *in, const ptx_operand *mo, const ptx_tmap *t, int32_t *c,
+                   uint32_t *cnt, uint64_t *bytes) {
+  const frame *f = top(&l->t[tid]);
+  if (t->rank != in->num) return lfail(l, "a %dd copy through a tensor map of rank %u", in->num, t->rank);
+  uint64_t nel = 1;
+  for (int i = 0; i < 5; i++) {
+    c[i] = 0;
+    cnt[i] = 1;
+    if (i >= t->rank) continue;
+    const int r = ptx_vreg(l->m, mo, i);
+    if (!f->rdef[r]) return lfail(l, "tensor coordinate %d is undefined", i);
+    c[i] = (int32_t)f->r[r];
+    cnt[i] = (t->box[i] + t->estride[i] - 1) / t->estride[i];
+    nel *= cnt[i];
+  }
+  *bytes = nel * ptx_tmap_elsize(t->dtype);
+  return 0;
+}
+
+/* element j (box-linear) -> its global address, or 0 outside the tensor */
+static uint64_t tma_elem(const ptx_tmap *t, const int32_t *c, const uint32_t *cnt, uint64_t j) {
+  const unsigned es = ptx_tmap_elsize(t->dtype);
+  uint64_t a = t->address;
+  for (int i = 0; i < t->rank; i++) {
+    const int64_t x = (int64_t)c[i] + (int64_t)(j % cnt[i]) * t->estride[i];
+    j /= cnt[i];
+    if (x < 0 || x >= (int64_t)t->dim[i]) return 0;
+    a += (uint64_t)x * (i ? t->stride[i - 1] : es);
+  }
+  return a;
+}
+
+static int tma_dst(L *l, int tid, const ptx_operand *o, uint64_t bytes, uint32_t *dst) {
+  uint64_t a = 0, so = 0;
+  uint8_t rsp = 0, *p = NULL, *pd = NULL;
+  int alloc;
+  if (address(l, tid, o, &a) || resolve(l, tid, SP_SHARED, a, (uint32_t)bytes, 128, &rsp, &p, &pd, &so, &alloc))
+    return -1;
+  *dst = (uint32_t)so;
+  return 0;
+}
+
+/* cp.async.bulk.tensor global -> shared: the box read now (out-of-bounds elements zero, or NaN with the NaN fill),
+ * its bytes in flight at their swizzled places until the machine lands them and completes their mbarrier's
+ * transaction bytes */
+COLD static int tma_load(L *l, int tid, const ptx_insn *in) {
+  l->h->used = 1;
+  ptx_tmap t;
+  int32_t c[5];
+  uint32_t cnt[5], dst, mb;
+  uint64_t bytes;
+  if (tmap_read(l, tid, &in->o[1], &t) || tma_box(l, tid, in, &in->o[1], &t, c, cnt, &bytes) ||
+      tma_dst(l, tid, &in->o[0], bytes, &dst) || mb_addr(l, tid, SP_SHARED, &in->o[2], &mb))
+    return -1;
+  if (!mb_find(l, mb)) return lfail(l, "completes on the mbarrier at shared %u, which is not initialised", mb);
+  if (t.interleave) return lfail(l, "an interleaved tensor map");
+  const unsigned es = ptx_tmap_elsize(t.dtype);
+  tmacopy *g = ptx_grow(l->h->tma, &l->h->captma, l->h->ntma + 1, sizeof *g);
+  if (!g) return lfail(l, "out of memory");
+  l->h->tma = g;
+  tmacopy *cp = &g[l->h->ntma];
+  memset(cp, 0, sizeof *cp);
+  cp->data = malloc(bytes);
+  cp->chunk = malloc(bytes / 16 * sizeof *cp->chunk);
+  if (!cp->data || !cp->chunk) {
+    free(cp->data);
+    free(cp->chunk);
+    return lfail(l, "out of memory");
+  }
+  l->h->ntma++; /* owned by the list from here: freed when it lands or the launch ends */
+  cp->mbar = mb;
+  cp->bytes = (uint32_t)bytes;
+  cp->nchunk = (uint32_t)(bytes / 16);
+  cp->tid = tid;
+  cp->line = l->m->insn[l->cur_pc].line;
+  static const uint8_t NAN16[2] = {0xff, 0x7f}, NAN32[4] = {0xff, 0xff, 0xff, 0x7f},
+                       NAN64[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+  const uint8_t *fill = t.oobfill ? (es == 2 ? NAN16 : es == 4 ? NAN32 : NAN64) : NULL;
+  int last = -1;
+  for (uint64_t j = 0; j < bytes / es; j++) {
+    uint8_t *out = cp->data + j * es;
+    const uint64_t ga = tma_elem(&t, c, cnt, j);
+    if (!ga) {
+      if (fill) memcpy(out, fill, es);
+      else memset(out, 0, es);
+      continue;
+    }
+    if (last < 0 || ga < l->x->a[last].addr || ga + es > l->x->a[last].addr + l->x->a[last].size) {
+      last = find_alloc(l->x, ga, es);
+      if (last < 0)
+        return lfail(l, "cp.async.bulk.tensor reads global 0x%llx, outside every allocation (the tensor map's address, "
+                        "dimensions or strides)", (unsigned long long)ga);
+    }
+    const galloc *al = &l->x->a[last];
+    const uint64_t o = ga - al->addr;
+    for (unsigned b = 0; b < es; b++)
+      if (!al->def[o + b])
+        return lfail(l, "cp.async.bulk.tensor reads byte %llu of %s, which nothing has written",
+                     (unsigned long long)(o + b), al->name);
+    if (g_check(l, last, o, es, 0)) return -1;
+    memcpy(out, al->data + o, es);
+  }
+  for (uint32_t k = 0; k < cp->nchunk; k++) {
+    const uint32_t at = ptx_swizzle(dst + 16 * k, t.swizzle);
+    cp->chunk[k] = at;
+    for (uint32_t b = 0; b < 16; b++) {
+      shadow *s = &l->sh[at + b];
+      if (s->flags & SH_WGR)
+        return lfail(l, "cp.async.bulk.tensor writes shared byte %u, which a wgmma.mma_async still reads (its warp has "
+                        "not waited for it with wgmma.wait_group: the stage is not free)", at + b);
+      if (s->flags & (SH_PEND | SH_TMA))
+        return lfail(l, "cp.async.bulk.tensor writes shared byte %u, to which thread %u's %s is still in flight", at + b,
+                     s->ptid, s->flags & SH_TMA ? "cp.async.bulk.tensor" : "cp.async");
+      s->flags |= SH_TMA;
+      s->ptid = (uint16_t)tid;
+    }
+  }
+  return 0;
+}
+
+/* the copies in flight land: their bytes, then their mbarriers' transaction counts */
+COLD static int tma_land(L *l) {
+  hstate *h = l->h;
+  for (int i = 0; i < h->ntma; i++) {
+    tmacopy *c = &h->tma[i];
+    for (uint32_t k = 0; k < c->nchunk; k++)
+      for (uint32_t b = 0; b < 16; b++) {
+        shadow *s = &l->sh[c->chunk[k] + b];
+        s->flags = (uint8_t)((s->flags & ~(SH_TMA | SH_W)) | SH_INIT);
+        s->rwarps = 0;
+        l->smem[c->chunk[k] + b] = c->data[16 * k + b];
+      }
+    mbarrier *b = mb_find(l, c->mbar);
+    if (!b) {
+      l->cur_tid = c->tid;
+      l->cur_pc = -1;
+      return lfail(l, "the cp.async.bulk.tensor of line %d lands on the mbarrier at shared %u, which was invalidated",
+                   c->line, c->mbar);
+    }
+    b->tx -= c->bytes;
+    mb_complete(b);
+    free(c->chunk);
+    free(c->data);
+    c->chunk = NULL;
+    c->data = NULL;
+  }
+  h->ntma = 0;
+  return 0;
+}
+
+/* cp.async.bulk.tensor shared -> global: the box read from shared memory (by the async proxy, swizzled as the tensor
+ * map says), its in-bounds elements written to global memory now */
+COLD static int tma_store(L *l, int tid, const ptx_insn *in) {
+  ptx_tmap t;
+  int32_t c[5];
+  uint32_t cnt[5], src;
+  uint64_t bytes;
+  if (tmap_read(l, tid, &in->o[0], &t) || tma_box(l, tid, in, &in->o[0], &t, c, cnt, &bytes) ||
+      tma_dst(l, tid, &in->o[1], bytes, &src))
+    return -1;
+  const unsigned es = ptx_tmap_elsize(t.dtype);
+  for (uint64_t j = 0; j < bytes / es; j++) {
+    uint8_t v[8];
+    if (async_read(l, tid, ptx_swizzle(src + (uint32_t)(j * es), t.swizzle), es, v, "cp.async.bulk.tensor"))
+      return -1;
+    const uint64_t ga = tma_elem(&t, c, cnt, j);
+    if (!ga) continue;
+    uint8_t rsp = 0, *p = NULL, *pd = NULL;
+    uint64_t so = 0;
+    int alloc = -1;
+    if (resolve(l, tid, SP_GLOBAL, ga, es, es, &rsp, &p, &pd, &so, &alloc) ||
+        g_check(l, alloc, (uint64_t)(p - l->x->a[alloc].data), es, 1))
+      return -1;
+    memcpy(p, v, es);
+    memset(pd, 1, es);
+  }
+  return 0;
+}
+
+/* ---- wgmma ---- */
+
+static int wg_alloc(L *l, thread *th) {
+  if (th->wgseq) return 0;
+  const size_t nr = (size_t)l->m->func[th->fr[0].func].nregs + 1;
+  th->wgseq = malloc(nr * sizeof *th->wgseq);
+  th->wgval = calloc(nr, sizeof *th->wgval);
+  th->wgkind = calloc(nr, 1);
+  if (!th->wgseq || !th->wgval || !th->wgkind) return lfail(l, "out of memory");
+  memset(th->wgseq, 0xff, nr * sizeof *th->wgseq);
+  return 0;
+}
+
+/* registers of wgmma results not yet waited for: an instruction may neither read nor write an accumulator, nor
+ * write an A fragment of the register form */
+COLD static int wg_check(L *l, int tid, const ptx_insn *in) {
+  const thread *th = &l->t[tid];
+  if (th->depth || in->op == OP_WGMMA) return 0;
+  const ptx_func *fn = &l->m->func[th->fr[0].func];
+  const int nodst = in->op == OP_ST || in->op == OP_RED || in->op == OP_STMATRIX || in->op == OP_BRA ||
+                    in->op == OP_TMA || in->op == OP_CALL;
+  for (int i = 0; i < in->nops; i++) {
+    const ptx_operand *o = &in->o[i];
+    const int dst = !nodst && (i == 0 || (i == 1 && (in->flags & F_PAIR)));
+    int regs[260], nr = 0;
+    if (o->kind == K_REG) regs[nr++] = o->reg;
+    if (o->kind == K_ADDR && o->reg >= 0) regs[nr++] = o->reg;
+    if (o->kind == K_VEC || (o->kind == K_ADDR && o->n))
+      for (int k = 0; k < o->n; k++) regs[nr++] = ptx_vreg(l->m, o, k);
+    for (int k = 0; k < nr; k++) {
+      const int r = regs[k];
+      if (r < 0 || th->wgseq[r] < 0) continue;
+      if (th->wgkind[r] == 1)
+        return lfail(l, "%s %s, an accumulator of a wgmma.mma_async not yet waited for (wgmma.wait_group)",
+                     dst ? "writes" : "reads", fn->regname[r]);
+      if (dst)
+        return lfail(l, "writes %s, an A fragment of a wgmma.mma_async not yet waited for (wgmma.wait_group)",
+                     fn->regname[r]);
+    }
+  }
+  return 0;
+}
+
+static void wr_mark(L *l) {
+  for (int i = 0; i < l->h->nwr; i++)
+    for (int k = 0; k < l->h->wr[i].n; k++)
+      for (int b = 0; b < 16; b++) l->sh[l->h->wr[i].chunk[k] + b].flags |= SH_WGR;
+}
+
+/* warp's wgmmas before issue number done are complete: their shared memory is free again */
+static void wr_release(L *l, int warp, int done) {
+  hstate *h = l->h;
+  int keep = 0, removed = 0;
+  for (int i = 0; i < h->nwr; i++) {
+    wgread *r = &h->wr[i];
+    if (r->warp == warp && r->seq < done) {
+      for (int k = 0; k < r->n; k++)
+        for (int b = 0; b < 16; b++) l->sh[r->chunk[k] + b].flags &= (uint8_t)~SH_WGR;
+      free(r->chunk);
+      removed++;
+    } else {
+      h->wr[keep++] = *r;
+    }
+  }
+  h->nwr = keep;
+  if (removed) wr_mark(l);
+}
+
+COLD static int wg_commit(L *l, int tid) {
+  thread *th = &l->t[tid];
+  int *g = ptx_grow(th->wgend, &th->capwgend, th->wggroups + 1, sizeof *g);
+  if (!g) return lfail(l, "out of memory");
+  th->wgend = g;
+  g[th->wggroups++] = th->wgissued;
+  return 0;
+}
+
+COLD static int wg_wait(L *l, int tid, int64_t n) {
+  thread *th = &l->t[tid];
+  if (n < 0 || n > 7) return lfail(l, "wgmma.wait_group %lld (0 to 7)", (long long)n);
+  const int g = th->wggroups - 1 - (int)n;
+  if (g < 0 || th->wgend[g] <= th->wgdone) return 0;
+  th->wgdone = th->wgend[g];
+  th->wgfenced = 0; /* the thread will touch the results: the next wgmma needs a fence again */
+  frame *f = &th->fr[0];
+  const int nr = l->m->func[f->func].nregs, had = th->wgn != 0;
+  for (int r = 0; r < nr && th->wgn; r++)
+    if (th->wgseq[r] >= 0 && th->wgseq[r] < th->wgdone) {
+      if (th->wgkind[r] == 1) put(l, f, r, th->wgval[r], 1);
+      th->wgseq[r] = -1;
+      th->wgkind[r] = 0;
+      th->wgn--;
+    }
+  if (had && !th->wgn) l->h->wgthreads--;
+  wr_release(l, tid / 32, th->wgdone);
+  return 0;
+}
+
+static int chunk_cmp(const void *a, const void *b) {
+  const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* wgmma.mma_async for one warp of its warpgroup: rows 16 (w % 4) .. +15 of D = A B (+ D), computed now from shared
+ * memory and registers as they are (exact products, the sum rounded once, as mma.sync), held until the
+ * wait_group that completes it */
+COLD static int wgmma_exec(L *l, int w, uint32_t group, const ptx_insn *in) {
+  if (check_members(l, w, 0xffffffffu, group, "wgmma.mma_async (.aligned: the whole warp)")) return -1;
+  const int base = w * 32, N = in->num * 8, regA = in->nops == 7, wq = w % 4;
+  const int bf = in->mma_ab == T_BF16;
+  if ((unsigned)(w / 4 * 4 + 4) * 32 > l->nthreads)
+    return lfail(l, "wgmma.mma_async in warp %d, whose warpgroup (warps %d to %d) the block of %u threads does not "
+                    "fill", w, w / 4 * 4, w / 4 * 4 + 3, l->nthreads);
+  const int64_t sa = in->o[4].imm, sb = in->o[5].imm, ta = regA ? 0 : in->o[6].imm, tb = in->o[regA ? 6 : 7].imm;
+  if ((sa != 1 && sa != -1) || (sb != 1 && sb != -1) || (ta & ~1) || (tb & ~1))
+    return lfail(l, "wgmma.mma_async: imm-scale-a/b must be 1 or -1, imm-trans-a/b 0 or 1");
+  uint64_t da = 0, db = 0;
+  int scaled = 1;
+  for (int lane = 0; lane < 32; lane++) {
+    thread *th = &l->t[base + lane];
+    l->cur_tid = base + lane;
+    if (th->depth) return lfail(l, "wgmma.mma_async in a called function (only in the kernel's own frame)");
+    if (!th->wgfenced)
+      return lfail(l, "wgmma.mma_async with no wgmma.fence since the start or the last wgmma.wait_group (the "
+                      "registers it uses may not be ready)");
+    if (wg_alloc(l, th)) return -1;
+    int d1 = 1, d2, d3;
+    const uint64_t a = regA ? 0 : get(l, base + lane, &in->o[1], T_B64, &d1);
+    const uint64_t b = get(l, base + lane, &in->o[2], T_B64, &d2);
+    const int s = (int)(get(l, base + lane, &in->o[3], T_PRED, &d3) & 1);
+    if (!d1 || !d2 || !d3) return lfail(l, "wgmma.mma_async with an undefined descriptor or scale-d");
+    if (lane && (a != da || b != db || s != scaled))
+      return lfail(l, "wgmma.mma_async: the lanes of a warp give different descriptors or scale-d");
+    da = a, db = b, scaled = s;
+  }
+  l->cur_tid = base;
+  if (((da >> 49) & 7) || ((db >> 49) & 7))
+    return lfail(l, "wgmma.mma_async: a matrix descriptor with a base offset (bits 49-51) is not supported");
+  double A[16][16], (*B)[256] = malloc(16 * sizeof *B);
+  uint32_t *chunk = malloc((16 * 16 + 16 * 256) * sizeof *chunk);
+  int nch = 0;
+  if (!B || !chunk) {
+    free(B);
+    free(chunk);
+    return lfail(l, "out of memory");
+  }
+  int rc = 0;
+#define H(x) (bf ? (double)ptx_bf16_to_f32((uint16_t)(x)) : (double)ptx_f16_to_f32((uint16_t)(x)))
+  if (regA) {
+    for (int lane = 0; lane < 32 && !rc; lane++) {
+      const thread *th = &l->t[base + lane];
+      const frame *f = top(&l->t[base + lane]);
+      const int g = lane / 4, t = lane % 4;
+      for (int k = 0; k < 4 && !rc; k++) {
+        const int r = in->o[1].vec[k];
+        if (r < 0 || !f->rdef[r] || (th->wgseq[r] >= 0 && th->wgkind[r] == 1)) {
+          l->cur_tid = base + lane;
+          rc = lfail(l, "wgmma.mma_async: A fragment register %d is undefined or a result not yet waited for", k);
+          break;
+        }
+        const uint32_t v = (uint32_t)f->r[r];
+        for (int h = 0; h < 2; h++) A[g + 8 * (k & 1)][2 * t + 8 * (k >> 1) + h] = (double)sa * H(v >> (16 * h));
+      }
+    }
+  } else {
+    for (int r = 0; r < 16 && !rc; r++)
+      for (int k = 0; k < 16 && !rc; k++) {
+        const uint32_t off = ptx_gmma_offset(da, 16 * wq + r, k, (int)ta);
+        uint8_t v[2];
+        if ((rc = async_read(l, base, off, 2, v, "wgmma.mma_async (A)"))) break;
+        A[r][k] = (double)sa * H(v[0] | v[1] << 8);
+        chunk[nch++] = off & ~15u;
+      }
+  }
+  for (int n = 0; n < N && !rc; n++)
+    for (int k = 0; k < 16 && !rc; k++) {
+      const uint32_t off = ptx_gmma_offset(db, n, k, (int)tb);
+      uint8_t v[2];
+      if ((rc = async_read(l, base, off, 2, v, "wgmma.mma_async (B)"))) break;
+      B[k][n] = (double)sb * H(v[0] | v[1] << 8);
+      chunk[nch++] = off & ~15u;
+    }
+#undef H
+  for (int lane = 0; lane < 32 && !rc; lane++) {
+    thread *th = &l->t[base + lane];
+    const frame *f = top(th);
+    const int g = lane / 4, t = lane % 4, had = th->wgn != 0;
+    for (int i = 0; i < N / 2; i++) {
+      const int reg = ptx_vreg(l->m, &in->o[0], i);
+      const int row = g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+      double sum = 0;
+      if (scaled) {
+        if (th->wgseq[reg] >= 0 && th->wgkind[reg] == 1) { /* chained on an earlier wgmma's result */
+          sum = ptx_f32(th->wgval[reg]);
+        } else if (!f->rdef[reg]) {
+          l->cur_tid = base + lane;
+          rc = lfail(l, "wgmma.mma_async: accumulator %s is undefined (scale-d is true)",
+                     l->m->func[f->func].regname[reg]);
+          break;
+        } else {
+          sum = ptx_f32(f->r[reg]);
+        }
+      }
+      int nan = isnan(sum);
+      for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
+      nan |= isnan(sum);
+      if (th->wgseq[reg] < 0) th->wgn++;
+      th->wgseq[reg] = th->wgissued;
+      th->wgkind[reg] = 1;
+      th->wgval[reg] = (uint32_t)ptx_bits32(nan ? NAN : (float)sum);
+    }
+    if (regA)
+      for (int k = 0; k < 4; k++) {
+        const int r = in->o[1].vec[k];
+        if (th->wgseq[r] < 0) th->wgn++, th->wgkind[r] = 2;
+        if (th->wgkind[r] == 2) th->wgseq[r] = th->wgissued;
+      }
+    if (!had && th->wgn) l->h->wgthreads++;
+    th->wgissued++;
+  }
+  free(B);
+  if (rc || !nch) {
+    free(chunk);
+    return rc;
+  }
+  /* the shared memory it reads stays off limits to writers until the warp waits for it */
+  qsort(chunk, (size_t)nch, sizeof *chunk, chunk_cmp);
+  int u = 0;
+  for (int i = 0; i < nch; i++)
+    if (!u || chunk[i] != chunk[u - 1]) chunk[u++] = chunk[i];
+  wgread *g = ptx_grow(l->h->wr, &l->h->capwr, l->h->nwr + 1, sizeof *g);
+  if (!g) {
+    free(chunk);
+    return lfail(l, "out of memory");
+  }
+  l->h->wr = g;
+  g[l->h->nwr].warp = w;
+  g[l->h->nwr].seq = l->t[base].wgissued - 1;
+  g[l->h->nwr].chunk = chunk;
+  g[l->h->nwr].n = u;
+  l->h->nwr++;
+  for (int k = 0; k < u; k++)
+    for (int b = 0; b < 16; b++) l->sh[chunk[k] + b].flags |= SH_WGR;
+  return 0;
+}
+
 /* ---- one lane ---- */
 
 static uint32_t type_bytes(ptx_type t) { return (uint32_t)(ptx_type_bits(t) / 8); }
@@ -940,14 +1618,14 @@ static int lane_cvta(L *l, int tid, const ptx_insn *in) {
   /* cvta.space: space -> generic; cvta.to.space: generic -> space */
   const int to = (in->flags & F_TO) != 0;
   const ptx_space sp = (ptx_space)in->space;
-  uint64_t base = sp == SP_SHARED ? SHWIN : sp == SP_LOCAL ? LOCWIN : 0;
-  if (sp != SP_SHARED && sp != SP_LOCAL && sp != SP_GLOBAL && sp != SP_CONST)
+  uint64_t base = sp == SP_SHARED ? SHWIN : sp == SP_LOCAL ? LOCWIN : sp == SP_PARAM ? PARWIN : 0;
+  if (sp != SP_SHARED && sp != SP_LOCAL && sp != SP_GLOBAL && sp != SP_CONST && sp != SP_PARAM)
     return lfail(l, "cvta of an unsupported state space");
   if (to) {
     if (base && (v < base || v >= base + WINSIZE))
-      return lfail(l, "cvta.to.%s of 0x%llx, which is not in that window", sp == SP_SHARED ? "shared" : "local",
-                   (unsigned long long)v);
-    if (!base && (v >= LOCWIN))
+      return lfail(l, "cvta.to.%s of 0x%llx, which is not in that window",
+                   sp == SP_SHARED ? "shared" : sp == SP_PARAM ? "param" : "local", (unsigned long long)v);
+    if (!base && (v >= PARWIN))
       return lfail(l, "cvta.to.global of a shared or local address 0x%llx", (unsigned long long)v);
     v -= base;
   } else {
@@ -1079,8 +1757,19 @@ static int lane_exec(L *l, int tid, const ptx_insn *in) {
     rc = cp_land(l, tid, th->committed - 1 - (int)nwait);
     break;
   }
-  case OP_MEMBAR:
-  case OP_FENCE: break;
+  case OP_MEMBAR: break;
+  case OP_FENCE:
+    if (in->flags & F_PROXYASYNC) l->h->fence[tid] = l->serial;
+    break;
+  case OP_MBAR:
+    rc = lane_mbar(l, tid, in);
+    if (rc == 1) rc = 0, advance = 0;
+    break;
+  case OP_TMA: rc = in->mode == 1 ? tma_load(l, tid, in) : tma_store(l, tid, in); break;
+  case OP_WGFENCE: th->wgfenced = 1; break;
+  case OP_WGCOMMIT: rc = wg_commit(l, tid); break;
+  case OP_WGWAIT: rc = wg_wait(l, tid, in->o[0].imm); break;
+  case OP_NOP: case OP_SETMAXNREG: case OP_BULKCOMMIT: case OP_BULKWAIT: break;
   default: rc = lane_alu(l, tid, in); break;
   }
   if (advance && !rc) th->pc++;
@@ -1118,10 +1807,65 @@ static int check_members(L *l, int w, uint32_t mask, uint32_t group, const char 
   return 0;
 }
 
+COLD static int elect_exec(L *l, int w, const int *lanes, int n, uint32_t group, const ptx_insn *in) {
+  const int base = w * 32;
+  uint32_t mask = 0;
+  if (member_mask(l, lanes, n, w, &in->o[2], &mask) || check_members(l, w, mask, group, "elect.sync")) return -1;
+  if (!mask) return lfail(l, "elect.sync with an empty member mask");
+  const int leader = __builtin_ctz(mask); /* the lowest lane of the mask */
+  for (int i = 0; i < n; i++) {
+    frame *f = top(&l->t[base + lanes[i]]);
+    if (in->o[0].kind == K_REG) put(l, f, in->o[0].reg, (uint64_t)leader, 1);
+    if (in->o[1].kind == K_REG) put(l, f, in->o[1].reg, (uint64_t)(lanes[i] == leader), 1);
+  }
+  return 0;
+}
+
+COLD static int stmatrix_exec(L *l, int w, uint32_t group, const ptx_insn *in) {
+  const int base = w * 32;
+  if (check_members(l, w, 0xffffffffu, group, "stmatrix (.aligned: the whole warp)")) return -1;
+  const int nm = in->num;
+  uint16_t mat[4][8][8];
+  for (int lane = 0; lane < 32; lane++) {
+    const frame *f = top(&l->t[base + lane]);
+    for (int k = 0; k < nm; k++) {
+      const int r = in->o[1].vec[k];
+      if (r < 0 || !f->rdef[r]) {
+        l->cur_tid = base + lane;
+        return lfail(l, "stmatrix of an undefined register");
+      }
+      const uint16_t lo = (uint16_t)f->r[r], hi = (uint16_t)(f->r[r] >> 16);
+      if (in->flags & F_TRANS) {
+        mat[k][2 * (lane % 4)][lane / 4] = lo;
+        mat[k][2 * (lane % 4) + 1][lane / 4] = hi;
+      } else {
+        mat[k][lane / 4][2 * (lane % 4)] = lo;
+        mat[k][lane / 4][2 * (lane % 4) + 1] = hi;
+      }
+    }
+  }
+  for (int i = 0; i < nm; i++)
+    for (int r = 0; r < 8; r++) {
+      const int lane = 8 * i + r;
+      uint64_t addr;
+      l->cur_tid = base + lane;
+      if (address(l, base + lane, &in->o[0], &addr) ||
+          mem_write(l, base + lane, SP_SHARED, addr, 16, 16, (const uint8_t *)mat[i][r]))
+        return -1;
+    }
+  return 0;
+}
+
 static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn *in) {
   uint32_t group = 0;
   for (int i = 0; i < n; i++) group |= 1u << lanes[i];
   const int base = w * 32;
+  if (l->h->wgthreads)
+    for (int i = 0; i < n; i++)
+      if (l->t[base + lanes[i]].wgn) {
+        l->cur_tid = base + lanes[i];
+        if (wg_check(l, base + lanes[i], in)) return -1;
+      }
   char why[256];
   switch ((ptx_op)in->op) {
   case OP_BARWARP: {
@@ -1239,6 +1983,15 @@ static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn 
       for (int k = 0; k < 4; k++) put(l, top(&l->t[base + lane]), in->o[0].vec[k], D[lane][k], 1);
     break;
   }
+  case OP_WGMMA:
+    if (wgmma_exec(l, w, group, in)) return -1;
+    break;
+  case OP_ELECT:
+    if (elect_exec(l, w, lanes, n, group, in)) return -1;
+    break;
+  case OP_STMATRIX:
+    if (stmatrix_exec(l, w, group, in)) return -1;
+    break;
   default: return lfail(l, "not a collective");
   }
   for (int i = 0; i < n; i++) l->t[base + lanes[i]].pc++;
@@ -1248,7 +2001,8 @@ static int warp_collective(L *l, int w, const int *lanes, int n, const ptx_insn 
 }
 
 static int is_collective(int op) {
-  return op == OP_SHFL || op == OP_VOTE || op == OP_BARWARP || op == OP_LDMATRIX || op == OP_MMA;
+  return op == OP_SHFL || op == OP_VOTE || op == OP_BARWARP || op == OP_LDMATRIX || op == OP_MMA || op == OP_WGMMA ||
+         op == OP_ELECT || op == OP_STMATRIX;
 }
 
 /* ---- scheduling ---- */
@@ -1306,6 +2060,11 @@ static int run_warp(L *l, int w) {
       }
       continue;
     }
+    if (__builtin_expect(l->h->wgthreads != 0, 0)) /* registers awaiting wgmma results: off limits */
+      for (int i = 0; i < n; i++) {
+        l->cur_tid = base + lanes[i];
+        if (l->t[base + lanes[i]].wgn && wg_check(l, base + lanes[i], in)) return -1;
+      }
     for (int i = 0; i < n; i++) {
       l->cur_tid = base + lanes[i];
       if (lane_exec(l, base + lanes[i], in)) return -1;
@@ -1383,6 +2142,7 @@ typedef struct {
   uint8_t *smem;
   shadow *sh;
   uint32_t *wsync, epoch;
+  hstate h;
 } slot;
 
 static void slot_enter(L *l, const slot *s) {
@@ -1392,8 +2152,21 @@ static void slot_enter(L *l, const slot *s) {
   l->sh = s->sh;
   l->wsync = s->wsync;
   l->epoch = s->epoch;
+  l->h = (hstate *)&s->h;
   l->cur_pc = -1;
   l->cur_tid = -1;
+}
+
+/* what a block left of its sm_90 state: copies in flight, wgmma reads, mbarriers */
+static void hstate_clear(hstate *h, unsigned nthreads) {
+  for (int i = 0; i < h->ntma; i++) {
+    free(h->tma[i].chunk);
+    free(h->tma[i].data);
+  }
+  for (int i = 0; i < h->nwr; i++) free(h->wr[i].chunk);
+  h->ntma = h->nwr = h->nmb = 0;
+  h->used = h->wgthreads = 0;
+  if (h->fence) memset(h->fence, 0, nthreads * sizeof *h->fence);
 }
 
 /* block bid starts in slot s */
@@ -1403,6 +2176,7 @@ static void block_start(L *l, slot *s, int entry, unsigned bid) {
   s->live = 1;
   memset(s->wsync, 0, l->nwarps * sizeof *s->wsync);
   memset(s->sh, 0, l->smem_size * sizeof *s->sh);
+  hstate_clear(&s->h, l->nthreads);
   const ptx_func *fn = &l->m->func[entry];
   for (unsigned i = 0; i < l->nthreads; i++) {
     thread *t = &s->t[i];
@@ -1412,6 +2186,8 @@ static void block_start(L *l, slot *s, int entry, unsigned bid) {
     t->carry = 0;
     t->ncp = 0;
     t->committed = 0;
+    t->wgn = t->wgfenced = t->wgissued = t->wggroups = t->wgdone = 0;
+    if (t->wgseq) memset(t->wgseq, 0xff, ((size_t)fn->nregs + 1) * sizeof *t->wgseq);
     frame *f = &t->fr[0];
     memset(f->rdef, 0, (size_t)fn->nregs);
     memset(f->ldef, 0, fn->local_size);
@@ -1419,13 +2195,46 @@ static void block_start(L *l, slot *s, int entry, unsigned bid) {
   }
 }
 
+/* every thread is blocked and thread mwait waits on an mbarrier phase nothing can complete */
+COLD static int deadlock(L *l, int mwait, int waiting) {
+  const thread *t = &l->t[mwait];
+  const mbarrier *b = mb_find(l, t->mboff);
+  char sbuf[128], want[48];
+  if (t->mbtok >= 0) snprintf(want, sizeof want, "phase %lld", (long long)t->mbtok);
+  else snprintf(want, sizeof want, "the phase of parity %d", t->mbpar);
+  l->cur_tid = mwait;
+  l->cur_pc = t->pc;
+  return lfail(l, "deadlock: waits on the mbarrier at shared %u for %s, which can never complete: it is at %s, "
+                  "no copy is in flight, and no thread can run (%d at bar.sync)", t->mboff, want,
+               b ? mb_state(b, sbuf, sizeof sbuf) : "(invalid)", waiting);
+}
+
 /* Runs the block in slot s up to its next barrier (released) or its end (s->live = 0). 0, or -1 on an error. */
 static int block_step(L *l, slot *s, unsigned *worder) {
   slot_enter(l, s);
-  for (unsigned k = 0; k < l->nwarps; k++)
-    if (run_warp(l, (int)worder[k])) return -1;
-  int waiting = 0;
-  for (unsigned i = 0; i < l->nthreads; i++) waiting += l->t[i].state == TS_BAR;
+  for (;;) {
+    for (unsigned k = 0; k < l->nwarps; k++)
+      if (run_warp(l, (int)worder[k])) return -1;
+    if (!l->h->used) break;
+    /* mbarrier waits: the threads whose phase has come go on; when none can, the bulk copies in flight land (as
+     * late as possible: data read before its phase completes is found in flight) */
+    int woke = mb_wake(l);
+    if (woke < 0) return -1;
+    if (woke) continue;
+    if (l->h->ntma) {
+      if (tma_land(l)) return -1;
+      woke = mb_wake(l);
+      if (woke < 0) return -1;
+      if (woke) continue;
+    }
+    break;
+  }
+  int waiting = 0, mwait = -1;
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    waiting += l->t[i].state == TS_BAR;
+    if (l->t[i].state == TS_MBAR && mwait < 0) mwait = (int)i;
+  }
+  if (mwait >= 0) return deadlock(l, mwait, waiting); /* nothing can complete the phase it waits for */
   if (waiting) {
     const int rc = release(l);
     s->epoch = l->epoch;
@@ -1440,6 +2249,17 @@ static int block_step(L *l, slot *s, unsigned *worder) {
       l->cur_pc = -1;
       return lfail(l, "thread %u exited with %d cp.async copies it never waited for", i, t->ncp);
     }
+    if (t->wgn || t->wgissued > (t->wggroups ? t->wgend[t->wggroups - 1] : 0)) {
+      l->cur_tid = (int)i;
+      l->cur_pc = -1;
+      return lfail(l, "thread %u exited with wgmma.mma_async results it never waited for (or never committed)", i);
+    }
+  }
+  if (l->h->ntma) {
+    l->cur_tid = l->h->tma[0].tid;
+    l->cur_pc = -1;
+    return lfail(l, "the block ended with the cp.async.bulk.tensor of line %d in flight (its mbarrier never waited "
+                    "on)", l->h->tma[0].line);
   }
   return 0;
 }
@@ -1475,7 +2295,7 @@ int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, con
     snprintf(err, errlen, "%s allows %d threads a block (.maxntid), %u launched", entry, fn->maxntid, cfg->block);
     return -1;
   }
-  const uint64_t smem = (m->static_shared + 15) / 16 * 16 + cfg->dyn_smem;
+  const uint64_t smem = m->dyn_base + cfg->dyn_smem;
   if (smem > 227 * 1024) {
     snprintf(err, errlen, "%llu bytes of shared memory a block, more than any GPU has", (unsigned long long)smem);
     return -1;
@@ -1507,7 +2327,8 @@ int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, con
     s->smem = calloc(smem + 1, 1);
     s->sh = calloc(smem + 1, sizeof *s->sh);
     s->wsync = calloc(l.nwarps, sizeof *s->wsync);
-    if (!s->t || !s->smem || !s->sh || !s->wsync) {
+    s->h.fence = calloc(cfg->block, sizeof *s->h.fence);
+    if (!s->t || !s->smem || !s->sh || !s->wsync || !s->h.fence) {
       snprintf(err, errlen, "out of memory");
       goto out;
     }
@@ -1559,7 +2380,16 @@ out:
           thread *t = &s->t[i];
           for (int d = t->depth; d >= 0; d--) frame_free(&t->fr[d]);
           free(t->cp);
+          free(t->wgend);
+          free(t->wgseq);
+          free(t->wgval);
+          free(t->wgkind);
         }
+      hstate_clear(&s->h, 0);
+      free(s->h.mb);
+      free(s->h.tma);
+      free(s->h.wr);
+      free(s->h.fence);
       free(s->t);
       free(s->smem);
       free(s->sh);

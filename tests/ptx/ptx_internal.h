@@ -18,7 +18,10 @@ typedef enum {
   OP_TANH,
   OP_COPYSIGN, OP_ADDC, OP_SUBC, OP_MADC, OP_BRA, OP_CALL, OP_RET, OP_EXIT, OP_BAR, OP_BARWARP, OP_BARRED, OP_SHFL,
   OP_VOTE, OP_MMA, OP_LDMATRIX, OP_CPASYNC, OP_CPCOMMIT, OP_CPWAIT, OP_CPWAITALL, OP_ATOM, OP_RED, OP_MEMBAR,
-  OP_FENCE, OP_LOP3, OP_MUL24, OP_MAD24, OP_FNS, OP_COUNT
+  OP_FENCE, OP_LOP3, OP_MUL24, OP_MAD24, OP_FNS,
+  /* sm_90: warpgroup MMA, mbarriers, the tensor memory accelerator and their companions */
+  OP_WGMMA, OP_WGFENCE, OP_WGCOMMIT, OP_WGWAIT, OP_MBAR, OP_TMA, OP_BULKCOMMIT, OP_BULKWAIT, OP_SETMAXNREG,
+  OP_ELECT, OP_STMATRIX, OP_NOP, OP_COUNT
 } ptx_op;
 
 /* value types (.s32, .f16x2, ...) */
@@ -44,8 +47,15 @@ enum {
   F_CC = 1 << 7, F_UNI = 1 << 8, F_SYNC = 1 << 9, F_ALIGNED = 1 << 10, F_TRANS = 1 << 11, F_NC = 1 << 12,
   F_ROW_COL = 1 << 13, F_VOLATILE = 1 << 14, F_SHIFTAMT = 1 << 15, F_NAN = 1 << 16, F_RELU = 1 << 17,
   F_PAIR = 1 << 18, /* a second destination written d|p */
-  F_TO = 1 << 19    /* cvta.to.space: generic -> space */
+  F_TO = 1 << 19,   /* cvta.to.space: generic -> space */
+  F_PARITY = 1 << 20, /* mbarrier.try_wait / test_wait .parity */
+  F_EXPECTTX = 1 << 21, /* mbarrier.arrive.expect_tx */
+  F_PROXYASYNC = 1 << 22, /* fence.proxy.async */
+  F_INC = 1 << 23   /* setmaxnreg.inc (else .dec) */
 };
+
+/* mbarrier operations (ptx_insn.mode of OP_MBAR); OP_TMA's mode: 1 global -> shared, 2 shared -> global */
+enum { MB_INIT = 1, MB_ARRIVE, MB_EXPECT_TX, MB_TRY_WAIT, MB_TEST_WAIT, MB_INVAL };
 
 /* shfl modes, vote modes, bool ops of setp / bar.red, atomic ops */
 enum { M_NONE, M_BFLY, M_UP, M_DOWN, M_IDX, M_ANY, M_ALL, M_UNIV, M_BALLOT, M_AND, M_OR, M_XOR, M_POPC,
@@ -68,7 +78,8 @@ typedef struct {
   uint8_t comp;     /* special register component: 0 x, 1 y, 2 z */
   int32_t reg;      /* K_REG, K_ADDR (base register, -1: none), K_SREG (which) */
   int32_t sym;      /* K_ADDR / K_SYM: symbol index (-1: none); K_LABEL: instruction index */
-  int32_t vec[4];   /* K_VEC registers (-1: the sink _) */
+  int32_t vec[4];   /* K_VEC registers (-1: the sink _); K_ADDR with n > 0: [base, {vec}] (a tensor's coordinates) */
+  int32_t vx;       /* n > 4: all n registers at ptx_module.vregs[vx] (wgmma's accumulators, 5-d coordinates) */
   int64_t imm;      /* K_IMM bits (f32/f64 immediates as their bits); K_ADDR byte offset */
   uint8_t fimm;     /* K_IMM written as a floating literal: 1 f32 (0f...), 2 f64 (0d... or decimal) */
 } ptx_operand;
@@ -80,7 +91,7 @@ typedef struct {
   uint8_t type, type2;  /* type2: cvt's source type, the second type of a few ops */
   uint8_t space, rnd, cmp, mode, bop; /* bop: setp's combining op, bar.red's op */
   uint8_t vec;          /* .v2 / .v4: 2 or 4; 0 scalar */
-  uint8_t num;          /* ldmatrix .x1/.x2/.x4; mma: k of m16n8k */
+  uint8_t num;          /* ldmatrix/stmatrix .x1/.x2/.x4; mma: k of m16n8k; wgmma: n / 8; TMA: dimensions */
   uint8_t nops;
   uint8_t fast;         /* a common form ptx_exec.c runs without the general path (FAST_*), 0 otherwise */
   uint32_t flags;
@@ -129,7 +140,10 @@ struct ptx_module {
   ptx_func *func;
   int nfunc;
   uint64_t static_shared;  /* bytes of .shared variables; the dynamic array starts after them */
+  uint64_t dyn_base;       /* where the dynamic array starts: static_shared rounded up to its alignment */
   uint32_t dyn_align;
+  int32_t *vregs;          /* the registers of vector operands of more than 4 */
+  int nvregs, capvregs;
   int target_sm;           /* .target sm_XX */
 };
 
@@ -175,6 +189,11 @@ static inline void *ptx_grow(void *a, int *cap, int need, size_t el) {
   return b;
 }
 
+/* register i of a vector operand (K_VEC, or K_ADDR's coordinates) */
+static inline int32_t ptx_vreg(const ptx_module *m, const ptx_operand *o, int i) {
+  return o->n > 4 ? m->vregs[o->vx + i] : o->vec[i];
+}
+
 /* ---- ptx_ops.c ---- */
 float ptx_f16_to_f32(uint16_t h);
 uint16_t ptx_f32_to_f16(float f, ptx_round r);
@@ -192,5 +211,11 @@ int ptx_alu(const ptx_insn *in, const uint64_t *src, int nsrc, uint64_t *dst, ui
  * fragments. */
 int ptx_mma(const ptx_insn *in, const uint32_t a[32][4], const uint32_t b[32][2], const uint32_t c[32][4],
             uint32_t d[32][4], char *why, size_t len);
+
+/* sm_90: the 32B/64B/128B swizzle (bits 1, 2, 3; 0 none) of a shared-memory address, as TMA writes and wgmma reads
+ * it; and the shared offset of element (mn, k) of a wgmma operand (16-bit elements) under its matrix descriptor,
+ * K-major or MN-major (imm-trans 1): the canonical layouts of the PTX ISA (CUTLASS's make_gmma_desc) */
+uint32_t ptx_swizzle(uint32_t addr, int bits);
+uint32_t ptx_gmma_offset(uint64_t desc, int mn, int k, int mnmajor);
 
 #endif

@@ -612,3 +612,28 @@ int ptx_mma(const ptx_insn *in, const uint32_t a[32][4], const uint32_t b[32][2]
   }
   return 0;
 }
+
+/* ---- sm_90 layouts ---- */
+
+uint32_t ptx_swizzle(uint32_t addr, int bits) {
+  /* 32B, 64B, 128B swizzles (1, 2, 3 bits): the 16-byte chunk index (address bits 4..) XOR the 128-byte row index
+   * (bits 7..) within a repeat of 256, 512 or 1024 bytes (CUTLASS's Swizzle<bits,4,3>) */
+  return bits ? addr ^ (((addr >> 7) & ((1u << bits) - 1)) << 4) : addr;
+}
+
+uint32_t ptx_gmma_offset(uint64_t desc, int mn, int k, int mnmajor) {
+  const uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4,
+                 sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  const int mode = (int)(desc >> 62); /* 0 interleave (no swizzle), 1 128B, 2 64B, 3 32B */
+  const int bits = mode == 1 ? 3 : mode == 2 ? 2 : mode == 3 ? 1 : 0, x = bits ? 1 << bits : 0; /* 16-byte units */
+  const uint32_t umn = (uint32_t)mn, uk = (uint32_t)k;
+  uint32_t a;
+  if (!mnmajor) { /* K-major: 8-row core matrices of 16 bytes per row (a swizzle's width per row when swizzled) */
+    if (!x) a = start + umn % 8 * 16 + umn / 8 * sbo + uk % 8 * 2 + uk / 8 * lbo;
+    else a = start + umn % 8 * 16 * (uint32_t)x + umn / 8 * sbo + uk * 2;
+  } else { /* MN-major: 16-byte runs of 8 MN elements; rows along K */
+    if (!x) a = start + umn % 8 * 2 + umn / 8 * sbo + uk % 8 * 16 + uk / 8 * lbo;
+    else a = start + umn % (8 * (uint32_t)x) * 2 + umn / (8 * (uint32_t)x) * lbo + uk % 8 * 16 * (uint32_t)x + uk / 8 * sbo;
+  }
+  return ptx_swizzle(a, bits);
+}

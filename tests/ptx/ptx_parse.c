@@ -227,7 +227,8 @@ static const struct {
     {"exit", OP_EXIT},     {"shfl", OP_SHFL},       {"vote", OP_VOTE},       {"mma", OP_MMA},
     {"ldmatrix", OP_LDMATRIX}, {"atom", OP_ATOM},   {"red", OP_RED},         {"membar", OP_MEMBAR},
     {"fence", OP_FENCE},   {"lop3", OP_LOP3},       {"mul24", OP_MUL24},     {"mad24", OP_MAD24},
-    {"fns", OP_FNS},       {"tanh", OP_TANH}};
+    {"fns", OP_FNS},       {"tanh", OP_TANH},       {"mbarrier", OP_MBAR},   {"setmaxnreg", OP_SETMAXNREG},
+    {"elect", OP_ELECT},   {"stmatrix", OP_STMATRIX}};
 
 /* Applies one modifier word to in; -1 when it means nothing to this opcode. */
 static int modifier(ptx_insn *in, const char *w, int *ntypes) {
@@ -254,13 +255,14 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
     const char *w;
     uint8_t sp;
   } SPACES[] = {{"global", SP_GLOBAL}, {"shared", SP_SHARED}, {"local", SP_LOCAL}, {"param", SP_PARAM},
-                {"const", SP_CONST}};
+                {"const", SP_CONST}, {"shared::cta", SP_SHARED}, {"shared::cluster", SP_SHARED}};
   for (size_t i = 0; i < sizeof SPACES / sizeof SPACES[0]; i++)
     if (!strcmp(w, SPACES[i].w)) {
       if (op == OP_CPASYNC || op == OP_FENCE || op == OP_MEMBAR) return 0; /* cp.async's .shared.global */
       if (in->space && op != OP_CVTA) return -1;
       in->space = SPACES[i].sp;
-      return op == OP_LD || op == OP_ST || op == OP_CVTA || op == OP_ATOM || op == OP_RED || op == OP_LDMATRIX
+      return op == OP_LD || op == OP_ST || op == OP_CVTA || op == OP_ATOM || op == OP_RED || op == OP_LDMATRIX ||
+                     op == OP_STMATRIX || op == OP_MBAR
                  ? 0
                  : -1;
     }
@@ -371,6 +373,37 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
       (!strcmp(w, "cta") || !strcmp(w, "gl") || !strcmp(w, "sys") || !strcmp(w, "gpu") || !strcmp(w, "sc") ||
        !strcmp(w, "acq_rel")))
     return 0;
+  if (op == OP_FENCE) { /* fence.proxy.async[.space], fence.mbarrier_init.release.cluster */
+    if (!strcmp(w, "proxy") && !in->mode) return in->mode = 1, 0;
+    if (!strcmp(w, "async") && in->mode == 1) return in->flags |= F_PROXYASYNC, 0;
+    if (!strcmp(w, "mbarrier_init") || !strcmp(w, "release") || !strcmp(w, "acquire") || !strcmp(w, "cluster"))
+      return 0;
+  }
+  if (op == OP_MBAR) {
+    static const char *const MB[] = {"init", "arrive", "expect_tx", "try_wait", "test_wait", "inval"};
+    for (int i = 0; i < 6; i++)
+      if (!strcmp(w, MB[i])) {
+        if (!in->mode) return in->mode = (uint8_t)(MB_INIT + i), 0;
+        if (in->mode == MB_ARRIVE && i == 2) return in->flags |= F_EXPECTTX, 0;
+        return -1;
+      }
+    if (!strcmp(w, "parity") && (in->mode == MB_TRY_WAIT || in->mode == MB_TEST_WAIT)) return in->flags |= F_PARITY, 0;
+    if (!strcmp(w, "release") || !strcmp(w, "acquire") || !strcmp(w, "relaxed") || !strcmp(w, "cta") ||
+        !strcmp(w, "cluster"))
+      return 0;
+  }
+  if (op == OP_STMATRIX) {
+    if (!strcmp(w, "sync")) return in->flags |= F_SYNC, 0;
+    if (!strcmp(w, "aligned")) return in->flags |= F_ALIGNED, 0;
+    if (!strcmp(w, "m8n8")) return 0;
+    if (!strcmp(w, "x1") || !strcmp(w, "x2") || !strcmp(w, "x4")) return in->num = (uint8_t)(w[1] - '0'), 0;
+    if (!strcmp(w, "trans")) return in->flags |= F_TRANS, 0;
+  }
+  if (op == OP_SETMAXNREG) {
+    if (!strcmp(w, "inc")) return in->flags |= F_INC, 0;
+    if (!strcmp(w, "dec") || !strcmp(w, "sync") || !strcmp(w, "aligned")) return 0;
+  }
+  if (op == OP_ELECT && !strcmp(w, "sync")) return in->flags |= F_SYNC, 0;
   if (op == OP_MMA) {
     if (!strcmp(w, "m16n8k16")) return in->num = 16, 0;
     if (!strcmp(w, "m16n8k8")) return in->num = 8, 0;
@@ -385,6 +418,66 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
   return -1;
 }
 
+/* wgmma.fence / commit_group / wait_group (.sync.aligned), wgmma.mma_async.sync.aligned.m64nNk16.f32.AB.AB */
+static int decode_wgmma(parser *p, const token *t, ptx_insn *in, const char *rest) {
+  if (!strcmp(rest, "fence.sync.aligned")) return in->op = OP_WGFENCE, 0;
+  if (!strcmp(rest, "commit_group.sync.aligned")) return in->op = OP_WGCOMMIT, 0;
+  if (!strcmp(rest, "wait_group.sync.aligned")) return in->op = OP_WGWAIT, 0;
+  int n = 0, used = 0;
+  char d[8], a[8], b[8];
+  if (sscanf(rest, "mma_async.sync.aligned.m64n%dk16.%7[^.].%7[^.].%7[^.]%n", &n, d, a, b, &used) != 4 ||
+      rest[used] || n < 8 || n > 256 || n % 8 || strcmp(d, "f32") || strcmp(a, b) ||
+      (strcmp(a, "f16") && strcmp(a, "bf16")))
+    return fail(p, t->line, "unsupported wgmma form %.*s (m64nNk16, f32 accumulators, f16 or bf16 inputs)", t->len,
+                t->s);
+  in->op = OP_WGMMA;
+  in->type = T_F32;
+  in->mma_ab = strcmp(a, "f16") ? T_BF16 : T_F16;
+  in->num = (uint8_t)(n / 8);
+  in->flags |= F_SYNC | F_ALIGNED;
+  return 0;
+}
+
+/* after "cp.async.bulk": .tensor.Nd.DST.SRC.tile[.mbarrier::complete_tx::bytes][.bulk_group][.L2::cache_hint]
+ * [.multicast::cluster], .commit_group, .wait_group[.read] */
+static int decode_bulk(parser *p, const token *t, ptx_insn *in, const char *r) {
+  if (!strcmp(r, ".commit_group")) return in->op = OP_BULKCOMMIT, 0;
+  if (!strcmp(r, ".wait_group") || !strcmp(r, ".wait_group.read")) return in->op = OP_BULKWAIT, 0;
+  int dims = 0, used = 0;
+  if (sscanf(r, ".tensor.%dd%n", &dims, &used) != 1 || dims < 1 || dims > 5)
+    return fail(p, t->line, "unsupported bulk copy %.*s (cp.async.bulk.tensor only)", t->len, t->s);
+  in->op = OP_TMA;
+  in->num = (uint8_t)dims;
+  char buf[160];
+  snprintf(buf, sizeof buf, "%s", r + used);
+  char *save = NULL;
+  int first = 0, tile = 0, mbar = 0, group = 0;
+  for (char *m = strtok_r(buf, ".", &save); m; m = strtok_r(NULL, ".", &save)) {
+    if (!strcmp(m, "shared::cluster") || !strcmp(m, "shared::cta")) {
+      if (!first) first = 1;
+    } else if (!strcmp(m, "global")) {
+      if (!first) first = 2;
+    } else if (!strcmp(m, "tile")) {
+      tile = 1;
+    } else if (!strcmp(m, "mbarrier::complete_tx::bytes")) {
+      mbar = 1;
+    } else if (!strcmp(m, "bulk_group")) {
+      group = 1;
+    } else if (!strcmp(m, "L2::cache_hint")) {
+      in->flags |= F_HI; /* one more operand: the cache policy */
+    } else if (!strcmp(m, "multicast::cluster")) {
+      in->flags |= F_LO; /* one more operand: the CTA mask */
+    } else {
+      return fail(p, t->line, "unknown modifier .%s of cp.async.bulk.tensor (in %.*s)", m, t->len, t->s);
+    }
+  }
+  in->mode = (uint8_t)first;
+  if (!tile || (first == 1 && !mbar) || (first == 2 && !group))
+    return fail(p, t->line, "unsupported cp.async.bulk.tensor form %.*s (tile mode; loads complete on an mbarrier, "
+                "stores in a bulk group)", t->len, t->s);
+  return 0;
+}
+
 /* the opcode word "mma.sync.aligned...": base name, then its modifiers */
 static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
   char w[160];
@@ -394,6 +487,26 @@ static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
   const char *rest = dot ? dot + 1 : "";
   in->op = OP_COUNT;
   /* multi-word opcodes first */
+  if (!strcmp(w, "cp") && !strncmp(rest, "async.bulk", 10)) return decode_bulk(p, t, in, rest + 10);
+  if (!strcmp(w, "wgmma")) return decode_wgmma(p, t, in, rest);
+  if (!strcmp(w, "griddepcontrol") && (!strcmp(rest, "launch_dependents") || !strcmp(rest, "wait")))
+    return in->op = OP_NOP, 0; /* launches of one kernel at a time: nothing to order */
+  if (!strcmp(w, "prefetch") || !strcmp(w, "prefetchu")) return in->op = OP_NOP, 0; /* a cache hint */
+  if (!strcmp(w, "barrier") && !strncmp(rest, "cluster.", 8)) {
+    /* one-block clusters: arrive is nothing, wait is the block's barrier (every thread arrived before it) */
+    if (!strcmp(rest, "cluster.arrive") || !strcmp(rest, "cluster.arrive.aligned") ||
+        !strcmp(rest, "cluster.arrive.release") || !strcmp(rest, "cluster.arrive.release.aligned") ||
+        !strcmp(rest, "cluster.arrive.relaxed") || !strcmp(rest, "cluster.arrive.relaxed.aligned"))
+      return in->op = OP_NOP, 0;
+    if (!strcmp(rest, "cluster.wait") || !strcmp(rest, "cluster.wait.aligned") ||
+        !strcmp(rest, "cluster.wait.acquire") || !strcmp(rest, "cluster.wait.acquire.aligned")) {
+      in->op = OP_BAR;
+      in->o[0].kind = K_IMM; /* barrier 0 */
+      in->nops = 1;
+      return 0;
+    }
+    return fail(p, t->line, "unknown instruction %.*s", t->len, t->s);
+  }
   if (!strcmp(w, "cp") && !strncmp(rest, "async", 5)) {
     const char *r = rest + 5;
     if (!strcmp(r, ".commit_group")) return in->op = OP_CPCOMMIT, 0;
@@ -435,6 +548,17 @@ static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
     return fail(p, t->line, "unsupported mma form %.*s", t->len, t->s);
   if (in->op == OP_LDMATRIX && (!in->num || in->type != T_B16 || in->space != SP_SHARED))
     return fail(p, t->line, "unsupported ldmatrix form %.*s", t->len, t->s);
+  if (in->op == OP_STMATRIX && (!in->num || in->type != T_B16 || in->space != SP_SHARED ||
+                                !(in->flags & F_SYNC) || !(in->flags & F_ALIGNED)))
+    return fail(p, t->line, "unsupported stmatrix form %.*s", t->len, t->s);
+  if (in->op == OP_MBAR && (!in->mode || (in->type != T_B64 && in->mode != MB_EXPECT_TX) ||
+                            ((in->mode == MB_TRY_WAIT || in->mode == MB_TEST_WAIT) && in->type != T_B64)))
+    return fail(p, t->line, "unsupported mbarrier form %.*s", t->len, t->s);
+  if (in->op == OP_MBAR && !in->space) in->space = SP_GENERIC;
+  if (in->op == OP_FENCE && in->mode == 1 && !(in->flags & F_PROXYASYNC))
+    return fail(p, t->line, "unsupported fence.proxy form %.*s", t->len, t->s);
+  if (in->op == OP_SETMAXNREG && in->type != T_U32)
+    return fail(p, t->line, "unsupported setmaxnreg form %.*s", t->len, t->s);
   return 0;
 }
 
@@ -687,6 +811,35 @@ static int reg_operand(parser *p, const token *t, ptx_operand *o) {
   return 1;
 }
 
+/* the registers of a vector after its '{', through its '}': up to 4 in o->vec, more in the module's vregs */
+static int vector(parser *p, ptx_operand *o) {
+  int32_t r32[256];
+  int n = 0;
+  for (;;) {
+    token *a = next(p);
+    ptx_operand r;
+    memset(&r, 0, sizeof r);
+    if (a->kind != TK_ID || reg_operand(p, a, &r) < 0 || (r.kind != K_REG && r.kind != K_SINK))
+      return fail(p, a->line, "bad vector operand");
+    if (n >= 255) return fail(p, a->line, "a vector of more than 255");
+    r32[n++] = r.kind == K_SINK ? -1 : r.reg;
+    token *c = next(p);
+    if (is_punct(c, '}')) break;
+    if (!is_punct(c, ',')) return fail(p, c->line, "bad vector operand");
+  }
+  o->n = (uint8_t)n;
+  for (int i = 0; i < n && i < 4; i++) o->vec[i] = r32[i];
+  if (n > 4) {
+    int32_t *g = ptx_grow(p->m->vregs, &p->m->capvregs, p->m->nvregs + n, sizeof *g);
+    if (!g) return fail(p, peek(p)->line, "out of memory");
+    p->m->vregs = g;
+    o->vx = p->m->nvregs;
+    memcpy(g + p->m->nvregs, r32, (size_t)n * sizeof *g);
+    p->m->nvregs += n;
+  }
+  return 0;
+}
+
 /* one operand; *label set when it names a label still to resolve */
 static int operand(parser *p, ptx_operand *o, char *label, size_t llen) {
   memset(o, 0, sizeof *o);
@@ -725,24 +878,18 @@ static int operand(parser *p, ptx_operand *o, char *label, size_t llen) {
       } else {
         return fail(p, a->line, "bad address operand");
       }
+      if (is_punct(peek(p), ',')) { /* [tensor-map, {coordinates}] */
+        next(p);
+        if (!is_punct(next(p), '{') || vector(p, o)) return fail(p, t->line, "bad [address, {coordinates}]");
+        if (!is_punct(next(p), ']')) return fail(p, t->line, "bad [address, {coordinates}]");
+        break;
+      }
     }
     return 0;
   }
   if (is_punct(t, '{')) { /* {a, b, c, d} */
     o->kind = K_VEC;
-    for (;;) {
-      token *a = next(p);
-      ptx_operand r;
-      memset(&r, 0, sizeof r);
-      if (a->kind != TK_ID || reg_operand(p, a, &r) < 0 || (r.kind != K_REG && r.kind != K_SINK))
-        return fail(p, a->line, "bad vector operand");
-      if (o->n >= 4) return fail(p, a->line, "a vector of more than 4");
-      o->vec[o->n++] = r.kind == K_SINK ? -1 : r.reg;
-      token *c = next(p);
-      if (is_punct(c, '}')) break;
-      if (!is_punct(c, ',')) return fail(p, c->line, "bad vector operand");
-    }
-    return 0;
+    return vector(p, o);
   }
   int negv = 0;
   if (is_punct(t, '-')) {
@@ -1138,7 +1285,60 @@ static int check_insn(parser *p, ptx_insn *in) {
   const int n = in->nops;
   int want = -1;
   switch ((ptx_op)in->op) {
-  case OP_RET: case OP_EXIT: case OP_CPCOMMIT: case OP_CPWAITALL: case OP_MEMBAR: case OP_FENCE: want = 0; break;
+  case OP_RET: case OP_EXIT: case OP_CPCOMMIT: case OP_CPWAITALL: case OP_MEMBAR: case OP_FENCE: case OP_WGFENCE:
+  case OP_WGCOMMIT: case OP_BULKCOMMIT: want = 0; break;
+  case OP_WGWAIT: case OP_BULKWAIT:
+    if (n != 1 || in->o[0].kind != K_IMM) return fail(p, in->line, "%s: an immediate operand expected", in->text);
+    break;
+  case OP_SETMAXNREG:
+    if (n != 1 || in->o[0].kind != K_IMM) return fail(p, in->line, "%s: an immediate operand expected", in->text);
+    if (in->o[0].imm % 8 || in->o[0].imm < 24 || in->o[0].imm > 256)
+      return fail(p, in->line, "%s: a register count of %lld (a multiple of 8 from 24 to 256)", in->text,
+                  (long long)in->o[0].imm);
+    break;
+  case OP_NOP: break;
+  case OP_ELECT:
+    if (n != 3 || !(in->flags & F_PAIR)) return fail(p, in->line, "%s: elect.sync d|p, membermask", in->text);
+    break;
+  case OP_STMATRIX:
+    if (n != 2 || in->o[0].kind != K_ADDR || in->o[0].n || in->o[1].kind != K_VEC || in->o[1].n != in->num)
+      return fail(p, in->line, "%s: stmatrix [address], {%d registers}", in->text, in->num);
+    break;
+  case OP_WGMMA: {
+    const int regA = n == 7;
+    if ((n != 7 && n != 8) || in->o[0].kind != K_VEC || in->o[0].n != in->num * 4 ||
+        (regA ? in->o[1].kind != K_VEC || in->o[1].n != 4 : in->o[1].kind != K_REG) || in->o[2].kind != K_REG ||
+        (in->o[3].kind != K_REG && in->o[3].kind != K_IMM))
+      return fail(p, in->line, "%s: wgmma {%d accumulators}, a-desc or {4 registers}, b-desc, scale-d, imm-scale-a, "
+                  "imm-scale-b, [imm-trans-a,] imm-trans-b", in->text, in->num * 4);
+    for (int i = 4; i < n; i++)
+      if (in->o[i].kind != K_IMM) return fail(p, in->line, "%s: operand %d must be an immediate", in->text, i + 1);
+    for (int i = 0; i < in->o[0].n; i++)
+      if (ptx_vreg(p->m, &in->o[0], i) < 0) return fail(p, in->line, "%s: an accumulator is the sink _", in->text);
+    break;
+  }
+  case OP_MBAR: {
+    const int addr = in->mode == MB_INIT || in->mode == MB_EXPECT_TX || in->mode == MB_INVAL ? 0 : 1;
+    const int lo = in->mode == MB_INVAL ? 1 : in->mode == MB_INIT || in->mode == MB_EXPECT_TX ? 2 : 2;
+    const int hi = in->mode == MB_INVAL ? 1 : in->mode == MB_INIT || in->mode == MB_EXPECT_TX ? 2
+                   : in->mode == MB_ARRIVE ? 3 : in->mode == MB_TRY_WAIT ? 4 : 3;
+    if (n < lo || n > hi || in->o[addr].kind != K_ADDR || in->o[addr].n ||
+        ((in->mode == MB_TRY_WAIT || in->mode == MB_TEST_WAIT) && n < 3) ||
+        ((in->flags & F_EXPECTTX) && n != 3))
+      return fail(p, in->line, "%s: operands", in->text);
+    break;
+  }
+  case OP_TMA: {
+    const int ld = in->mode == 1, extra = !!(in->flags & F_HI) + !!(in->flags & F_LO);
+    const ptx_operand *map = &in->o[ld ? 1 : 0];
+    if (n != (ld ? 3 : 2) + extra || map->kind != K_ADDR || map->n != in->num || in->o[ld ? 0 : 1].kind != K_ADDR ||
+        (ld && in->o[2].kind != K_ADDR))
+      return fail(p, in->line, "%s: [dst], [tensor-map, {%d coordinates}], [mbarrier] (loads) or [tensor-map, "
+                  "{coordinates}], [src] (stores)", in->text, in->num);
+    for (int i = 0; i < map->n; i++)
+      if (ptx_vreg(p->m, map, i) < 0) return fail(p, in->line, "%s: a coordinate is the sink _", in->text);
+    break;
+  }
   case OP_BRA: case OP_CPWAIT: case OP_BARWARP: want = 1; break;
   case OP_BAR: if (n < 1 || n > 2) return fail(p, in->line, "bar.sync takes 1 or 2 operands"); break;
   case OP_CVT:
@@ -1171,6 +1371,9 @@ static int check_insn(parser *p, ptx_insn *in) {
   }
   if (want >= 0 && n != want)
     return fail(p, in->line, "%s: %d operands, %d expected", in->text, n, want);
+  if (in->op != OP_TMA)
+    for (int i = 0; i < n; i++)
+      if (in->o[i].kind == K_ADDR && in->o[i].n) return fail(p, in->line, "%s: coordinates in an address", in->text);
   if ((in->op == OP_LD || in->op == OP_LDMATRIX) && in->o[1].kind != K_ADDR)
     return fail(p, in->line, "%s: the source must be an address", in->text);
   if ((in->op == OP_ST) && in->o[0].kind != K_ADDR)
@@ -1301,9 +1504,12 @@ ptx_module *ptx_parse(const char *text, char *err, size_t errlen) {
     ptx_symbol *s = &p.m->sym[i];
     if (s->space == SP_SHARED && s->dynamic) {
       if (s->align > p.m->dyn_align) p.m->dyn_align = s->align;
-      s->addr = (p.m->static_shared + 15) / 16 * 16;
     }
   }
+  /* the dynamic array at its declared alignment (the swizzled layouts of TMA and wgmma need 1024) */
+  p.m->dyn_base = (p.m->static_shared + p.m->dyn_align - 1) / p.m->dyn_align * p.m->dyn_align;
+  for (int i = 0; i < p.m->nsym; i++)
+    if (p.m->sym[i].space == SP_SHARED && p.m->sym[i].dynamic) p.m->sym[i].addr = p.m->dyn_base;
   for (int i = 0; i < p.m->ninsn; i++) {
     ptx_insn *in = &p.m->insn[i];
     if (check_insn(&p, in)) goto done;
@@ -1333,6 +1539,7 @@ void ptx_module_free(ptx_module *m) {
     free(m->func[i].formal);
   }
   free(m->insn);
+  free(m->vregs);
   free(m->sym);
   free(m->func);
   free(m);
