@@ -131,10 +131,44 @@ except ImportError:
     torch = None
     print("skip: torch is not importable here, so the refusal on tensors that require grad is not checked")
 if torch is not None:
-    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
-    for kw in (dict(window=3), dict(softcap=2.0), dict(alibi_slopes=torch.tensor(SLOPES))):
-        check(raises(lambda: attntune.attention(tq, tk, tv, causal=True, **kw), E, attntune.EUNSUPPORTED),
-              "tensors that require grad with %s raise EUNSUPPORTED" % list(kw))
+    def tref(q, k, v, causal, window, softcap, slopes):
+        """ref in torch float64, differentiable: torch's autograd gives the reference gradients."""
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        n, nk = q.shape[2], k.shape[2]
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[3])
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        ip = torch.arange(n)[:, None] + nk - n
+        j = torch.arange(nk)[None, :]
+        if slopes is not None:
+            s = s - torch.tensor(slopes, dtype=torch.float64)[None, :, None, None] * (ip - j).abs()
+        seen = torch.ones(n, nk, dtype=torch.bool)
+        if causal:
+            seen &= j <= ip
+        if window:
+            seen &= (ip - window < j) if causal else ((ip - j).abs() < window)
+        return torch.softmax(s.masked_fill(~seen, -math.inf), dim=-1) @ v
+
+    # training with the modifiers: the gradients against torch's float64 autograd where libattn's backward takes
+    # them, else a refusal that says so before the forward runs (one backward kernel: every modifier, causal, GQA,
+    # d_v != d, n < n_kv)
+    for causal, kw in ((True, dict(window=3, softcap=2.0, alibi_slopes=SLOPES)),):
+        tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+        dout = torch.from_numpy(rng.standard_normal(q.shape[:3] + (DV,)).astype(np.float32))
+        try:
+            o = attntune.attention(tq, tk, tv, causal=causal, **kw)
+        except E as e:
+            check(e.code == attntune.EUNSUPPORTED and "require grad" in str(e),
+                  "causal=%s %s on tensors that require grad: a clear refusal (%s)" % (causal, list(kw), e))
+            continue
+        o.backward(dout)
+        rq, rk, rv = (x.detach().double().requires_grad_() for x in (tq, tk, tv))
+        tref(rq, rk, rv, causal, kw.get("window", 0), kw["softcap"], kw["alibi_slopes"]).backward(dout.double())
+        worst = max(float((x.grad.double() - r.grad).abs().max() / r.grad.abs().max())
+                    for x, r in ((tq, rq), (tk, rk), (tv, rv)))
+        check(worst < 1e-4, "causal=%s %s: gradients within %.1e of torch's float64 autograd" % (causal, list(kw),
+                                                                                                 worst))
     with torch.no_grad():   # the same kernel, forward only, slopes from a tensor
         o = attntune.attention(tq, tk, tv, causal=True, window=3, softcap=2.0, alibi_slopes=torch.tensor(SLOPES))
     check(close(o.numpy(), ref(q, k, v, True, 3, 2.0, SLOPES)), "torch under no_grad, slopes a tensor")

@@ -15,7 +15,8 @@ bfloat16) run on the CPU; PyTorch CUDA tensors run on the GPU by device pointer 
 libattn's CUDA target opens, stream-ordered on torch's current stream like any torch operation (no host
 synchronisation; with a libattn older than attn_execute_async the stream is synchronised and the call waits). The
 result has the inputs' dtype. Score modifiers, attn.h's (0 or None: off): window=, softcap=, alibi_slopes= (one slope
-per query head) on attention(), plan() and describe(); forward only (EUNSUPPORTED on tensors that require grad).
+per query head) on attention(), plan() and describe(); on tensors that require grad, where libattn's backward takes
+them (else EUNSUPPORTED, before the forward runs).
 Serving layouts on the CPU, forward only: attention() and describe() take cu_seqlens_q=/cu_seqlens_kv= (a packed
 variable-length batch, attn_execute_varlen) or block_table=/seq_lens_kv=/page_size= (a paged KV cache,
 attn_execute_paged); attention()'s docstring gives their shapes.
@@ -715,12 +716,11 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError("return_lse is of type %s: expected a bool" % type(return_lse).__name__)
     if a.kind == "torch" and _needs_grad(q, k, v):
-        if a.mods:
-            raise Error(EUNSUPPORTED, "window, softcap or alibi_slopes on tensors that require grad: libattn has no "
-                        "backward for them yet; run under torch.no_grad(), or detach the inputs")
         if a.problem is not None and a.problem.algo == _ALGOS["lowrank"]:
             raise Error(EUNSUPPORTED, "algo='lowrank' on tensors that require grad: lowrank has no backward (its "
                         "approximation's gradient); run it under torch.no_grad(), or use another algo")
+        if a.mods and a.problem is not None:
+            _backward_takes_mods(a, dbp)
         o, lse = _function().apply(q, k, v, a, dbp, bool(return_lse))
         return (o, lse) if return_lse else o
     if return_lse:
@@ -765,6 +765,21 @@ def attention_backward(q, k, v, o, lse, dout, causal=False, scale=None, db=None,
     if a.kind == "torch":
         q, k, v, o, lse, dout = (x.detach() for x in (q, k, v, o, lse, dout))
     return _backward(a, dbp, q, k, v, o, lse, dout)
+
+
+def _backward_takes_mods(a, dbp):
+    """The backward plan of a problem with score modifiers, made before the forward runs: a libattn whose backward
+    does not take them refuses here, with the reason, rather than after the forward."""
+    with _lock:
+        rt = _runtime(dbp, a.target)
+        try:
+            rt.cached(a.problem, backward=True)
+        except Error as e:
+            if e.code != EUNSUPPORTED:
+                raise
+            raise Error(EUNSUPPORTED, "window, softcap or alibi_slopes on tensors that require grad: this libattn's "
+                        "backward does not take them (%s); run under torch.no_grad(), or detach the inputs"
+                        % e.detail) from None
 
 
 def _needs_grad(q, k, v):
