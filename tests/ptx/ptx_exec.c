@@ -101,6 +101,7 @@ typedef struct {
   int32_t *wgseq;
   uint32_t *wgval;
   uint8_t *wgkind;
+  int32_t *wgregs;     /* the wgn registers awaiting results */
   /* TS_MBAR: the barrier (shared offset) and what completes the wait: the phase of parity mbpar (mbtok < 0), or
    * any phase after mbtok (a state token) */
   uint32_t mboff;
@@ -1185,7 +1186,8 @@ static int wg_alloc(L *l, thread *th) {
   th->wgseq = malloc(nr * sizeof *th->wgseq);
   th->wgval = calloc(nr, sizeof *th->wgval);
   th->wgkind = calloc(nr, 1);
-  if (!th->wgseq || !th->wgval || !th->wgkind) return lfail(l, "out of memory");
+  th->wgregs = malloc(nr * sizeof *th->wgregs);
+  if (!th->wgseq || !th->wgval || !th->wgkind || !th->wgregs) return lfail(l, "out of memory");
   memset(th->wgseq, 0xff, nr * sizeof *th->wgseq);
   return 0;
 }
@@ -1262,14 +1264,19 @@ COLD static int wg_wait(L *l, int tid, int64_t n) {
   th->wgdone = th->wgend[g];
   th->wgfenced = 0; /* the thread will touch the results: the next wgmma needs a fence again */
   frame *f = &th->fr[0];
-  const int nr = l->m->func[f->func].nregs, had = th->wgn != 0;
-  for (int r = 0; r < nr && th->wgn; r++)
-    if (th->wgseq[r] >= 0 && th->wgseq[r] < th->wgdone) {
+  const int had = th->wgn != 0;
+  int keep = 0;
+  for (int i = 0; i < th->wgn; i++) {
+    const int r = th->wgregs[i];
+    if (th->wgseq[r] < th->wgdone) {
       if (th->wgkind[r] == 1) put(l, f, r, th->wgval[r], 1);
       th->wgseq[r] = -1;
       th->wgkind[r] = 0;
-      th->wgn--;
+    } else {
+      th->wgregs[keep++] = r;
     }
+  }
+  th->wgn = keep;
   if (had && !th->wgn) l->h->wgthreads--;
   wr_release(l, tid / 32, th->wgdone);
   return 0;
@@ -1342,22 +1349,30 @@ COLD static int wgmma_exec(L *l, int w, uint32_t group, const ptx_insn *in) {
       }
     }
   } else {
-    for (int r = 0; r < 16 && !rc; r++)
-      for (int k = 0; k < 16 && !rc; k++) {
+    /* the contiguous dimension innermost: 8 elements in a row share a 16-byte chunk, checked once */
+    for (int o = 0; o < 16 && !rc; o++)
+      for (int i = 0; i < 16; i++) {
+        const int r = ta ? i : o, k = ta ? o : i;
         const uint32_t off = ptx_gmma_offset(da, 16 * wq + r, k, (int)ta);
-        uint8_t v[2];
-        if ((rc = async_read(l, base, off, 2, v, "wgmma.mma_async (A)"))) break;
-        A[r][k] = (double)sa * H(v[0] | v[1] << 8);
-        chunk[nch++] = off & ~15u;
+        if ((off & ~15u) != (nch ? chunk[nch - 1] : ~0u)) {
+          uint8_t v[16];
+          if ((rc = async_read(l, base, off & ~15u, 16, v, "wgmma.mma_async (A)"))) break;
+          chunk[nch++] = off & ~15u;
+        }
+        A[r][k] = (double)sa * H(l->smem[off] | l->smem[off + 1] << 8);
       }
   }
-  for (int n = 0; n < N && !rc; n++)
-    for (int k = 0; k < 16 && !rc; k++) {
+  const int na = nch;
+  for (int o = 0; o < (tb ? 16 : N) && !rc; o++)
+    for (int i = 0; i < (tb ? N : 16); i++) {
+      const int n = tb ? i : o, k = tb ? o : i;
       const uint32_t off = ptx_gmma_offset(db, n, k, (int)tb);
-      uint8_t v[2];
-      if ((rc = async_read(l, base, off, 2, v, "wgmma.mma_async (B)"))) break;
-      B[k][n] = (double)sb * H(v[0] | v[1] << 8);
-      chunk[nch++] = off & ~15u;
+      if ((off & ~15u) != (nch > na ? chunk[nch - 1] : ~0u)) {
+        uint8_t v[16];
+        if ((rc = async_read(l, base, off & ~15u, 16, v, "wgmma.mma_async (B)"))) break;
+        chunk[nch++] = off & ~15u;
+      }
+      B[k][n] = (double)sb * H(l->smem[off] | l->smem[off + 1] << 8);
     }
 #undef H
   for (int lane = 0; lane < 32 && !rc; lane++) {
@@ -1383,7 +1398,7 @@ COLD static int wgmma_exec(L *l, int w, uint32_t group, const ptx_insn *in) {
       int nan = isnan(sum);
       for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
       nan |= isnan(sum);
-      if (th->wgseq[reg] < 0) th->wgn++;
+      if (th->wgseq[reg] < 0) th->wgregs[th->wgn++] = reg;
       th->wgseq[reg] = th->wgissued;
       th->wgkind[reg] = 1;
       th->wgval[reg] = (uint32_t)ptx_bits32(nan ? NAN : (float)sum);
@@ -1391,7 +1406,7 @@ COLD static int wgmma_exec(L *l, int w, uint32_t group, const ptx_insn *in) {
     if (regA)
       for (int k = 0; k < 4; k++) {
         const int r = in->o[1].vec[k];
-        if (th->wgseq[r] < 0) th->wgn++, th->wgkind[r] = 2;
+        if (th->wgseq[r] < 0) th->wgregs[th->wgn++] = r, th->wgkind[r] = 2;
         if (th->wgkind[r] == 2) th->wgseq[r] = th->wgissued;
       }
     if (!had && th->wgn) l->h->wgthreads++;
@@ -2384,6 +2399,7 @@ out:
           free(t->wgseq);
           free(t->wgval);
           free(t->wgkind);
+          free(t->wgregs);
         }
       hstate_clear(&s->h, 0);
       free(s->h.mb);
