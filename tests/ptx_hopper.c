@@ -1,11 +1,13 @@
 /* ptx_hopper: the PTX interpreter's sm_90 instructions on hand-written kernels, each against a plain C reference:
  * wgmma.mma_async m64nNk16 (f16 and bf16) with both operands in shared memory under each swizzle mode, K-major and
  * MN-major, and with A from registers; cp.async.bulk.tensor boxes through a tensor map (ptx_tmap.h) with
- * out-of-bounds elements, 2-d swizzled and 3-d; mbarrier phases flipping; TMA feeding wgmma; elect.sync and stmatrix.
- * And each misuse the hardware leaves undefined, reported as an error: accumulators read before their wait_group,
- * plain stores read by wgmma without fence.proxy.async, a wgmma with no wgmma.fence, a wait on the wrong mbarrier
- * phase, a wait that can never complete, TMA data read before its phase, TMA into a stage a wgmma still reads, an
- * illegal setmaxnreg count. */
+ * out-of-bounds elements (zero or NaN), 2-d swizzled and 3-d, and a TMA store past the tensor's edges; mbarrier
+ * phases flipping, waited on by parity and by state token, arrive counts; TMA feeding wgmma; elect.sync, stmatrix;
+ * ptx_tmap_encode's refusals. And each misuse the hardware leaves undefined, reported as an error: accumulators read
+ * before their wait_group, results never waited for, plain stores read by wgmma or a TMA store without
+ * fence.proxy.async, a wgmma with no wgmma.fence, a wait on the wrong mbarrier phase, a wait that can never complete
+ * (one arrival too many, bytes never delivered), TMA data read before its phase, TMA into a stage a wgmma still
+ * reads, a map not from ptx_tmap_encode, an uninitialised mbarrier, an illegal setmaxnreg count. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -122,7 +124,7 @@ static uint64_t nmajor_desc(int mode, uint32_t base, int n_all, int kdim, int s)
 /* the kernel: 128 threads copy an image into shared memory (plain stores), fence.proxy.async, bar.sync; then one
  * wgmma per K step (descriptors from a table, A from registers when rega) chained on the accumulators, scale-d
  * false on the first; one commit, wait_group `wait`; each thread stores its N/2 accumulators */
-enum { NO_PROXY_FENCE = 1, NO_WG_FENCE = 2, WAIT_ONE = 4, READ_BEFORE_WAIT = 8 };
+enum { NO_PROXY_FENCE = 1, NO_WG_FENCE = 2, WAIT_ONE = 4, READ_BEFORE_WAIT = 8, NO_WAIT = 16 };
 static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int transb, int flaws) {
   t->n = 0;
   put(t, "%s.extern .shared .align 1024 .b8 sm[];\n", HEAD);
@@ -148,7 +150,12 @@ static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int transb
   else put(t, "}, %%rd14, %%rd15, %%p2, 1, 1, 0, %d;\n", transb);
   if (flaws & READ_BEFORE_WAIT) put(t, "add.f32 %%f129, %%f0, %%f1;\n");
   put(t, "add.u32 %%r15, %%r15, 1;\nsetp.lt.u32 %%p3, %%r15, %d;\n@%%p3 bra $Lk;\n", steps);
-  put(t, "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned %d;\n", flaws & WAIT_ONE ? 1 : 0);
+  put(t, "wgmma.commit_group.sync.aligned;\n");
+  if (flaws & NO_WAIT) { /* nothing waits for the results, nothing reads them */
+    put(t, "ret;\n}\n");
+    return;
+  }
+  put(t, "wgmma.wait_group.sync.aligned %d;\n", flaws & WAIT_ONE ? 1 : 0);
   put(t, "mul.wide.u32 %%rd16, %%r3, %d;\nadd.s64 %%rd17, %%rd4, %%rd16;\n", n * 2);
   for (int i = 0; i < n / 2; i++) put(t, "st.global.f32 [%%rd17+%d], %%f%d;\n", 4 * i, i);
   put(t, "ret;\n}\n");
@@ -247,7 +254,7 @@ done:
 /* 32 threads: thread 0 initialises the mbarrier (count 1), arrives with expect_tx and issues the copy of the box at
  * coordinates c; everyone waits on the phase's parity and copies the box out; twice (the barrier's phases 0 and
  * 1), the second box at coordinates c2 into the same buffer */
-enum { NO_WAIT1 = 1, WRONG_PARITY2 = 2, EXTRA_TX = 4, SYMBOL_MAP = 8 };
+enum { NO_WAIT1 = 1, WRONG_PARITY2 = 2, EXTRA_TX = 4, SYMBOL_MAP = 8, NAN_FILL = 16, BAD_MAP = 32 };
 static void tma_kernel(text *t, int rank, int flaws) {
   t->n = 0;
   put(t, "%s.shared .align 8 .b64 bar;\n.extern .shared .align 1024 .b8 sm[];\n", HEAD);
@@ -280,7 +287,7 @@ static void tma_kernel(text *t, int rank, int flaws) {
 /* the box at c, as the copy leaves it in shared memory: elements in box order, out-of-bounds ones zero, rows of
  * 128 bytes with their 16-byte chunks XOR the row index % 8 when swizzled (128B) */
 static void tma_expect(const float *g, int rank, const uint64_t *dims, const uint32_t *box, const int32_t *c, int sw,
-                       int bf, uint8_t *out) {
+                       int bf, uint16_t oobv, uint8_t *out) {
   const int es = 2;
   uint32_t nel = 1;
   for (int i = 0; i < rank; i++) nel *= box[i];
@@ -295,7 +302,7 @@ static void tma_expect(const float *g, int rank, const uint64_t *dims, const uin
       lin += (uint64_t)x * mul;
       mul *= dims[i];
     }
-    const uint16_t h = oob ? 0 : to16(g[lin], bf);
+    const uint16_t h = oob ? oobv : to16(g[lin], bf);
     uint32_t at = j * es;
     if (sw) at = (at / 128) * 128 + ((((at % 128) / 16) ^ ((at / 128) % 8)) * 16) + at % 16;
     memcpy(out + at, &h, 2);
@@ -334,7 +341,9 @@ static void check_tma(const char *what, int rank, const uint64_t *dims, const ui
     uint32_t es1[5] = {1, 1, 1, 1, 1};
     for (int i = 1; i < rank; i++) strides[i - 1] = (i == 1 ? dims[0] : dims[i - 1] * strides[i - 2] / 2) * 2;
     rc = ptx_tmap_encode(prm.tm, PTX_TMAP_BF16, (unsigned)rank, ga, dims, strides, box, es1, 0,
-                         sw ? PTX_TMAP_SWIZZLE_128B : PTX_TMAP_SWIZZLE_NONE, 0, 0, err, sizeof err);
+                         sw ? PTX_TMAP_SWIZZLE_128B : PTX_TMAP_SWIZZLE_NONE, 0, flaws & NAN_FILL ? PTX_TMAP_OOB_NAN : 0,
+                         err, sizeof err);
+    if (flaws & BAD_MAP) prm.tm[0] ^= 1;
     prm.out = dev_buf(&d, NULL, 2 * (size_t)bytes, "out");
     prm.bytes = bytes;
     for (int i = 0; i < 3; i++) prm.c[i] = i < rank ? c1[i] : 0, prm.c[3 + i] = i < rank ? c2[i] : 0;
@@ -343,8 +352,9 @@ static void check_tma(const char *what, int rank, const uint64_t *dims, const ui
   if (want) {
     CHECK(rc == -1 && strstr(err, want), "%s: rc %d, \"%s\" (want \"%s\")", what, rc, err, want);
   } else if (!rc && !ptx_copy_out(d.x, prm.out, out, 2 * (size_t)bytes, NULL)) {
-    tma_expect(g, rank, dims, box, c1, sw, 1, exp);
-    tma_expect(g, rank, dims, box, c2, sw, 1, exp + bytes);
+    const uint16_t oobv = flaws & NAN_FILL ? 0x7fff : 0;
+    tma_expect(g, rank, dims, box, c1, sw, 1, oobv, exp);
+    tma_expect(g, rank, dims, box, c2, sw, 1, oobv, exp + bytes);
     long bad = 0;
     for (uint32_t i = 0; i < 2 * bytes; i++) bad += exp[i] != out[i];
     CHECK(bad == 0, "%s: %ld of %u bytes differ from the box", what, bad, 2 * bytes);
@@ -494,6 +504,133 @@ static void check_small(void) {
   free(t);
 }
 
+/* ptx_tmap_encode refuses what cuTensorMapEncodeTiled refuses */
+static void check_encode(void) {
+  uint8_t map[128];
+  char err[256] = "";
+  const uint64_t dims[2] = {100, 10}, st_bad[1] = {200}, st[1] = {208};
+  const uint32_t box[2] = {64, 8}, box_wide[2] = {128, 8}, es[2] = {1, 1};
+  CHECK(ptx_tmap_encode(map, PTX_TMAP_BF16, 2, 0x1000, dims, st_bad, box, es, 0, 0, 0, 0, err, sizeof err) &&
+            strstr(err, "multiple of 16"), "a stride of 200 bytes: %s", err);
+  CHECK(ptx_tmap_encode(map, PTX_TMAP_BF16, 2, 0x1000, dims, st, box_wide, es, 0, PTX_TMAP_SWIZZLE_128B, 0, 0, err,
+                        sizeof err) &&
+            strstr(err, "exceeds"), "a 256-byte box row under the 128B swizzle: %s", err);
+  CHECK(ptx_tmap_encode(map, PTX_TMAP_BF16, 2, 0x1008, dims, st, box, es, 0, 0, 0, 0, err, sizeof err) &&
+            strstr(err, "aligned"), "an address 8 bytes off 16: %s", err);
+  CHECK(!ptx_tmap_encode(map, PTX_TMAP_BF16, 2, 0x1000, dims, st, box, es, 0, PTX_TMAP_SWIZZLE_128B, 0, 0, err,
+                         sizeof err), "a good map: %s", err);
+}
+
+/* 64 threads: thread 0 arrives for 32 (arrive's count), threads 32..63 once each; they wait with the state arrive
+ * returned (test_wait), threads 1..31 on the phase's parity (try_wait with a time hint); twice. Misuse: one
+ * arrival too many, an arrive count above what the phase awaits, a barrier never initialised. */
+static void check_mbarrier_tokens(void) {
+  for (int v = 0; v < 4; v++) {
+    text *t = malloc(sizeof *t);
+    char err[1024] = "";
+    dev d = {0};
+    if (!t) return;
+    t->n = 0;
+    put(t, "%s.shared .align 8 .b64 bar;\n.visible .entry k(.param .u64 pout)\n{\n.reg .b32 %%r<20>;\n"
+           ".reg .b64 %%rd<20>;\n.reg .pred %%p<8>;\nld.param.u64 %%rd1, [pout];\nmov.u32 %%r1, %%tid.x;\n"
+           "mov.u32 %%r2, bar;\nsetp.eq.u32 %%p1, %%r1, 0;\nsetp.ge.u32 %%p2, %%r1, %d;\n", HEAD, v == 1 ? 31 : 32);
+    if (v != 2) put(t, "@%%p1 mbarrier.init.shared::cta.b64 [%%r2], 64;\n");
+    /* each arrival is counted in global memory first (atomics: no race): a waiter released early sees fewer */
+    put(t, "bar.sync 0;\nmov.u32 %%r5, 0;\n$Lphase:\n@%%p1 atom.global.add.u32 %%r10, [%%rd1+512], 32;\n"
+           "@%%p2 atom.global.add.u32 %%r10, [%%rd1+512], 1;\n"
+           "@%%p1 mbarrier.arrive.shared::cta.b64 %%rd2, [%%r2], %d;\n"
+           "@%%p2 mbarrier.arrive.release.cta.shared::cta.b64 %%rd2, [%%r2];\n", v == 3 ? 65 : 32);
+    /* threads 1..31 did not arrive: they wait on the parity of the phase instead */
+    put(t, "setp.eq.u32 %%p4, %%r1, 0;\nor.pred %%p4, %%p4, %%p2;\n@!%%p4 bra $Lpar;\n$Lw:\n"
+           "mbarrier.test_wait.shared::cta.b64 %%p3, [%%r2], %%rd2;\n@!%%p3 bra $Lw;\nbra $Ldone;\n$Lpar:\n"
+           "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %%p3, [%%r2], %%r5, 1000;\n@!%%p3 bra $Lpar;\n"
+           "$Ldone:\natom.global.add.u32 %%r11, [%%rd1+512], 0;\nshl.b32 %%r12, %%r5, 6;\nadd.u32 %%r12, %%r12, %%r1;\n"
+           "mul.wide.u32 %%rd4, %%r12, 4;\nadd.s64 %%rd5, %%rd1, %%rd4;\nst.global.u32 [%%rd5], %%r11;\n"
+           "bar.sync 0;\nxor.b32 %%r5, %%r5, 1;\nsetp.ne.u32 %%p5, %%r5, 0;\n@%%p5 bra $Lphase;\nret;\n}\n");
+    int rc = dev_open(&d, t, err, sizeof err);
+    uint32_t seen[129] = {0};
+    uint64_t out = 0;
+    if (!rc) {
+      out = dev_buf(&d, seen, sizeof seen, "out");
+      rc = dev_run(&d, 64, 0, &out, sizeof out, err, sizeof err);
+    }
+    if (v == 0) {
+      long early = 0;
+      if (!rc && !ptx_copy_out(d.x, out, seen, sizeof seen, NULL))
+        for (int ph = 0; ph < 2; ph++)
+          for (int i = 0; i < 64; i++) early += seen[64 * ph + i] < 64u * (unsigned)(ph + 1);
+      CHECK(rc == 0 && early == 0, "mbarrier phases by state tokens and counts: %ld waits released early; %s", early,
+            err);
+    }
+    /* one arrival too many completes the phase early and leaves the next one short */
+    if (v == 1) CHECK(rc == -1 && strstr(err, "deadlock"), "65 arrivals at a barrier of 64: %s", err);
+    if (v == 3) CHECK(rc == -1 && strstr(err, "more than the phase awaits"), "an arrive of 65 at 64: %s", err);
+    if (v == 2) CHECK(rc == -1 && strstr(err, "before mbarrier.init"), "an uninitialised mbarrier: %s", err);
+    dev_close(&d);
+    free(t);
+  }
+}
+
+/* 128 threads store a 16 x 64 bf16 tile to shared memory (plain stores), fence.proxy.async, bar.sync; thread 0
+ * stores it through a 128B-swizzled tensor map at (40, 30) of a 72 x 40 tensor: the elements past its edges are
+ * dropped, the rest land unswizzled. Misuse: no fence.proxy.async. */
+static void check_tma_store(void) {
+  for (int fenced = 1; fenced >= 0; fenced--) {
+    text *t = malloc(sizeof *t);
+    char err[1024] = "";
+    dev d = {0};
+    if (!t) return;
+    t->n = 0;
+    put(t, "%s.extern .shared .align 1024 .b8 sm[];\n.visible .entry k(.param .align 64 .b8 tm[128], .param .u64 pin)"
+           "\n{\n.reg .b32 %%r<20>;\n.reg .b64 %%rd<20>;\n.reg .pred %%p<4>;\nld.param.u64 %%rd1, [pin];\n"
+           "mov.u32 %%r1, %%tid.x;\nmul.wide.u32 %%rd2, %%r1, 16;\nadd.s64 %%rd3, %%rd1, %%rd2;\n"
+           "ld.global.v4.u32 {%%r2, %%r3, %%r4, %%r5}, [%%rd3];\nmov.u32 %%r6, sm;\nshl.b32 %%r7, %%r1, 4;\n"
+           "add.u32 %%r8, %%r6, %%r7;\nst.shared.v4.u32 [%%r8], {%%r2, %%r3, %%r4, %%r5};\n%s"
+           "bar.sync 0;\nsetp.eq.u32 %%p1, %%r1, 0;\nmov.u32 %%r9, 40;\nmov.u32 %%r10, 30;\n"
+           "@%%p1 cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [tm, {%%r9, %%r10}], [%%r6];\n"
+           "@%%p1 cp.async.bulk.commit_group;\n@%%p1 cp.async.bulk.wait_group.read 0;\nret;\n}\n",
+        HEAD, fenced ? "fence.proxy.async.shared::cta;\n" : "");
+    uint16_t img[16 * 64], g[40 * 72], back[40 * 72];
+    for (int i = 0; i < 16 * 64; i++) img[i] = (uint16_t)(i * 7 + 1);
+    for (int i = 0; i < 40 * 72; i++) g[i] = 0xdead;
+    int rc = dev_open(&d, t, err, sizeof err);
+    struct __attribute__((packed)) {
+      uint8_t tm[128];
+      uint64_t in;
+    } prm;
+    memset(&prm, 0, sizeof prm);
+    uint64_t ga = 0;
+    if (!rc) {
+      ga = dev_buf(&d, g, sizeof g, "tensor");
+      const uint64_t dims[2] = {72, 40}, st[1] = {144};
+      const uint32_t box[2] = {64, 16}, es[2] = {1, 1};
+      rc = ptx_tmap_encode(prm.tm, PTX_TMAP_BF16, 2, ga, dims, st, box, es, 0, PTX_TMAP_SWIZZLE_128B, 0, 0, err,
+                           sizeof err);
+      prm.in = dev_buf(&d, img, sizeof img, "img");
+      if (!rc) rc = dev_run(&d, 128, sizeof img, &prm, sizeof prm, err, sizeof err);
+    }
+    if (!fenced) {
+      CHECK(rc == -1 && strstr(err, "no fence.proxy.async"), "a TMA store of plain stores with no fence: %s", err);
+    } else if (!rc && !ptx_copy_out(d.x, ga, back, sizeof back, NULL)) {
+      long bad = 0;
+      for (int r = 0; r < 40; r++)
+        for (int c = 0; c < 72; c++) {
+          uint16_t want = 0xdead;
+          if (r >= 30 && c >= 40 && r - 30 < 16 && c - 40 < 64) { /* box element (r-30, c-40), swizzled in shared */
+            const int at = (r - 30) * 128 + ((((c - 40) * 2 / 16) ^ ((r - 30) % 8)) * 16) + (c - 40) * 2 % 16;
+            want = img[at / 2];
+          }
+          bad += back[r * 72 + c] != want;
+        }
+      CHECK(bad == 0, "tma store: %ld of %d elements wrong", bad, 40 * 72);
+    } else {
+      CHECK(0, "tma store: %s", err);
+    }
+    dev_close(&d);
+    free(t);
+  }
+}
+
 int main(void) {
   rng ^= test_seed() * 0x2545f4914f6cdd1dull;
   /* wgmma against A B^T: each swizzle mode, f16 and bf16, several N; K-major and N-major B; register A */
@@ -517,6 +654,7 @@ int main(void) {
   check_wgmma("accumulators read after wait_group 1 (one group)", 64, 1, 32, SW_128, 0, 0, WAIT_ONE,
               "not yet waited for");
   check_wgmma("accumulators read before the wait", 64, 1, 32, SW_128, 0, 0, READ_BEFORE_WAIT, "not yet waited for");
+  check_wgmma("results never waited for", 64, 1, 16, SW_128, 0, 0, NO_WAIT, "never waited for");
 
   /* TMA: a 2-d 128B-swizzled bf16 box hanging over both edges of the tensor, then one inside (phases 0 and 1); a
    * 3-d box past the end of every dimension; the tensor map as a symbol */
@@ -529,6 +667,11 @@ int main(void) {
   check_tma("tma data read before its mbarrier wait", 2, d2, b2, c2a, c2b, 1, NO_WAIT1, "still in flight");
   check_tma("a wait on the wrong (completed) phase", 2, d2, b2, c2a, c2b, 1, WRONG_PARITY2, "still in flight");
   check_tma("a wait that can never complete", 2, d2, b2, c2a, c2b, 1, EXTRA_TX, "deadlock");
+  check_tma("tma 3d, NaN fill", 3, d3, b3, c3b, c3a, 0, NAN_FILL, NULL);
+  check_tma("a tensor map not from ptx_tmap_encode", 2, d2, b2, c2a, c2b, 1, BAD_MAP, "not written by ptx_tmap_encode");
+  check_encode();
+  check_mbarrier_tokens();
+  check_tma_store();
 
   check_tma_wgmma("tma into 128B swizzle, wgmma on it", 0, NULL);
   check_tma_wgmma("tma into a stage a wgmma still reads", 1, "still reads");
