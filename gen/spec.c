@@ -10,6 +10,7 @@
 #include <string.h>
 #include "spec.h"
 #include "kernel_abi_cuda.h"
+#include "spec_sm90.h"
 
 #ifndef ATTN_VERSION
 #define ATTN_VERSION "0"
@@ -151,6 +152,7 @@ long long attn_spec_cuda_smem(const attn_spec *s) {
   const int dv = attn_spec_dv(s);
   switch (s->algo) {
   case ATTN_ALGO_FLASH:
+    if (s->impl == ATTN_IMPL_WGMMA) return attn_spec_sm90_smem(s);
     return ATTN_FLASH_SMEM_DV((long long)attn_dtype_size(s->dtype), s->d, dv, s->br, s->bc, s->stages);
   case ATTN_ALGO_SMALLCACHE: return ATTN_SMALLCACHE_SMEM(s->d, s->br, s->tile);
   case ATTN_ALGO_LOWRANK: {
@@ -291,12 +293,18 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->target == ATTN_TARGET_CUDA && s->algo != ATTN_ALGO_FLASH && (s->window || s->softcap || s->alibi))
     return attn_errf(err, len, ATTN_EUNSUPPORTED, "%s on cuda applies no window, softcap or alibi (cuda flash does)",
                      attn_algo_name(s->algo));
+  if ((unsigned)s->impl > ATTN_IMPL_WGMMA)
+    return attn_errf(err, len, ATTN_EINVAL, "impl=%d must be 0 (mma.sync) or 1 (wgmma)", s->impl);
+  if (s->impl != ATTN_IMPL_MMA) {
+    const int rc = attn_spec_check_sm90(s, err, len); /* its own limits, before the common ones below */
+    if (rc != ATTN_OK) return rc;
+  }
   if (s->target == ATTN_TARGET_CUDA) {
     if (s->warps < 1 || s->warps > 16) return attn_errf(err, len, ATTN_EINVAL, "warps=%d must be in 1..16", s->warps);
     if (s->stages < 1 || s->stages > 4) return attn_errf(err, len, ATTN_EINVAL, "stages=%d must be in 1..4", s->stages);
     if (s->br % 16 || s->bc % 16)
       return attn_errf(err, len, ATTN_EINVAL, "cuda block sizes must be multiples of 16 (Br=%d Bc=%d)", s->br, s->bc);
-    if (s->algo == ATTN_ALGO_FLASH) {
+    if (s->algo == ATTN_ALGO_FLASH && s->impl == ATTN_IMPL_MMA) {
       const int es = (int)attn_dtype_size(s->dtype), vs = ATTN_FLASH_VS(es, attn_spec_dv(s));
       const int rw = flash_rows_step(s);
       if (s->warps % vs)
@@ -357,6 +365,7 @@ int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
   if (s->split > 1) k += snprintf(split + k, sizeof split - (size_t)k, " split=%d", s->split);
   snprintf(split + k, sizeof split - (size_t)k, "%s%s%s", s->window ? " window=1" : "", s->softcap ? " softcap=1" : "",
            s->alibi ? " alibi=1" : "");
+  if (s->impl == ATTN_IMPL_WGMMA) strncat(split, " impl=wgmma", sizeof split - strlen(split) - 1);
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
                   "degree=%d rank=%d seed=%u%s",
@@ -424,6 +433,10 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
     } else if (strcmp(key, "arch") == 0) {
       if (strlen(val) >= sizeof t.arch) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': arch too long", text);
       if (strcmp(val, "-") != 0) strcpy(t.arch, val);
+    } else if (strcmp(key, "impl") == 0) {
+      if (strcmp(val, "wgmma") == 0) t.impl = ATTN_IMPL_WGMMA;
+      else if (strcmp(val, "mma") == 0) t.impl = ATTN_IMPL_MMA;
+      else return attn_errf(err, len, ATTN_EINVAL, "spec '%s': impl=%s is not mma or wgmma", text, val);
     } else if (strcmp(key, "feature") == 0) {
       int f = lookup(feature_names, 2, val);
       if (f < 0) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': unknown feature map '%s'", text, val);
@@ -452,8 +465,8 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
   }
   char dev[64];
   if (s->target == ATTN_TARGET_CUDA)
-    snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s", attn_dtype_name(s->dtype), s->warps, s->stages,
-             s->arch);
+    snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s%s", attn_dtype_name(s->dtype), s->warps, s->stages,
+             s->arch, s->impl == ATTN_IMPL_WGMMA ? " wgmma" : "");
   else if (s->unroll > 0)
     snprintf(dev, sizeof dev, "cpu %s unroll=%d", attn_dtype_name(s->dtype), s->unroll);
   else
@@ -469,6 +482,7 @@ const char *attn_spec_template(const attn_spec *s) {
   static const char *const cpu[] = {NULL, "flash.c", "smallcache.c", "lowrank.c"};
   static const char *const cuda[] = {NULL, "flash.cu", "smallcache.cu", "lowrank.cu"};
   if ((unsigned)s->algo > ATTN_ALGO_LOWRANK) return NULL;
+  if (s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->impl == ATTN_IMPL_WGMMA) return "flash_sm90.cu";
   return s->target == ATTN_TARGET_CUDA ? cuda[s->algo] : cpu[s->algo];
 }
 
@@ -528,6 +542,15 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
   if (s->alibi) sb_add(&b, "#define ATTN_ALIBI 1\n");
   if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
   sb_add(&b, "%s\n", abi);
+  if (s->impl == ATTN_IMPL_WGMMA) {
+    const char *abi90 = attn_template_text("kernel_abi_cuda_sm90.h");
+    if (!abi90) {
+      free(b.p);
+      attn_errf(err, len, ATTN_EUNSUPPORTED, "templates/kernel_abi_cuda_sm90.h is missing from this build");
+      return NULL;
+    }
+    sb_add(&b, "#define ATTN_SM90_NPV %d\n%s\n", attn_sm90_npv(s), abi90);
+  }
   sb_add(&b, "#line 1 \"templates/%s\"\n%s", file, tmpl);
   if (!b.p) {
     attn_errf(err, len, ATTN_ENOMEM, "out of memory generating %s", file);

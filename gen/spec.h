@@ -8,6 +8,9 @@
 #include "attn.h"
 
 typedef enum { ATTN_FEAT_TAYLOR = 0, ATTN_FEAT_RANDOM = 1 } attn_feature;
+/* CUDA flash's instruction set: mma.sync (templates/flash.cu, every sm_80+ GPU) or Hopper's wgmma with TMA and
+ * mbarriers (templates/flash_sm90.cu, arch sm_90a only; gen/spec_sm90.h) */
+typedef enum { ATTN_IMPL_MMA = 0, ATTN_IMPL_WGMMA = 1 } attn_impl;
 
 typedef struct attn_spec {
   attn_algo algo;       /* FLASH, SMALLCACHE or LOWRANK; never AUTO */
@@ -36,6 +39,7 @@ typedef struct attn_spec {
   int window;           /* sliding window: key blocks outside it skipped, the rest masked */
   int softcap;          /* c·tanh(s/c) on the scaled scores */
   int alibi;            /* -slope_h·|i' - j| on the scores */
+  int impl;             /* attn_impl: CUDA flash's template (0: mma.sync, flash.cu) */
 } attn_spec;
 
 /* Names and their inverses; parse functions return -1 for an unknown name. */
@@ -79,6 +83,7 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
  * without it parse to split 0 (split 1 therefore comes back as 0, which means the same kernel).
  * " window=1", " softcap=1" and " alibi=1" are written only when set (texts of kernels without modifiers are what
  * they were); texts without them parse to 0.
+ * " impl=wgmma" is written only for the Hopper template (ATTN_IMPL_WGMMA); texts without it parse to impl 0.
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);

@@ -1,0 +1,20 @@
+/* model_sm90.h: the performance model of the Hopper flash template (templates/flash_sm90.cu, impl=wgmma): wgmma's
+ * dense rate, the softmax on the CUDA cores overlapped with the products, one thread block per SM (docs/model.md,
+ * "Hopper: wgmma"). */
+#ifndef ATTN_MODEL_SM90_H
+#define ATTN_MODEL_SM90_H
+
+#include "model.h"
+
+/* The constants, each a guess until a GPU measures the kernel (docs/model.md says which). */
+#define ATTN_SM90_TC_SUSTAINED 0.807 /* of the dense wgmma peak under load: an 8192^3 bf16 GEMM's 798 of 989 TFLOP/s */
+#define ATTN_SM90_HIDDEN 0.6         /* share of the shorter of (tensor, softmax) hidden under the longer */
+#define ATTN_SM90_START_CYCLES 2000  /* per thread block: barriers, Q and the first K/V from DRAM, O's stores */
+
+/* ATTN_OK, or ATTN_EINVAL with a reason (not an impl=wgmma spec, a problem it does not serve, a GPU without the
+ * per-SM rates). Fills out as attn_model_time does: time, FLOPs, the closed form's entries, the per-key-block cycles
+ * (cyc_tensor at the sustained wgmma rate; cyc_sfu + cyc_alu: the softmax), blocks, waves and the bound. */
+int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out,
+                         char *err, size_t errlen);
+
+#endif
