@@ -286,10 +286,14 @@ static void tma_kernel(text *t, int rank, int flaws) {
 
 /* the box at c, as the copy leaves it in shared memory: elements in box order, out-of-bounds ones zero, rows of
  * 128 bytes with their 16-byte chunks XOR the row index % 8 when swizzled (128B) */
-static void tma_expect(const float *g, int rank, const uint64_t *dims, const uint32_t *box, const int32_t *c, int sw,
+static long tma_expect(const float *g, int rank, const uint64_t *dims, const uint32_t *box, const int32_t *c, int sw,
                        int bf, uint16_t oobv, uint8_t *out) {
   const int es = 2;
   uint32_t nel = 1;
+  uint64_t total = 1;
+  for (int i = 0; i < rank; i++) total *= dims[i];
+  uint8_t *sec = calloc(total * 2 / 32 + 1, 1); /* the 32-byte sectors of the tensor the copy reads */
+  long nsec = 0;
   for (int i = 0; i < rank; i++) nel *= box[i];
   for (uint32_t j = 0; j < nel; j++) {
     uint32_t rem = j;
@@ -303,10 +307,13 @@ static void tma_expect(const float *g, int rank, const uint64_t *dims, const uin
       mul *= dims[i];
     }
     const uint16_t h = oob ? oobv : to16(g[lin], bf);
+    if (!oob && sec && !sec[lin * 2 / 32]) sec[lin * 2 / 32] = 1, nsec++;
     uint32_t at = j * es;
     if (sw) at = (at / 128) * 128 + ((((at % 128) / 16) ^ ((at / 128) % 8)) * 16) + at % 16;
     memcpy(out + at, &h, 2);
   }
+  free(sec);
+  return nsec;
 }
 
 static void check_tma(const char *what, int rank, const uint64_t *dims, const uint32_t *box, const int32_t *c1,
@@ -335,8 +342,9 @@ static void check_tma(const char *what, int rank, const uint64_t *dims, const ui
     int32_t c[6];
   } prm;
   memset(&prm, 0, sizeof prm);
+  uint64_t ga = 0;
   if (!rc) {
-    const uint64_t ga = dev_buf(&d, g16, 2 * total, "tensor");
+    ga = dev_buf(&d, g16, 2 * total, "tensor");
     uint64_t strides[4];
     uint32_t es1[5] = {1, 1, 1, 1, 1};
     for (int i = 1; i < rank; i++) strides[i - 1] = (i == 1 ? dims[0] : dims[i - 1] * strides[i - 2] / 2) * 2;
@@ -353,11 +361,16 @@ static void check_tma(const char *what, int rank, const uint64_t *dims, const ui
     CHECK(rc == -1 && strstr(err, want), "%s: rc %d, \"%s\" (want \"%s\")", what, rc, err, want);
   } else if (!rc && !ptx_copy_out(d.x, prm.out, out, 2 * (size_t)bytes, NULL)) {
     const uint16_t oobv = flaws & NAN_FILL ? 0x7fff : 0;
-    tma_expect(g, rank, dims, box, c1, sw, 1, oobv, exp);
-    tma_expect(g, rank, dims, box, c2, sw, 1, oobv, exp + bytes);
+    const long nsec = tma_expect(g, rank, dims, box, c1, sw, 1, oobv, exp) +
+                      tma_expect(g, rank, dims, box, c2, sw, 1, oobv, exp + bytes);
     long bad = 0;
     for (uint32_t i = 0; i < 2 * bytes; i++) bad += exp[i] != out[i];
     CHECK(bad == 0, "%s: %ld of %u bytes differ from the box", what, bad, 2 * bytes);
+    /* the copies' traffic: the sectors of their in-bounds elements, as one instruction each */
+    ptx_buffer_stats bs;
+    CHECK(!ptx_buffer_stats_of(d.x, ga, &bs) && bs.read_sectors == (uint64_t)nsec && bs.read_insns == 2,
+          "%s: %llu sectors read in %llu instructions, %ld expected in 2", what, (unsigned long long)bs.read_sectors,
+          (unsigned long long)bs.read_insns, nsec);
   } else {
     CHECK(0, "%s: %s", what, err);
   }
@@ -623,6 +636,13 @@ static void check_tma_store(void) {
           bad += back[r * 72 + c] != want;
         }
       CHECK(bad == 0, "tma store: %ld of %d elements wrong", bad, 40 * 72);
+      /* rows 30..39, columns 40..71: bytes 80..143 of each 144-byte row (4.5 sectors: rows 30, 32, ... start
+       * mid-sector and cover 3 sectors, the others 2) */
+      ptx_buffer_stats bs;
+      CHECK(!ptx_buffer_stats_of(d.x, ga, &bs) && bs.write_sectors == 25 && bs.write_insns == 1 &&
+                bs.write_bytes == 10 * 32 * 2,
+            "tma store: %llu sectors written in %llu instructions (25 in 1)", (unsigned long long)bs.write_sectors,
+            (unsigned long long)bs.write_insns);
     } else {
       CHECK(0, "tma store: %s", err);
     }

@@ -1041,6 +1041,24 @@ static int tma_dst(L *l, int tid, const ptx_operand *o, uint64_t bytes, uint32_t
   return 0;
 }
 
+static int u64_cmp(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* a bulk copy's global traffic, as one instruction's: the distinct 32-byte sectors of the elements it moved (those
+ * inside the tensor), per allocation */
+static void tma_count(L *l, uint64_t *sec, int *salloc, uint64_t n, unsigned es, int write) {
+  for (uint64_t i = 0; i < n; i++) sec[i] = (uint64_t)(unsigned)salloc[i] << 48 | sec[i] / 32;
+  qsort(sec, n, sizeof *sec, u64_cmp);
+  for (uint64_t i = 0; i < n; i++) {
+    ptx_buffer_stats *bs = &l->x->a[sec[i] >> 48].st;
+    const int first = i == 0 || sec[i - 1] >> 48 != sec[i] >> 48, fresh = i == 0 || sec[i - 1] != sec[i];
+    if (write) bs->write_sectors += (uint64_t)fresh, bs->write_bytes += es, bs->write_insns += (uint64_t)first;
+    else bs->read_sectors += (uint64_t)fresh, bs->read_bytes += es, bs->read_insns += (uint64_t)first;
+  }
+}
+
 /* cp.async.bulk.tensor global -> shared: the box read now (out-of-bounds elements zero, or NaN with the NaN fill),
  * its bytes in flight at their swizzled places until the machine lands them and completes their mbarrier's
  * transaction bytes */
@@ -1078,6 +1096,13 @@ COLD static int tma_load(L *l, int tid, const ptx_insn *in) {
                        NAN64[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
   const uint8_t *fill = t.oobfill ? (es == 2 ? NAN16 : es == 4 ? NAN32 : NAN64) : NULL;
   int last = -1;
+  uint64_t *sec = malloc(bytes / es * sizeof *sec), nsec = 0; /* global addresses, for the sector count */
+  int *salloc = malloc(bytes / es * sizeof *salloc);
+  if (!sec || !salloc) {
+    free(sec);
+    free(salloc);
+    return lfail(l, "out of memory");
+  }
   for (uint64_t j = 0; j < bytes / es; j++) {
     uint8_t *out = cp->data + j * es;
     const uint64_t ga = tma_elem(&t, c, cnt, j);
@@ -1088,19 +1113,31 @@ COLD static int tma_load(L *l, int tid, const ptx_insn *in) {
     }
     if (last < 0 || ga < l->x->a[last].addr || ga + es > l->x->a[last].addr + l->x->a[last].size) {
       last = find_alloc(l->x, ga, es);
-      if (last < 0)
+      if (last < 0) {
+        free(sec);
+        free(salloc);
         return lfail(l, "cp.async.bulk.tensor reads global 0x%llx, outside every allocation (the tensor map's address, "
                         "dimensions or strides)", (unsigned long long)ga);
+      }
     }
     const galloc *al = &l->x->a[last];
     const uint64_t o = ga - al->addr;
-    for (unsigned b = 0; b < es; b++)
-      if (!al->def[o + b])
-        return lfail(l, "cp.async.bulk.tensor reads byte %llu of %s, which nothing has written",
-                     (unsigned long long)(o + b), al->name);
-    if (g_check(l, last, o, es, 0)) return -1;
+    int bad = -1;
+    for (unsigned b = 0; b < es && bad < 0; b++)
+      if (!al->def[o + b]) bad = (int)b;
+    if (bad >= 0 || g_check(l, last, o, es, 0)) {
+      free(sec);
+      free(salloc);
+      return bad < 0 ? -1 : lfail(l, "cp.async.bulk.tensor reads byte %llu of %s, which nothing has written",
+                                  (unsigned long long)(o + (unsigned)bad), al->name);
+    }
     memcpy(out, al->data + o, es);
+    sec[nsec] = ga;
+    salloc[nsec++] = last;
   }
+  tma_count(l, sec, salloc, nsec, es, 0);
+  free(sec);
+  free(salloc);
   for (uint32_t k = 0; k < cp->nchunk; k++) {
     const uint32_t at = ptx_swizzle(dst + 16 * k, t.swizzle);
     cp->chunk[k] = at;
@@ -1160,22 +1197,34 @@ COLD static int tma_store(L *l, int tid, const ptx_insn *in) {
       tma_dst(l, tid, &in->o[1], bytes, &src))
     return -1;
   const unsigned es = ptx_tmap_elsize(t.dtype);
-  for (uint64_t j = 0; j < bytes / es; j++) {
+  uint64_t *sec = malloc(bytes / es * sizeof *sec), nsec = 0;
+  int *salloc = malloc(bytes / es * sizeof *salloc), rc = 0;
+  if (!sec || !salloc) {
+    free(sec);
+    free(salloc);
+    return lfail(l, "out of memory");
+  }
+  for (uint64_t j = 0; j < bytes / es && !rc; j++) {
     uint8_t v[8];
-    if (async_read(l, tid, ptx_swizzle(src + (uint32_t)(j * es), t.swizzle), es, v, "cp.async.bulk.tensor"))
-      return -1;
+    if ((rc = async_read(l, tid, ptx_swizzle(src + (uint32_t)(j * es), t.swizzle), es, v, "cp.async.bulk.tensor")))
+      break;
     const uint64_t ga = tma_elem(&t, c, cnt, j);
     if (!ga) continue;
     uint8_t rsp = 0, *p = NULL, *pd = NULL;
     uint64_t so = 0;
     int alloc = -1;
-    if (resolve(l, tid, SP_GLOBAL, ga, es, es, &rsp, &p, &pd, &so, &alloc) ||
-        g_check(l, alloc, (uint64_t)(p - l->x->a[alloc].data), es, 1))
-      return -1;
+    if ((rc = resolve(l, tid, SP_GLOBAL, ga, es, es, &rsp, &p, &pd, &so, &alloc)) ||
+        (rc = g_check(l, alloc, (uint64_t)(p - l->x->a[alloc].data), es, 1)))
+      break;
     memcpy(p, v, es);
     memset(pd, 1, es);
+    sec[nsec] = ga;
+    salloc[nsec++] = alloc;
   }
-  return 0;
+  if (!rc) tma_count(l, sec, salloc, nsec, es, 1);
+  free(sec);
+  free(salloc);
+  return rc;
 }
 
 /* ---- wgmma ---- */
