@@ -113,17 +113,21 @@ int  attn_execute_async(const attn_plan *plan, void *stream, const void *q, cons
  * lse with O); lowrank plans give ATTN_EUNSUPPORTED (its own normaliser is an approximation, not this lse), and so do
  * CUDA smallcache plans. A backward plan gives ATTN_EINVAL. */
 int  attn_execute_lse(const attn_plan *plan, const void *q, const void *k, const void *v, void *o, float *lse);
-/* A plan for the gradients of exact attention (FlashAttention-2's backward: P recomputed from lse, never stored).
- * Any algo but lowrank (ATTN_EUNSUPPORTED: its approximation's gradient is not implemented); on CUDA the kernel is
- * templates/flash_bwd.cu with tiles of its own (docs/cuda.md). Such a plan runs only attn_execute_backward
+/* A plan for the gradients of what attn_plan_create serves for the problem: exact attention's (FlashAttention-2's
+ * backward: P recomputed from lse, never stored; on the CPU with the window, softcap and ALiBi too), or, where a
+ * lowrank row serves the forward (tolerance > 0), the gradient of that approximation (templates/lowrank_bwd.c: the
+ * same features, rank and seed). On CUDA the kernel is templates/flash_bwd.cu with tiles of its own (docs/cuda.md);
+ * score modifiers and lowrank give ATTN_EUNSUPPORTED there. Such a plan runs only attn_execute_backward
  * (attn_execute and attn_execute_lse refuse it with ATTN_EINVAL), and it is destroyed with attn_plan_destroy. */
 int  attn_plan_create_backward(attn_runtime *rt, const attn_problem *p, attn_plan **out);
 /* q, k, v, o (the forward's output), dout [batch][heads][n][d_v] and the forward's lse (attn_execute_lse) in; dq like
  * q, dk like k, dv like v, in the problem's dtype (fp32 accumulation); GQA: dk and dv summed over each KV head's
  * query heads. Every element of dq, dk and dv is written: rows that see no key get zero dq, keys no row sees zero dk
  * and dv. NaN and Inf give what an fp64 backward of the same definition gives (P = softmax(S), dV = Pᵀ dO,
- * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q): hidden keys take no part. On the CPU the
- * gradients are the same bits from run to run and for any thread count: each output element is summed by one work
+ * dP = dO Vᵀ, dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS K, dK = scale·dSᵀ Q; softcap c multiplies dS by
+ * 1 − tanh²(s/c), s the scaled score): hidden keys take no part. lowrank plans read o but no lse (it may be NULL) and
+ * give the gradients of O_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j), not exact attention's; a NaN or Inf in a KV
+ * head's inputs makes all of that head's gradients NaN. On the CPU the gradients are the same bits from run to run and for any thread count: each output element is summed by one work
  * item in a fixed order (dk, dv by key block; dq by query block, in a second set of items that recomputes P). On
  * CUDA (device pointers, q, k, v, o and dout 16-byte aligned, waited for) the same holds for a plan on a device (no
  * atomics; one thread block sums each element), but NaN and Inf are not matched element by element (docs/cuda.md). */

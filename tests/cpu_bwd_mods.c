@@ -8,6 +8,8 @@
  *          copied into the plan), bf16 not causal (the window on both sides) d = 16 d_v = 24 with 16 x 16 tiles;
  *          windows of 5 (shorter than a tile) and 90 (longer), odd n, n_kv != n both ways, rows that see no key;
  *          the same bits twice and with one thread;
+ *   cuda   on tests/fake_libcuda.c (ATTN_LIBCUDA; exit 77 when it cannot be opened): CUDA backward plans refuse
+ *          each modifier and lowrank with one line saying so, before anything is compiled;
  *   sweep  (nightly) every modifier alone and together through attn_plan_create_backward (its own kernel), f32, f16
  *          and bf16, d_v != d, GQA, causal both ways, windows from 1 to past n_kv, with the forward kernel's O and lse
  *          (attn_execute_lse) in f32.
@@ -350,11 +352,40 @@ static void ci_kernel(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p
   attn_plan_destroy(plan1);
 }
 
+/* CUDA backward plans refuse what only the CPU backward applies, each with one line naming it. */
+static int cuda_refusals(void) {
+  attn_runtime *rt = NULL;
+  if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
+    printf("skipped: no CUDA runtime on the fake driver: %s\n", attn_last_error(NULL));
+    return 77;
+  }
+  const attn_problem base = {.batch = 1, .heads = 2, .n = 64, .d = 64, .causal = 1};
+  for (int t = 0; t < 4; t++) {
+    attn_problem p = base;
+    if (t == 0) p.window = 16;
+    if (t == 1) p.softcap = 30.0f;
+    if (t == 2) p.alibi_slopes = slopes;
+    if (t == 3) p.algo = ATTN_ALGO_LOWRANK, p.tolerance = 0.1;
+    attn_plan *plan = (attn_plan *)&plan;
+    const int rc = attn_plan_create_backward(rt, &p, &plan);
+    const char *msg = attn_last_error(rt);
+    CHECK(rc == ATTN_EUNSUPPORTED && !plan && !strchr(msg, '\n') &&
+              strstr(msg, t < 3 ? "the CUDA backward applies no window, softcap or ALiBi" : "CUDA backward has no lowrank"),
+          "CUDA backward %d: %s: %s", t, attn_strerror(rc), msg);
+    printf("CUDA backward %s: %s\n", t == 0 ? "window" : t == 1 ? "softcap" : t == 2 ? "alibi" : "lowrank", msg);
+    cases++;
+  }
+  attn_close(rt);
+  printf("%d cases, %d checks, %d failures\n", cases, checks, failures);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: cpu_bwd_mods ref|ci|sweep\n");
+    fprintf(stderr, "usage: cpu_bwd_mods ref|ci|cuda|sweep\n");
     return 2;
   }
+  if (!strcmp(argv[1], "cuda")) return cuda_refusals();
   attn_runtime *rt = NULL, *rt1 = NULL;
   int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
   if (rc != ATTN_OK) {

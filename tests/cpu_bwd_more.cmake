@@ -14,3 +14,7 @@ foreach(g ref ci sweep)
   set_tests_properties(cpu_bwd_lowrank_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV};ATTN_THREADS=2")
 endforeach()
 set_tests_properties(cpu_bwd_lowrank_sweep PROPERTIES LABELS "cpu;nightly" TIMEOUT 1800)
+# CUDA's refusals on the fake driver (tests/cuda.cmake's fake_libcuda)
+add_test(NAME cpu_bwd_mods_cuda COMMAND cpu_bwd_mods cuda)
+set_tests_properties(cpu_bwd_mods_cuda PROPERTIES LABELS cuda TIMEOUT 60 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CPU_ENV};ATTN_LIBCUDA=$<TARGET_FILE:fake_libcuda>")
