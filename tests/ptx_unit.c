@@ -1,6 +1,7 @@
 /* ptx_unit: the PTX interpreter's own checks, on small hand-written kernels: what it refuses to load, and what it
  * stops a launch for (out-of-bounds, misaligned, uninitialised and racing accesses, divergent collectives and
- * barriers, cp.async data read before its wait), each next to the corrected kernel that must run. */
+ * barriers, named barriers never completed, cp.async data read before its wait), each next to the corrected kernel
+ * that must run. The sm_90a instructions have their own test, ptx_hopper.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -171,6 +172,26 @@ int main(void) {
               ENTRY "setp.lt.u32 %p1, %r1, 32;\n@%p1 bra $L1;\nbar.sync 0;\nbra.uni $L2;\n$L1:\nbar.sync 0;\n"
                     "$L2:\nret;\n}\n",
               64, "barrier divergence");
+  /* named barriers: warp 0 writes and arrives at barrier 1 for 64 threads, warp 1 waits there and reads; warp 2
+   * takes no part. A count nobody makes is a deadlock; two counts for one barrier an error */
+  static const char nb0[] = ENTRY "mov.u32 %r3, sm;\nshr.u32 %r2, %r1, 5;\nsetp.eq.u32 %p1, %r2, 0;\n"
+                                  "setp.eq.u32 %p2, %r2, 1;\n@!%p1 bra $L1;\nshl.b32 %r5, %r1, 2;\n"
+                                  "add.u32 %r6, %r3, %r5;\nst.shared.u32 [%r6], %r1;\n";
+  static const char nb1[] = "ret;\n$L1:\n@!%p2 bra $L2;\n";
+  static const char nb2[] = "ld.shared.u32 %r4, [%r3+12];\nst.global.u32 [%rd2+512], %r4;\n$L2:\nret;\n}\n";
+  char nbody[4096];
+  snprintf(nbody, sizeof nbody, "%sbar.arrive 1, 64;\n%sbar.sync 1, 64;\n%s", nb0, nb1, nb2);
+  expect_ok("a named barrier", nbody, 96);
+  uint32_t got;
+  memcpy(&got, after + 512, 4);
+  CHECK(got == 3, "a named barrier: read %u, 3 written", got);
+  snprintf(nbody, sizeof nbody, "%sbar.arrive 1, 64;\n%sbarrier.sync 1, 96;\n%s", nb0, nb1, nb2);
+  expect_fail("a named barrier's count never made", nbody, 96, "deadlock: waits at barrier 1");
+  snprintf(nbody, sizeof nbody, "%sbar.sync 1, 64;\n%sbar.sync 1, 96;\n%s", nb0, nb1, nb2);
+  expect_fail("two counts for one named barrier", nbody, 96, "threads wait at barrier 1");
+  snprintf(nbody, sizeof nbody, "%s%s%s", nb0, nb1, nb2);
+  expect_fail("no barrier between", nbody, 96, "race");
+
   /* approximations: correctly rounded by default, off by their bound (2 ulp for ex2) in the worst-case mode */
   const float exact = approx_half("ex2.approx.ftz.f32", 0), worst = approx_half("ex2.approx.ftz.f32", 1);
   CHECK(exact == (float)1.4142135623730951, "ex2.approx(0.5) = %.9g", (double)exact);

@@ -93,6 +93,7 @@ typedef struct {
   cpcopy *cp;
   int ncp, capcp, committed;
   int barpred; /* bar.red's input */
+  int barid, barcnt; /* TS_BAR: the barrier (0..15) and its thread count (0: every thread of the block) */
   /* wgmma: results held until the wait_group that completes them. wgseq per register of the entry frame: the
    * issue number of the wgmma whose result it awaits (-1: none); wgkind 1 an accumulator (no access at all), 2 an
    * A fragment of the register form (no write). wgn: registers awaiting (0: lane_exec checks nothing). */
@@ -145,6 +146,7 @@ typedef struct {
   wgread *wr;
   int nwr, capwr;
   uint32_t *fence;      /* per thread: the warp-instruction serial of its last fence.proxy.async */
+  int arrived[16];      /* named barriers: bar.arrive arrivals in the current phase */
 } hstate;
 
 typedef struct { /* one lane's memory access inside the current warp instruction */
@@ -2071,6 +2073,8 @@ static int is_collective(int op) {
 
 /* ---- scheduling ---- */
 
+static int bar_operands(L *l, int tid, const ptx_insn *in);
+
 /* Runs warp w until none of its lanes can go on (all at a barrier or exited). */
 static int run_warp(L *l, int w) {
   const int base = w * 32;
@@ -2110,10 +2114,15 @@ static int run_warp(L *l, int w) {
       account(l, in->op == OP_LDMATRIX);
       continue;
     }
-    if (in->op == OP_BAR || in->op == OP_BARRED) {
+    if (in->op == OP_BAR || in->op == OP_BARRED || in->op == OP_BARARRIVE) {
       for (int i = 0; i < n; i++) {
         thread *t = &l->t[base + lanes[i]];
         l->cur_tid = base + lanes[i];
+        if (bar_operands(l, base + lanes[i], in)) return -1;
+        if (in->op == OP_BARARRIVE) { /* counted, and the thread goes on */
+          t->pc++;
+          continue;
+        }
         if (in->op == OP_BARRED) {
           int def;
           const uint64_t p = get(l, base + lanes[i], &in->o[2], T_PRED, &def);
@@ -2135,6 +2144,87 @@ static int run_warp(L *l, int w) {
     }
     account(l, 0);
   }
+}
+
+/* bar.sync / bar.arrive a{, b}: the barrier a and its thread count b (the block's: 0) into the thread; an arrive is
+ * counted */
+static int bar_operands(L *l, int tid, const ptx_insn *in) {
+  thread *t = &l->t[tid];
+  t->barid = t->barcnt = 0;
+  if (in->op == OP_BARRED) return 0; /* bar.red: barrier 0 of the whole block (release checks) */
+  int d1 = 1, d2 = 1;
+  const uint64_t id = get(l, tid, &in->o[0], T_U32, &d1), cnt = in->nops == 2 ? get(l, tid, &in->o[1], T_U32, &d2) : 0;
+  if (!d1 || !d2) return lfail(l, "a barrier with an undefined id or thread count");
+  if (id > 15) return lfail(l, "barrier %llu (0 to 15)", (unsigned long long)id);
+  if (in->nops == 2 && (cnt == 0 || cnt % 32 || cnt > l->nthreads))
+    return lfail(l, "a barrier thread count of %llu (a multiple of 32, at most the block's %u)", (unsigned long long)cnt,
+                 l->nthreads);
+  t->barid = (int)id;
+  /* barrier 0 of the whole block: every thread that has not exited (as bar.sync 0 always was); a named barrier
+   * waits for its count, or for every thread of the block */
+  t->barcnt = id == 0 && (cnt == 0 || cnt == l->nthreads) ? 0 : cnt ? (int)cnt : (int)l->nthreads;
+  if (in->op == OP_BARARRIVE) {
+    if (!t->barcnt) return lfail(l, "bar.arrive needs a thread count below the block's");
+    if (++l->h->arrived[id] == t->barcnt) l->h->arrived[id] = 0; /* every thread arrived, none waits */
+  }
+  return 0;
+}
+
+/* Named barriers (an id other than 0, or a thread count): each barrier whose waiting threads and bar.arrive arrivals
+ * make its count goes on. A release counts as the block's barrier for the race checks: accesses on either side of it
+ * are ordered for every thread, also for threads it did not include (races across a partial barrier are not
+ * found). 1 when one was released, 0 none, -1 an error. */
+static int named_release(L *l) {
+  unsigned live = 0;
+  for (unsigned i = 0; i < l->nthreads; i++) live += l->t[i].state != TS_EXIT;
+  int released = 0;
+  for (int id = 0; id < 16; id++) {
+    int nw = 0, cnt = -1, first = -1;
+    for (unsigned i = 0; i < l->nthreads; i++) {
+      const thread *t = &l->t[i];
+      if (t->state != TS_BAR || t->barid != id) continue;
+      const int c = t->barcnt ? t->barcnt : (int)live;
+      if (cnt >= 0 && c != cnt) {
+        l->cur_tid = (int)i;
+        l->cur_pc = t->pc;
+        return lfail(l, "threads wait at barrier %d for %d threads (thread %d) and for %d", id, cnt, first, c);
+      }
+      cnt = c, nw++;
+      if (first < 0) first = (int)i;
+    }
+    if (!nw || nw + l->h->arrived[id] < cnt) continue;
+    if (nw + l->h->arrived[id] > cnt) {
+      l->cur_tid = first;
+      l->cur_pc = l->t[first].pc;
+      return lfail(l, "barrier %d: %d threads arrive, more than its count of %d", id, nw + l->h->arrived[id], cnt);
+    }
+    for (unsigned i = 0; i < l->nthreads; i++) {
+      thread *t = &l->t[i];
+      if (t->state != TS_BAR || t->barid != id) continue;
+      t->state = TS_RUN;
+      t->pc++;
+    }
+    l->h->arrived[id] = 0;
+    l->epoch++;
+    l->x->st.barriers++;
+    released = 1;
+  }
+  return released;
+}
+
+/* threads wait at barriers that can never complete */
+COLD static int bar_deadlock(L *l) {
+  for (unsigned i = 0; i < l->nthreads; i++) {
+    const thread *t = &l->t[i];
+    if (t->state != TS_BAR) continue;
+    int nw = 0;
+    for (unsigned k = 0; k < l->nthreads; k++) nw += l->t[k].state == TS_BAR && l->t[k].barid == t->barid;
+    l->cur_tid = (int)i;
+    l->cur_pc = t->pc;
+    return lfail(l, "deadlock: waits at barrier %d for %d threads; %d wait there and %d arrived, and no other thread "
+                    "can run", t->barid, t->barcnt, nw, l->h->arrived[t->barid]);
+  }
+  return 0;
 }
 
 /* every live thread waits at a barrier: they must wait at the same one; all go on */
@@ -2230,6 +2320,7 @@ static void hstate_clear(hstate *h, unsigned nthreads) {
   for (int i = 0; i < h->nwr; i++) free(h->wr[i].chunk);
   h->ntma = h->nwr = h->nmb = 0;
   h->used = h->wgthreads = 0;
+  memset(h->arrived, 0, sizeof h->arrived);
   if (h->fence) memset(h->fence, 0, nthreads * sizeof *h->fence);
 }
 
@@ -2293,12 +2384,20 @@ static int block_step(L *l, slot *s, unsigned *worder) {
     }
     break;
   }
-  int waiting = 0, mwait = -1;
+  int waiting = 0, mwait = -1, named = 0;
   for (unsigned i = 0; i < l->nthreads; i++) {
-    waiting += l->t[i].state == TS_BAR;
-    if (l->t[i].state == TS_MBAR && mwait < 0) mwait = (int)i;
+    const thread *t = &l->t[i];
+    waiting += t->state == TS_BAR;
+    named |= t->state == TS_BAR && (t->barid || t->barcnt);
+    if (t->state == TS_MBAR && mwait < 0) mwait = (int)i;
+  }
+  if (named) {
+    const int rc = named_release(l);
+    s->epoch = l->epoch;
+    if (rc) return rc < 0 ? -1 : 0;
   }
   if (mwait >= 0) return deadlock(l, mwait, waiting); /* nothing can complete the phase it waits for */
+  if (named) return bar_deadlock(l);
   if (waiting) {
     const int rc = release(l);
     s->epoch = l->epoch;

@@ -21,7 +21,7 @@ typedef enum {
   OP_FENCE, OP_LOP3, OP_MUL24, OP_MAD24, OP_FNS,
   /* sm_90: warpgroup MMA, mbarriers, the tensor memory accelerator and their companions */
   OP_WGMMA, OP_WGFENCE, OP_WGCOMMIT, OP_WGWAIT, OP_MBAR, OP_TMA, OP_BULKCOMMIT, OP_BULKWAIT, OP_SETMAXNREG,
-  OP_ELECT, OP_STMATRIX, OP_NOP, OP_COUNT
+  OP_ELECT, OP_STMATRIX, OP_NOP, OP_BARARRIVE, OP_COUNT
 } ptx_op;
 
 /* value types (.s32, .f16x2, ...) */

@@ -522,6 +522,9 @@ static int decode_opcode(parser *p, const token *t, ptx_insn *in) {
     } else if (!strcmp(rest, "sync") || !strcmp(rest, "sync.aligned") || !strcmp(rest, "cta.sync") ||
                !strcmp(rest, "cta.sync.aligned")) {
       return in->op = OP_BAR, 0;
+    } else if (!strcmp(rest, "arrive") || !strcmp(rest, "arrive.aligned") || !strcmp(rest, "cta.arrive") ||
+               !strcmp(rest, "cta.arrive.aligned")) {
+      return in->op = OP_BARARRIVE, 0;
     } else {
       return fail(p, t->line, "unknown instruction %.*s", t->len, t->s);
     }
@@ -1341,6 +1344,7 @@ static int check_insn(parser *p, ptx_insn *in) {
   }
   case OP_BRA: case OP_CPWAIT: case OP_BARWARP: want = 1; break;
   case OP_BAR: if (n < 1 || n > 2) return fail(p, in->line, "bar.sync takes 1 or 2 operands"); break;
+  case OP_BARARRIVE: want = 2; break;
   case OP_CVT:
     want = in->type == T_F16X2 || in->type == T_BF16X2 ? 3 : 2;
     break;
