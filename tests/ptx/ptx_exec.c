@@ -2073,7 +2073,7 @@ static int is_collective(int op) {
 
 /* ---- scheduling ---- */
 
-static int bar_operands(L *l, int tid, const ptx_insn *in);
+COLD static int bar_operands(L *l, int tid, const ptx_insn *in);
 
 /* Runs warp w until none of its lanes can go on (all at a barrier or exited). */
 static int run_warp(L *l, int w) {
@@ -2148,7 +2148,7 @@ static int run_warp(L *l, int w) {
 
 /* bar.sync / bar.arrive a{, b}: the barrier a and its thread count b (the block's: 0) into the thread; an arrive is
  * counted */
-static int bar_operands(L *l, int tid, const ptx_insn *in) {
+COLD static int bar_operands(L *l, int tid, const ptx_insn *in) {
   thread *t = &l->t[tid];
   t->barid = t->barcnt = 0;
   if (in->op == OP_BARRED) return 0; /* bar.red: barrier 0 of the whole block (release checks) */
@@ -2174,7 +2174,7 @@ static int bar_operands(L *l, int tid, const ptx_insn *in) {
  * make its count goes on. A release counts as the block's barrier for the race checks: accesses on either side of it
  * are ordered for every thread, also for threads it did not include (races across a partial barrier are not
  * found). 1 when one was released, 0 none, -1 an error. */
-static int named_release(L *l) {
+COLD static int named_release(L *l) {
   unsigned live = 0;
   for (unsigned i = 0; i < l->nthreads; i++) live += l->t[i].state != TS_EXIT;
   int released = 0;
