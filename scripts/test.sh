@@ -15,6 +15,19 @@ if [ $sanitize = 1 ]; then
   "$root/scripts/sanitize.sh" || san_rc=$?
   [ $san_rc -eq 0 ] || echo "test: the sanitizer stage FAILED (exit $san_rc, output above); the main suite runs now," \
                             "and this script exits non-zero whatever it gives" >&2
+  # Its tests compiled kernels the main suite plans again (the same sources, compiler and flags, so the same cache
+  # keys): they seed the main build's shared kernel cache (tests/CMakeLists.txt), where the runtime checks each one
+  # before loading it as it does every cached kernel. Finished objects only (HASH.so), never a compile's temporaries
+  # (HASH-XXXXXX.*); each copied beside its name and renamed, so no reader sees half a file.
+  from=${ATTN_SANITIZE_DIR:-$root/build-sanitize}/test-cache to=$build/test-cache
+  if [ -d "$from" ] && mkdir -p "$to"; then
+    for f in "$from"/*.so; do
+      n=${f##*/}
+      case $n in *-*|'*.so') continue ;; esac
+      [ -f "$f" ] && [ ! -e "$to/$n" ] || continue
+      cp "$f" "$to/.seed-$$" && mv -f "$to/.seed-$$" "$to/$n" || rm -f "$to/.seed-$$"
+    done
+  fi
 fi
 cd "$build"
 rc=0

@@ -2,8 +2,7 @@
 # attn_close (reference-counted runtime), problem sizes at INT_MAX and I/O counts past 2^64 (api.c, model.c and
 # io_theory.c compiled into the test with -fsanitize=undefined, so a signed overflow there aborts it), and the CLI:
 # export through a planted symlink, show of device names with terminal escapes (db_cli.sh cases).
-set(ATTN_HARDEN_CACHE ${CMAKE_BINARY_DIR}/test-cache-harden)
-file(MAKE_DIRECTORY ${ATTN_HARDEN_CACHE})
+set(ATTN_HARDEN_CACHE ${ATTN_TEST_CACHE}) # the shared kernel cache (tests/CMakeLists.txt)
 add_executable(harden ${CMAKE_CURRENT_LIST_DIR}/harden.c ${PROJECT_SOURCE_DIR}/runtime/api.c
                ${PROJECT_SOURCE_DIR}/tuner/model.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
 # these objects come before the static libraries on the link line, so the libraries' copies of the three files are

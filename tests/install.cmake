@@ -6,8 +6,7 @@
 # Python scripts: scripts/tuning_check.py (tests/python_tuning_check.sh), scripts/gpu/torch_compare.py
 # (tests/python_torch_compare.sh); docs/strategies.md's worked example (tests/python_doc_example.sh).
 set(ATTN_INSTALL_WORK ${CMAKE_CURRENT_BINARY_DIR}/install-work)
-set(ATTN_INSTALL_CACHE ${CMAKE_BINARY_DIR}/test-cache-install)
-file(MAKE_DIRECTORY ${ATTN_INSTALL_CACHE})
+set(ATTN_INSTALL_CACHE ${ATTN_TEST_CACHE}) # the shared kernel cache (tests/CMakeLists.txt)
 set(ATTN_INSTALL_ENV "ATTN_CACHE_DIR=${ATTN_INSTALL_CACHE};ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
 if(TARGET attntune)
   foreach(c prefix strategy cmake pkgconfig)
@@ -27,13 +26,13 @@ if(TARGET attntune)
   set_tests_properties(python_package PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED attn_install ENVIRONMENT "${ATTN_INSTALL_ENV}")
   # scripts/tuning_check.py on a half-precision d_v != d database; after tuner_cli_cpu_half, whose kernels (the same
-  # problem's) it finds compiled in the tuner's cache
+  # problem's) it finds compiled in the shared cache
   add_test(NAME python_tuning_check
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_tuning_check.sh $<TARGET_FILE:attntune>
                    ${CMAKE_CURRENT_BINARY_DIR}/python-tuning-check)
   set_tests_properties(python_tuning_check PROPERTIES LABELS "tuner;python" TIMEOUT 180 SKIP_RETURN_CODE 77
                        DEPENDS tuner_cli_cpu_half
-                       ENVIRONMENT "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-tuner;ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
+                       ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TEST_CACHE};ATTN_DB=${ATTN_INSTALL_WORK}/no-database.db")
   # docs/strategies.md's worked example, run as the page writes it, prints what the page shows
   add_test(NAME python_doc_example
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_doc_example.sh $<TARGET_FILE:attntune>

@@ -3,8 +3,7 @@
 # autograd function against torch's float64 autograd and gradcheck, f32, f16 and bf16 (about 20 kernels: nightly);
 # python_llama: a small transformers Llama with attntune's attention against sdpa, logits and one training step's
 # gradients. The torch ones exit 77 (skipped, saying why) without torch or transformers.
-set(ATTN_TRAIN_CACHE ${CMAKE_BINARY_DIR}/test-cache)
-file(MAKE_DIRECTORY ${ATTN_TRAIN_CACHE})
+set(ATTN_TRAIN_CACHE ${ATTN_TEST_CACHE})
 set(ATTN_TRAIN_SH sh ${CMAKE_CURRENT_LIST_DIR}/python_train.sh)
 add_test(NAME python_grad COMMAND ${ATTN_TRAIN_SH} python_grad.py $<TARGET_FILE:attn> numpy)
 add_test(NAME python_grad_torch COMMAND ${ATTN_TRAIN_SH} python_grad.py $<TARGET_FILE:attn> torch)

@@ -1,9 +1,8 @@
 # Head dimensions off the tuned grid (1..576, d_v != d) in every CPU dtype: one CTest entry per algorithm and dtype,
-# so they run in parallel (tests/cpu_shapes.c). Same kernel cache as the cpu_* tests (tests/cpu.cmake), no database.
+# so they run in parallel (tests/cpu_shapes.c). The shared kernel cache (tests/CMakeLists.txt), no database.
 add_executable(cpu_shapes ${CMAKE_CURRENT_LIST_DIR}/cpu_shapes.c)
 target_link_libraries(cpu_shapes PRIVATE attn_core m)
-set(ATTN_SHAPES_CACHE ${CMAKE_BINARY_DIR}/test-cache)
-file(MAKE_DIRECTORY ${ATTN_SHAPES_CACHE})
+set(ATTN_SHAPES_CACHE ${ATTN_TEST_CACHE})
 foreach(algo flash smallcache lowrank)
   foreach(dtype f32 f16 bf16)
     add_test(NAME cpu_shapes_${algo}_${dtype} COMMAND cpu_shapes ${algo} ${dtype})

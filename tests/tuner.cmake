@@ -1,8 +1,8 @@
 # tuner: RANGE parsing, GPU table, search space, performance model (unit), and `attntune tune` end to end:
 # measured CPU rows used by the runtime (d_v != d and half precision too), model rows for an absent GPU, bad input, Lua strategies (errors, runaway,
-# nonsense, anneal, genetic), SIGINT and resume, parallel compiles. Kernels compile into a cache under the build tree.
-set(ATTN_TUNER_CACHE ${CMAKE_BINARY_DIR}/test-cache-tuner)
-file(MAKE_DIRECTORY ${ATTN_TUNER_CACHE})
+# nonsense, anneal, genetic), SIGINT and resume, parallel compiles. Kernels compile into the shared test cache
+# (tests/CMakeLists.txt); the cases that need real compiles (sigint, jobs, env_retry, compile_error) use their own.
+set(ATTN_TUNER_CACHE ${ATTN_TEST_CACHE})
 add_executable(tuner_unit ${CMAKE_CURRENT_LIST_DIR}/tuner_unit.c)
 target_link_libraries(tuner_unit PRIVATE attn_tuner m)
 add_test(NAME tuner_unit COMMAND tuner_unit)
