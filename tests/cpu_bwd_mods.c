@@ -7,7 +7,8 @@
  *          and none: f32 causal GQA d = 16 through attn_plan_create_backward (its own 64 x 64 tiles, the ALiBi slopes
  *          copied into the plan), bf16 not causal (the window on both sides) d = 16 d_v = 24 with 16 x 16 tiles;
  *          windows of 5 (shorter than a tile) and 90 (longer), odd n, n_kv != n both ways, rows that see no key;
- *          the same bits twice and with one thread;
+ *          the same bits twice and with one thread; +Inf in a key under a softcap (finite capped scores, NaN in dq
+ *          exactly where fp64 has it);
  *   cuda   on tests/fake_libcuda.c (ATTN_LIBCUDA; exit 77 when it cannot be opened): CUDA backward plans refuse
  *          each modifier and lowrank with one line saying so, before anything is compiled;
  *   sweep  (nightly) every modifier alone and together through attn_plan_create_backward (its own kernel), f32, f16
@@ -233,6 +234,58 @@ static void run_case_mod(attn_runtime *rt, attn_runtime *rt1, attn_plan *plan, c
   mfree(&c);
 }
 
+/* +Inf in key 10 of KV head 0 (column 0) with a softcap: the capped scores are finite (±c), so the rows that see the
+ * key stay finite in O; dS there is multiplied by 1 - tanh²(±inf) = 0, and dq = dS K takes 0·inf = NaN. The kernel's
+ * gradients are NaN exactly where the fp64 backward's are, and the finite ones within the limit. */
+static void run_inf(attn_runtime *rt, const attn_cpu_kernel *kern, const attn_problem *p0) {
+  mcase c;
+  if (msetup(rt, p0, 5, 0, &c) != 0) {
+    CHECK(0, "%s: setup failed", shape(p0));
+    mfree(&c);
+    return;
+  }
+  const attn_problem *p = &c.p;
+  c.k[10 * p->d] = INFINITY;
+  attn_to_dtype(p->dtype, c.k, c.nk, c.tk);
+  double *o = malloc(c.no * 8 + 8), *l = malloc(c.nl * 8 + 8);
+  double *rq = malloc(c.nq * 8 + 8), *rk = malloc(c.nk * 8 + 8), *rv = malloc(c.nv * 8 + 8);
+  float *dq = NULL, *dk = NULL, *dv = NULL;
+  if (o && l && rq && rk && rv) {
+    attn_reference(p, c.q, c.k, c.v, o);
+    ref_lse(p, c.q, c.k, l);
+    size_t nan_o = 0;
+    for (size_t i = 0; i < c.no; i++) nan_o += !isfinite(o[i]), c.o[i] = (float)o[i];
+    for (size_t i = 0; i < c.nl; i++) c.lse[i] = (float)l[i];
+    CHECK(nan_o == 0, "%s: the capped forward is not finite (%zu)", shape(p), nan_o);
+    attn_round_dtype(p->dtype, c.o, c.no);
+    attn_to_dtype(p->dtype, c.o, c.no, c.to);
+    attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
+    if (mrun(rt, NULL, kern, &c, &dq, &dk, &dv) == 0) {
+      const struct { const char *name; const double *r; float *x; size_t n; long zd; } a[] = {
+          {"dq", rq, dq, c.nq, p->d}, {"dk", rk, dk, c.nk, 0}, {"dv", rv, dv, c.nv, 0}};
+      for (int t = 0; t < 3; t++) {
+        size_t diff = 0, nans = 0;
+        double *r = malloc(a[t].n * 8 + 8);
+        if (!r) continue;
+        for (size_t i = 0; i < a[t].n; i++) {
+          diff += !isnan(a[t].r[i]) != !isnan(a[t].x[i]);
+          nans += isnan(a[t].r[i]) != 0;
+          r[i] = isnan(a[t].r[i]) ? 0 : a[t].r[i]; /* the finite ones compared */
+          if (isnan(a[t].x[i])) a[t].x[i] = 0;
+        }
+        CHECK(diff == 0, "%s %s: %s: %zu elements differ in NaN-ness from fp64", shape(p), mods(p), a[t].name, diff);
+        const double err = compare(a[t].name, p, r, a[t].x, a[t].n, a[t].zd);
+        printf("%s %s +inf in a key: %s has %zu NaN as fp64, the rest within %.2e\n", shape(p), mods(p), a[t].name,
+               nans, err);
+        free(r);
+      }
+      cases++;
+    }
+  }
+  free(o), free(l), free(rq), free(rk), free(rv), free(dq), free(dk), free(dv);
+  mfree(&c);
+}
+
 /* L(x) = sum(dO ∘ O(x)) in fp64. */
 static double loss(const attn_problem *p, const float *q, const float *k, const float *v, const float *g, double *o) {
   attn_reference(p, q, k, v, o);
@@ -348,6 +401,12 @@ static void ci_kernel(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p
       p.window = m[mi].window, p.softcap = m[mi].softcap, p.alibi_slopes = m[mi].alibi ? slopes : NULL;
       run_case_mod(rt, rt1, NULL, plan->cpu, plan1 ? plan1->cpu : NULL, &p, (*seed)++, 0);
     }
+  for (int all = 0; all < 2; all++) { /* the softcap alone, and with the window and ALiBi */
+    attn_problem p = shapes[0];
+    p.d = p0->d, p.d_v = p0->d_v, p.causal = p0->causal, p.dtype = p0->dtype;
+    p.softcap = 1.5f, p.window = all ? 90 : 0, p.alibi_slopes = all ? slopes : NULL;
+    run_inf(rt, plan->cpu, &p);
+  }
   attn_plan_destroy(plan);
   attn_plan_destroy(plan1);
 }
