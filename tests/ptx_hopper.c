@@ -651,6 +651,60 @@ static void check_tma_store(void) {
   }
 }
 
+/* cp.async.bulk without a tensor map: 256 bytes into shared memory on an mbarrier, each of 64 threads adds 1 to its
+ * word into a second buffer (plain stores), fence.proxy.async, and thread 0 stores that buffer back by
+ * cp.async.bulk. Misuse: the data read before the wait; the store with no fence. */
+static void check_bulk(void) {
+  for (int v = 0; v < 3; v++) {
+    text *t = malloc(sizeof *t);
+    char err[1024] = "";
+    dev d = {0};
+    if (!t) return;
+    t->n = 0;
+    put(t, "%s.shared .align 8 .b64 bar;\n.extern .shared .align 1024 .b8 sm[];\n"
+           ".visible .entry k(.param .u64 pin, .param .u64 pout)\n{\n.reg .b32 %%r<20>;\n.reg .b64 %%rd<20>;\n"
+           ".reg .pred %%p<4>;\nld.param.u64 %%rd1, [pin];\nld.param.u64 %%rd2, [pout];\nmov.u32 %%r1, %%tid.x;\n"
+           "mov.u32 %%r2, bar;\nmov.u32 %%r3, sm;\nsetp.eq.u32 %%p1, %%r1, 0;\n"
+           "@%%p1 mbarrier.init.shared::cta.b64 [%%r2], 1;\nbar.sync 0;\n"
+           "@%%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%r2], 256;\n"
+           "@%%p1 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%%r3], [%%rd1], 256, [%%r2];\n"
+           "%s"
+           "shl.b32 %%r4, %%r1, 2;\nadd.u32 %%r5, %%r3, %%r4;\nld.shared.u32 %%r6, [%%r5];\nadd.u32 %%r6, %%r6, 1;\n"
+           "st.shared.u32 [%%r5+256], %%r6;\n%sbar.sync 0;\nadd.u32 %%r7, %%r3, 256;\n"
+           "@%%p1 cp.async.bulk.global.shared::cta.bulk_group [%%rd2], [%%r7], 256;\n"
+           "@%%p1 cp.async.bulk.commit_group;\n@%%p1 cp.async.bulk.wait_group.read 0;\nret;\n}\n",
+        HEAD,
+        v == 1 ? "" : "$Lw:\nmbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;\n@!%p2 bra $Lw;\n",
+        v == 2 ? "" : "fence.proxy.async.shared::cta;\n");
+    uint32_t in[64], out[64];
+    for (int i = 0; i < 64; i++) in[i] = (uint32_t)small_int() * 1000u + (uint32_t)i;
+    int rc = dev_open(&d, t, err, sizeof err);
+    uint64_t prm[2] = {0, 0};
+    if (!rc) {
+      prm[0] = dev_buf(&d, in, sizeof in, "in");
+      prm[1] = dev_buf(&d, NULL, sizeof out, "out");
+      rc = dev_run(&d, 64, 512, prm, sizeof prm, err, sizeof err);
+    }
+    if (v == 1) {
+      CHECK(rc == -1 && strstr(err, "still in flight"), "cp.async.bulk data read before its wait: %s", err);
+    } else if (v == 2) {
+      CHECK(rc == -1 && strstr(err, "no fence.proxy.async"), "a bulk store of plain stores with no fence: %s", err);
+    } else if (!rc && !ptx_copy_out(d.x, prm[1], out, sizeof out, NULL)) {
+      long bad = 0;
+      for (int i = 0; i < 64; i++) bad += out[i] != in[i] + 1;
+      ptx_buffer_stats bi, bo;
+      CHECK(bad == 0 && !ptx_buffer_stats_of(d.x, prm[0], &bi) && !ptx_buffer_stats_of(d.x, prm[1], &bo) &&
+                bi.read_sectors == 8 && bo.write_sectors == 8,
+            "cp.async.bulk: %ld of 64 words wrong, %llu and %llu sectors (8 each)", bad,
+            (unsigned long long)bi.read_sectors, (unsigned long long)bo.write_sectors);
+    } else {
+      CHECK(0, "cp.async.bulk: %s", err);
+    }
+    dev_close(&d);
+    free(t);
+  }
+}
+
 int main(void) {
   rng ^= test_seed() * 0x2545f4914f6cdd1dull;
   /* wgmma against A B^T: each swizzle mode, f16 and bf16, several N; K-major and N-major B; register A */
@@ -692,6 +746,7 @@ int main(void) {
   check_encode();
   check_mbarrier_tokens();
   check_tma_store();
+  check_bulk();
 
   check_tma_wgmma("tma into 128B swizzle, wgmma on it", 0, NULL);
   check_tma_wgmma("tma into a stage a wgmma still reads", 1, "still reads");

@@ -1158,6 +1158,84 @@ COLD static int tma_load(L *l, int tid, const ptx_insn *in) {
   return 0;
 }
 
+/* cp.async.bulk (no tensor map): size bytes, a multiple of 16, between 16-byte aligned global and shared memory; a
+ * load in flight until it lands and completes its mbarrier's bytes, as a tensor copy; a store at once */
+COLD static int bulk_copy(L *l, int tid, const ptx_insn *in) {
+  l->h->used = 1;
+  const int ld = in->mode == 1;
+  uint64_t dst, src, soff = 0, unused = 0;
+  int def;
+  const uint64_t size = get(l, tid, &in->o[2], T_U32, &def);
+  if (!def) return lfail(l, "cp.async.bulk of an undefined size");
+  if (size == 0 || size % 16) return lfail(l, "cp.async.bulk of %llu bytes (a multiple of 16)", (unsigned long long)size);
+  if (address(l, tid, &in->o[0], &dst) || address(l, tid, &in->o[1], &src)) return -1;
+  uint8_t rsp = 0, *gp = NULL, *gd = NULL, *sp = NULL, *spd = NULL;
+  int ga = -1, sa = -1;
+  if (resolve(l, tid, SP_GLOBAL, ld ? src : dst, (uint32_t)size, 16, &rsp, &gp, &gd, &unused, &ga) ||
+      resolve(l, tid, SP_SHARED, ld ? dst : src, (uint32_t)size, 16, &rsp, &sp, &spd, &soff, &sa))
+    return -1;
+  const uint64_t goff = (uint64_t)(gp - l->x->a[ga].data), gaddr = ld ? src : dst;
+  uint64_t *sec = malloc(size / 16 * sizeof *sec);
+  int *salloc = malloc(size / 16 * sizeof *salloc);
+  uint8_t *buf = malloc(size);
+  uint32_t *chunk = malloc(size / 16 * sizeof *chunk);
+  int rc = 0;
+  uint32_t mb = 0;
+  if (!sec || !salloc || !buf || !chunk) rc = lfail(l, "out of memory");
+  for (uint64_t k = 0; k < size / 16 && !rc; k++) sec[k] = gaddr + 16 * k, salloc[k] = ga;
+  if (!rc && !ld) { /* shared -> global, now */
+    if (!(rc = async_read(l, tid, soff, (uint32_t)size, buf, "cp.async.bulk")) && !(rc = g_check(l, ga, goff,
+                                                                                            (uint32_t)size, 1))) {
+      memcpy(gp, buf, size);
+      memset(gd, 1, size);
+      tma_count(l, sec, salloc, size / 16, 16, 1);
+    }
+  } else if (!rc) { /* global -> shared, in flight until it lands */
+    if (!(rc = mb_addr(l, tid, SP_SHARED, &in->o[3], &mb)) && !mb_find(l, mb))
+      rc = lfail(l, "completes on the mbarrier at shared %u, which is not initialised", mb);
+    for (uint64_t b = 0; b < size && !rc; b++)
+      if (!gd[b]) rc = lfail(l, "cp.async.bulk reads byte %llu of %s, which nothing has written",
+                             (unsigned long long)(goff + b), l->x->a[ga].name);
+    if (!rc) rc = g_check(l, ga, goff, (uint32_t)size, 0);
+    for (uint32_t k = 0; k < size / 16 && !rc; k++) {
+      chunk[k] = (uint32_t)soff + 16 * k;
+      for (uint32_t b = 0; b < 16 && !rc; b++) {
+        shadow *sh = &l->sh[chunk[k] + b];
+        if (sh->flags & (SH_WGR | SH_PEND | SH_TMA))
+          rc = lfail(l, "cp.async.bulk writes shared byte %u, which %s", chunk[k] + b,
+                     sh->flags & SH_WGR ? "a wgmma.mma_async still reads" : "another copy to it is still in flight");
+      }
+    }
+    tmacopy *g = rc ? NULL : ptx_grow(l->h->tma, &l->h->captma, l->h->ntma + 1, sizeof *g);
+    if (!rc && !g) rc = lfail(l, "out of memory");
+    if (!rc) {
+      l->h->tma = g;
+      tmacopy *cp = &g[l->h->ntma++];
+      memset(cp, 0, sizeof *cp);
+      cp->mbar = mb;
+      cp->bytes = (uint32_t)size;
+      cp->nchunk = (uint32_t)(size / 16);
+      cp->tid = tid;
+      cp->line = l->m->insn[l->cur_pc].line;
+      cp->chunk = chunk;
+      cp->data = buf;
+      memcpy(buf, gp, size);
+      chunk = NULL, buf = NULL; /* the copy's now */
+      for (uint32_t k = 0; k < cp->nchunk; k++)
+        for (uint32_t b = 0; b < 16; b++) {
+          l->sh[cp->chunk[k] + b].flags |= SH_TMA;
+          l->sh[cp->chunk[k] + b].ptid = (uint16_t)tid;
+        }
+      tma_count(l, sec, salloc, size / 16, 16, 0);
+    }
+  }
+  free(sec);
+  free(salloc);
+  free(buf);
+  free(chunk);
+  return rc;
+}
+
 /* the copies in flight land: their bytes, then their mbarriers' transaction counts */
 COLD static int tma_land(L *l) {
   hstate *h = l->h;
@@ -1831,7 +1909,7 @@ static int lane_exec(L *l, int tid, const ptx_insn *in) {
     rc = lane_mbar(l, tid, in);
     if (rc == 1) rc = 0, advance = 0;
     break;
-  case OP_TMA: rc = in->mode == 1 ? tma_load(l, tid, in) : tma_store(l, tid, in); break;
+  case OP_TMA: rc = !in->num ? bulk_copy(l, tid, in) : in->mode == 1 ? tma_load(l, tid, in) : tma_store(l, tid, in); break;
   case OP_WGFENCE: th->wgfenced = 1; break;
   case OP_WGCOMMIT: rc = wg_commit(l, tid); break;
   case OP_WGWAIT: rc = wg_wait(l, tid, in->o[0].imm); break;

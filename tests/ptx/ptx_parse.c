@@ -444,8 +444,11 @@ static int decode_bulk(parser *p, const token *t, ptx_insn *in, const char *r) {
   if (!strcmp(r, ".commit_group")) return in->op = OP_BULKCOMMIT, 0;
   if (!strcmp(r, ".wait_group") || !strcmp(r, ".wait_group.read")) return in->op = OP_BULKWAIT, 0;
   int dims = 0, used = 0;
-  if (sscanf(r, ".tensor.%dd%n", &dims, &used) != 1 || dims < 1 || dims > 5)
-    return fail(p, t->line, "unsupported bulk copy %.*s (cp.async.bulk.tensor only)", t->len, t->s);
+  if (strncmp(r, ".tensor.", 8)) { /* a plain bulk copy: [dst], [src], size (num 0) */
+    used = 0;
+  } else if (sscanf(r, ".tensor.%dd%n", &dims, &used) != 1 || dims < 1 || dims > 5) {
+    return fail(p, t->line, "unsupported bulk copy %.*s", t->len, t->s);
+  }
   in->op = OP_TMA;
   in->num = (uint8_t)dims;
   char buf[160];
@@ -472,6 +475,7 @@ static int decode_bulk(parser *p, const token *t, ptx_insn *in, const char *r) {
     }
   }
   in->mode = (uint8_t)first;
+  if (!dims) tile = 1; /* no tensor, no mode */
   if (!tile || (first == 1 && !mbar) || (first == 2 && !group))
     return fail(p, t->line, "unsupported cp.async.bulk.tensor form %.*s (tile mode; loads complete on an mbarrier, "
                 "stores in a bulk group)", t->len, t->s);
@@ -1333,6 +1337,13 @@ static int check_insn(parser *p, ptx_insn *in) {
   }
   case OP_TMA: {
     const int ld = in->mode == 1, extra = !!(in->flags & F_HI) + !!(in->flags & F_LO);
+    if (!in->num) { /* cp.async.bulk [dst], [src], size[, [mbar]] */
+      if (n != (ld ? 4 : 3) + extra || in->o[0].kind != K_ADDR || in->o[1].kind != K_ADDR ||
+          (in->o[2].kind != K_REG && in->o[2].kind != K_IMM) || (ld && in->o[3].kind != K_ADDR))
+        return fail(p, in->line, "%s: [dst], [src], size, [mbarrier] (loads) or [dst], [src], size (stores)",
+                    in->text);
+      break;
+    }
     const ptx_operand *map = &in->o[ld ? 1 : 0];
     if (n != (ld ? 3 : 2) + extra || map->kind != K_ADDR || map->n != in->num || in->o[ld ? 0 : 1].kind != K_ADDR ||
         (ld && in->o[2].kind != K_ADDR))
