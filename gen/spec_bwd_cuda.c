@@ -9,10 +9,12 @@
 #define BWD_WARPS 4 /* 8 where 4 would hold more than 128 accumulators a thread at Br = Bc = 16 */
 #define BWD_SMEM_PREF (99LL * 1024)
 #define BWD_SMEM_MAX (163LL * 1024)
-/* accumulators a thread may hold at Br = Bc = 64 and 32: measured at sm_80 and sm_90, 64 leaves the 64-row kernels
- * within 242 registers (96, d = 96 or 111, spills), 128 the 32-row kernels within 255 */
-#define BWD_ACC64 64
-#define BWD_ACC32 128
+/* accumulators a thread may hold (dK and dV, or dQ) without spilling, measured with NVRTC 13 at sm_80 and sm_90:
+ * f16/bf16 128 (ldmatrix fragments, one tile row's A at a time: ~200 registers at d = 128, Br = Bc = 64, 4 warps);
+ * f32 128 at Br and Bc up to 32 and 112 from 64 (254 registers at d = 96 and 111, 64 x 64, 4 warps) */
+#define BWD_ACC 128
+#define BWD_ACC_F32_64 112
+#define BWD_MAX_BLOCK 128 /* Br and Bc */
 
 long long attn_spec_backward_cuda_smem(const attn_spec *s) {
   return ATTN_FLASH_BWD_SMEM((long long)attn_dtype_size(s->dtype), s->d, attn_spec_dv(s), s->br, s->bc, s->stages);
@@ -22,6 +24,45 @@ long long attn_spec_backward_cuda_smem(const attn_spec *s) {
 static long bwd_acc(int b, int d, int dv, int warps) {
   const long tk = (long)(b / 16) * ATTN_CUDA_RUP(d, 16) / 8, tv = (long)(b / 16) * ATTN_CUDA_RUP(dv, 16) / 8;
   return 4 * ((tk + warps - 1) / warps + (tv + warps - 1) / warps);
+}
+
+/* the most accumulators a thread may hold where a block has Br or Bc rows (of dK/dV or of dQ) */
+static long bwd_acc_limit(int rows, attn_dtype t) { return t == ATTN_F32 && rows >= 64 ? BWD_ACC_F32_64 : BWD_ACC; }
+
+int attn_spec_check_backward_cuda(const attn_spec *s, long long smem_limit, char *err, size_t len) {
+  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CUDA)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "the CUDA backward is a flash cuda kernel, not %s %s",
+                     attn_algo_name(s->algo), attn_target_name(s->target));
+  const int dv = attn_spec_dv(s);
+  if (!attn_d_supported(ATTN_TARGET_CUDA, s->d) || !attn_d_supported(ATTN_TARGET_CUDA, dv))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "d=%d d_v=%d: the CUDA backward takes d and d_v in 1..%d", s->d, dv,
+                     ATTN_MAX_D);
+  if ((int)s->dtype < ATTN_F32 || (int)s->dtype > ATTN_BF16 || (s->causal != 0 && s->causal != 1))
+    return attn_errf(err, len, ATTN_EINVAL, "dtype %d causal %d: not a backward spec", (int)s->dtype, s->causal);
+  if (s->br < 16 || s->br > BWD_MAX_BLOCK || s->br % 16 || s->bc < 16 || s->bc > BWD_MAX_BLOCK || s->bc % 16)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "backward Br=%d Bc=%d: each must be a multiple of 16 in 16..%d",
+                     s->br, s->bc, BWD_MAX_BLOCK);
+  if (s->warps != 2 && s->warps != 4 && s->warps != 8)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "backward warps=%d: 2, 4 or 8", s->warps);
+  if (s->stages != 1 && s->stages != 2)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "backward stages=%d: 1 or 2", s->stages);
+  if (s->split > 1 || s->unroll || s->tile || s->window || s->softcap || s->alibi)
+    return attn_errf(err, len, ATTN_EINVAL,
+                     "split=%d unroll=%d tile=%d window=%d softcap=%d alibi=%d: the CUDA backward takes none", s->split,
+                     s->unroll, s->tile, s->window, s->softcap, s->alibi);
+  const long long smem = attn_spec_backward_cuda_smem(s), lim = smem_limit > 0 ? smem_limit : BWD_SMEM_MAX;
+  if (smem > lim)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "backward %s d=%d d_v=%d Br=%d Bc=%d stages=%d needs %lld bytes of shared memory per block, more "
+                     "than the %lld allowed", attn_dtype_name(s->dtype), s->d, dv, s->br, s->bc, s->stages, smem, lim);
+  const long kv = bwd_acc(s->bc, s->d, dv, s->warps), q = bwd_acc(s->br, s->d, s->d, s->warps) / 2;
+  if (kv > bwd_acc_limit(s->bc, s->dtype) || q > bwd_acc_limit(s->br, s->dtype))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "backward %s d=%d d_v=%d Br=%d Bc=%d with %d warps: %ld dK/dV and %ld dQ fp32 accumulators a "
+                     "thread, more than the %ld and %ld the registers hold without spilling (more warps or smaller "
+                     "blocks)", attn_dtype_name(s->dtype), s->d, dv, s->br, s->bc, s->warps, kv, q,
+                     bwd_acc_limit(s->bc, s->dtype), bwd_acc_limit(s->br, s->dtype));
+  return ATTN_OK;
 }
 
 int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char *arch, attn_spec *out, char *err,
@@ -41,22 +82,23 @@ int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char 
   s.warps = BWD_WARPS;
   s.stages = 1;
   snprintf(s.arch, sizeof s.arch, "%s", arch && *arch ? arch : "sm_80");
-  for (s.br = 64; s.br > 16; s.br /= 2) {
-    s.bc = s.br;
-    if (attn_spec_backward_cuda_smem(&s) <= BWD_SMEM_PREF &&
-        bwd_acc(s.br, d, dv, s.warps) <= (s.br == 64 ? BWD_ACC64 : BWD_ACC32))
-      break;
-  }
+  /* the largest square tile, 4 warps before 8 (twice the warps halve each thread's accumulators), that fits 99 KiB
+   * with one stage and whose accumulators the registers hold; else 16 within an A100's 163 KiB */
+  char why[256];
+  int found = 0;
+  for (s.br = 64; s.br >= 16 && !found; s.br /= 2)
+    for (s.warps = BWD_WARPS; s.warps <= 2 * BWD_WARPS && !found; s.warps *= 2) {
+      s.bc = s.br;
+      found = attn_spec_check_backward_cuda(&s, s.br > 16 ? BWD_SMEM_PREF : BWD_SMEM_MAX, why, sizeof why) == ATTN_OK;
+    }
+  if (!found)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "the CUDA backward of %s d=%d d_v=%d: no tile fits: %s",
+                     attn_dtype_name(t), d, dv, why);
+  s.br *= 2, s.warps /= 2; /* the loops stepped past the one found */
   s.bc = s.br;
-  /* the largest d: twice the warps halve each thread's accumulators (f32 spills past 128 at d = d_v = 576) */
-  if (bwd_acc(s.br, d, dv, s.warps) > 128) s.warps *= 2;
   /* the next block's rows in flight while one is computed, where they fit beside it */
   s.stages = 2;
   if (attn_spec_backward_cuda_smem(&s) > BWD_SMEM_PREF) s.stages = 1;
-  if (attn_spec_backward_cuda_smem(&s) > BWD_SMEM_MAX)
-    return attn_errf(err, len, ATTN_EUNSUPPORTED,
-                     "the CUDA backward of %s d=%d d_v=%d needs %lld bytes of shared memory at Br = Bc = 16, more than "
-                     "an A100's %lld", attn_dtype_name(t), d, dv, attn_spec_backward_cuda_smem(&s), BWD_SMEM_MAX);
   *out = s;
   return ATTN_OK;
 }

@@ -5,13 +5,20 @@
 
 #include "spec.h"
 
-/* The backward's spec for (dtype, d, d_v, causal) on arch ("sm_80", ...): flash, cuda, Br = Bc: 64 or 32, the
- * largest whose shared memory fits 99 KiB (two blocks an SM on an H100) and whose dK and dV accumulators fit the
- * registers without spilling (64 fp32 a thread at 64, 128 at 32), else 16 within an A100's 163 KiB; 4 warps (8
- * where 4 would each hold more than 128 accumulators); stages 2 (the next block's rows load while one is computed)
- * where that fits 99 KiB, else 1. ATTN_OK, or ATTN_EUNSUPPORTED / ATTN_EINVAL with the reason in err. */
+/* The backward's untuned spec for (dtype, d, d_v, causal) on arch ("sm_80", ...): flash, cuda, Br = Bc: 64 or 32,
+ * the largest whose shared memory fits 99 KiB with one stage (two blocks an SM on an H100) and whose accumulators
+ * attn_spec_check_backward_cuda admits with 4 warps, else 8, else 16 within an A100's 163 KiB; stages 2 (the next
+ * block's rows load while one is computed) where that fits 99 KiB, else 1. ATTN_OK, or ATTN_EUNSUPPORTED /
+ * ATTN_EINVAL with the reason in err. */
 int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char *arch, attn_spec *out, char *err,
                             size_t errlen);
+
+/* A backward spec the CUDA template takes (a tuned row, or one given): flash cuda; Br and Bc multiples of 16 in
+ * 16..128, each on its own; 2, 4 or 8 warps; stages 1 or 2; no forward-only fields or score modifiers; its shared
+ * memory within smem_limit (the device's per-block opt-in; <= 0: an A100's 163 KiB); its dK/dV and dQ fp32
+ * accumulators within what the registers hold without spilling (as attn_spec_backward_cuda). ATTN_OK, or
+ * ATTN_EUNSUPPORTED / ATTN_EINVAL with a one-line reason naming what does not fit. */
+int attn_spec_check_backward_cuda(const attn_spec *s, long long smem_limit, char *err, size_t errlen);
 
 /* Dynamic shared memory per block of a backward spec (ATTN_FLASH_BWD_SMEM). */
 long long attn_spec_backward_cuda_smem(const attn_spec *s);

@@ -529,7 +529,7 @@ ATTN_API int attn_execute_lse(const attn_plan *plan, const void *q, const void *
 }
 
 /* CUDA: templates/flash_bwd.cu with the tiles attn_cuda_load_backward picks for the problem's d, d_v and dtype. */
-static int create_backward_cuda(attn_runtime *rt, const attn_problem *p, attn_plan **out) {
+static int create_backward_cuda(attn_runtime *rt, const attn_problem *p, const char *origin, attn_plan **out) {
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
   plan->rt = rt;
@@ -542,7 +542,7 @@ static int create_backward_cuda(attn_runtime *rt, const attn_problem *p, attn_pl
   }
   char sum[384];
   attn_spec_summary(&plan->spec, sum, sizeof sum);
-  snprintf(plan->describe, sizeof plan->describe, "%s backward (default)", sum);
+  snprintf(plan->describe, sizeof plan->describe, "%s backward (%.100s)", sum, origin);
   atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed); /* as attn_plan_create_spec */
   *out = plan;
   return ATTN_OK;
@@ -569,10 +569,8 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
     return attn_fail(rt, ATTN_EUNSUPPORTED,
                      "attn_plan_create_backward: the CUDA backward applies no window, softcap or ALiBi (the CPU "
                      "backward does)");
-  if (rt->target != ATTN_TARGET_CPU)
-    return attn_fail(rt, ATTN_EUNSUPPORTED,
-                     "attn_plan_create_backward: CUDA backward kernels take no given spec (attn_plan_create_backward "
-                     "picks their tiles)");
+  if (rt->target == ATTN_TARGET_CUDA && count_io)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_plan_create_backward: the CUDA backward has no counting build");
   if (s->d != p.d || attn_spec_dv(s) != p.d_v || s->causal != p.causal || s->dtype != p.dtype)
     return attn_fail(rt, ATTN_EINVAL,
                      "attn_plan_create_backward: spec (d=%d d_v=%d causal=%d %s) does not match the problem (d=%d "
@@ -584,7 +582,8 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
                      "(window=%d softcap=%g alibi %s)", s->window, s->softcap, s->alibi, p.window, (double)p.softcap,
                      p.alibi_slopes ? "on" : "off");
   char err[512];
-  rc = attn_spec_check_backward(s, err, sizeof err);
+  /* CUDA: attn_cuda_load_backward_spec checks the spec against the device (shared memory, registers) */
+  rc = rt->target == ATTN_TARGET_CUDA ? ATTN_OK : attn_spec_check_backward(s, err, sizeof err);
   if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
   attn_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return attn_fail(rt, ATTN_ENOMEM, "attn_plan_create_backward: out of memory");
@@ -601,14 +600,15 @@ int attn_plan_create_backward_spec(attn_runtime *rt, const attn_problem *prob, c
     memcpy(plan->alibi, p.alibi_slopes, sizeof(float) * (size_t)p.heads);
     plan->p.alibi_slopes = plan->alibi;
   }
-  rc = attn_cpu_load_backward(rt, s, count_io, &plan->cpu);
+  rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load_backward_spec(rt, s, &plan->spec, &plan->cuda)
+                                      : attn_cpu_load_backward(rt, s, count_io, &plan->cpu);
   if (rc != ATTN_OK) {
     free(plan->alibi);
     free(plan);
     return rc;
   }
   char sum[384];
-  attn_spec_summary(s, sum, sizeof sum);
+  attn_spec_summary(&plan->spec, sum, sizeof sum); /* CUDA: the device's arch */
   snprintf(plan->describe, sizeof plan->describe, "%s backward (%s)", sum, origin && *origin ? origin : "given");
   atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed); /* as attn_plan_create_spec */
   *out = plan;
@@ -626,8 +626,6 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
   attn_problem p = {0};
   int rc = attn_problem_normalize(rt, prob, &p);
   if (rc != ATTN_OK) return rc;
-  if (rt->target == ATTN_TARGET_CUDA && p.algo != ATTN_ALGO_LOWRANK && !attn_problem_has_mods(&p))
-    return create_backward_cuda(rt, &p, out);
   attn_spec s;
   char origin[128] = "default", err[512];
   attn_problem any = p;
@@ -642,6 +640,17 @@ ATTN_API int attn_plan_create_backward(attn_runtime *rt, const attn_problem *pro
     if (rc != ATTN_OK) return rc;
     if (s.algo == ATTN_ALGO_LOWRANK) return attn_plan_create_backward_spec(rt, &p, &s, 0, origin, out);
     snprintf(origin, sizeof origin, "default");
+  }
+  if (rt->target == ATTN_TARGET_CUDA && p.algo != ATTN_ALGO_LOWRANK && !attn_problem_has_mods(&p)) {
+    /* the tuned (or modelled) row of pass bwd, else attn_spec_backward_cuda's tiles */
+    if (tuned_spec(rt, &any, "bwd", &s, origin, sizeof origin) == 0) {
+      /* a row this device's shared memory or registers do not hold (another GPU of the family) or that is not a
+       * backward kernel: the default serves */
+      rc = s.algo == ATTN_ALGO_FLASH ? attn_plan_create_backward_spec(rt, &p, &s, 0, origin, out) : ATTN_EINVAL;
+      if (rc != ATTN_EUNSUPPORTED && rc != ATTN_EINVAL) return rc;
+      snprintf(origin, sizeof origin, "default: stored row not a backward kernel for this device");
+    }
+    return create_backward_cuda(rt, &p, origin, out);
   }
   int tuned = rt->target == ATTN_TARGET_CPU && p.algo != ATTN_ALGO_LOWRANK &&
               tuned_spec(rt, &any, "bwd", &s, origin, sizeof origin) == 0;

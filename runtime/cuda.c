@@ -17,6 +17,7 @@
 #include "launch.h"
 #include "kernel_abi_cuda_bwd.h"
 #include "spec_bwd_cuda.h"
+#include "spec_sm90.h"
 
 /* Driver API types and constants, declared here so that no toolkit header is needed to build. */
 typedef int CUresult;
@@ -73,6 +74,9 @@ struct attn_cuda {
   CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*cuCtxSynchronize)(void);
+  /* optional (CUDA 12): the TMA tensor maps of impl=wgmma kernels (templates/flash_sm90.cu) */
+  CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *,
+                                     const unsigned long long *, const unsigned *, const unsigned *, int, int, int, int);
   CUdevice dev;
   CUcontext ctx;
   int cc_major, cc_minor, sms, smem_optin, l2_bytes;
@@ -182,6 +186,7 @@ int attn_cuda_open(attn_runtime *rt, attn_cuda **out) {
   *(void **)&c->cuMemAllocAsync = dlsym(c->lib, "cuMemAllocAsync");
   *(void **)&c->cuMemFreeAsync = dlsym(c->lib, "cuMemFreeAsync");
   *(void **)&c->cuCtxSynchronize = dlsym(c->lib, "cuCtxSynchronize");
+  *(void **)&c->cuTensorMapEncodeTiled = dlsym(c->lib, "cuTensorMapEncodeTiled");
   /* cuInit first: the stub and a driver without devices say so there, whatever else they lack */
   if (!c->cuInit)
     return open_failed(c, attn_fail(rt, ATTN_ERUNTIME, "%s is not a CUDA driver: it has no cuInit", libname));
@@ -341,6 +346,41 @@ static int launch(attn_runtime *rt, attn_cuda *c, CUfunction fn, unsigned grid, 
   return ATTN_OK;
 }
 
+/* impl=wgmma kernels take attn_cuda_sm90_kargs: the arguments and the tensor maps of Q, K and V, each encoded by the
+ * driver from attn_sm90_tmap_params (gen/spec_sm90.c), in cuTensorMapEncodeTiled's argument order. */
+static int sm90_encode(void *ctx, attn_cuda_tmap *map, const attn_sm90_tmap_params *p, char *err, size_t len) {
+  const attn_cuda *c = ctx;
+  if (!c->cuTensorMapEncodeTiled) {
+    snprintf(err, len, "the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12 or later is needed)");
+    return -1;
+  }
+  const CUresult r = c->cuTensorMapEncodeTiled(map, p->data_type, p->rank, (void *)(uintptr_t)p->global_address,
+                                               p->global_dim, p->global_strides, p->box_dim, p->element_strides,
+                                               p->interleave, p->swizzle, p->l2_promotion, p->oob_fill);
+  if (r != 0) {
+    snprintf(err, len, "cuTensorMapEncodeTiled: %s", cu_err(c, r));
+    return -1;
+  }
+  return 0;
+}
+
+/* The forward kernel's launch on stream s: a as it is, or inside attn_cuda_sm90_kargs for an impl=wgmma kernel. */
+static int launch_forward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_cuda_geom *g, attn_cuda_kargs *a,
+                          CUstream s) {
+  attn_cuda *c = k->cu;
+  if (k->spec.impl != ATTN_IMPL_WGMMA) return launch(rt, c, k->fn, g->grid, g->block, (unsigned)k->smem, a, s,
+                                                     "attn_kernel");
+  attn_cuda_sm90_kargs ka;
+  char err[512];
+  const int rc = attn_sm90_kargs_make(&k->spec, a, sm90_encode, c, &ka, err, sizeof err);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_kernel: %s", err);
+  void *params[] = {&ka};
+  const CUresult r = c->cuLaunchKernel(k->fn, g->grid, 1, 1, g->block, 1, 1, (unsigned)k->smem, s, params, NULL);
+  if (r != 0) return attn_fail(rt, ATTN_ERUNTIME, "launching attn_kernel (grid %u, block %u, %lld bytes of shared "
+                               "memory): %s", g->grid, g->block, k->smem, cu_err(c, r));
+  return ATTN_OK;
+}
+
 /* A forward kernel of spec s, or (backward) the flash backward module of a spec from attn_spec_backward_cuda. */
 static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int backward, attn_cuda_kernel **out) {
   *out = NULL;
@@ -444,6 +484,21 @@ int attn_cuda_load_backward(attn_runtime *rt, const attn_problem *p, attn_spec *
   if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
   rc = load_kernel(rt, spec, 0, 1, out);
   if (rc == ATTN_OK) *spec = (*out)->spec;
+  return rc;
+}
+
+int attn_cuda_load_backward_spec(attn_runtime *rt, const attn_spec *s, attn_spec *used, attn_cuda_kernel **out) {
+  *out = NULL;
+  attn_cuda *c = rt->cuda;
+  if (!c) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  char err[512];
+  attn_spec t;
+  spec_for_device(c, s, &t);
+  /* what the device's shared memory and the registers hold, before anything is compiled */
+  int rc = attn_spec_check_backward_cuda(&t, c->smem_optin, err, sizeof err);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "attn_plan_create_backward: %s", err);
+  rc = load_kernel(rt, &t, 0, 1, out);
+  if (rc == ATTN_OK) *used = (*out)->spec;
   return rc;
 }
 
@@ -572,7 +627,7 @@ static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_prob
     rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
     goto done;
   }
-  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
+  rc = launch_forward(rt, k, &g, &a, s);
   if (rc != ATTN_OK) goto done;
   if (ms && (r = c->cuEventRecord(ev[1], s)) != 0) {
     rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));
@@ -638,7 +693,7 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
     return attn_fail(rt, ATTN_ENOMEM, "%lld bytes of device scratch: cuMemAllocAsync: %s", g.scratch, cu_err(c, r));
   a.scratch = (void *)(uintptr_t)scratch;
   atomic_store_explicit(&k->queued, 1, memory_order_relaxed);
-  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
+  rc = launch_forward(rt, k, &g, &a, s);
   if (scratch && (r = c->cuMemFreeAsync(scratch, s)) != 0 && rc == ATTN_OK)
     rc = attn_fail(rt, ATTN_ERUNTIME, "freeing device scratch: cuMemFreeAsync: %s", cu_err(c, r));
   return rc;

@@ -126,6 +126,9 @@ int  attn_cuda_run_lse(attn_runtime *rt, const attn_cuda_kernel *k, const attn_p
 /* The flash backward (templates/flash_bwd.cu) for a normalised problem: its spec (gen/spec_bwd_cuda.h's tiles, the
  * device's arch) in *spec; and its run, waited for (delta scratch allocated per call). */
 int  attn_cuda_load_backward(attn_runtime *rt, const attn_problem *p, attn_spec *spec, attn_cuda_kernel **out);
+/* The backward module of a given spec (a tuned row): attn_spec_check_backward_cuda against the device, then loaded;
+ * the spec it runs (the device's arch) in *used. */
+int  attn_cuda_load_backward_spec(attn_runtime *rt, const attn_spec *s, attn_spec *used, attn_cuda_kernel **out);
 int  attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
                             const void *kk, const void *v, const void *o, const float *lse, const void *dout,
                             void *dq, void *dk, void *dv);

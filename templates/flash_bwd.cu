@@ -19,12 +19,12 @@
  * that no sum is split across thread blocks: every output element is one thread's, summed in a fixed order (keys
  * and query heads by index), and the gradients are bitwise the same from run to run on a device.
  *
- * Products: each warp owns a fixed set of the 16x8 tiles of a product (tile w, w + W, w + 2W, ... in row-major
- * order), its C fragment in the mma.sync.m16n8k16 layout (lane: rows g = lane/4 and g+8, columns 2(lane%4) and
- * +1). f16 / bf16: the A and B fragments are read from shared memory element pairs (one 32-bit load where the
- * pair is contiguous) and multiplied by mma.sync with fp32 accumulators; P and dS are rounded to the input type
- * first, as FlashAttention-2 does. f32: the same tiles on the CUDA cores in exact fp32 (fmaf over k), P and dS kept
- * in fp32. Tiles are row-major in shared memory, d and d_v padded to multiples of 16 (zeros) and every row by 16
+ * Products: each warp owns U consecutive 16x8 tiles of a product (tiles wU .. wU + U - 1 in row-major order), its C
+ * fragment in the mma.sync.m16n8k16 layout (lane: rows g = lane/4 and g+8, columns 2(lane%4) and +1). f16 / bf16:
+ * the A and B fragments are read by ldmatrix (.trans where the tile is stored k-major: Pᵀ and dSᵀ, dO, Q and K as B),
+ * A's once a k-step for the warp's tiles of one tile row, and multiplied by mma.sync with fp32 accumulators; P and
+ * dS are rounded to the input type first, as FlashAttention-2 does. f32: the same tiles on the CUDA cores in exact
+ * fp32 (fmaf over k), P and dS kept in fp32. Tiles are row-major in shared memory, d and d_v padded to multiples of 16 (zeros) and every row by 16
  * bytes (no bank conflicts), rows past n or n_kv zero-filled; rows move from global memory by 16-byte loads
  * (element by element where d or d_v is not a multiple of 16 bytes), coalesced over the block's contiguous rows.
  *
@@ -142,20 +142,69 @@ __device__ __forceinline__ fb_elem fb_out(float x) {
 
 /* C (16x8 at a, b) += A B over k in [0, K): A(r, k) = a[r*AR + k*AK], B(k, n) = b[k*BK + n*BN], shared tiles. */
 #if ATTN_DTYPE != 0
-/* elements p[0] and p[S] as the pair (lo, hi) of a fragment register */
-template <int S> __device__ __forceinline__ unsigned fb_pair(const fb_elem *p) {
-  if constexpr (S == 1) return *(const unsigned *)p; /* even index of a row of even length: aligned */
-  else return (unsigned)p[0] | ((unsigned)p[S] << 16);
+/* ldmatrix: four (A) or two (B) 8x8 matrices of 16-bit elements, each lane giving one 16-byte row's address; .trans
+ * where the tile is stored k-major (Pᵀ, dSᵀ as A; dO, Q, K as B), so every operand moves as whole 16-byte rows */
+__device__ __forceinline__ void fb_ldm4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
-template <int AR, int AK, int BK, int BN, int K>
-__device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const fb_elem *b, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const fb_elem *a0 = a + g * AR + 2 * t * AK, *b0 = b + 2 * t * BK + g * BN;
-#pragma unroll 4
+__device__ __forceinline__ void fb_ldm4t(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void fb_ldm2(unsigned &r0, unsigned &r1, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void fb_ldm2t(unsigned &r0, unsigned &r1, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+/* Lane l = 8m + j gives row j of matrix m. A's matrices (a0..a3 of mma.sync): rows +8 for m odd, k +8 for m >= 2;
+ * stored k-major (AR = 1) its memory rows are k. B's (lanes 0..15; 16..31 repeat them): k +8 for m odd. Rows start
+ * on 16-byte boundaries (d, d_v and Bc padded to multiples of 16 elements, rows by 16 bytes), and the 8 rows of a
+ * matrix, 16(2i+1) bytes apart, fall in 8 different groups of 4 banks.
+ * The warp's tiles f0 .. f0 + U - 1 (those below fend) of the row-major order of 16x8 tiles, NT a row, into c[u]:
+ * each k-step loads A's fragment once for the tiles of one tile row (they follow each other) and B's per tile, so
+ * a warp's U tiles in one row take 4 + 2U wavefronts a k-step rather than 6U. */
+template <int AR, int AK, int BK, int BN, int K, int NT, int U>
+__device__ __forceinline__ void fb_prod(float (&c)[U][4], const fb_elem *a, const fb_elem *b, int f0, int fend,
+                                        int lane) {
+  static_assert(AK == 1 || AR == 1, "A is row- or k-major");
+  static_assert(BK == 1 || BN == 1, "B is n- or k-major");
+  const int j = lane & 7, m = lane >> 3;
+  const fb_elem *ap = AK == 1 ? a + (j + 8 * (m & 1)) * AR + 8 * (m >> 1) : a + (j + 8 * (m >> 1)) * AK + 8 * (m & 1);
+  const fb_elem *bp = BK == 1 ? b + j * BN + 8 * (m & 1) : b + (j + 8 * (m & 1)) * BK;
+  /* f0 is a multiple of U (the callers' ownership): with U | NT the tiles are one run of a tile row, with NT | U
+   * whole rows; either way each tile's offset from f0's is a constant (an immediate of the ldmatrix, not a register
+   * per tile) */
+  constexpr bool ROW = NT % U == 0, ROWS = U % NT == 0;
+  const unsigned aa = (unsigned)__cvta_generic_to_shared(ap + (ROW || ROWS ? f0 / NT * 16 * AR : 0)),
+                 ba = (unsigned)__cvta_generic_to_shared(bp + (ROW ? f0 % NT * 8 * BN : 0));
+#pragma unroll 1
   for (int k0 = 0; k0 < K; k0 += 16) {
-    const unsigned af[4] = {fb_pair<AK>(a0 + k0 * AK), fb_pair<AK>(a0 + 8 * AR + k0 * AK),
-                            fb_pair<AK>(a0 + (k0 + 8) * AK), fb_pair<AK>(a0 + 8 * AR + (k0 + 8) * AK)};
-    fb_mma(c, af, fb_pair<BK>(b0 + k0 * BK), fb_pair<BK>(b0 + (k0 + 8) * BK));
+    const unsigned ak = aa + (unsigned)(k0 * AK) * 2u, bk = ba + (unsigned)(k0 * BK) * 2u;
+    unsigned af[4] = {0u, 0u, 0u, 0u};
+    int cur = -1;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int f = f0 + u;
+      if (f < fend) {
+        /* the tile's row and column: relative to f0's row (ROW, ROWS) or absolute */
+        const int mt = ROW ? 0 : ROWS ? u / NT : f / NT, nt = ROW ? u : ROWS ? u % NT : f % NT;
+        if (ROW ? u == 0 : ROWS ? u % NT == 0 : mt != cur) { /* a new tile row: its A fragment */
+          const unsigned at = ak + (unsigned)(mt * 16 * AR) * 2u;
+          if constexpr (AK == 1) fb_ldm4(af, at);
+          else fb_ldm4t(af, at);
+          cur = mt;
+        }
+        unsigned b0, b1;
+        const unsigned bt = bk + (unsigned)(nt * 8 * BN) * 2u;
+        if constexpr (BK == 1) fb_ldm2(b0, b1, bt);
+        else fb_ldm2t(b0, b1, bt);
+        fb_mma(c[u], af, b0, b1);
+      }
+    }
   }
 }
 #else
@@ -170,6 +219,16 @@ __device__ __forceinline__ void fb_tile(float (&c)[4], const fb_elem *a, const f
     c[1] = fmaf(x0, y1, c[1]);
     c[2] = fmaf(x1, y0, c[2]);
     c[3] = fmaf(x1, y1, c[3]);
+  }
+}
+/* the warp's tiles f0 .. f0 + U - 1 (those below fend) of the row-major order of 16x8 tiles, NT a row */
+template <int AR, int AK, int BK, int BN, int K, int NT, int U>
+__device__ __forceinline__ void fb_prod(float (&c)[U][4], const fb_elem *a, const fb_elem *b, int f0, int fend,
+                                        int lane) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int f = f0 + u;
+    if (f < fend) fb_tile<AR, AK, BK, BN, K>(c[u], a + f / NT * 16 * AR, b + f % NT * 8 * BN, lane);
   }
 }
 #endif
@@ -206,7 +265,10 @@ __device__ __forceinline__ void fb_load_rows(float *sl, float *sd, const float *
 }
 
 #define FB_NS ((FB_BR / 16) * (FB_BC / 8)) /* 16x8 tiles of S (Br x Bc) */
-#define FB_US ((FB_NS + FB_W - 1) / FB_W)  /* ... per warp */
+#define FB_SG0 ((FB_NS + FB_W - 1) / FB_W)
+#define FB_SG (FB_SG0 < 4 ? FB_SG0 : 4) /* S and dP tiles computed at a time (8 accumulators a tile) */
+/* tiles per warp (warp*FB_US ..., row-major order), a multiple of FB_SG so that each group starts at one */
+#define FB_US ((FB_SG0 + FB_SG - 1) / FB_SG * FB_SG)
 
 /* S = Q_i K_jᵀ and dP = dO_i V_jᵀ from the row sets qs (Q_i, dO_i) and ks (K_j, V_j), P = exp2(S scale log2(e) -
  * lse log2(e)) where key j0 + c is visible to row i0 + r, else 0, dS = P (dP - delta): P (when sp) and dS into shared
@@ -217,31 +279,42 @@ __device__ __forceinline__ void fb_scores(fb_elem *sm, const fb_elem *qs, const 
                                           int warp, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const fb_elem *sdo = qs + FB_BR * FB_SQ, *sv = ks + FB_BC * FB_SQ;
+  const int fend = warp * FB_US + FB_US < FB_NS ? warp * FB_US + FB_US : FB_NS;
 #pragma unroll 1
-  for (int u = 0; u < FB_US; u++) {
-    const int f = warp + FB_W * u;
-    if (FB_NS % FB_W == 0 || f < FB_NS) {
-      const int mt = f / (FB_BC / 8), nt = f % (FB_BC / 8);
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      fb_tile<FB_SQ, 1, 1, FB_SQ, FB_DP>(s, qs + mt * 16 * FB_SQ, ks + nt * 8 * FB_SQ, lane);
-      fb_tile<FB_SV, 1, 1, FB_SV, FB_DVP>(dp, sdo + mt * 16 * FB_SV, sv + nt * 8 * FB_SV, lane);
+  for (int f0 = warp * FB_US; f0 < fend; f0 += FB_SG) {
+    float s[FB_SG][4], dp[FB_SG][4];
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = mt * 16 + g + 8 * (e >> 1), c = nt * 8 + 2 * t + (e & 1);
-        const bool vis = r < rows && c < cols && (!ATTN_CAUSAL || j0 + c <= e0 + r);
-        const float p = vis ? fb_ex2(s[e] * sl2 - sl[r]) : 0.0f;
-        const float ds = vis ? p * (dp[e] - sd[r]) : 0.0f;
-        if (sp) sm[FB_OFF_P + r * FB_SP + c] = fb_out(p);
-        sm[FB_OFF_DS + r * FB_SP + c] = fb_out(ds);
+    for (int u = 0; u < FB_SG; u++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[u][e] = dp[u][e] = 0.0f;
+    fb_prod<FB_SQ, 1, 1, FB_SQ, FB_DP, FB_BC / 8, FB_SG>(s, qs, ks, f0, fend, lane);
+    fb_prod<FB_SV, 1, 1, FB_SV, FB_DVP, FB_BC / 8, FB_SG>(dp, sdo, sv, f0, fend, lane);
+#pragma unroll
+    for (int u = 0; u < FB_SG; u++) {
+      const int f = f0 + u;
+      if (f < fend) {
+        const int mt = f / (FB_BC / 8), nt = f % (FB_BC / 8);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = mt * 16 + g + 8 * (e >> 1), c = nt * 8 + 2 * t + (e & 1);
+          const bool vis = r < rows && c < cols && (!ATTN_CAUSAL || j0 + c <= e0 + r);
+          const float p = vis ? fb_ex2(s[u][e] * sl2 - sl[r]) : 0.0f;
+          const float ds = vis ? p * (dp[u][e] - sd[r]) : 0.0f;
+          if (sp) sm[FB_OFF_P + r * FB_SP + c] = fb_out(p);
+          sm[FB_OFF_DS + r * FB_SP + c] = fb_out(ds);
+        }
       }
     }
   }
 }
 
-/* The warp's tiles of a R x WP product held in registers: tile w + W*u of the row-major order of 16x8 tiles. */
+/* The warp's tiles of a R x WP product held in registers: tiles w*U .. w*U + U - 1 of the row-major order of 16x8
+ * tiles (those below N), so that a warp's tiles share rows of A (fb_prod). */
 template <int R, int WP> struct fb_acc {
   static constexpr int N = (R / 16) * (WP / 8), U = (N + FB_W - 1) / FB_W;
   float c[U][4];
+  __device__ __forceinline__ int first(int warp) const { return warp * U; }
+  __device__ __forceinline__ int end(int warp) const { return warp * U + U < N ? warp * U + U : N; }
   __device__ __forceinline__ void zero() {
 #pragma unroll
     for (int u = 0; u < U; u++)
@@ -253,8 +326,8 @@ template <int R, int WP> struct fb_acc {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int f = warp + FB_W * u;
-      if (N % FB_W == 0 || f < N) {
+      const int f = warp * U + u;
+      if (f < N) {
         const int mt = f / (WP / 8), nt = f % (WP / 8);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -332,22 +405,9 @@ __device__ __forceinline__ void fb_dkdv(const attn_cuda_bwd_kargs &a, unsigned c
     fb_scores(sm, qs, ks, sl + st * FB_BR, sd + st * FB_BR, true, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
     __syncthreads();
     /* dV += Pᵀ dO_i: A(key, query) = P[query][key]; dK += dSᵀ Q_i */
-#pragma unroll
-    for (int u = 0; u < fb_acc<FB_BC, FB_DVP>::U; u++) {
-      const int f = warp + FB_W * u;
-      if (fb_acc<FB_BC, FB_DVP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DVP>::N) {
-        const int mt = f / (FB_DVP / 8), nt = f % (FB_DVP / 8);
-        fb_tile<1, FB_SP, FB_SV, 1, FB_BR>(dv.c[u], sm + FB_OFF_P + mt * 16, qs + FB_BR * FB_SQ + nt * 8, lane);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < fb_acc<FB_BC, FB_DP>::U; u++) {
-      const int f = warp + FB_W * u;
-      if (fb_acc<FB_BC, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BC, FB_DP>::N) {
-        const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
-        fb_tile<1, FB_SP, FB_SQ, 1, FB_BR>(dk.c[u], sm + FB_OFF_DS + mt * 16, qs + nt * 8, lane);
-      }
-    }
+    fb_prod<1, FB_SP, FB_SV, 1, FB_BR, FB_DVP / 8>(dv.c, sm + FB_OFF_P, qs + FB_BR * FB_SQ, dv.first(warp),
+                                                   dv.end(warp), lane);
+    fb_prod<1, FB_SP, FB_SQ, 1, FB_BR, FB_DP / 8>(dk.c, sm + FB_OFF_DS, qs, dk.first(warp), dk.end(warp), lane);
   }
   fb_wait_all(); /* nothing left in flight (count = 0) */
   dk.template store<FB_D>((fb_elem *)a.dk + (bhk * n_kv + j0) * FB_D, cols, a.scale, warp, lane);
@@ -400,14 +460,7 @@ __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned cha
     fb_scores(sm, qs, ks, sl, sd, false, rows, cols, j0, i0 + n_kv - n, sl2, warp, lane);
     __syncthreads();
     /* dQ += dS K_j */
-#pragma unroll
-    for (int u = 0; u < fb_acc<FB_BR, FB_DP>::U; u++) {
-      const int f = warp + FB_W * u;
-      if (fb_acc<FB_BR, FB_DP>::N % FB_W == 0 || f < fb_acc<FB_BR, FB_DP>::N) {
-        const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
-        fb_tile<FB_SP, 1, FB_SQ, 1, FB_BC>(dq.c[u], sm + FB_OFF_DS + mt * 16 * FB_SP, ks + nt * 8, lane);
-      }
-    }
+    fb_prod<FB_SP, 1, FB_SQ, 1, FB_BC, FB_DP / 8>(dq.c, sm + FB_OFF_DS, ks, dq.first(warp), dq.end(warp), lane);
   }
   fb_wait_all();
   dq.template store<FB_D>((fb_elem *)a.dq + (bh * n + i0) * FB_D, rows, a.scale, warp, lane);

@@ -1,5 +1,5 @@
 /* cuda_backward: the CUDA flash backward outside the interpreter, no GPU needed.
- *   cuda_backward compile ARCH DTYPE:D[/DV],... ...
+ *   cuda_backward compile ARCH DTYPE:D[/DV][@BRxBCwWsS],... ...
  *       the backward of each (dtype, d, d_v) listed, causal alternating, through NVRTC to a cubin for ARCH (the
  *       runtime's path): no errors, no local-memory spills of attn_kernel or attn_bwd_pre, shared memory within the
  *       arch's per-block limit
@@ -8,7 +8,9 @@
  *       makes a backward plan (compiled, loaded, both entries found) that attn_execute and attn_execute_lse refuse;
  *       attn_execute_backward launches attn_bwd_pre and attn_kernel and waits, its scratch freed after the wait;
  *       the same with the device's memory refused (alloc=2): ATTN_ENOMEM and nothing launched; q not 16-byte
- *       aligned: ATTN_EINVAL and nothing launched
+ *       aligned: ATTN_EINVAL and nothing launched; with a database holding a bwd row for the problem (model, Br = 32,
+ *       Bc = 16, 2 warps) and a forward row of other tiles, the backward plan runs the bwd row's tiles; given specs
+ *       beyond shared memory or the registers are refused naming which (attn_plan_create_backward_spec)
  *   cuda_backward gpu
  *       on a GPU (label gpu): the forward plan's attn_execute_lse then the backward plan's attn_execute_backward on
  *       fresh random inputs (f16, bf16, f32; n = 1, odd n, n_kv != n both ways, GQA, d_v != d, causal both ways):
@@ -27,18 +29,32 @@
 #include "kernel_abi_cuda_bwd.h"
 #include "spec_bwd_cuda.h"
 #include "bwd_util.h"
+#include "db.h"
 #include <math.h>
+#include <unistd.h>
 #include <time.h>
 
 static int compiled;
 
 static long long smem_limit(const char *arch) { return strncmp(arch, "sm_8", 4) == 0 ? 163 * 1024 : 227 * 1024; }
 
-static void compile_one(const char *arch, attn_dtype t, int d, int dv, int causal) {
+/* tiles: NULL for attn_spec_backward_cuda's; else "BRxBCwWsS": that spec, compiled whether attn_spec_check_backward_cuda
+ * admits it or not (what it admits must not spill; what it refuses is compiled to show why) */
+static void compile_one(const char *arch, attn_dtype t, int d, int dv, int causal, const char *tiles) {
   attn_spec s;
   char err[512], label[256];
   snprintf(label, sizeof label, "backward %s %s d=%d d_v=%d causal=%d", arch, attn_dtype_name(t), d, dv, causal);
   int rc = attn_spec_backward_cuda(t, d, dv, causal, arch, &s, err, sizeof err);
+  int admitted = 1;
+  if (rc == ATTN_OK && tiles) {
+    if (sscanf(tiles, "%dx%dw%ds%d", &s.br, &s.bc, &s.warps, &s.stages) != 4) {
+      CHECK(0, "%s: tiles '%s' are not BRxBCwWsS", label, tiles);
+      return;
+    }
+    admitted = attn_spec_check_backward_cuda(&s, smem_limit(arch), err, sizeof err) == ATTN_OK;
+    if (!admitted) printf("%s %s: refused: %s\n", label, tiles, err);
+    if (attn_spec_backward_cuda_smem(&s) > smem_limit(arch)) return;
+  }
   CHECK(rc == ATTN_OK, "%s: %s", label, err);
   if (rc != ATTN_OK) return;
   char *src = attn_spec_source_backward_cuda(&s, err, sizeof err);
@@ -59,12 +75,14 @@ static void compile_one(const char *arch, attn_dtype t, int d, int dv, int causa
         continue;
       }
       const long long smem = (e == 0 ? attn_spec_backward_cuda_smem(&s) : 0) + r.smem_static;
-      CHECK(!r.spill_stores && !r.spill_loads && !r.stack, "%s: %s spills (%ld bytes stores, %ld loads, %ld stack)",
-            label, entries[e], r.spill_stores, r.spill_loads, r.stack);
+      CHECK(!admitted || (!r.spill_stores && !r.spill_loads && !r.stack),
+            "%s: %s spills (%ld bytes stores, %ld loads, %ld stack)", label, entries[e], r.spill_stores, r.spill_loads,
+            r.stack);
       CHECK(smem <= smem_limit(arch), "%s: %lld bytes of shared memory, the %s limit is %lld", label, smem, arch,
             smem_limit(arch));
-      printf("%s Br=Bc=%d %s: %d registers, %lld bytes smem, spills %ld/%ld, stack %ld\n", label, s.br, entries[e],
-             r.registers, smem, r.spill_stores, r.spill_loads, r.stack);
+      printf("%s Br=%d Bc=%d warps=%d stages=%d%s %s: %d registers, %lld bytes smem, spills %ld/%ld, stack %ld\n",
+             label, s.br, s.bc, s.warps, s.stages, admitted ? "" : " (refused)", entries[e], r.registers, smem,
+             r.spill_stores, r.spill_loads, r.stack);
     }
   }
   free(src);
@@ -74,7 +92,7 @@ static void compile_one(const char *arch, attn_dtype t, int d, int dv, int causa
 
 static int compile_mode(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV],... ...\n");
+    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV][@BRxBCwWsS],... ...\n");
     return 2;
   }
   const char *arch = argv[0];
@@ -90,13 +108,101 @@ static int compile_mode(int argc, char **argv) {
     }
     for (char *tok = strtok(colon + 1, ","); tok; tok = strtok(NULL, ",")) {
       const int d = atoi(tok);
+      char *at = strchr(tok, '@');
+      if (at) *at++ = '\0';
       const char *slash = strchr(tok, '/');
-      compile_one(arch, (attn_dtype)t, d, slash ? atoi(slash + 1) : d, causal);
+      compile_one(arch, (attn_dtype)t, d, slash ? atoi(slash + 1) : d, causal, at);
       causal ^= 1;
     }
   }
   CHECK(compiled > 0, "nothing was compiled");
   return 0;
+}
+
+/* A stored bwd row for p on the fake device (rt's) with tiles br x bc, warps, stages: served by
+ * attn_plan_create_backward; a forward row of other tiles is not; and given specs that do not fit are refused
+ * naming what does not fit. dir: a writable directory. */
+static void tuned_mode_case(const attn_problem *p, const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/cuda-backward-tuned.db", dir);
+  unlink(path);
+  attn_runtime *rt = NULL;
+  if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
+    CHECK(0, "attn_open on the fake driver: %s", attn_last_error(NULL));
+    return;
+  }
+  char device[256], err[512];
+  snprintf(device, sizeof device, "%s", rt->device);
+  attn_spec s;
+  CHECK(attn_spec_backward_cuda(p->dtype, p->d, p->d_v, p->causal, "sm_80", &s, err, sizeof err) == ATTN_OK, "%s",
+        err);
+  /* the default is Br = Bc: the row's tiles differ from it and from the forward row's */
+  attn_spec fw = s, bw = s;
+  fw.br = 64, fw.bc = 64, fw.warps = 4, fw.stages = 2;
+  bw.br = 32, bw.bc = 16, bw.warps = 2, bw.stages = 1;
+  CHECK(bw.br != s.br || bw.bc != s.bc, "the default already has the row's tiles");
+  char fspec[512], bspec[512];
+  attn_spec_format(&fw, fspec, sizeof fspec);
+  attn_spec_format(&bw, bspec, sizeof bspec);
+  attn_db *db = NULL;
+  int rc = attn_db_open(path, 1, &db, err, sizeof err);
+  CHECK(rc == ATTN_OK, "%s: %s", path, err);
+  for (int pass = 0; rc == ATTN_OK && pass < 2; pass++) {
+    attn_db_meas m;
+    memset(&m, 0, sizeof m);
+    m.device = device;
+    m.spec = pass ? bspec : fspec;
+    m.n = p->n, m.n_kv = p->n_kv, m.d = p->d, m.d_v = p->d_v, m.batch = p->batch, m.heads = p->heads;
+    m.heads_kv = p->heads_kv, m.causal = p->causal, m.dtype = p->dtype;
+    m.time_ms = 1.0;
+    m.reads = m.writes = -1;
+    m.status = "ok";
+    m.provenance = "model";
+    m.pass = pass ? "bwd" : "fwd";
+    CHECK(attn_db_meas_put(db, &m) == ATTN_OK, "put: %s", attn_db_errmsg(db));
+  }
+  attn_db_close(db);
+  attn_close(rt);
+  rt = NULL;
+  if (attn_open(path, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
+    CHECK(0, "attn_open %s on the fake driver: %s", path, attn_last_error(NULL));
+    return;
+  }
+  attn_plan *plan = NULL;
+  rc = attn_plan_create_backward(rt, p, &plan);
+  CHECK(rc == ATTN_OK, "attn_plan_create_backward with a bwd row: %s", attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    const char *desc = attn_plan_describe(plan);
+    printf("tuned plan: %s\n", desc);
+    CHECK(strstr(desc, "Br=32 Bc=16") && strstr(desc, "warps=2") && strstr(desc, "backward (model)"),
+          "the stored bwd row (Br=32 Bc=16 warps=2) is not what the plan runs: %s", desc);
+  }
+  attn_plan_destroy(plan);
+  /* given specs that do not fit: shared memory (d = 576 at 128 x 128), registers (64 x 64 with 2 warps at d = 128) */
+  attn_problem big = *p;
+  big.d = big.d_v = 576;
+  attn_spec g = bw;
+  g.d = 576, g.dv = 0, g.br = 128, g.bc = 128, g.warps = 8;
+  plan = NULL;
+  rc = attn_plan_create_backward_spec(rt, &big, &g, 0, "given", &plan);
+  CHECK(rc == ATTN_EUNSUPPORTED && !plan && strstr(attn_last_error(rt), "shared memory"),
+        "a spec beyond shared memory: %s: %s", attn_strerror(rc), attn_last_error(rt));
+  attn_plan_destroy(plan);
+  big.d = big.d_v = 128;
+  g.d = 128, g.br = 64, g.bc = 64, g.warps = 2, g.stages = 1;
+  plan = NULL;
+  rc = attn_plan_create_backward_spec(rt, &big, &g, 0, "given", &plan);
+  CHECK(rc == ATTN_EUNSUPPORTED && !plan && strstr(attn_last_error(rt), "accumulators"),
+        "a spec beyond the registers: %s: %s", attn_strerror(rc), attn_last_error(rt));
+  attn_plan_destroy(plan);
+  g.warps = 8; /* the same tiles over 8 warps fit */
+  plan = NULL;
+  rc = attn_plan_create_backward_spec(rt, &big, &g, 0, "given", &plan);
+  CHECK(rc == ATTN_OK && plan && strstr(attn_plan_describe(plan), "Br=64 Bc=64"), "a spec that fits: %s: %s",
+        attn_strerror(rc), attn_last_error(rt));
+  attn_plan_destroy(plan);
+  attn_close(rt);
+  unlink(path);
 }
 
 static fake_cuda_record_fn fake_record(void) {
@@ -163,6 +269,9 @@ static int fake_mode(void) {
     attn_plan_destroy(plan);
     attn_close(rt);
   }
+  if (setenv("FAKE_LIBCUDA", "", 1) != 0) return 1;
+  const char *dir = getenv("TMPDIR");
+  tuned_mode_case(&p, dir && *dir ? dir : "/tmp");
   return 0;
 }
 
@@ -342,7 +451,7 @@ static int gpu_mode(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2 || (strcmp(argv[1], "compile") && strcmp(argv[1], "fake") && strcmp(argv[1], "gpu"))) {
-    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV],... ...\n       cuda_backward fake\n"
+    fprintf(stderr, "usage: cuda_backward compile ARCH DTYPE:D[/DV][@BRxBCwWsS],... ...\n       cuda_backward fake\n"
                     "       cuda_backward gpu\n");
     return 2;
   }

@@ -1,7 +1,8 @@
 /* cuda_emu_bwd: the CUDA flash backward (templates/flash_bwd.cu) as NVRTC compiles it, run on the PTX interpreter of
  * tests/ptx against the fp64 backward (attn_reference_backward), no GPU needed.
- *  cuda_emu_bwd [--quick] [--chain] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90]
- * For each d (default 64) the backward's spec (attn_spec_backward_cuda: its tiles for d and d_v = N, default d) goes
+ *  cuda_emu_bwd [--quick] [--chain] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90] [tiles=BRxBCwWsS]
+ * For each d (default 64) the backward's spec (attn_spec_backward_cuda: its tiles for d and d_v = N, default d; or
+ * Br, Bc, warps and stages given by tiles=, admitted by attn_spec_check_backward_cuda within 227 KiB) goes
  * through NVRTC to the PTX of its arch, and the interpreter runs attn_bwd_pre then attn_kernel, as the runtime
  * launches them, for causal 0 and 1 (2, the default: both) on shapes with n = 1, odd n, n and n_kv at the tiles'
  * edges (B - 1, B, B + 1), n_kv != n both ways (causal rows that see no key, keys no row sees), grouped-query heads
@@ -365,8 +366,9 @@ static ptx_module *ptx_of(char *src, const char *arch, const char *label) {
 
 static void run_spec(const attn_spec *s) {
   char label[256], err[512];
-  snprintf(label, sizeof label, "backward %s d=%d dv=%d Br=Bc=%d warps=%d causal=%d %s%s", attn_dtype_name(s->dtype),
-           s->d, attn_spec_dv(s), s->br, s->warps, s->causal, s->arch, chain ? " (after the forward kernel)" : "");
+  snprintf(label, sizeof label, "backward %s d=%d dv=%d Br=%d Bc=%d warps=%d stages=%d causal=%d %s%s",
+           attn_dtype_name(s->dtype), s->d, attn_spec_dv(s), s->br, s->bc, s->warps, s->stages, s->causal, s->arch,
+           chain ? " (after the forward kernel)" : "");
   char *src = attn_spec_source_backward_cuda(s, err, sizeof err);
   if (!src) {
     FAIL("%s: %s", label, err);
@@ -394,16 +396,16 @@ static void run_spec(const attn_spec *s) {
     }
   }
   if (!m) return;
-  const int b = s->br;
+  const int b = s->br, c = s->bc;
   const shape shapes[] = {
       {1, 1, 1, 1, 1, 0.0f},          /* n = 1 */
       {1, 2, 1, 37, 29, 0.0f},        /* GQA 2/1; odd n > n_kv: causal rows 0..7 see no key */
       {2, 2, 2, 19, 83, 0.37f},       /* batch 2, n_kv > n (causal: keys 0..63 seen by all rows), another scale */
-      {1, 1, 1, b + 1, b - 1, 0.0f},  /* tiles' edges */
-      {1, 4, 2, 2 * b - 1, b + 1, -0.8f},
-      {1, 2, 2, b, 2 * b, 0.0f},
+      {1, 1, 1, b + 1, c - 1, 0.0f},  /* tiles' edges */
+      {1, 4, 2, 2 * b - 1, c + 1, -0.8f},
+      {1, 2, 2, b, 2 * c, 0.0f},
       {1, 4, 2, 70, 1, 0.5f},         /* a single key */
-      {1, 3, 1, 2 * b + 1, 3 * b - 1, 2.5f}, /* three query heads on one KV head, a large scale */
+      {1, 3, 1, 2 * b + 1, 3 * c - 1, 2.5f}, /* three query heads on one KV head, a large scale */
   };
   const int ns = quick ? 5 : (int)(sizeof shapes / sizeof shapes[0]);
   for (int i = 0; i < ns; i++)
@@ -425,16 +427,19 @@ int main(int argc, char **argv) {
   const int t = i < argc ? attn_dtype_parse(argv[i]) : -1;
   if (t < 0) {
     fprintf(stderr,
-            "usage: cuda_emu_bwd [--quick] [--chain] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_XX]\n");
+            "usage: cuda_emu_bwd [--quick] [--chain] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_XX] "
+            "[tiles=BRxBCwWsS]\n");
     return 2;
   }
   char dlist[256] = "64", arch[16] = "sm_80";
+  const char *tiles = NULL; /* tiles=BRxBCwWsS: that spec (attn_spec_check_backward_cuda must admit it) */
   int dv = 0, causal = 2;
   for (i++; i < argc; i++) {
     if (!strncmp(argv[i], "d=", 2)) snprintf(dlist, sizeof dlist, "%s", argv[i] + 2);
     else if (!strncmp(argv[i], "dv=", 3)) dv = atoi(argv[i] + 3);
     else if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
     else if (!strncmp(argv[i], "arch=", 5)) snprintf(arch, sizeof arch, "%s", argv[i] + 5);
+    else if (!strncmp(argv[i], "tiles=", 6)) tiles = argv[i] + 6;
     else {
       fprintf(stderr, "cuda_emu_bwd: unknown argument %s\n", argv[i]);
       return 2;
@@ -451,6 +456,12 @@ int main(int argc, char **argv) {
       char err[512];
       if (attn_spec_backward_cuda((attn_dtype)t, d, dv > 0 ? dv : d, c, arch, &s, err, sizeof err) != ATTN_OK) {
         FAIL("backward %s d=%s: %s", attn_dtype_name((attn_dtype)t), tok, err);
+        continue;
+      }
+      if (tiles && (sscanf(tiles, "%dx%dw%ds%d", &s.br, &s.bc, &s.warps, &s.stages) != 4 ||
+                    attn_spec_check_backward_cuda(&s, 227 * 1024, err, sizeof err) != ATTN_OK)) {
+        FAIL("backward %s d=%s tiles=%s: %s", attn_dtype_name((attn_dtype)t), tok, tiles,
+             strchr(tiles, 'x') ? err : "not BRxBCwWsS");
         continue;
       }
       run_spec(&s);

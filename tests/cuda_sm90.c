@@ -5,6 +5,10 @@
  *                                   with them by an encoder
  *   cuda_sm90 model                 the model's H100 predictions (tuner/model_sm90.c) in FlashAttention's setting;
  *                                   unit checks them: bf16 d = 128 n = 8192 at least 550 TFLOP/s, tensor-core bound
+ *   cuda_sm90 fake                  the runtime's launch of an impl=wgmma kernel on the fake driver (ATTN_LIBCUDA,
+ *                                   FAKE_LIBCUDA=cc=90): it loads (NVRTC for sm_90a), and its execution needs the
+ *                                   driver's cuTensorMapEncodeTiled (the fake has none: refused with the reason,
+ *                                   nothing launched); on an sm_80 device (cc=80) it is refused at load
  *   cuda_sm90 compile SEL...        NVRTC compiles for sm_90a, each with no spills, shared memory within 227 KiB and
  *                                   no wgmma serialized by ptxas (its C7513/C7514 notes: the overlap of the softmax
  *                                   with P V would be lost); SEL is DTYPE:D[/DV],...[:causal] (the default of each
@@ -277,11 +281,67 @@ static int compile_sel(const char *arg) {
   return 0;
 }
 
+/* The runtime's hook (runtime/cuda.c: launch_forward, sm90_encode) on the fake driver. */
+static int fake(void) {
+  attn_runtime *rt = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc == ATTN_ENODEV) {
+    printf("SKIP: %s\n", attn_last_error(rt));
+    attn_close(rt);
+    return 77;
+  }
+  CHECK(rc == ATTN_OK, "attn_open: %s", attn_last_error(rt));
+  if (rc != ATTN_OK) return 1;
+  const char *fl = getenv("FAKE_LIBCUDA");
+  const int sm90 = fl && strstr(fl, "cc=90");
+  attn_spec s = attn_spec_default_sm90(ATTN_F16, 64, 1);
+  attn_cuda_kernel *k = NULL;
+  rc = attn_cuda_load(rt, &s, 0, &k);
+  if (rc == ATTN_ECOMPILE && strstr(attn_last_error(rt), "NVRTC")) {
+    printf("SKIP: %s\n", attn_last_error(rt));
+    attn_close(rt);
+    return 77;
+  }
+  if (!sm90) {
+    /* another architecture: refused before anything is compiled, with the reason */
+    CHECK(rc == ATTN_EUNSUPPORTED && strstr(attn_last_error(rt), "needs arch=sm_90a"), "rc %d: %s", rc,
+          attn_last_error(rt));
+    attn_cuda_unload(k);
+  } else {
+    CHECK(rc == ATTN_OK && strcmp(attn_cuda_kernel_spec(k)->arch, "sm_90a") == 0, "load: rc %d: %s", rc,
+          attn_last_error(rt));
+    attn_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1, p.heads = 2, p.heads_kv = 1, p.n = 100, p.n_kv = 77, p.d = 64, p.d_v = 64, p.dtype = ATTN_F16;
+    p.causal = 1, p.scale = 0.125f;
+    void *q = NULL, *kk = NULL, *v = NULL, *o = NULL;
+    CHECK(attn_cuda_alloc(rt, 2 * 100 * 64 * 2, &q) == ATTN_OK && attn_cuda_alloc(rt, 77 * 64 * 2, &kk) == ATTN_OK &&
+              attn_cuda_alloc(rt, 77 * 64 * 2, &v) == ATTN_OK && attn_cuda_alloc(rt, 2 * 100 * 64 * 2, &o) == ATTN_OK,
+          "device memory: %s", attn_last_error(rt));
+    if (k && q && kk && v && o) {
+      rc = attn_cuda_run(rt, k, &p, q, kk, v, o, NULL, NULL);
+      CHECK(rc == ATTN_ERUNTIME && strstr(attn_last_error(rt), "tensor map of q") &&
+                strstr(attn_last_error(rt), "no cuTensorMapEncodeTiled"),
+            "run: rc %d: %s", rc, attn_last_error(rt));
+      rc = attn_cuda_launch(rt, k, &p, NULL, q, kk, v, o);
+      CHECK(rc == ATTN_ERUNTIME && strstr(attn_last_error(rt), "no cuTensorMapEncodeTiled"), "launch: rc %d: %s", rc,
+            attn_last_error(rt));
+    }
+    attn_cuda_free(rt, q), attn_cuda_free(rt, kk), attn_cuda_free(rt, v), attn_cuda_free(rt, o);
+    attn_cuda_unload(k);
+  }
+  attn_close(rt);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 2 && strcmp(argv[1], "unit") == 0) {
     unit();
     model(0);
+  } else if (argc >= 2 && strcmp(argv[1], "fake") == 0) {
+    const int r = fake();
+    if (r) return r;
   } else if (argc >= 2 && strcmp(argv[1], "model") == 0) {
     model(1);
   } else if (argc >= 3 && strcmp(argv[1], "compile") == 0) {
@@ -296,7 +356,7 @@ int main(int argc, char **argv) {
       if (compile_sel(argv[i])) return 2;
     CHECK(compiled > 0, "nothing compiled");
   } else {
-    fprintf(stderr, "usage: cuda_sm90 unit | cuda_sm90 model | cuda_sm90 compile DTYPE:D[/DV],...[:causal] | \"SPEC\" ...\n");
+    fprintf(stderr, "usage: cuda_sm90 unit | cuda_sm90 fake | cuda_sm90 model | cuda_sm90 compile DTYPE:D[/DV],...[:causal] | \"SPEC\" ...\n");
     return 2;
   }
   printf("%d checks, %d failures\n", checks, failures);

@@ -7,12 +7,14 @@ target_link_libraries(cuda_emu_bwd PRIVATE attn_ptx attn_core m)
 
 set(ATTN_EMU_BWD_ENV "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-emu" "ATTN_THREADS=1")
 # name|arguments. CI (label cuda): one d per dtype on the --quick shapes, causal one way each (f32 d = 128: one
-# stage), f32's and bf16's with the forward kernel's O and lse handed to the backward (--chain); nightly: every shape, both masks, the head-dimension classes,
-# d_v != d, MLA's 576/512, sm_90's PTX and the chain in every dtype.
+# stage), f32's and bf16's with the forward kernel's O and lse handed to the backward (--chain), and tiles a tuned row
+# may hold (Br != Bc, 8 warps); nightly: every shape, both masks, the head-dimension classes, d_v != d, MLA's
+# 576/512, sm_90's PTX, the chain in every dtype and more tuned tiles.
 set(ATTN_EMU_BWD_TESTS
     "f16_d40_causal|--quick f16 d=40 causal=1"
     "chain_f32_d128_causal_1stage|--quick --chain f32 d=128 causal=1"
-    "chain_bf16_d16|--quick --chain bf16 d=16 causal=0")
+    "chain_bf16_d16|--quick --chain bf16 d=16 causal=0"
+    "tiles_f16_d32_causal|--quick f16 d=32 causal=1 tiles=32x64w8s1")
 set(ATTN_EMU_BWD_NIGHTLY
     "nightly_f16|f16 d=1,16,40,59,64,128 causal=2"
     "nightly_bf16|bf16 d=3,64,111,128 causal=2"
@@ -27,7 +29,10 @@ set(ATTN_EMU_BWD_NIGHTLY
     "nightly_chain_f16|--chain f16 d=16,128 causal=2"
     "nightly_bf16_dv|bf16 d=59 dv=37 causal=2"
     "nightly_chain_bf16|--chain bf16 d=59 dv=37 causal=2"
-    "nightly_chain_f32|--chain f32 d=64 causal=2")
+    "nightly_chain_f32|--chain f32 d=64 causal=2"
+    "nightly_tiles_bf16|bf16 d=128 causal=2 tiles=128x64w8s1 arch=sm_90"
+    "nightly_tiles_f16|f16 d=59 dv=37 causal=2 tiles=16x128w2s2"
+    "nightly_tiles_f32|f32 d=64 causal=2 tiles=64x16w8s2")
 foreach(t ${ATTN_EMU_BWD_TESTS} ${ATTN_EMU_BWD_NIGHTLY})
   string(REPLACE "|" ";" parts "${t}")
   list(GET parts 0 name)
@@ -61,6 +66,14 @@ foreach(arch sm_80 sm_90)
                    bf16:1,3,16,32,59,64,96,111,128,192,256,320,512,576,576/512,192/128
                    f32:1,3,16,32,59,64,96,111,128,192,256,320,512,576,576/512,37/77)
   set_tests_properties(cuda_backward_compile_all_${arch} PROPERTIES LABELS nightly TIMEOUT 3600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()
+# tuned tiles through NVRTC: what attn_spec_check_backward_cuda admits must not spill (nightly: the largest)
+foreach(arch sm_80 sm_90)
+  add_test(NAME cuda_backward_compile_tiles_${arch}
+           COMMAND cuda_backward compile ${arch} bf16:64@128x128w8s1,128@128x64w8s1,128@64x64w4s1,256@64x32w8s1
+                   f16:96@64x64w4s1,111@64x64w4s2 f32:111@64x64w4s1,96@64x64w4s1)
+  set_tests_properties(cuda_backward_compile_tiles_${arch} PROPERTIES LABELS nightly TIMEOUT 3600 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")
 endforeach()
 add_test(NAME cuda_backward_fake COMMAND cuda_backward fake)
@@ -98,3 +111,12 @@ foreach(t ${ATTN_BWD_MUTATIONS})
   set_tests_properties(ptx_mutation_${name} PROPERTIES LABELS ${label} TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
 endforeach()
+
+# `attntune --gpu H100 --pass bwd` without that GPU: the CUDA backward's space ranked by the model, its rows stored
+if(TARGET attntune)
+  add_test(NAME tune_bwd_gpu_model
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tune_bwd_gpu.sh $<TARGET_FILE:attntune>
+                   ${CMAKE_CURRENT_BINARY_DIR}/tune-bwd-gpu-model)
+  set_tests_properties(tune_bwd_gpu_model PROPERTIES LABELS tuner TIMEOUT 60
+                       ENVIRONMENT "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-emu;ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/tuner-no-database.db")
+endif()

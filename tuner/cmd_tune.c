@@ -46,9 +46,10 @@ static const char tune_usage[] =
     "  --shard K/N: only part K of N (1..N) of the problems, each problem whole in one part, the parts balanced by\n"
     "  size; run the N parts with the same other arguments (e.g. a job array) and `attntune merge` their\n"
     "  databases: the rows of one unsharded run\n"
-    "  --pass fwd,bwd: the forward (fwd, the default), the backward (bwd: attn_plan_create_backward's flash kernel,\n"
-    "  CPU only; its Br and Bc tuned apart from the forward's, each configuration checked against the fp64\n"
-    "  backward), or both: each pass of each problem is its own problem, stored under its own key\n"
+    "  --pass fwd,bwd: the forward (fwd, the default), the backward (bwd: attn_plan_create_backward's flash kernel;\n"
+    "  its Br and Bc tuned apart from the forward's; on the CPU each configuration checked against the fp64\n"
+    "  backward; a GPU's ranked by the performance model, also with --model where it is present), or both: each\n"
+    "  pass of each problem is its own problem, stored under its own key\n"
     "  --page-size P: paged KV cache (attn_execute_paged, vLLM's layout): pages of P tokens in shuffled order, every\n"
     "  sequence n_kv keys (decode: --n 1); rows of variant paged=P, which serve plans made with page_size P\n"
     "  --varlen LENS: a packed variable-length batch (attn_execute_varlen): LENS a comma list of sequences, each Q\n"
@@ -272,10 +273,6 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       if (attn_space_dims_ok(o.target, o.ds[i], o.dvs ? o.dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
   if (attn_names_parse(pass_s, pass_parse, &o.passes, bad, sizeof bad))
     FAIL_USAGE("--pass: unknown pass '%s' (fwd, bwd)", bad);
-  /* the backward is measured here only: no CUDA backward is timed yet and the performance model has none */
-  if ((o.passes & 2) && o.target != ATTN_TARGET_CPU)
-    FAIL_USAGE("--pass bwd: the backward is tuned on the CPU only (the performance model has no backward, and no "
-               "CUDA backward is measured yet): use --gpu cpu");
   if (attn_names_parse(algo_s, attn_algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if (layout && (o.passes & 2))

@@ -26,6 +26,7 @@
 #include "kcount.h"
 #include "kernel_abi_cuda.h"
 #include "launch.h"
+#include "spec_bwd_cuda.h"
 
 #define LAUNCH_MS 0.005          /* kernel launch latency */
 #define L2_OVER_HBM 3.0          /* L2 bandwidth as a multiple of HBM bandwidth */
@@ -289,4 +290,187 @@ int attn_model_bound_known(const char *name) {
   for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
     if (strcmp(name, bounds[i]) == 0) return 1;
   return 0;
+}
+
+/* ---- the backward (templates/flash_bwd.cu; docs/model.md's backward part) ----
+ * Two kinds of thread blocks, in grid order: a dK/dV block per key block of a KV head, whose inner loop visits every
+ * query block of its query heads that sees a key of it (S, dP, dV += Pᵀ dO, dK += dSᵀ Q: four products of Br x Bc
+ * x d), then a dQ block per query block of a head, whose loop visits the key blocks it sees (S, dP, dQ += dS K:
+ * three). Per inner step, in SM cycles: tensor = mma FLOPs / mma rate (f32: fma on the CUDA cores); sfu = Br Bc ex2
+ * / 16; alu = ~12 fp32 operations a score (scale, exp's argument, masks, P (dP - delta), two conversions) / lanes;
+ * smem = the shared-memory wavefronts (128 B each) of the fragments the warps read, the P and dS they write and the
+ * next block's rows. A warp owns U consecutive 16x8 tiles of a product (row-major, NT a row) and at each k-step
+ * loads A's fragment by one ldmatrix.x4 (4 wavefronts) per tile row its tiles cross and B's by one .x2 (2) per tile:
+ * (4 (1 + (U - 1) / NT) + 2 U) / U wavefronts an mma.sync.m16n8k16 (bwd_wf), U at most 4 for S and dP (their
+ * tiles are computed 4 at a time). That is what bounds the kernel. Combined as the forward's key block (the largest
+ * unit plus the hidden share of the rest); blocks scheduled greedily in grid order on the SM slots the occupancy
+ * allows (registers: 110 + the accumulators; shared memory: ATTN_FLASH_BWD_SMEM); memory from the rows each step
+ * loads.
+ * Fitted: BWD_SMEM_EFF, the one number taken from a measurement, of the kernel before ldmatrix (an H200, bf16 and
+ * f16, d = 128, n = 4096, 8 heads, Br = Bc = 32, 4 warps, 1 stage: 4.0 ms, causal 2.2; its 6 to 12 wavefronts an
+ * mma alone predict 2.4 and 1.3): the shared-memory pipe at 60% of its 128 B a clock under these loads' issue and
+ * latency, assumed to hold for the ldmatrix kernel until a GPU measures it. */
+#define BWD_SMEM_EFF 0.6
+#define BWD_REG_BASE 110.0 /* registers besides the accumulators (ptxas, sm_80/sm_90, d = 128) */
+#define BWD_ALU_PER_SCORE 12.0
+
+/* wavefronts an mma of a warp's u consecutive tiles, nt a tile row (see above) */
+static double bwd_wf(int u, int nt) { return u < 1 ? 6.0 : (4.0 * (1.0 + (u - 1) / (double)nt) + 2.0 * u) / u; }
+
+/* fp32 accumulators of a thread for a Rows x W product over `warps` warps in 16x8 tiles */
+static double bwd_acc_of(int rows, int w, int warps) {
+  const double tiles = (double)(rows / 16) * (double)((w + 15) / 16 * 2);
+  return 4.0 * ceil(tiles / warps);
+}
+
+/* Cycles of one inner step of a block of kind kv (1: dK/dV, 0: dQ), and its units. */
+static void bwd_step(const attn_gpu *g, const attn_spec *s, int kv, double hidden, double *cyc, double units[4]) {
+  const double br = s->br, bc = s->bc, dp = (s->d + 15) / 16 * 16, dvp = (attn_spec_dv(s) + 15) / 16 * 16;
+  const double es = (double)attn_dtype_size(s->dtype);
+  /* multiply-adds of the products: S (d deep), dP (d_v deep), then dV (d_v wide) and dK (d wide), or dQ (d wide) */
+  const double macs = br * bc * (dp + dvp) + (kv ? br * bc * (dp + dvp) : br * bc * dp);
+  double tensor, smem;
+  if (s->dtype == ATTN_F32) { /* fmaf over k on the CUDA cores: one 4-byte operand load a multiply-add */
+    tensor = 2.0 * macs / g->fp32_flops_clk_sm;
+    smem = 4.0 * macs;
+  } else { /* mma.sync.m16n8k16: 2048 multiply-adds; each wavefront 128 bytes */
+    tensor = 2.0 * macs / g->mma_flops_clk_sm;
+    const int w = s->warps, ns = s->br / 16 * (s->bc / 8), us = (ns + w - 1) / w;
+    const double sd = br * bc * (dp + dvp) * bwd_wf(us < 4 ? us : 4, s->bc / 8);
+    const int nk = s->bc / 16 * ((int)dp / 8), nv = s->bc / 16 * ((int)dvp / 8), nq = s->br / 16 * ((int)dp / 8);
+    const double rest = kv ? br * bc * (dp * bwd_wf((nk + w - 1) / w, (int)dp / 8) +
+                                        dvp * bwd_wf((nv + w - 1) / w, (int)dvp / 8))
+                           : br * bc * dp * bwd_wf((nq + w - 1) / w, (int)dp / 8);
+    smem = (sd + rest) / 2048.0 * 128.0;
+  }
+  /* P and dS written (dQ: dS only; a 16-bit store a lane, a wavefront a warp), the next rows loaded: Q_i and dO_i,
+   * or K_j and V_j */
+  smem += (kv ? 2.0 : 1.0) * br * bc * (s->dtype == ATTN_F32 ? 4.0 : 64.0 / 32.0 * 2.0) +
+          (kv ? br : bc) * (dp + dvp) * es;
+  units[0] = tensor;
+  units[1] = br * bc / g->sfu_clk_sm;
+  units[2] = BWD_ALU_PER_SCORE * br * bc / (g->fp32_flops_clk_sm / 2.0);
+  units[3] = smem / (g->smem_bytes_clk_sm * BWD_SMEM_EFF);
+  const double top = fmax(fmax(units[0], units[1]), fmax(units[2], units[3]));
+  *cyc = top + (units[0] + units[1] + units[2] + units[3] - top) * (1 - hidden);
+}
+
+int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, attn_model_result *out,
+                        char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  char why[512];
+  if (attn_spec_check_backward_cuda(s, (long long)(g->smem_per_block_kb * 1024.0), why, sizeof why) != ATTN_OK) {
+    snprintf(err, errlen, "%s", why);
+    return ATTN_EINVAL;
+  }
+  attn_problem p = *prob;
+  if (p.n_kv == 0) p.n_kv = p.n;
+  if (p.heads_kv == 0) p.heads_kv = p.heads;
+  if (p.d_v == 0) p.d_v = p.d;
+  if (p.batch < 1 || p.heads < 1 || p.n < 1 || p.n_kv < 1 || p.d != s->d || p.d_v != attn_spec_dv(s) ||
+      p.heads_kv < 1 || p.heads % p.heads_kv || p.causal != s->causal) {
+    snprintf(err, errlen, "problem batch=%d heads=%d n=%d n_kv=%d d=%d d_v=%d does not fit spec d=%d d_v=%d", p.batch,
+             p.heads, p.n, p.n_kv, p.d, p.d_v, s->d, attn_spec_dv(s));
+    return ATTN_EINVAL;
+  }
+  const double bh = (double)p.batch * p.heads, bhk = (double)p.batch * p.heads_kv, G = bh / bhk;
+  const double n = p.n, n_kv = p.n_kv, d = p.d, dv = p.d_v, es = (double)attn_dtype_size(s->dtype);
+  /* FlashAttention's count: 2.5 times the forward's 2 n n_kv (d + d_v) a head (causal: the visible pairs) */
+  out->flops = 2.5 * 2.0 * (d + dv) * pairs(p.causal, n, n_kv) * bh;
+
+  /* occupancy */
+  const int threads = 32 * s->warps;
+  const double acc = fmax(bwd_acc_of(s->bc, s->d, s->warps) + bwd_acc_of(s->bc, attn_spec_dv(s), s->warps),
+                          bwd_acc_of(s->br, s->d, s->warps));
+  const double regs = fmin(255.0, BWD_REG_BASE + acc);
+  out->registers = (int)regs;
+  out->resources_from = "estimate";
+  const double warp_regs = ceil(regs * 32.0 / 256.0) * 256.0;
+  const double smem = (double)attn_spec_backward_cuda_smem(s);
+  const int by_regs = (int)floor(floor(g->regs_per_sm / warp_regs) / (threads / 32));
+  const int by_smem = (int)floor(g->smem_per_sm_kb * 1024.0 / (smem + 1024.0));
+  int bps = by_regs < by_smem ? by_regs : by_smem;
+  if (g->max_threads_sm / threads < bps) bps = g->max_threads_sm / threads;
+  if (bps > 32) bps = 32;
+  if (bps < 1) {
+    snprintf(err, errlen, "backward Br=%d Bc=%d with %d warps does not fit an SM of %s (%.0f registers, %.0f KiB "
+             "shared)", s->br, s->bc, s->warps, g->name, regs, smem / 1024);
+    return ATTN_EINVAL;
+  }
+  const long nkb = (long)ceil(n_kv / s->bc), nqb = (long)ceil(n / s->br);
+  const double blocks = bhk * nkb + bh * nqb;
+  const long slots = (long)g->sms * bps;
+  out->blocks = clamp_int(blocks);
+  out->blocks_per_sm = bps;
+  out->waves = clamp_int(ceil(blocks / slots));
+  const double resident = fmin((double)bps, ceil(blocks / g->sms));
+  const double wps = resident * s->warps / 4.0;
+  const double hidden = fmin(OVERLAP_MAX, OVERLAP_WARP * fmin(wps, 1.0) + OVERLAP_MORE * fmax(0, wps - 1));
+  double ckv, cq, ukv[4], uq[4];
+  bwd_step(g, s, 1, hidden, &ckv, ukv);
+  bwd_step(g, s, 0, hidden, &cq, uq);
+  out->cyc_tensor = ukv[0], out->cyc_sfu = ukv[1], out->cyc_alu = ukv[2], out->cyc_smem = ukv[3];
+  out->cyc_key_block = ckv;
+  /* a step's loads (~700 cycles) covered by the next block's rows in flight (stages 2) or half a step (1) */
+  const double depth = s->stages > 1 ? 1.0 : 0.5;
+  const double pkv = fmax(resident * ckv, ckv + fmax(0, KEY_LATENCY_CYC - depth * resident * ckv));
+  const double pq = fmax(resident * cq, cq + fmax(0, KEY_LATENCY_CYC - depth * resident * cq));
+
+  /* steps of each block: dK/dV block j sees the query blocks from the first row whose diagonal reaches it, times
+   * the query heads of its KV head; dQ block i the key blocks below its last row's diagonal */
+  double *h = calloc((size_t)slots, sizeof *h);
+  if (!h) {
+    snprintf(err, errlen, "out of memory");
+    return ATTN_ENOMEM;
+  }
+  double end = 0, work = 0, steps_kv = 0, steps_q = 0;
+  const int simulate = blocks <= SIM_MAX_BLOCKS;
+  for (int kind = 1; kind >= 0; kind--) {
+    const long per = kind ? nkb : nqb;
+    const double heads = kind ? bhk : bh;
+    for (long b = 0; b < per; b++) {
+      double st;
+      if (kind) {
+        const double first = p.causal ? (double)b * s->bc - (n_kv - n) : 0;
+        const double ib0 = first <= 0 ? 0 : first >= n ? nqb : floor(first / s->br);
+        st = G * (nqb - ib0);
+        steps_kv += st * heads;
+      } else {
+        st = key_blocks(s, p.causal, b, n, n_kv);
+        steps_q += st * heads;
+      }
+      const double c = st * (kind ? pkv : pq) + BLOCK_LATENCY_CYC;
+      work += c * heads;
+      if (simulate)
+        for (long k = 0; k < (long)heads; k++) {
+          h[0] += c;
+          if (h[0] > end) end = h[0];
+          heap_down(h, slots, 0);
+        }
+    }
+  }
+  free(h);
+  const double ideal = work / slots;
+  if (!simulate) end = ideal * 1.05;
+  const double clk = g->clock_mhz * 1e6;
+  out->t_compute_ms = end / clk * 1e3;
+  /* memory: each step's rows (Q_i, dO_i, lse, delta; or K_j, V_j) through L2, the inputs and gradients once from
+   * DRAM; attn_bwd_pre reads O and dO once more */
+  const double rows_q = n * (d + dv) * es + 8.0 * n, rows_kv = n_kv * (d + dv) * es;
+  const double l2 = steps_kv * s->br * (d + dv) * es + steps_q * s->bc * (d + dv) * es;
+  const double dram = 2.0 * (bh * rows_q + bhk * rows_kv) + bh * n * dv * es * 2.0;
+  const double bw = g->bandwidth_tbs * 1e12;
+  out->reads = (unsigned long long)((l2 + dram / 2) / es);
+  out->writes = (unsigned long long)((bh * n * d + bhk * n_kv * (d + dv)));
+  out->t_dram_ms = dram / (bw * DRAM_EFF) * 1e3;
+  out->t_l2_ms = (l2 + dram) / (bw * L2_OVER_HBM) * 1e3;
+  out->t_memory_ms = fmax(out->t_dram_ms, out->t_l2_ms);
+  out->t_overhead_ms = 2 * LAUNCH_MS + bh * n * dv * es * 2.0 / (bw * DRAM_EFF) * 1e3; /* attn_bwd_pre */
+  out->time_ms = fmax(out->t_compute_ms, out->t_memory_ms) + out->t_overhead_ms;
+  const double units_only = ideal * (fmax(resident * ckv, 1) / fmax(pkv, 1));
+  if (out->t_overhead_ms > fmax(out->t_compute_ms, out->t_memory_ms)) out->bound = "launch";
+  else if (out->t_memory_ms > out->t_compute_ms) out->bound = out->t_dram_ms >= out->t_l2_ms ? "dram" : "l2";
+  else if (end > SLOWDOWN_OCCUPANCY * units_only || wps < 1) out->bound = "occupancy";
+  else out->bound = unit_name(ukv[0], ukv[1], ukv[2], ukv[3]);
+  return ATTN_OK;
 }

@@ -39,4 +39,11 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *p, const attn_spe
 int attn_model_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out, char *err,
                     size_t errlen);
 
+/* The CUDA backward (templates/flash_bwd.cu) of spec s for the problem: the same result fields, flops counted as 2.5
+ * times the forward's (FlashAttention's convention), the cycle fields for one inner step of a dK/dV block. ATTN_OK,
+ * or ATTN_EINVAL with a reason (attn_spec_check_backward_cuda against the GPU's per-block shared memory, a problem
+ * that does not fit the spec, a block that does not fit an SM). */
+int attn_model_time_bwd(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out,
+                        char *err, size_t errlen);
+
 #endif

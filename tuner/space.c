@@ -2,6 +2,7 @@
  * against the device's fast memory, its registers (the compiled kernel's own where the caller can read them, else an
  * estimate) and the templates' divisibility rules. */
 #include "space.h"
+#include "spec_bwd_cuda.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,7 +160,11 @@ static double flash_words(const attn_spec *c, double *limit) {
 /* The backward's constraints: its template's (attn_spec_check_backward) and the space's problem. */
 static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
   char err[256];
-  if (attn_spec_check_backward(c, err, sizeof err) != ATTN_OK) {
+  /* CUDA: templates/flash_bwd.cu's tiles within the GPU's shared memory per block and its accumulators' registers */
+  const int rc = o->target == ATTN_TARGET_CUDA
+                     ? attn_spec_check_backward_cuda(c, (long long)o->fast_mem_bytes, err, sizeof err)
+                     : attn_spec_check_backward(c, err, sizeof err);
+  if (rc != ATTN_OK) {
     snprintf(why, len, "backward: %s", err);
     return -1;
   }
@@ -371,7 +376,19 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   vec v = {0};
   attn_spec base = base_spec(o, ATTN_ALGO_FLASH);
   int rc = 0;
-  if (o->backward) {
+  if (o->backward && o->target == ATTN_TARGET_CUDA) {
+    /* templates/flash_bwd.cu: Br and Bc apart, warps and stages */
+    static const int bbs[] = {16, 32, 64, 128}, warps[] = {2, 4, 8}, stages[] = {1, 2};
+    for (int a = 0; a < LEN(bbs); a++)
+      for (int b = 0; b < LEN(bbs); b++)
+        for (int w = 0; w < LEN(warps); w++)
+          for (int k = 0; k < LEN(stages) && !rc; k++) {
+            attn_spec c = base;
+            c.br = bbs[a], c.bc = bbs[b], c.warps = warps[w], c.stages = stages[k];
+            c.unroll = 0, c.split = 0, c.tile = 0;
+            rc = consider(sp, &v, &c);
+          }
+  } else if (o->backward) {
     /* Br and Bc apart; 64 x 64 is the untuned default */
     static const int bbs[] = {16, 32, 64, 128, 256};
     for (int a = 0; a < LEN(bbs); a++)

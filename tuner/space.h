@@ -43,7 +43,8 @@ typedef struct attn_space_opts {
   void *pruned_ctx;
   /* 1: the backward's space (CPU flash, templates/flash_bwd.c): Br and Bc each on its own (FlashAttention-2 tunes
    * them apart from the forward's), admitted by attn_spec_check_backward; algos and the forward's constraints do not
-   * apply */
+   * apply. CUDA (templates/flash_bwd.cu): Br and Bc in 16..128, 2, 4 or 8 warps, 1 or 2 stages, admitted by
+   * attn_spec_check_backward_cuda within fast_mem_bytes (shared memory per block) */
   int backward;
 } attn_space_opts;
 

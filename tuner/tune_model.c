@@ -11,7 +11,8 @@
  * by an earlier one): to be ranked again with them, and the row replaced. */
 int attn_tune_model_stale(const tune_state *ts, const attn_spec *s, const attn_eval *e) {
   attn_kernel_res kr0;
-  return ts->model && ts->kres && !strstr(e->message, MODEL_PTXAS) && attn_kres_get(ts->kres, s, &kr0) == 0;
+  return ts->model && ts->kres && !ts->backward && !strstr(e->message, MODEL_PTXAS) &&
+         attn_kres_get(ts->kres, s, &kr0) == 0;
 }
 
 /* The model's evaluation of s for the problem in ts->prob, into *e (cleared by the caller). */
@@ -19,8 +20,11 @@ void attn_tune_model_eval(tune_state *ts, const attn_spec *s, attn_eval *e) {
   char err[512];
   attn_model_result m;
   attn_kernel_res kr;
-  const int known = ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
-  if (attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err) == ATTN_OK) {
+  /* the compiled resources are the forward kernel's (keyed by spec text): the backward's model estimates its own */
+  const int known = !ts->backward && ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
+  const int rc = ts->backward ? attn_model_time_bwd(ts->gpu, &ts->prob, s, &m, err, sizeof err)
+                              : attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err);
+  if (rc == ATTN_OK) {
     snprintf(e->status, sizeof e->status, "ok");
     /* where the registers came from, kept in the row's log: a later run with the compiled ones ranks it again */
     if (known) snprintf(e->message, sizeof e->message, "%d registers " MODEL_PTXAS " (%s)", m.registers,

@@ -221,6 +221,10 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
       if (!o->algos) FAIL_USAGE("--algo lowrank alone cannot be ranked by the model: add flash or smallcache");
     }
   }
+  /* the CUDA backward is ranked by the model only: the measuring harness runs it on the CPU */
+  if (gpu && !ts.model && (o->passes & 2))
+    FAIL_USAGE("--pass bwd: %s is present, and the CUDA backward is not measured by the tuner yet: add --model to "
+               "rank it by the performance model", gpu->name);
   ts.provenance = ts.model ? "model" : "measured";
   /* Measured tuning times under the one environment bench and the finalist round use (timing_env.c). */
   if (!ts.model) attn_timing_env("tune", 0);
@@ -341,7 +345,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             so.fast_mem_bytes = devinfo.smem_optin;
             snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
           }
-          if (ts.kres) {
+          if (ts.kres && !pa) { /* compiled resources are the forward kernels' */
             so.resources = attn_kres_get;
             so.resources_ctx = ts.kres;
             if (o->compiled) { /* the grid's configurations first, compiled J at a time, then the space from them */
@@ -354,7 +358,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           prune_ctx pc = {.ts = &ts, .p = {.batch = o->batch, .heads = o->heads, .n = o->ns[ni], .n_kv = o->kv[ni],
                                            .d = so.d, .dtype = so.dtype, .causal = so.causal, .tolerance = o->tolerance,
                                            .d_v = dv == so.d ? 0 : dv}};
-          if (ts.kres) { /* stored model rows of what the compiled kernels rule out are ruled out too */
+          if (ts.kres && !pa) { /* stored model rows of what the compiled kernels rule out are ruled out too */
             so.pruned = attn_tune_on_pruned;
             so.pruned_ctx = &pc;
           }
