@@ -98,14 +98,15 @@ static uint64_t kmajor_desc(int mode, uint32_t base, int rows, int s) {
   }
   return (uint64_t)(start >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | DESC_MODE[mode] << 62;
 }
-/* an N-major K x N operand (B stored row by row of N, as V): SW_128 rows of 64 elements 128 bytes apart per
- * 64-column block (blocks K*128 apart), chunks XOR k % 8; SW_NONE: 8x8 core matrices, N-groups 128 apart, K-groups
- * (N/8)*128 apart */
+/* an N-major K x N operand (B stored row by row of N, as V; or A M-major): swizzled, rows of the swizzle's width
+ * (sw/2 elements of N) sw bytes apart per column block (blocks K*sw apart), the 16-byte chunks XOR the row's index
+ * within its 128-byte lines; SW_NONE: 8x8 core matrices, N-groups 128 apart, K-groups (N/8)*128 apart */
 static uint32_t nmajor_at(int mode, uint32_t base, int n_all, int kdim, int k, int n) {
   if (mode == SW_NONE)
     return base + (uint32_t)((n / 8) * 128 + (k / 8) * (n_all / 8) * 128 + (k % 8) * 16 + (n % 8) * 2);
-  const int chunk = ((n % 64) * 2 / 16) ^ (k % 8);
-  return base + (uint32_t)((n / 64) * kdim * 128 + k * 128 + chunk * 16 + n * 2 % 16);
+  const int sw = SW_BYTES[mode], per = sw / 2, lines = 128 / sw;
+  const int chunk = ((n % per) * 2 / 16) ^ ((k / lines) % (sw / 16));
+  return base + (uint32_t)((n / per) * kdim * sw + k * sw + chunk * 16 + n * 2 % 16);
 }
 static uint64_t nmajor_desc(int mode, uint32_t base, int n_all, int kdim, int s) {
   uint32_t start, lbo, sbo;
@@ -114,9 +115,10 @@ static uint64_t nmajor_desc(int mode, uint32_t base, int n_all, int kdim, int s)
     start = base + 2 * (uint32_t)s * lbo;
     sbo = 128;
   } else {
-    start = base + (uint32_t)(s * 16 * 128);
-    lbo = (uint32_t)(kdim * 128);
-    sbo = 1024;
+    const int sw = SW_BYTES[mode];
+    start = base + (uint32_t)(s * 16 * sw);
+    lbo = (uint32_t)(kdim * sw);
+    sbo = (uint32_t)(8 * sw);
   }
   return (uint64_t)(start >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | DESC_MODE[mode] << 62;
 }
@@ -125,7 +127,8 @@ static uint64_t nmajor_desc(int mode, uint32_t base, int n_all, int kdim, int s)
  * wgmma per K step (descriptors from a table, A from registers when rega) chained on the accumulators, scale-d
  * false on the first; one commit, wait_group `wait`; each thread stores its N/2 accumulators */
 enum { NO_PROXY_FENCE = 1, NO_WG_FENCE = 2, WAIT_ONE = 4, READ_BEFORE_WAIT = 8, NO_WAIT = 16 };
-static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int transb, int flaws) {
+static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int trans, int flaws) {
+  const int transb = trans & 1, transa = trans >> 1;
   t->n = 0;
   put(t, "%s.extern .shared .align 1024 .b8 sm[];\n", HEAD);
   put(t, ".visible .entry k(.param .u64 pimg, .param .u32 pbytes, .param .u64 pdesc, .param .u64 pafr, "
@@ -147,7 +150,7 @@ static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int transb
   put(t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", n, bf ? "bf16" : "f16", bf ? "bf16" : "f16");
   for (int i = 0; i < n / 2; i++) put(t, "%s%%f%d", i ? ", " : "", i);
   if (rega) put(t, "}, {%%r11, %%r12, %%r13, %%r14}, %%rd15, %%p2, 1, 1, %d;\n", transb);
-  else put(t, "}, %%rd14, %%rd15, %%p2, 1, 1, 0, %d;\n", transb);
+  else put(t, "}, %%rd14, %%rd15, %%p2, 1, 1, %d, %d;\n", transa, transb);
   if (flaws & READ_BEFORE_WAIT) put(t, "add.f32 %%f129, %%f0, %%f1;\n");
   put(t, "add.u32 %%r15, %%r15, 1;\nsetp.lt.u32 %%p3, %%r15, %d;\n@%%p3 bra $Lk;\n", steps);
   put(t, "wgmma.commit_group.sync.aligned;\n");
@@ -161,15 +164,19 @@ static void wgmma_kernel(text *t, int n, int bf, int steps, int rega, int transb
   put(t, "ret;\n}\n");
 }
 
-/* D = A B^T (A: 64 x K, Bt: N x K) through the kernel; mode for both K-major operands, or B N-major (transb) */
-static void check_wgmma(const char *what, int n, int bf, int kdim, int mode, int transb, int rega, int flaws,
+/* D = A B^T (A: 64 x K, Bt: N x K) through the kernel; mode for both operands, K-major, or B N-major (trans 1), A
+ * M-major (trans 2) */
+static void check_wgmma(const char *what, int n, int bf, int kdim, int mode, int trans, int rega, int flaws,
                         const char *want) {
+  const int transb = trans & 1, transa = trans >> 1;
   const int steps = kdim / 16;
   float *a = malloc(sizeof(float) * 64 * (size_t)kdim), *b = malloc(sizeof(float) * (size_t)n * (size_t)kdim);
   /* a swizzled K block is a whole row of the swizzle's width, however few of its elements K uses */
   const int sw = SW_BYTES[mode], rowbytes = (kdim * 2 + sw - 1) / sw * sw;
   const uint32_t abytes = (uint32_t)(64 * rowbytes), bbase = (abytes + 1023) / 1024 * 1024,
-                 bytes = bbase + (uint32_t)(n * (transb ? kdim * 2 : rowbytes)) + (transb && n % 64 ? 1024 : 0);
+                 per = (uint32_t)(mode == SW_NONE ? 8 : sw / 2),
+                 bytes = bbase + (uint32_t)(transb ? ((uint32_t)n + per - 1) / per * per * (uint32_t)kdim * 2
+                                                   : (uint32_t)(n * rowbytes));
   uint8_t *img = calloc(bytes, 1);
   uint64_t *desc = calloc((size_t)steps * 2, sizeof *desc);
   uint32_t *afr = calloc(128 * 4, sizeof *afr);
@@ -183,7 +190,7 @@ static void check_wgmma(const char *what, int n, int bf, int kdim, int mode, int
   for (int r = 0; r < 64; r++)
     for (int k = 0; k < kdim; k++) {
       const uint16_t h = to16(a[r * kdim + k], bf);
-      memcpy(img + kmajor_at(mode, 0, 64, r, k), &h, 2);
+      memcpy(img + (transa ? nmajor_at(mode, 0, 64, kdim, k, r) : kmajor_at(mode, 0, 64, r, k)), &h, 2);
     }
   for (int c = 0; c < n; c++)
     for (int k = 0; k < kdim; k++) {
@@ -191,7 +198,7 @@ static void check_wgmma(const char *what, int n, int bf, int kdim, int mode, int
       memcpy(img + (transb ? nmajor_at(mode, bbase, n, kdim, k, c) : kmajor_at(mode, bbase, n, c, k)), &h, 2);
     }
   for (int s = 0; s < steps; s++) {
-    desc[2 * s] = kmajor_desc(mode, 0, 64, s);
+    desc[2 * s] = transa ? nmajor_desc(mode, 0, 64, kdim, s) : kmajor_desc(mode, 0, 64, s);
     desc[2 * s + 1] = transb ? nmajor_desc(mode, bbase, n, kdim, s) : kmajor_desc(mode, bbase, n, s);
   }
   /* register A (one K step): mma.sync's A fragment per warp, warp w holding rows 16w.. */
@@ -206,7 +213,7 @@ static void check_wgmma(const char *what, int n, int bf, int kdim, int mode, int
   char err[1024] = "";
   dev d = {0};
   if (!t) goto done;
-  wgmma_kernel(t, n, bf, steps, rega, transb, flaws);
+  wgmma_kernel(t, n, bf, steps, rega, trans, flaws);
   int rc = dev_open(&d, t, err, sizeof err);
   struct __attribute__((packed)) {
     uint64_t img;
@@ -717,6 +724,15 @@ int main(void) {
     check_wgmma(what, 24, 0, 32, mode, 0, 0, 0, NULL);
   }
   check_wgmma("wgmma bf16 n256 k16 128B", 256, 1, 16, SW_128, 0, 0, 0, NULL);
+  for (int mode = 1; mode < 3; mode++) {
+    snprintf(what, sizeof what, "wgmma f16 n48 k32 N-major B %s", MODE[mode]);
+    check_wgmma(what, 48, 0, 32, mode, 1, 0, 0, NULL);
+  }
+  for (int mode = 0; mode < 4; mode++) {
+    snprintf(what, sizeof what, "wgmma bf16 n32 k32 M-major A, N-major B %s", MODE[mode]);
+    check_wgmma(what, 32, 1, 32, mode, 3, 0, 0, NULL);
+  }
+  check_wgmma("wgmma bf16 n64 k16 M-major A 64B", 64, 1, 16, SW_64, 2, 0, 0, NULL);
   check_wgmma("wgmma bf16 n128 k32 N-major B 128B", 128, 1, 32, SW_128, 1, 0, 0, NULL);
   check_wgmma("wgmma f16 n16 k32 N-major B none", 16, 0, 32, SW_NONE, 1, 0, 0, NULL);
   check_wgmma("wgmma bf16 n64 register A, B 128B", 64, 1, 16, SW_128, 0, 1, 0, NULL);
