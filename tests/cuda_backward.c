@@ -195,12 +195,8 @@ static void tuned_mode_case(const attn_problem *p, const char *dir) {
   CHECK(rc == ATTN_EUNSUPPORTED && !plan && strstr(attn_last_error(rt), "accumulators"),
         "a spec beyond the registers: %s: %s", attn_strerror(rc), attn_last_error(rt));
   attn_plan_destroy(plan);
-  g.warps = 8; /* the same tiles over 8 warps fit */
-  plan = NULL;
-  rc = attn_plan_create_backward_spec(rt, &big, &g, 0, "given", &plan);
-  CHECK(rc == ATTN_OK && plan && strstr(attn_plan_describe(plan), "Br=64 Bc=64"), "a spec that fits: %s: %s",
-        attn_strerror(rc), attn_last_error(rt));
-  attn_plan_destroy(plan);
+  g.warps = 8; /* the same tiles over 8 warps fit (not compiled here: NVRTC takes seconds at d = 128) */
+  CHECK(attn_spec_check_backward_cuda(&g, 163 * 1024, err, sizeof err) == ATTN_OK, "64 x 64 over 8 warps: %s", err);
   attn_close(rt);
   unlink(path);
 }
