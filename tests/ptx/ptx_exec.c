@@ -11,7 +11,9 @@
  * byte (defined, written or read by whom between which barriers, an in-flight cp.async); local and param memory
  * per call frame. Register definedness is tracked per lane: arithmetic on an undefined value gives an undefined
  * value, and using one as an address, a predicate, a stored value, a member mask, a vote or an mma fragment is an
- * error. */
+ * error. sm_90: a thread waiting on an mbarrier phase blocks until it completes; bulk copies (TMA) land when no thread
+ * of the block can run, and their bytes are off limits until then; a warp's wgmma computes its rows at issue and
+ * holds the results (and keeps the shared memory it read off limits) until the wait_group that completes them. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
