@@ -2,7 +2,7 @@
  *
  * Per key block of one thread block (Br = 64 C query rows, Bc keys), in SM cycles:
  *   tensor  = 2 Br Bc (d16 + dv16) / (wgmma dense FLOP/clk/SM x ATTN_SM90_TC_SUSTAINED), d16, dv16: padded to 16
- *   sfu     = Br (Bc + 2) / ex2 per clk (every P, two rescale factors per row pair)
+ *   sfu     = Br (Bc + 4) / ex2 per clk (every P; each row's rescale factor, computed by the 4 lanes of its quad)
  *   alu     = (5 Br Bc + Br dv16 + 10 Br) / fp32 lanes (scale, max, subtract, sum, convert; O's rescale; per row)
  *   block   = max(tensor, softmax) + (1 - ATTN_SM90_HIDDEN) min(tensor, softmax), softmax = sfu + alu
  * A warpgroup's softmax of block j runs while its P_{j-1} V_{j-1} and the other consumer's products keep the
@@ -50,7 +50,7 @@ int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_sp
   const double br = s->br, bc = s->bc, d16 = (d + 15) / 16 * 16, dv16 = attn_sm90_npv(s);
   const double tc_rate = attn_gpu_peak(g, s->dtype) / (g->sms * g->clock_mhz * 1e6);
   out->cyc_tensor = 2.0 * br * bc * (d16 + dv16) / (tc_rate * ATTN_SM90_TC_SUSTAINED);
-  out->cyc_sfu = br * (bc + 2) / g->sfu_clk_sm;
+  out->cyc_sfu = br * (bc + 4) / g->sfu_clk_sm;
   out->cyc_alu = (5.0 * br * bc + br * dv16 + 10.0 * br) / (g->fp32_flops_clk_sm / 2);
   out->cyc_smem = 0; /* wgmma reads its operands from shared memory itself, TMA writes them: no ld/st.shared */
   const double soft = out->cyc_sfu + out->cyc_alu, hi = soft > out->cyc_tensor ? soft : out->cyc_tensor;
