@@ -31,7 +31,7 @@ set(ATTN_EMU_BWD_NIGHTLY
     "nightly_chain_bf16|--chain bf16 d=59 dv=37 causal=2"
     "nightly_chain_f32|--chain f32 d=64 causal=2"
     "nightly_tiles_bf16|bf16 d=128 causal=2 tiles=128x64w8s1 arch=sm_90"
-    "nightly_tiles_f16|f16 d=59 dv=37 causal=2 tiles=16x128w2s2"
+    "nightly_tiles_f16|f16 d=59 dv=37 causal=2 tiles=128x16w2s2"
     "nightly_tiles_f32|f32 d=64 causal=2 tiles=64x16w8s2")
 foreach(t ${ATTN_EMU_BWD_TESTS} ${ATTN_EMU_BWD_NIGHTLY})
   string(REPLACE "|" ";" parts "${t}")
