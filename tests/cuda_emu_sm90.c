@@ -2,7 +2,8 @@
  * mbarriers, cp.async.bulk.tensor through ptx_tmap.h's maps, setmaxnreg) against the fp64 reference, no GPU.
  *   cuda_emu_sm90 [--all] "SPEC" ...   each spec (canonical text, impl=wgmma) on the sample of shapes: n and n_kv one
  *                                      below and above multiples of Br and Bc, rows that see no key (causal, n >
- *                                      n_kv), grouped-query heads, batch 2, n = 1; --all: every shape of the sweep
+ *                                      n_kv), grouped-query heads, batch 2, n = 1; --all: every shape of the sweep,
+ *                                      and the counting build's entries against the closed form
  * The kernel's argument is built as the runtime builds it (attn_sm90_kargs_make), the tensor maps encoded by
  * ptx_tmap_encode from the same parameters cuTensorMapEncodeTiled takes. Checked: every launch completes without an
  * interpreter error (races, wgmma results or TMA data used before their wait, a stage refilled while read, a wait
@@ -100,9 +101,9 @@ static int substitute(char **src, const char *path) {
   return 0;
 }
 
-static ptx_module *build(const attn_spec *s, const char *label) {
+static ptx_module *build(const attn_spec *s, int count_io, const char *label) {
   char err[512];
-  char *src = attn_spec_source(s, 0, err, sizeof err);
+  char *src = attn_spec_source(s, count_io, err, sizeof err);
   if (!src) {
     CHECK(0, "%s: %s", label, err);
     return NULL;
@@ -137,8 +138,32 @@ static ptx_module *build(const attn_spec *s, const char *label) {
   return m;
 }
 
-static void run_shape(const ptx_module *m, const attn_spec *s, const shape *sh, unsigned long long seed,
-                      const char *label) {
+/* The closed form of the counting build (flash.cu's): per query block, rows d + (d + d_v) min(ceil(L/Bc) Bc, n_kv)
+ * reads and rows d_v writes, L the keys some row of the block sees. */
+static void closed_form(const attn_spec *s, const attn_problem *p, unsigned long long *reads,
+                        unsigned long long *writes) {
+  *reads = *writes = 0;
+  const long long nqb = (p->n + s->br - 1) / s->br, dv = attn_spec_dv(s);
+  for (long long qb = 0; qb < nqb; qb++) {
+    const long long i0 = qb * s->br, rows = p->n - i0 < s->br ? p->n - i0 : s->br;
+    long long L = p->n_kv;
+    if (s->causal) {
+      const long long e = i0 + rows + p->n_kv - p->n;
+      L = e < 0 ? 0 : e < p->n_kv ? e : p->n_kv;
+    }
+    const long long keys = L > 0 ? ((L + s->bc - 1) / s->bc * s->bc < p->n_kv ? (L + s->bc - 1) / s->bc * s->bc
+                                                                              : p->n_kv)
+                                 : 0;
+    *reads += (unsigned long long)(rows * s->d + (s->d + dv) * keys);
+    *writes += (unsigned long long)(rows * dv);
+  }
+  *reads *= (unsigned long long)p->batch * p->heads;
+  *writes *= (unsigned long long)p->batch * p->heads;
+}
+
+/* cm: the counting build (NULL: none), run after the kernel on the same inputs; its counts against the closed form */
+static void run_shape(const ptx_module *m, const ptx_module *cm, const attn_spec *s, const shape *sh,
+                      unsigned long long seed, const char *label) {
   attn_problem p;
   memset(&p, 0, sizeof p);
   p.batch = sh->batch, p.heads = sh->heads, p.heads_kv = sh->heads_kv, p.n = sh->n, p.n_kv = sh->n_kv;
@@ -237,6 +262,34 @@ static void run_shape(const ptx_module *m, const attn_spec *s, const shape *sh, 
     free(lg);
   }
   ptx_machine_free(x);
+  if (cm && (x = ptx_machine_new(cm, err, sizeof err)) != NULL) {
+    const uint64_t cq = ptx_alloc(x, nq * 2, "q"), ck = ptx_alloc(x, nk * 2, "k"), cv = ptx_alloc(x, nv * 2, "v");
+    const uint64_t co = ptx_alloc(x, no * 2, "o"), cio = ptx_alloc(x, 16, "io");
+    const unsigned long long zero[2] = {0, 0};
+    attn_to_dtype(p.dtype, q, nq, h);
+    rc = ptx_copy_in(x, cq, h, nq * 2);
+    attn_to_dtype(p.dtype, k, nk, h);
+    rc |= ptx_copy_in(x, ck, h, nk * 2);
+    attn_to_dtype(p.dtype, v, nv, h);
+    rc |= ptx_copy_in(x, cv, h, nv * 2) | ptx_copy_in(x, cio, zero, 16);
+    CHECK(rc == 0 && co, "%s (counting): copies in", what);
+    a.q = (const void *)(uintptr_t)cq, a.k = (const void *)(uintptr_t)ck, a.v = (const void *)(uintptr_t)cv;
+    a.o = (void *)(uintptr_t)co, a.lse = NULL, a.io = (unsigned long long *)(uintptr_t)cio;
+    CHECK(attn_sm90_kargs_make(s, &a, emu_encode, NULL, &ka, err, sizeof err) == ATTN_OK, "%s: %s", what, err);
+    unsigned long long got[2] = {0, 0}, want[2];
+    if (ptx_launch(x, "attn_kernel", &cfg, &ka, ATTN_CUDA_SM90_KARGS_BYTES, err, sizeof err) != 0) {
+      CHECK(0, "%s (counting): %s", what, err);
+    } else {
+      CHECK(ptx_copy_out(x, cio, got, 16, NULL) == 0, "%s: counters", what);
+      closed_form(s, &p, &want[0], &want[1]);
+      CHECK(got[0] == want[0] && got[1] == want[1], "%s: counted %llu reads, %llu writes; the closed form %llu, %llu",
+            what, got[0], got[1], want[0], want[1]);
+      printf("ok %s (counting): %llu reads, %llu writes, the closed form's\n", what, got[0], got[1]);
+    }
+    ptx_machine_free(x);
+  } else if (cm) {
+    CHECK(0, "%s (counting): %s", what, err);
+  }
 out:
   free(q), free(k), free(v), free(o), free(lse), free(ref), free(h);
 }
@@ -258,13 +311,17 @@ int main(int argc, char **argv) {
     }
     char label[512];
     attn_spec_summary(&s, label, sizeof label);
-    ptx_module *m = build(&s, label);
+    ptx_module *m = build(&s, 0, label), *cm = all && m ? build(&s, 1, label) : NULL;
     if (no_nvrtc) return 77;
-    if (!m) continue;
+    if (!m || (all && !cm)) {
+      ptx_module_free(m);
+      continue;
+    }
     shape sh[16];
     const int count = shapes_of(&s, all, sh);
-    for (int j = 0; j < count; j++) run_shape(m, &s, &sh[j], seed + (unsigned long long)(17 * i + j), label);
+    for (int j = 0; j < count; j++) run_shape(m, cm, &s, &sh[j], seed + (unsigned long long)(17 * i + j), label);
     ptx_module_free(m);
+    ptx_module_free(cm);
     specs++;
   }
   if (!specs && !failures) {
