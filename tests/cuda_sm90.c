@@ -12,7 +12,8 @@
  *   cuda_sm90 compile SEL...        NVRTC compiles for sm_90a, each with no spills, shared memory within 227 KiB and
  *                                   no wgmma serialized by ptxas (its C7513/C7514 notes: the overlap of the softmax
  *                                   with P V would be lost); SEL is DTYPE:D[/DV],...[:causal] (the default of each
- *                                   d) or a canonical spec text. Exit 77 without NVRTC. */
+ *                                   d) or a canonical spec text; and the model's counts in the PTX of the compile:
+ *                                   2 (d/16 + Bc/16) wgmma, Bc + 2 ex2 (tuner/model_sm90.c). Exit 77 without NVRTC. */
 #include <stdint.h>
 #include <string.h>
 #include "check.h"
@@ -207,16 +208,42 @@ static int compiled;
 /* ptxas's notes when it serializes wgmma (C7513 input registers written, C7514 accumulators read while pending) */
 static int serialized(const char *log) { return log && strstr(log, "wgmma.mma_async instructions are serialized"); }
 
+static int count_of(const char *text, const char *word) {
+  int c = 0;
+  for (const char *p = text; p && (p = strstr(p, word)) != NULL; p += strlen(word)) c++;
+  return c;
+}
+
+/* The model's counts (tuner/model_sm90.c) in the PTX of the compile: S = QK^T's d16/16 and PV's Bc/16 wgmma, twice
+ * each (the peeled first key block and the loop, the last PV after it); ex2: Bc/2 per block and 2 rescale factors
+ * in the loop (the first block's are constant 0 and folded away). */
+static void check_counts(const attn_spec *s, const char *ptx, const char *text) {
+  const int dk = (s->d + 15) / 16, kb = s->bc / 16;
+  const int wg = count_of(ptx, "wgmma.mma_async"), ex2 = count_of(ptx, "ex2.approx");
+  CHECK(wg == 2 * (dk + kb) && ex2 == s->bc + 2, "%s: %d wgmma (want %d), %d ex2 (want %d)", text, wg, 2 * (dk + kb),
+        ex2, s->bc + 2);
+}
+
 static void compile_one(const attn_spec *s) {
   char text[512], err[512] = "";
   attn_spec_format(s, text, sizeof text);
   char *src = attn_spec_source(s, 0, err, sizeof err);
   CHECK(src, "%s: %s", text, err);
   if (!src) return;
-  void *cubin = NULL;
-  size_t len = 0;
-  char *log = NULL;
-  const int rc = attn_nvrtc_compile(src, "attn.cu", s->arch, &cubin, &len, &log);
+  char *log = NULL, *ptx = NULL;
+  /* one compile: the cubin's ptxas report in the log, and the PTX it came from for the counts */
+  int rc = attn_nvrtc_cubin_ptx(src, "attn.cu", s->arch, &ptx, &log);
+  if (rc == ATTN_EUNSUPPORTED) { /* this NVRTC keeps no PTX of a cubin compile: the report alone */
+    void *cubin = NULL;
+    size_t len = 0;
+    free(log);
+    log = NULL;
+    rc = attn_nvrtc_compile(src, "attn.cu", s->arch, &cubin, &len, &log);
+    free(cubin);
+  } else if (rc == ATTN_OK && ptx) {
+    check_counts(s, ptx, text);
+  }
+  free(ptx);
   compiled++;
   attn_cuda_resources r = {0};
   const int have = rc == ATTN_OK && attn_nvrtc_resources(log, "attn_kernel", &r) == 0;
@@ -227,11 +254,9 @@ static void compile_one(const attn_spec *s) {
           r.spill_loads, r.stack);
     CHECK(attn_spec_cuda_smem(s) + r.smem_static <= 227 * 1024, "%s: shared memory", text);
     CHECK(!serialized(log), "%s: ptxas serialized its wgmma\n%s", text, log);
-    printf("ok %s: %d registers at launch, %lld bytes smem, cubin %zu bytes\n", text, r.registers,
-           attn_spec_cuda_smem(s), len);
+    printf("ok %s: %d registers at launch, %lld bytes smem\n", text, r.registers, attn_spec_cuda_smem(s));
   }
   free(src);
-  free(cubin);
   free(log);
 }
 
