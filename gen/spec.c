@@ -293,6 +293,13 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->target == ATTN_TARGET_CUDA && s->algo != ATTN_ALGO_FLASH && (s->window || s->softcap || s->alibi))
     return attn_errf(err, len, ATTN_EUNSUPPORTED, "%s on cuda applies no window, softcap or alibi (cuda flash does)",
                      attn_algo_name(s->algo));
+  if ((unsigned)s->layout > 3)
+    return attn_errf(err, len, ATTN_EINVAL,
+                     "layout=%d must be 0 (dense), 1 (varlen), 2 (paged) or 3 (paged decode, query heads packed)",
+                     s->layout);
+  if (s->layout && (s->target != ATTN_TARGET_CUDA || s->algo != ATTN_ALGO_FLASH))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "layout=%d: only cuda flash has varlen and paged kernels (not %s %s)",
+                     s->layout, attn_algo_name(s->algo), attn_target_name(s->target));
   if ((unsigned)s->impl > ATTN_IMPL_WGMMA)
     return attn_errf(err, len, ATTN_EINVAL, "impl=%d must be 0 (mma.sync) or 1 (wgmma)", s->impl);
   if (s->impl != ATTN_IMPL_MMA) {
@@ -363,8 +370,9 @@ int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
   int k = 0;
   if (attn_spec_dv(s) != s->d) k = snprintf(split, sizeof split, " dv=%d", s->dv);
   if (s->split > 1) k += snprintf(split + k, sizeof split - (size_t)k, " split=%d", s->split);
-  snprintf(split + k, sizeof split - (size_t)k, "%s%s%s", s->window ? " window=1" : "", s->softcap ? " softcap=1" : "",
-           s->alibi ? " alibi=1" : "");
+  k += snprintf(split + k, sizeof split - (size_t)k, "%s%s%s", s->window ? " window=1" : "",
+                s->softcap ? " softcap=1" : "", s->alibi ? " alibi=1" : "");
+  if (s->layout) snprintf(split + k, sizeof split - (size_t)k, " layout=%d", s->layout);
   if (s->impl == ATTN_IMPL_WGMMA) strncat(split, " impl=wgmma", sizeof split - strlen(split) - 1);
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
@@ -416,7 +424,7 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
         {"degree", offsetof(attn_spec, degree)}, {"rank", offsetof(attn_spec, rank)},
         {"split", offsetof(attn_spec, split)},   {"dv", offsetof(attn_spec, dv)},
         {"window", offsetof(attn_spec, window)}, {"softcap", offsetof(attn_spec, softcap)},
-        {"alibi", offsetof(attn_spec, alibi)}};
+        {"alibi", offsetof(attn_spec, alibi)},   {"layout", offsetof(attn_spec, layout)}};
     int done = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       if (strcmp(key, ints[i].key) != 0) continue;
@@ -473,9 +481,10 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
     snprintf(dev, sizeof dev, "cpu %s", attn_dtype_name(s->dtype));
   char dv[24] = "";
   if (attn_spec_dv(s) != s->d) snprintf(dv, sizeof dv, " d_v=%d", s->dv);
-  return snprintf(buf, len, "%s d=%d%s Br=%d Bc=%d%s %s%s%s%s%s", attn_algo_name(s->algo), s->d, dv, s->br, s->bc,
-                  extra, dev, s->causal ? " causal" : "", s->window ? " window" : "", s->softcap ? " softcap" : "",
-                  s->alibi ? " alibi" : "");
+  return snprintf(buf, len, "%s d=%d%s Br=%d Bc=%d%s %s%s%s%s%s%s", attn_algo_name(s->algo), s->d, dv, s->br,
+                  s->bc, extra, dev, s->causal ? " causal" : "", s->window ? " window" : "", s->softcap ? " softcap" : "",
+                  s->alibi ? " alibi" : "", s->layout == 1 ? " varlen" : s->layout == 2 ? " paged"
+                  : s->layout == 3 ? " paged packed" : "");
 }
 
 const char *attn_spec_template(const attn_spec *s) {
@@ -540,6 +549,7 @@ char *attn_spec_source(const attn_spec *s, int count_io, char *err, size_t len) 
   if (s->window) sb_add(&b, "#define ATTN_WINDOW 1\n");
   if (s->softcap) sb_add(&b, "#define ATTN_SOFTCAP 1\n");
   if (s->alibi) sb_add(&b, "#define ATTN_ALIBI 1\n");
+  if (s->layout) sb_add(&b, "#define ATTN_LAYOUT %d\n", s->layout);
   if (count_io) sb_add(&b, "#define ATTN_COUNT_IO 1\n");
   sb_add(&b, "%s\n", abi);
   if (s->impl == ATTN_IMPL_WGMMA) {

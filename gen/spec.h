@@ -39,6 +39,10 @@ typedef struct attn_spec {
   int window;           /* sliding window: key blocks outside it skipped, the rest masked */
   int softcap;          /* c·tanh(s/c) on the scaled scores */
   int alibi;            /* -slope_h·|i' - j| on the scores */
+  /* The arrays' layout (CUDA flash only): 0 dense; 1 varlen, 2 paged, 3 paged decode with each KV head's query heads
+   * packed as the rows of a block: the kernels of attn_execute_varlen and attn_execute_paged
+   * (runtime/cuda_serve.c), made from the plan's spec with this set (ATTN_LAYOUT). */
+  int layout;
   int impl;             /* attn_impl: CUDA flash's template (0: mma.sync, flash.cu) */
 } attn_spec;
 
@@ -82,14 +86,15 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
  * " split=N" is written only when split > 1, so that the keys of kernels without it stay what they were; texts
  * without it parse to split 0 (split 1 therefore comes back as 0, which means the same kernel).
  * " window=1", " softcap=1" and " alibi=1" are written only when set (texts of kernels without modifiers are what
- * they were); texts without them parse to 0.
+ * they were); texts without them parse to 0. So is " layout=N" (1 varlen, 2 paged, 3 packed paged decode).
  * " impl=wgmma" is written only for the Hopper template (ATTN_IMPL_WGMMA); texts without it parse to impl 0.
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
 
 /* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1,
- * "cpu f32 unroll=4" when unroll > 0, " window softcap alibi" after causal for the modifiers the kernel applies). */
+ * "cpu f32 unroll=4" when unroll > 0, " window softcap alibi" after causal for the modifiers the kernel applies,
+ * then " varlen", " paged" or " paged packed" for a serving layout's kernel). */
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
 
 /* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.

@@ -701,6 +701,7 @@ ATTN_API void attn_plan_destroy(attn_plan *plan) {
   if (!plan) return;
   attn_runtime *rt = plan->rt;
   if (plan->cpu) attn_cpu_unload(plan->cpu);
+  attn_cuda_serve_release(plan); /* the varlen and paged kernels (cuda_serve.c), before the release too */
   if (plan->cuda) attn_cuda_unload(plan->cuda); /* before the release: it needs the runtime's CUDA context */
   free(plan->alibi);
   free(plan);

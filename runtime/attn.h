@@ -138,8 +138,10 @@ int  attn_execute_backward(const attn_plan *plan, const void *q, const void *k, 
  * n_kv their most rows. q [total_q][heads][d], k [total_kv][heads_kv][d], v [total_kv][heads_kv][d_v], o
  * [total_q][heads][d_v]; sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 (and of k, v by cu_seqlens_kv),
  * both batch + 1 entries from 0, non-decreasing, each length <= n (n_kv). Each sequence is attention on its own (causal
- * bottom-right within it); a sequence with no keys gives zero rows. CPU flash and smallcache plans; lowrank, backward
- * and CUDA plans give ATTN_EUNSUPPORTED. Bad cu_seqlens or NULL pointers: ATTN_EINVAL, and o is not written. */
+ * bottom-right within it); a sequence with no keys gives zero rows. CPU flash and smallcache plans, and CUDA flash
+ * plans (q, k, v, o device pointers, 16-byte aligned; cu_seqlens host arrays; a kernel that reads the rows in place,
+ * waited for); lowrank, backward and CUDA smallcache plans give ATTN_EUNSUPPORTED. Bad cu_seqlens or NULL pointers:
+ * ATTN_EINVAL, and o is not written. */
 int  attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
                          const void *k, const void *v, void *o);
 
@@ -148,7 +150,9 @@ int  attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const i
  * (0..the plan's n_kv, at most max_pages·page_size) keys of sequence b; o [batch][heads][n][d_v]. Causal is
  * bottom-right aligned per sequence; a sequence of length 0 gets zero rows. CPU flash and smallcache plans: each
  * sequence's pages are copied once into contiguous staging (decode moves about 3x the dense kernel's bytes until a
- * kernel reads pages directly). Lowrank, backward and CUDA plans: ATTN_EUNSUPPORTED. Bad input (NULL, page_size < 1,
+ * kernel reads pages directly). CUDA flash plans: q, the pages and o device pointers (16-byte aligned), block_table
+ * and seq_lens_kv host arrays, a kernel that reads the pages in place, waited for. Lowrank, backward and CUDA
+ * smallcache plans: ATTN_EUNSUPPORTED. Bad input (NULL, page_size < 1,
  * a used page index outside 0..num_pages-1, a sequence longer than its pages or n_kv): ATTN_EINVAL, o untouched. */
 int  attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
                         int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o);

@@ -777,3 +777,22 @@ int attn_cuda_copy(attn_runtime *rt, void *dst, const void *src, size_t bytes, i
                                to_device ? "to" : "from", cu_err(c, r));
   return ATTN_OK;
 }
+
+/* ---- serving layouts (runtime/cuda_serve.c): a varlen or paged kernel's launch, waited for. */
+
+int attn_cuda_run_layout(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                         const void *kk, const void *v, void *o, const attn_cuda_kargs *lay, const char *what) {
+  attn_cuda *c = k->cu;
+  attn_cuda_kargs a;
+  attn_cuda_geom g;
+  int rc = prepare(rt, k, p, q, kk, v, o, what, &a, &g);
+  if (rc != ATTN_OK) return rc;
+  a.cu_q = lay->cu_q, a.cu_kv = lay->cu_kv;
+  a.block_table = lay->block_table, a.seq_kv = lay->seq_kv;
+  a.max_pages = lay->max_pages, a.page_size = lay->page_size;
+  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, NULL, "attn_kernel");
+  CUresult r;
+  if (rc == ATTN_OK && (r = c->cuStreamSynchronize(NULL)) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s: attn_kernel failed: %s", what, cu_err(c, r));
+  return rc;
+}

@@ -49,6 +49,9 @@ struct attn_plan {
   attn_cuda_kernel *cuda;
   int backward;            /* attn_plan_create_backward's: spec's tiles, templates/flash_bwd.c's kernel */
   float *alibi;            /* the plan's copy of the ALiBi slopes (p.alibi_slopes points here); NULL without */
+  /* CUDA flash: the varlen, paged and packed paged decode kernels (spec.layout 1, 2, 3), each loaded by the plan's
+   * first call that needs it */
+  _Atomic(attn_cuda_kernel *) serve[3];
 };
 
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale; a window that hides nothing becomes 0);
@@ -135,6 +138,19 @@ int  attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const a
 /* The plan's ALiBi slopes (heads floats) copied to the device, where the kernel's launches read them: once, at plan
  * creation (NULL: none). */
 int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads);
+/* Serving layouts (runtime/cuda_serve.c): attn_execute_varlen and attn_execute_paged of a CUDA plan (their checks,
+ * then the layout's kernel reading the arrays in place), and the release of those kernels (attn_plan_destroy). */
+int  attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
+                              const void *k, const void *v, void *o);
+int  attn_cuda_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
+                             int num_pages, int page_size, const int *block_table, int max_pages,
+                             const int *seq_lens_kv, void *o);
+void attn_cuda_serve_release(attn_plan *plan);
+struct attn_cuda_kargs; /* templates/kernel_abi_cuda.h */
+/* One launch of a layout's kernel (runtime/cuda.c): p's sizes (n, n_kv: the grid's), the layout's device arrays and
+ * sizes from lay (cu_q, cu_kv, block_table, seq_kv, max_pages, page_size; the rest ignored), waited for. */
+int  attn_cuda_run_layout(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                          const void *kk, const void *v, void *o, const struct attn_cuda_kargs *lay, const char *what);
 /* Compiles s into the caches without loading it (the tuner's parallel compiles); thread-safe with its own rt copy. */
 int  attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io);
 int  attn_cuda_was_cached(const attn_cuda_kernel *k);

@@ -66,6 +66,9 @@ ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void
                                 int num_pages, int page_size, const int *block_table, int max_pages,
                                 const int *seq_lens_kv, void *o) {
   if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_paged: plan is NULL");
+  if (plan->cuda) /* runtime/cuda_serve.c */
+    return attn_cuda_execute_paged(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages,
+                                   seq_lens_kv, o);
   int rc = check_args(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages, seq_lens_kv, o);
   if (rc != ATTN_OK) return rc;
   attn_runtime *rt = plan->rt;

@@ -42,7 +42,7 @@ ATTN_API int attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q,
                                  const void *q, const void *k, const void *v, void *o) {
   if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_varlen: plan is NULL");
   attn_runtime *rt = plan->rt;
-  if (plan->cuda) return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_varlen: CUDA plans not yet (CPU only)");
+  if (plan->cuda) return attn_cuda_execute_varlen(plan, cu_seqlens_q, cu_seqlens_kv, q, k, v, o); /* cuda_serve.c */
   if (plan->backward)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "attn_execute_varlen: a backward plan runs only attn_execute_backward");
   if (plan->spec.algo == ATTN_ALGO_LOWRANK)

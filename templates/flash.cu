@@ -93,6 +93,20 @@
 #endif
 #define FA_WIN (ATTN_WINDOW != 0)
 #define FA_MASK (ATTN_CAUSAL || FA_WIN) /* keys hidden by their position */
+/* serving layouts (gen/spec.c defines ATTN_LAYOUT for the specs made for them): 0 dense, 1 varlen, 2 paged, 3 paged
+ * decode with grouped-query packing (FA_PACK: the rows of a block are the query heads of one KV head at the one query
+ * position, so each page is read once per KV head) */
+#ifndef ATTN_LAYOUT
+#define ATTN_LAYOUT 0
+#endif
+#define FA_PAGED (ATTN_LAYOUT >= 2)
+#define FA_PACK (ATTN_LAYOUT == 3)
+/* O's row stride in entries: varlen's rows are heads·d_v apart (fa_state's os) */
+#if ATTN_LAYOUT == 1
+#define FA_OS st.os
+#else
+#define FA_OS FA_DV
+#endif
 
 static_assert(FA_BC % 16 == 0 && FA_S >= 1, "Bc must be a multiple of 16");
 static_assert(FA_W % FA_VS == 0 && FA_DVW % 16 == 0, "d_v's split must give each warp whole 16-column tiles");
@@ -219,6 +233,10 @@ struct fa_mods {
                  * int: a float costs the tensor-core kernels a register they do not have) */
   int lw;       /* window: key c of the key block is hidden from warp row rr when c < lw + rr (clamped to
                  * [-RW, Bc]) */
+#if FA_PACK
+  const float *alp; /* ALiBi: the slopes of the warp's rows (query heads), the first alr + 1 of them valid */
+  int alr;
+#endif
 };
 /* A raw score x of a row at distance |i' - j| = dist from its key, scaled to base 2 and modified (before the mask) */
 __device__ __forceinline__ float fa_mod(float x, float sl2, const fa_mods &md, float dist) {
@@ -234,9 +252,18 @@ __device__ __forceinline__ float fa_mod(float x, float sl2, const fa_mods &md, f
   return v;
 }
 /* ... for warp row rr and key c of the key block */
+#if FA_PACK
+/* packed decode: every row is at the same position i', and row rr is its own query head with its own slope */
+__device__ __forceinline__ float fa_score(float x, float sl2, const fa_mods &md, int rr, int c) {
+  fa_mods m = md;
+  if (ATTN_ALIBI) m.al = md.alp[rr < md.alr ? rr : md.alr] * 1.4426950408889634f;
+  return fa_mod(x, sl2, m, ATTN_ALIBI ? (float)abs(md.ib - c) : 0.0f);
+}
+#else
 __device__ __forceinline__ float fa_score(float x, float sl2, const fa_mods &md, int rr, int c) {
   return fa_mod(x, sl2, md, ATTN_ALIBI ? (float)abs(md.ib + rr - c) : 0.0f);
 }
+#endif
 
 /* Swizzle of a tile whose rows are NC 16-byte chunks (NC even): chunk c of row r is stored at c ^ phase(r), with
  * phase(r) < G = gcd(NC, 8) taken from the row bits that advance the bank group. Any 8 consecutive rows then put
@@ -256,6 +283,39 @@ typedef fa_sw<FA_NCV> fa_swv; /* V tiles, and O staged in the Q buffer */
 template <int NC> __device__ __forceinline__ unsigned fa_elem_off(unsigned r, unsigned c) {
   return fa_sw<NC>::off(r, c / FA_VE) + (c % FA_VE) * FA_ES;
 }
+
+#if ATTN_LAYOUT
+/* Rows of W entries of one sequence in a serving layout (K and V; varlen's Q and O in fa_fix): row j at row(j),
+ * s entries after row j - 1 (varlen), or in slot j % ps of the block table's page j / ps (paged: s entries a slot).
+ * e is an offset in entries as the dense kernel computes it (row * W + column), so that the dense code's
+ * `k + (long long)j0 * FA_D`, `v[(long long)j * FA_DV + c]` and fa_load_block's calls read the layout unchanged. */
+#if FA_PAGED
+/* The block's sequence's row of the block table, the page size and heads_kv (a slot's rows), in shared memory (written by thread 0 before the
+ * first barrier): held in registers across the key loop they cost the kernels at the register limit spills. */
+__shared__ const int *fa_tab;
+__shared__ int fa_ps, fa_hkv;
+#endif
+template <int W> struct fa_rows {
+  fa_elem *p; /* row 0 (paged: page 0's slot 0) of the block's KV head */
+  int s;      /* varlen: heads·W or heads_kv·W (< 2^31: the problem's limits); paged: fa_hkv·W */
+  long long e;
+  __device__ __forceinline__ fa_elem *row(int j) const {
+#if FA_PAGED
+    const unsigned ps = (unsigned)fa_ps, slot = (unsigned)fa_tab[(unsigned)j / ps] * ps + (unsigned)j % ps;
+    return p + (long long)slot * (fa_hkv * W);
+#else
+    return p + (long long)j * s;
+#endif
+  }
+  __device__ __forceinline__ fa_rows operator+(long long x) const {
+    fa_rows r = *this;
+    r.e += x;
+    return r;
+  }
+  __device__ __forceinline__ operator fa_elem *() const { return row((int)(e / W)) + e % W; }
+  __device__ __forceinline__ fa_elem &operator[](long long x) const { return row((int)((e + x) / W))[(e + x) % W]; }
+};
+#endif
 
 /* Rows [0, cols) of a Bc x W block at src (row stride W: d for K, d_v for V) into the tile at dst (NC chunks a row),
  * by all threads; rows [cols, Bc) are zero-filled (src-size 0, with an in-bounds address: the block's first row).
@@ -303,6 +363,35 @@ template <int NC, int W> __device__ __forceinline__ void fa_load_block(unsigned 
     }
   }
 }
+
+#if ATTN_LAYOUT
+/* fa_load_block on a serving layout's rows (src.e / W the block's first): each 16-byte chunk (or element) from its
+ * row's own address; rows [cols, Bc) zero-filled from the block's first row's address */
+template <int NC, int W> __device__ __forceinline__ void fa_load_block(unsigned dst, const fa_rows<W> &src, int cols,
+                                                                       unsigned tid) {
+  typedef fa_sw<NC> sw;
+  const int j0 = (int)(src.e / W);
+  if constexpr (W % FA_VE == 0) {
+    constexpr unsigned NR = W / FA_VE, N = FA_BC * NR, IT = (N + FA_T - 1) / FA_T;
+    /* rolled: an unrolled loop keeps every copy's row address live at once (spills on sm_90) */
+#pragma unroll 1
+    for (unsigned it = 0; it < IT; it++) {
+      const unsigned idx = tid + it * FA_T;
+      if (N % FA_T == 0 || idx < N) {
+        const unsigned r = idx / NR, c = idx % NR;
+        const bool ok = (int)r < cols;
+        fa_cp16(dst + sw::off(r, c), src.row(j0 + (ok ? (int)r : 0)) + c * FA_VE, ok ? 16 : 0);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (unsigned idx = tid; idx < FA_BC * W; idx += FA_T) {
+      const unsigned r = idx / W, c = idx % W;
+      fa_st_elem(dst + fa_elem_off<NC>(r, c), (int)r < cols ? src.row(j0 + (int)r)[c] : (fa_elem)0);
+    }
+  }
+}
+#endif
 
 /* The padded columns of the Q buffer and of every K and V buffer, zeroed once (never loaded again); the caller
  * synchronizes the block after it. */
@@ -371,16 +460,50 @@ __device__ __forceinline__ void fa_load_q(unsigned sq, const fa_elem *q, int row
 #endif
 }
 
+#if ATTN_LAYOUT == 1
+/* fa_load_q for varlen's Q, whose rows are qs entries apart */
+__device__ __forceinline__ void fa_load_q_rows(unsigned sq, const fa_elem *q, long long qs, int rows, unsigned wr0,
+                                               unsigned ql) {
+  constexpr unsigned QT = 32 * FA_VS;
+#if FA_AD
+  constexpr unsigned NR = FA_D / FA_VE, N = FA_RW * NR;
+#pragma unroll 1
+  for (unsigned idx = ql; idx < N; idx += QT) {
+    const unsigned r = wr0 + idx / NR, c = idx % NR;
+    const bool ok = (int)r < rows;
+    fa_cp16(sq + fa_swt::off(r, c), q + (ok ? r * qs + c * FA_VE : 0), ok ? 16 : 0);
+  }
+#else
+#pragma unroll 1
+  for (unsigned idx = ql; idx < FA_RW * FA_D; idx += QT) {
+    const unsigned r = wr0 + idx / FA_D, c = idx % FA_D;
+    fa_st_elem(sq + fa_elem_off<FA_NC>(r, c), (int)r < rows ? q[r * qs + c] : (fa_elem)0);
+  }
+#endif
+}
+#endif
+
 /* Keys [low, lim) of a key block (relative to its first key j0) are visible to row rr of the warp: lim = min(cols,
  * lb + rr) with lb = (last key the warp's first row sees) + 1 - j0, clamped to [-RW, Bc]; lim <= 0 hides them all;
  * low = lw + rr (fa_mods) in a windowed kernel, else 0. */
+#if FA_PACK
+/* packed decode: the rows' keys do not move with the row */
+__device__ __forceinline__ int fa_limit(int cols, int lb, int) { return FA_MASK ? min(cols, lb) : cols; }
+__device__ __forceinline__ int fa_low(const fa_mods &md, int) { return FA_WIN ? md.lw : 0; }
+#else
 __device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return FA_MASK ? min(cols, lb + rr) : cols; }
 __device__ __forceinline__ int fa_low(const fa_mods &md, int rr) { return FA_WIN ? md.lw + rr : 0; }
+#endif
 
 /* Tile row r sees a key iff r + ev >= 0: ev = i' of the block's first row (causal), that + w - 1 (a window, not
  * causal), clamped to [-Br - 1, 0]; a row that sees none outputs zeros (0 * O, and fa_fix where O is NaN from a
  * hidden key's V row). */
+#if ATTN_LAYOUT
+/* ... and in a serving layout also where a sequence has no key (ev = -Br - 1) */
+__device__ __forceinline__ bool fa_sees(int r, int ev) { return (FA_PACK ? 0 : r) + ev >= 0; }
+#else
 __device__ __forceinline__ bool fa_sees(int r, int ev) { return !FA_MASK || r + ev >= 0; }
+#endif
 /* attn_execute_lse's lse of a row (natural log) from its running max m (base-2 scores) and sum l: -inf for a row
  * that sees no key, and where every visible score is -inf (l = 0) */
 __device__ __forceinline__ float fa_lse(float m, float l, bool sees) {
@@ -396,6 +519,11 @@ __device__ __forceinline__ bool fa_nonfinite(float x) { return (__float_as_uint(
 #define FA_KT (FA_DP / 16) /* 16-deep k-steps of S = Q K^T */
 /* Q's fragments stay in registers when O, S and Q fit comfortably (fp32 words per thread); else they are read from
  * shared memory at every k-step. */
+/* the serving layouts address each block's rows through strides or the block table: a few registers more than the
+ * dense kernel has to spare where Q's fragments stay in registers at the limit (sm_90, f16 d = 64 causal) */
+#if ATTN_LAYOUT && !defined(FA_QREGS)
+#define FA_QREGS (FA_MT * (FA_DVW / 2 + FA_BC / 2 + FA_DP / 4) <= 128)
+#endif
 #ifndef FA_QREGS
 #define FA_QREGS (FA_MT * (FA_DVW / 2 + FA_BC / 2 + FA_DP / 4) <= 160)
 #endif
@@ -413,6 +541,9 @@ struct fa_state {
 #endif
   /* per-lane byte offsets of the ldmatrix rows and of the XOR-ed chunk pairs (see fa_sw) */
   unsigned rq, rk, rv; /* row part plus the chunk part of step 0: Q, K and V lane patterns */
+#if ATTN_LAYOUT == 1
+  long long os; /* FA_OS */
+#endif
 };
 struct fa_scores {
   float s[FA_MT][FA_NT][4];
@@ -578,7 +709,9 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
   const int g = lane >> 2, t = lane & 3;
   bool bad = false;
   fa_wait<0>();
-  if (FA_VS > 1 || FA_NCV > FA_NC) __syncthreads(); /* the other warps of the row group are done reading Q */
+  /* the other warps of the row group are done reading Q; a serving layout's block may load no key block (a sequence
+   * with no key), so nothing else orders the other warps' Q rows before this warp's O where their strides differ */
+  if (FA_VS > 1 || FA_NCV > FA_NC || (ATTN_LAYOUT && FA_NCV != FA_NC)) __syncthreads();
   else __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < FA_MT; mt++)
@@ -610,7 +743,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       const unsigned idx = lane + 32 * it;
       const unsigned r = wr0 + idx / FA_DT, c = cg * FA_DT + idx % FA_DT;
       if ((FA_RW * FA_DT % 32 == 0 || idx < FA_RW * FA_DT) && (int)r < rows && (NR == FA_NCV || (int)c < NR))
-        *(uint4 *)(o + (long long)r * FA_DV + c * FA_VE) = *(const uint4 *)(smem + fa_swv::off(r, c));
+        *(uint4 *)(o + (long long)r * FA_OS + c * FA_VE) = *(const uint4 *)(smem + fa_swv::off(r, c));
     }
   }
 #else
@@ -622,7 +755,7 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
       if ((int)r < rows && (int)c < FA_DV) {
         fa_elem x;
         fa_ld_elem(sb + fa_elem_off<FA_NCV>(r, c), x);
-        o[(long long)r * FA_DV + c] = x;
+        o[(long long)r * FA_OS + c] = x;
       }
     }
   }
@@ -645,6 +778,9 @@ struct fa_state {
   float4 o[FA_TM][FA_TO]; /* row ry + RL*i, d chunk cx + CL*j */
   float m[FA_TM], l[FA_TM];
   int ry, cx;
+#if ATTN_LAYOUT == 1
+  long long os; /* FA_OS */
+#endif
 };
 struct fa_scores {
   float s[FA_TM][FA_TS]; /* row ry + RL*i, key cx + CL*j */
@@ -783,12 +919,12 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
         const int ch = st.cx + FA_CL * j;
         if (FA_ADV) {
           if (FA_DVP == FA_DV || ch < FA_DV / 4)
-            *(float4 *)(o + (long long)r * FA_DV + ch * 4) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+            *(float4 *)(o + (long long)r * FA_OS + ch * 4) = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
         } else {
           const float x[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
 #pragma unroll
           for (int e = 0; e < 4; e++)
-            if (ch * 4 + e < FA_DV) o[(long long)r * FA_DV + ch * 4 + e] = x[e];
+            if (ch * 4 + e < FA_DV) o[(long long)r * FA_OS + ch * 4 + e] = x[e];
         }
       }
       bad |= fa_nonfinite(chk);
@@ -845,13 +981,45 @@ __device__ __forceinline__ float fa_dot(const fa_elem *q, const fa_elem *k, int 
  * again in fp32 over the keys the row sees, with the score modifiers, from global memory (not counted: the I/O
  * model is for finite inputs). Everything is derived again from the arguments, as attn_kernel derives it, so that
  * nothing stays live across the key loop. */
+#if ATTN_LAYOUT == 0
 __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa_elem *v, fa_elem *o, int n,
                                     int n_kv, long long heads, long long heads_kv, float scale, int w, float cap,
                                     const float *alibi) {
+#else
+/* serving layouts: the block's sequence as attn_kernel found it (q, o at the block's first row, k, v at the
+ * sequence's first key, i0 and rows its query block; varlen's q and o as rows heads·d, heads·d_v apart) */
+#if ATTN_LAYOUT == 1
+typedef fa_rows<FA_D> fa_qrows;
+typedef fa_rows<FA_DV> fa_orows;
+#else
+typedef const fa_elem *fa_qrows;
+typedef fa_elem *fa_orows;
+#endif
+/* (scalars, not the row structs, which a noinline call passes through the stack; alibi: the block's head's slope) */
+__device__ __noinline__ void fa_fix(const fa_elem *qp, fa_elem *kp, fa_elem *vp, fa_elem *op, int n, int n_kv, int i0,
+                                    long long heads, long long heads_kv, float scale, int w, float cap,
+                                    const float *alibi) {
+  const int rows = n - i0 < FA_BR ? n - i0 : FA_BR;
+  const long long bh = 0; /* alibi[bh % heads]: the head's slope */
+#if ATTN_LAYOUT == 1
+  fa_qrows q;
+  fa_orows o;
+  q.p = (fa_elem *)qp, q.s = (int)heads * FA_D, q.e = 0;
+  o.p = op, o.s = (int)heads * FA_DV, o.e = 0;
+#else
+  const fa_elem *q = qp;
+  fa_elem *o = op;
+#endif
+  fa_rows<FA_D> k;
+  fa_rows<FA_DV> v;
+  k.p = kp, k.s = (int)heads_kv * FA_D, k.e = 0;
+  v.p = vp, v.s = (int)heads_kv * FA_DV, v.e = 0;
+#endif
   constexpr int CPL = (FA_DVW + 31) / 32; /* columns of the warp's group per lane */
   const int lane = threadIdx.x & 31, wr0 = (threadIdx.x >> 5) / FA_VS * FA_RW;
   /* the warp's columns of O: [c0, cend) */
   const int c0 = (threadIdx.x >> 5) % FA_VS * FA_DVW, cend = c0 + FA_DVW < FA_DV ? c0 + FA_DVW : FA_DV;
+#if ATTN_LAYOUT == 0
   const int nqb = (n - 1) / FA_BR + 1;
   const long long bh = blockIdx.x / nqb;
   const int qb = (int)(blockIdx.x % nqb), i0 = (ATTN_CAUSAL ? nqb - 1 - qb : qb) * FA_BR;
@@ -862,6 +1030,7 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   o += (bh * n + i0) * FA_DV;
   k += kvh * n_kv * FA_D;
   v += kvh * n_kv * FA_DV;
+#endif
   const float sl2 = scale * 1.4426950408889634f;
   fa_mods md;
   md.ci = ATTN_SOFTCAP ? scale / cap : 0.0f;
@@ -869,14 +1038,20 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
   md.al = ATTN_ALIBI ? alibi[bh % heads] * 1.4426950408889634f : 0.0f;
   md.ib = 0, md.lw = 0;
   w = FA_WIN ? (w > 0 ? w : 0x7fffffff) : 0;
+#if FA_PACK
+  const long long e0 = (long long)n_kv - 1; /* i' of every row: packed decode's rows are query heads */
+  const long long rs = 0;                   /* i' of row r is e0 + rs * r */
+#else
   const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
+  const long long rs = 1;
+#endif
   /* row r (from the block's first) sees keys [lo, hi) clamped to [0, n_kv] */
   const auto lo_of = [&](long long r) -> int {
-    const long long x = FA_WIN ? e0 + r - w + 1 : 0;
+    const long long x = FA_WIN ? e0 + rs * r - w + 1 : 0;
     return x < 0 ? 0 : x < n_kv ? (int)x : n_kv;
   };
   const auto hi_of = [&](long long r) -> int {
-    const long long x = ATTN_CAUSAL ? e0 + r + 1 : e0 + r + w;
+    const long long x = ATTN_CAUSAL ? e0 + rs * r + 1 : e0 + rs * r + w;
     return x < 0 ? 0 : x < n_kv ? (int)x : n_kv;
   };
   /* the keys loaded: whole blocks from the one holding the first row's lowest key through the last row's highest */
@@ -916,7 +1091,10 @@ __device__ __noinline__ void fa_fix(const fa_elem *q, const fa_elem *k, const fa
     }
     if (!__any_sync(0xffffffffu, any)) continue;
     const fa_elem *qrow = q + (long long)r * FA_D;
-    const long long ip = e0 + r; /* i' */
+    const long long ip = e0 + rs * r; /* i' */
+#if FA_PACK
+    if (ATTN_ALIBI) md.al = alibi[r] * 1.4426950408889634f; /* the row's query head's slope */
+#endif
     float m = FA_NEG_INF;
     for (int j = lo; j < hi; j++)
       m = fmaxf(m, fa_mod(fa_dot(qrow, k + (long long)j * FA_D, lane), sl2, md, (float)llabs(ip - j)));
@@ -962,6 +1140,7 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
   extern __shared__ __align__(16) unsigned char attn_smem[];
   if ((long long)blockIdx.x < a.grid_items) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if ATTN_LAYOUT == 0
     const int n = (int)a.n, n_kv = (int)a.n_kv; /* both < 2^31 (gen/launch.c) */
     const int nqb = (n - 1) / FA_BR + 1; /* n >= 1; n + Br - 1 could overflow */
     const long long bh = blockIdx.x / nqb;
@@ -974,12 +1153,51 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     const fa_elem *q = (const fa_elem *)a.q + (bh * n + i0) * FA_D;
     const fa_elem *k = (const fa_elem *)a.k + (b * heads_kv + hk) * n_kv * FA_D;
     const fa_elem *v = (const fa_elem *)a.v + (b * heads_kv + hk) * n_kv * FA_DV;
+#else
+    /* A serving layout: the grid is the dense one's for a.n, the longest sequence's rows; the blocks past their own
+     * sequence's rows exit at once (the whole block: no barrier is skipped). n and n_kv are the sequence's. */
+    const int nqb = ((int)a.n - 1) / FA_BR + 1;
+    const long long bh = blockIdx.x / nqb;
+    const long long heads = a.heads, heads_kv = a.heads_kv > 0 ? a.heads_kv : a.heads;
+    const long long b = bh / heads, hk = (bh % heads) / (heads / heads_kv);
+#if ATTN_LAYOUT == 1
+    const int q0 = a.cu_q[b], k0 = a.cu_kv[b];
+    const int n = a.cu_q[b + 1] - q0, n_kv = a.cu_kv[b + 1] - k0;
+#else
+    const int n = (int)a.n, n_kv = a.seq_kv[b];
+#endif
+    int qb = blockIdx.x % nqb;
+    if (qb * FA_BR >= n) return;
+    if (ATTN_CAUSAL) qb = (n - 1) / FA_BR - qb; /* heaviest first */
+    const int i0 = qb * FA_BR;
+    const int rows = n - i0 < FA_BR ? n - i0 : FA_BR;
+    fa_rows<FA_D> k;
+    fa_rows<FA_DV> v;
+    k.s = (int)heads_kv * FA_D, v.s = (int)heads_kv * FA_DV;
+    k.e = v.e = 0;
+#if ATTN_LAYOUT == 1
+    /* q [total_q][heads][d], k [total_kv][heads_kv][d], v [total_kv][heads_kv][d_v] */
+    const fa_elem *q = (const fa_elem *)a.q + (((long long)q0 + i0) * heads + bh % heads) * FA_D;
+    k.p = (fa_elem *)a.k + ((long long)k0 * heads_kv + hk) * FA_D;
+    v.p = (fa_elem *)a.v + ((long long)k0 * heads_kv + hk) * FA_DV;
+#else
+    /* q [batch][heads][n][d]; pages [num_pages][page_size][heads_kv][d or d_v] */
+    const fa_elem *q = (const fa_elem *)a.q + (bh * n + i0) * FA_D;
+    k.p = (fa_elem *)a.k + hk * FA_D, v.p = (fa_elem *)a.v + hk * FA_DV;
+    if (tid == 0) fa_tab = a.block_table + b * a.max_pages, fa_ps = a.page_size, fa_hkv = (int)heads_kv;
+    __syncthreads(); /* fa_tab, fa_ps and fa_hkv before any load */
+#endif
+#endif
     const float sl2 = a.scale * 1.4426950408889634f; /* scores in base 2 */
     /* the warp's row group and column group of O (VS warps share rows) */
     const int cg = FA_VS == 1 ? 0 : warp % FA_VS, rg = FA_VS == 1 ? warp : warp / FA_VS;
     const int wr0 = rg * FA_RW; /* the warp's first row in the block */
 
+#if FA_PACK
+    const long long e0 = (long long)n_kv - 1; /* i' of every row (the one query of each query head) */
+#else
     const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
+#endif
     /* a windowed kernel given no window (0: one that hides nothing) runs as if the window were 2^31 - 1 */
     const int w = FA_WIN ? (a.window > 0 ? a.window : 0x7fffffff) : 0;
     /* keys visible to some row of the block: [jlo, L); L = min(n_kv, max(0, e0 + rows)) causal, min(n_kv, max(0,
@@ -994,6 +1212,12 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       const long long e = e0 - w + 1;
       jlo = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
     }
+#if FA_PACK
+    if (FA_MASK) { /* one position: the block's rows see the keys of its first */
+      const long long e = ATTN_CAUSAL ? e0 + 1 : e0 + w;
+      L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
+    }
+#endif
     const int jb0 = jlo / FA_BC, nb = L > jlo ? (L - 1) / FA_BC + 1 : jb0;
     /* Last key visible to the warp's first row, clamped to [-RW-1, n_kv-1] (the same masks, and 32 bits): key
      * block j0 hides a key from some row of the warp above the row's keys iff j0 > diag - Bc + 1 (the first row sees
@@ -1005,14 +1229,29 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       const long long dg = e0 + wr0 + (ATTN_CAUSAL ? 0 : w - 1);
       diag = dg < -FA_RW - 1 ? -FA_RW - 1 : dg < n_kv - 1 ? (int)dg : n_kv - 1;
     }
+#if FA_PACK
+    if (FA_MASK) { /* every row at e0 */
+      const long long dg = e0 + (ATTN_CAUSAL ? 0 : w - 1);
+      diag = dg < -FA_RW - 1 ? -FA_RW - 1 : dg < n_kv - 1 ? (int)dg : n_kv - 1;
+    }
+    const long long lwl = e0 - w + 1;
+    const int lw0 = lwl < -FA_RW ? -FA_RW : (int)lwl, ew = (int)e0;
+#else
     /* the warp's first row: its lowest visible key (clamped below at -RW: the masks are the same) and i' */
     const long long lwl = e0 + wr0 - w + 1;
     const int lw0 = lwl < -FA_RW ? -FA_RW : (int)lwl, ew = (int)(e0 + wr0); /* both <= n_kv + Br */
+#endif
     fa_mods md;
     md.ci = ATTN_SOFTCAP ? a.scale / a.softcap : 0.0f;
     md.co = ATTN_SOFTCAP ? a.softcap * 1.4426950408889634f : 0.0f;
     md.al = ATTN_ALIBI ? a.alibi[bh % heads] * 1.4426950408889634f : 0.0f;
     md.ib = 0, md.lw = 0;
+#if FA_PACK
+    /* the warp's rows' slopes: query heads hk·G + i0 + wr0 .., G = n; a warp without rows reads head 0's */
+    md.alr = rows - 1 - wr0;
+    md.alp = a.alibi + (md.alr >= 0 ? hk * n + i0 + wr0 : 0);
+    if (md.alr < 0) md.alr = 0;
+#endif
 
     const unsigned sbase = fa_saddr(attn_smem);
     fa_state st;
@@ -1023,7 +1262,12 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       fa_zero_pads(sbase, tid);
       __syncthreads(); /* before any warp reads its tiles */
     }
+#if ATTN_LAYOUT == 1
+    st.os = heads * FA_DV;
+    fa_load_q_rows(sbase, q, heads * FA_D, rows, wr0, cg * 32 + lane);
+#else
     fa_load_q(sbase, q, rows, wr0, cg * 32 + lane);
+#endif
     ATTN_CIO_READ((long long)rows * FA_D);
     fa_commit();
 
@@ -1115,13 +1359,23 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     }
 #endif
 
+#if ATTN_LAYOUT == 1
+    fa_elem *o = (fa_elem *)a.o + (((long long)q0 + i0) * heads + bh % heads) * FA_DV; /* [total_q][heads][d_v] */
+#else
     fa_elem *o = (fa_elem *)a.o + (bh * n + i0) * FA_DV;
+#endif
     int ev = 0; /* tile row r sees keys iff r + ev >= 0 (fa_sees) */
     {
       const long long e = e0 + (ATTN_CAUSAL ? 0 : w - 1);
       ev = e < -FA_BR - 1 ? -FA_BR - 1 : e < 0 ? (int)e : 0;
     }
+#if ATTN_LAYOUT
+    if (!FA_MASK) ev = 0;          /* every row sees every key ... */
+    if (n_kv == 0) ev = -FA_BR - 1; /* ... but in a sequence with no key: zero rows */
+    float *lse = nullptr;
+#else
     float *lse = a.lse ? a.lse + bh * n + i0 : nullptr; /* attn_execute_lse */
+#endif
 #if ATTN_DTYPE == 0
     fa_wait<0>();
     const bool bad = fa_epilogue(st, o, rows, wr0, ev, lse);
@@ -1129,10 +1383,15 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     const bool bad = fa_epilogue(st, attn_smem, o, rows, wr0, ev, lane, cg, lse);
 #endif
     ATTN_CIO_WRITE((long long)rows * FA_DV);
-#if FA_MASK
+#if FA_MASK && ATTN_LAYOUT == 0
     if (__any_sync(0xffffffffu, bad))
       fa_fix((const fa_elem *)a.q, (const fa_elem *)a.k, (const fa_elem *)a.v, (fa_elem *)a.o, (int)a.n, (int)a.n_kv,
              a.heads, a.heads_kv, a.scale, a.window, a.softcap, a.alibi);
+#elif FA_MASK
+    if (__any_sync(0xffffffffu, bad)) {
+      fa_fix(q, k.p, v.p, o, n, n_kv, i0, heads, heads_kv, a.scale, a.window, a.softcap,
+             ATTN_ALIBI ? a.alibi + (FA_PACK ? hk * n + i0 : bh % heads) : a.alibi);
+    }
 #else
     (void)bad;
 #endif

@@ -28,7 +28,22 @@ typedef struct attn_cuda_kargs {
   int window;              /* > 0 in a windowed kernel */
   float softcap;           /* > 0 in a soft-capping kernel */
   float *lse;              /* flash: NULL, or [batch][heads][n] fp32 written with O (attn_execute_lse) */
+#if !(defined(__CUDACC__) || defined(__CUDACC_RTC__)) || defined(ATTN_LAYOUT)
+  /* Serving layouts (flash built with ATTN_LAYOUT; runtime/cuda_serve.c), device arrays of ints. Only the kernels
+   * built for them declare these fields: the dense kernels' parameters (and PTX) are the fields above, a prefix of
+   * the host's struct (ATTN_CUDA_KARGS_DENSE_BYTES).
+   *   varlen (1): q [total_q][heads][d], k [total_kv][heads_kv][d], v [total_kv][heads_kv][d_v], o [total_q][heads]
+   *     [d_v]; cu_q, cu_kv: batch + 1 cumulative lengths each; n, n_kv the longest sequence's.
+   *   paged (2): q, o as dense; k, v pages [num_pages][page_size][heads_kv][d or d_v]; block_table [batch]
+   *     [max_pages] of page indices; seq_kv[b]: sequence b's keys (n_kv: the most). */
+  const int *cu_q, *cu_kv;
+  const int *block_table, *seq_kv;
+  int max_pages, page_size;
+#endif
 } attn_cuda_kargs;
+#if !(defined(__CUDACC__) || defined(__CUDACC_RTC__))
+#define ATTN_CUDA_KARGS_DENSE_BYTES __builtin_offsetof(attn_cuda_kargs, cu_q)
+#endif
 
 /* Head dimensions that are not multiples of the templates' granularity are padded at compile time: the padded
  * columns live only in shared memory (zero-filled, never read from or written to global memory).

@@ -472,7 +472,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   a.consts = (void *)(uintptr_t)dcon;
   if (g->consts > 0) { /* as the runtime: once, with q, k, v, o, scratch and io NULL */
     const ptx_launch_cfg ic = {.grid = g->init_grid, .block = g->init_block, .dyn_smem = 0, .order = order};
-    if (ptx_launch(x, "attn_init", &ic, &a, sizeof a, err, sizeof err)) {
+    if (ptx_launch(x, "attn_init", &ic, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err, sizeof err)) {
       FAIL("%s: attn_init: %s", what, err);
       goto out;
     }
@@ -482,7 +482,7 @@ static long emu_exec(const ptx_module *m, int counting, const attn_problem *p, c
   a.scratch = (void *)(uintptr_t)dscr;
   a.io = (unsigned long long *)(uintptr_t)dio;
   const ptx_launch_cfg kc = {.grid = g->grid, .block = g->block, .dyn_smem = (uint64_t)g->smem, .order = order};
-  if (ptx_launch(x, "attn_kernel", &kc, &a, sizeof a, err, sizeof err)) {
+  if (ptx_launch(x, "attn_kernel", &kc, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err, sizeof err)) {
     FAIL("%s: attn_kernel: %s", what, err);
     goto out;
   }

@@ -1,0 +1,220 @@
+/* cuda_serve.c: attn_execute_varlen and attn_execute_paged on CUDA plans. The plan's flash spec is built again with
+ * a serving layout (spec.layout, ATTN_LAYOUT in templates/flash.cu) whose kernel reads the packed rows or the pages
+ * in place: no staging copy of Q, K, V or O. Each layout's kernel is loaded by the plan's first call of it and kept
+ * until the plan is destroyed. cu_seqlens, the block table and the lengths are host arrays (attn.h): they are checked
+ * here, as on the CPU, before anything is launched, then copied into device memory allocated for the call. */
+#include <stdint.h>
+#include <string.h>
+#include "internal.h"
+#include "kernel_abi_cuda.h"
+
+/* The plan's spec for a serving layout in templates/flash.cu (the layouts are that template's): its tiles, modifiers
+ * and arch, every other field zero; where those tiles are not flash.cu's (a spec of another CUDA flash template), the
+ * default tiles for the plan's shape. */
+static void serve_spec(const attn_spec *p, int layout, attn_spec *s) {
+  memset(s, 0, sizeof *s);
+  s->algo = ATTN_ALGO_FLASH, s->target = ATTN_TARGET_CUDA, s->dtype = p->dtype;
+  s->d = p->d, s->dv = p->dv, s->causal = p->causal;
+  s->br = p->br, s->bc = p->bc, s->warps = p->warps, s->stages = p->stages;
+  memcpy(s->arch, p->arch, sizeof s->arch);
+  s->window = p->window, s->softcap = p->softcap, s->alibi = p->alibi;
+  s->layout = layout;
+  char err[256];
+  if (attn_spec_check(s, err, sizeof err) != ATTN_OK) {
+    *s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
+    s->dv = p->dv;
+    attn_spec_fit(s, NULL, 0); /* a failure shows at the load, with the limit named */
+    memcpy(s->arch, p->arch, sizeof s->arch);
+    s->window = p->window, s->softcap = p->softcap, s->alibi = p->alibi;
+    s->layout = layout;
+  }
+}
+
+/* The plan's kernel for layout 1 (varlen), 2 (paged) or 3 (paged decode, query heads packed), loaded once; two threads that race both load, one keeps
+ * its kernel and the other unloads its own. */
+static int serve_kernel(const attn_plan *plan, int layout, const char *what, attn_cuda_kernel **out) {
+  /* the plan is const to the caller; its serve slots are a cache filled by the first call */
+  _Atomic(attn_cuda_kernel *) *slot = &((attn_plan *)(uintptr_t)plan)->serve[layout - 1];
+  attn_cuda_kernel *k = atomic_load(slot);
+  if (k) {
+    *out = k;
+    return ATTN_OK;
+  }
+  attn_runtime *rt = plan->rt;
+  attn_spec s;
+  serve_spec(&plan->spec, layout, &s);
+  int rc = attn_cuda_load(rt, &s, 0, &k);
+  if (rc == ATTN_OK && plan->alibi && (rc = attn_cuda_set_alibi(rt, k, plan->alibi, plan->p.heads)) != ATTN_OK)
+    attn_cuda_unload(k);
+  if (rc != ATTN_OK) return attn_fail(rt, rc, "%s: its kernel: %s", what, attn_last_error(rt));
+  attn_cuda_kernel *none = NULL;
+  if (!atomic_compare_exchange_strong(slot, &none, k)) {
+    attn_cuda_unload(k);
+    k = none;
+  }
+  *out = k;
+  return ATTN_OK;
+}
+
+void attn_cuda_serve_release(attn_plan *plan) {
+  for (int i = 0; i < 3; i++) {
+    attn_cuda_kernel *k = atomic_exchange(&plan->serve[i], NULL);
+    if (k) attn_cuda_unload(k);
+  }
+}
+
+/* What both calls refuse before looking at their arrays: a backward plan, and the kernels without these layouts. */
+static int check_plan(const attn_plan *plan, const char *what) {
+  if (plan->backward)
+    return attn_fail(plan->rt, ATTN_EUNSUPPORTED, "%s: a backward plan runs only attn_execute_backward", what);
+  if (plan->spec.algo != ATTN_ALGO_FLASH)
+    return attn_fail(plan->rt, ATTN_EUNSUPPORTED, "%s: CUDA %s has no varlen or paged kernel (CUDA flash has)", what,
+                     attn_algo_name(plan->spec.algo));
+  return ATTN_OK;
+}
+
+/* Host ints to device memory allocated for the call: parts[i] (count[i] ints each) one after the other. */
+static int ints_to_device(attn_runtime *rt, const int *const *parts, const size_t *count, int nparts, int **dev,
+                          size_t *offsets) {
+  size_t total = 0;
+  for (int i = 0; i < nparts; i++) offsets[i] = total, total += count[i];
+  void *d = NULL;
+  int rc = attn_cuda_alloc(rt, total * sizeof(int), &d);
+  for (int i = 0; i < nparts && rc == ATTN_OK; i++)
+    rc = attn_cuda_copy(rt, (int *)d + offsets[i], parts[i], count[i] * sizeof(int), 1);
+  if (rc != ATTN_OK) {
+    attn_cuda_free(rt, d);
+    return rc;
+  }
+  *dev = d;
+  return ATTN_OK;
+}
+
+/* A valid cu_seqlens: batch + 1 entries from 0, non-decreasing, each length <= most; the longest in *longest (the
+ * CPU's checks and words, runtime/varlen.c). */
+static int check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest) {
+  if (!cu) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s is NULL", name);
+  if (cu[0] != 0) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s[0] is %d, not 0", name, cu[0]);
+  *longest = 0;
+  for (int b = 0; b < batch; b++) {
+    const long len = (long)cu[b + 1] - cu[b];
+    if (len < 0)
+      return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s decreases at %d (%d then %d)", name, b + 1, cu[b],
+                       cu[b + 1]);
+    if (len > most)
+      return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: sequence %d has %ld rows in %s, above the plan's %d",
+                       b, len, name, most);
+    if (len > *longest) *longest = len;
+  }
+  return ATTN_OK;
+}
+
+int attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
+                             const void *k, const void *v, void *o) {
+  const char *what = "attn_execute_varlen";
+  attn_runtime *rt = plan->rt;
+  int rc = check_plan(plan, what);
+  if (rc != ATTN_OK) return rc;
+  if (!q || !k || !v || !o)
+    return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, !q ? "q" : !k ? "k" : !v ? "v" : "o");
+  const attn_problem *p = &plan->p;
+  long max_q, max_kv;
+  rc = check_cu(rt, "cu_seqlens_q", cu_seqlens_q, p->batch, p->n, &max_q);
+  if (rc == ATTN_OK) rc = check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
+  if (rc != ATTN_OK) return rc;
+  if (max_q == 0) return ATTN_OK; /* no query row: nothing to write */
+  attn_cuda_kernel *kern;
+  if ((rc = serve_kernel(plan, 1, what, &kern)) != ATTN_OK) return rc;
+  const size_t nb = (size_t)p->batch + 1;
+  const int *parts[2] = {cu_seqlens_q, cu_seqlens_kv};
+  const size_t count[2] = {nb, nb};
+  size_t off[2];
+  int *dev = NULL;
+  if ((rc = ints_to_device(rt, parts, count, 2, &dev, off)) != ATTN_OK) return rc;
+  /* the grid is the dense one's for the longest sequence's rows; its blocks past their own sequence exit */
+  attn_problem g = *p;
+  g.n = (int)max_q;
+  g.n_kv = max_kv > 0 ? (int)max_kv : 1;
+  attn_cuda_kargs lay;
+  memset(&lay, 0, sizeof lay);
+  lay.cu_q = dev + off[0];
+  lay.cu_kv = dev + off[1];
+  rc = attn_cuda_run_layout(rt, kern, &g, q, k, v, o, &lay, what);
+  attn_cuda_free(rt, dev);
+  return rc;
+}
+
+/* Every argument checked before anything is launched (the CPU's checks and words, runtime/paged.c). */
+static int check_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
+                       int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o,
+                       long *longest) {
+  attn_runtime *rt = plan->rt;
+  const char *what = "attn_execute_paged";
+  const char *null = !q ? "q" : !k_pages ? "k_pages" : !v_pages ? "v_pages" : !block_table ? "block_table"
+                   : !seq_lens_kv ? "seq_lens_kv" : !o ? "o" : NULL;
+  if (null) return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, null);
+  int rc = check_plan(plan, what);
+  if (rc != ATTN_OK) return rc;
+  if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
+  if (plan->p.page_size > 0 && page_size != plan->p.page_size)
+    return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d, but the plan was made for pages of %d", what, page_size,
+                     plan->p.page_size);
+  if (num_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: num_pages %d is not >= 1", what, num_pages);
+  if (max_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: max_pages %d is not >= 1", what, max_pages);
+  const attn_problem *p = &plan->p;
+  *longest = 0;
+  for (int b = 0; b < p->batch; b++) {
+    const long len = seq_lens_kv[b];
+    if (len < 0) return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has length %ld < 0", what, b, len);
+    if (len > p->n_kv)
+      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than the plan's n_kv %d", what, b, len,
+                       p->n_kv);
+    if (len > (long)max_pages * page_size)
+      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than its %d pages of %d hold", what, b,
+                       len, max_pages, page_size);
+    const long used = (len + page_size - 1) / page_size;
+    for (long i = 0; i < used; i++) {
+      const int page = block_table[(size_t)b * max_pages + i];
+      if (page < 0 || page >= num_pages)
+        return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d's page %ld is %d, outside the cache's 0..%d", what, b, i,
+                         page, num_pages - 1);
+    }
+    if (len > *longest) *longest = len;
+  }
+  return ATTN_OK;
+}
+
+int attn_cuda_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
+                            int num_pages, int page_size, const int *block_table, int max_pages,
+                            const int *seq_lens_kv, void *o) {
+  const char *what = "attn_execute_paged";
+  attn_runtime *rt = plan->rt;
+  long longest = 0;
+  int rc = check_paged(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages, seq_lens_kv, o,
+                       &longest);
+  if (rc != ATTN_OK) return rc;
+  const attn_problem *p = &plan->p;
+  /* decode with grouped-query heads: a block's rows are the query heads of one KV head, each page read once per KV
+   * head (the kernel's grid and heads are the KV heads', its n the query heads of each) */
+  const int packed = p->n == 1 && p->heads > p->heads_kv;
+  attn_cuda_kernel *kern;
+  if ((rc = serve_kernel(plan, packed ? 3 : 2, what, &kern)) != ATTN_OK) return rc;
+  const int *parts[2] = {seq_lens_kv, block_table};
+  const size_t count[2] = {(size_t)p->batch, (size_t)p->batch * (size_t)max_pages};
+  size_t off[2];
+  int *dev = NULL;
+  if ((rc = ints_to_device(rt, parts, count, 2, &dev, off)) != ATTN_OK) return rc;
+  attn_problem g = *p;
+  g.n_kv = longest > 0 ? (int)longest : 1; /* the grid's (flash's does not depend on it) */
+  if (packed) g.n = p->heads / p->heads_kv, g.heads = p->heads_kv;
+  attn_cuda_kargs lay;
+  memset(&lay, 0, sizeof lay);
+  lay.seq_kv = dev + off[0];
+  lay.block_table = dev + off[1];
+  lay.max_pages = max_pages;
+  lay.page_size = page_size;
+  /* a sequence of length 0 still gets its rows: the kernel writes them as zeros */
+  rc = attn_cuda_run_layout(rt, kern, &g, q, k_pages, v_pages, o, &lay, what);
+  attn_cuda_free(rt, dev);
+  return rc;
+}

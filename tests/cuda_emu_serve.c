@@ -1,0 +1,783 @@
+/* cuda_emu_serve: the CUDA flash kernels of the serving layouts (templates/flash.cu with ATTN_LAYOUT: attn_execute_
+ * varlen's packed rows, attn_execute_paged's pages) as NVRTC compiles them, run on the PTX interpreter (tests/ptx),
+ * against the fp64 reference sequence by sequence; and the CUDA API of both on a fake driver.
+ *   cuda_emu_serve varlen|paged DTYPE [FIELD=VALUE ...]
+ *       the default flash spec of (DTYPE, d, causal) fitted for its d_v, with the layout set, then: d, dv (d_v; 0:
+ *       d), causal, br, bc, warps, stages, arch (sm_80, sm_90), window=W, softcap=C, alibi=1 (slopes of both signs),
+ *       scale=S, heads=H/HKV (default 4/2), order=K (block and warp order: 0, 1 reversed, >= 2 shuffled), nan=1
+ *       (NaN in V at two keys of each sequence: the reference's NaN pattern exactly, causal and windowed kernels'
+ *       fa_fix, which recomputes the rows a hidden key's 0·NaN spoils);
+ *       varlen: one batch with sequences of 0, 1, odd, equal, longer and shorter key lengths than query lengths, one
+ *       with queries and no key, one with keys and no query;
+ *       paged: n=N query rows a sequence (default 5; 1 is decode), page=P[,P...] (default 16,7), lengths 0, 1, odd,
+ *       one whole page and the longest over pages drawn from a shuffled cache with spare pages.
+ *       Checked: each sequence's rows against fp64 (relative Frobenius error within the limits of tests/cuda_emu.c),
+ *       every output written, rows that see no key exactly 0; and whatever the interpreter checks (out-of-bounds
+ *       and uninitialised reads: the unused page slots, the table's unused entries and the rows of other sequences
+ *       are never read; shared-memory races).
+ *   cuda_emu_serve compile ARCH
+ *       NVRTC compiles both layouts of a spread of specs to cubin for ARCH with no spill (ptxas's report).
+ *   cuda_emu_serve fake LIBCUDA [full]
+ *       libattn on tests/fake_libcuda.c: bad arguments give ATTN_EINVAL with one line and launch nothing, o
+ *       untouched; a good varlen call launches its kernel once, waited for; full (two more kernels to compile): a
+ *       good paged call too, and smallcache plans refuse both with their reason.
+ *   cuda_emu_serve spec
+ *       the layout in a spec's text, source and checks (no compiler).
+ * Exit 77 (skipped) without NVRTC. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fake_libcuda.h"
+#include "internal.h"
+#include "kernel_abi_cuda.h"
+#include "launch.h"
+#include "ptx/ptx.h"
+
+static int failures, cases, no_nvrtc;
+#define FAIL(...)                 \
+  do {                            \
+    printf("FAIL ");              \
+    printf(__VA_ARGS__);          \
+    printf("\n");                 \
+    failures++;                   \
+  } while (0)
+
+/* ---- options ---- */
+static int layout, opt_nan, nan_seen, opt_window, opt_alibi, opt_heads = 4, opt_heads_kv = 2, opt_n = 5, npages;
+static int pages[8] = {16, 7};
+static float opt_softcap, opt_scale;
+static unsigned opt_order;
+
+static unsigned long long rng = 0x9e3779b97f4a7c15ULL;
+static unsigned next(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (unsigned)(rng >> 11);
+}
+
+/* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in the generated source (tests/ptx_mutation.sh's mutants) */
+static int substitute(char **src, const char *file) {
+  FILE *f = fopen(file, "rb");
+  char *at = strstr(*src, "\n#line 1 \"templates/");
+  if (!f || !at) {
+    if (f) fclose(f);
+    return -1;
+  }
+  at = strchr(at + 1, '\n') + 1;
+  const size_t head = (size_t)(at - *src);
+  char *n = malloc(head + (1 << 22));
+  size_t got = n ? fread(n + head, 1, (1 << 22) - 1, f) : 0;
+  fclose(f);
+  if (!n || !got) {
+    free(n);
+    return -1;
+  }
+  memcpy(n, *src, head);
+  n[head + got] = '\0';
+  free(*src);
+  *src = n;
+  return 0;
+}
+
+static ptx_module *build_ptx(const attn_spec *s, const char *label) {
+  char err[512];
+  char *src = attn_spec_source(s, 0, err, sizeof err);
+  if (!src) {
+    FAIL("%s: %s", label, err);
+    return NULL;
+  }
+  const char *alt = getenv("ATTN_EMU_TEMPLATE");
+  if (alt && *alt && substitute(&src, alt) != 0) {
+    FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
+    free(src);
+    return NULL;
+  }
+  char *ptx = NULL, *log = NULL;
+  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
+  free(src);
+  ptx_module *m = NULL;
+  if (rc == ATTN_ENODEV) {
+    no_nvrtc = 1;
+    printf("SKIP: %s\n", log ? log : "no NVRTC");
+  } else if (rc != ATTN_OK) {
+    FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
+  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
+    FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
+  }
+  free(ptx);
+  free(log);
+  return m;
+}
+
+static size_t es_of(attn_dtype t) { return attn_dtype_size(t); }
+static void to_raw(attn_dtype t, const float *x, size_t count, unsigned char *out) {
+  attn_to_dtype(t, x, count, out);
+}
+
+/* tests/cuda_emu.c's limit on the relative (Frobenius) error for these inputs (uniform in [-1, 1]) */
+static double limit(const attn_problem *p) {
+  const double u = p->dtype == ATTN_F32 ? 0x1p-24 : p->dtype == ATTN_F16 ? 0x1p-11 : 0x1p-8, u32 = 0x1p-24;
+  const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0, logit = fabs((double)p->scale) * sqrt((double)p->d);
+  const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
+                                          (logit < p->softcap ? logit : (double)p->softcap)
+                                    : 0.0;
+  return c * (u + u32 * (1.0 + logit) + cap);
+}
+
+/* One sequence: its dense q [heads][lq][d], k, v [heads_kv][lk][d | d_v] (fp32 values of the dtype) against the
+ * kernel's rows o [heads][lq][d_v] (converted back); 0, or -1 with a failure reported. */
+static int check_sequence(const attn_problem *base, int lq, int lk, const float *q, const float *k, const float *v,
+                          const float *o, const char *what) {
+  attn_problem p = *base;
+  p.batch = 1, p.n = lq, p.n_kv = lk;
+  const size_t no = (size_t)p.heads * lq * p.d_v;
+  if (lk == 0) { /* no key: zero rows */
+    for (size_t i = 0; i < no; i++)
+      if (o[i] != 0.0f) {
+        FAIL("%s: a sequence with no key has row value %g at %zu (want 0)", what, (double)o[i], i);
+        return -1;
+      }
+    return 0;
+  }
+  double *ref = malloc(no * sizeof(double));
+  float *fin = malloc(no * sizeof(float));
+  if (!ref || !fin) abort();
+  attn_reference(&p, q, k, v, ref);
+  int rc = 0;
+  /* NaN (nan=1): the reference's NaN pattern exactly, the rest compared as usual */
+  for (size_t i = 0; i < no; i++) {
+    if (isnan(ref[i]) != isnan(o[i]) && rc == 0) {
+      FAIL("%s | lq=%d lk=%d: entry %zu is %g, the reference's %g", what, lq, lk, i, (double)o[i], ref[i]);
+      rc = -1;
+    }
+    fin[i] = isnan(ref[i]) ? 0.0f : o[i];
+    if (isnan(ref[i])) ref[i] = 0.0, nan_seen++;
+  }
+  for (size_t i = 0; i < no && rc == 0; i++)
+    if (ref[i] == 0.0 && fin[i] != 0.0f) {
+      /* rows that see no key (causal with lq > lk, windows): the reference's 0 exactly */
+      FAIL("%s | lq=%d lk=%d: entry %zu is %g where the row sees no key", what, lq, lk, i, (double)o[i]);
+      rc = -1;
+    }
+  const double err = attn_rel_error(ref, fin, no), lim = limit(&p);
+  if (rc == 0 && !(err <= lim)) {
+    FAIL("%s | lq=%d lk=%d: relative error %.3g > %.3g", what, lq, lk, err, lim);
+    rc = -1;
+  }
+  /* and each entry (softmax averages of V in [-1, 1]: at most 1 in size) within 8 times that, absolutely: one wrong
+   * entry in a sequence barely moves the Frobenius error */
+  for (size_t i = 0; i < no && rc == 0; i++)
+    if (!(fabs(fin[i] - ref[i]) <= 8 * lim)) {
+      FAIL("%s | lq=%d lk=%d: entry %zu is %.6g, the reference's %.6g", what, lq, lk, i, (double)fin[i], ref[i]);
+      rc = -1;
+    }
+  free(ref), free(fin);
+  return rc;
+}
+
+/* nan=1's keys: one that a window or the causal mask hides from some of the rows of a block that loads it (so that
+ * fa_fix has rows to recompute), and, causal, the last one (hidden from every row but the last; without a causal
+ * mask every row would see it, and every output of its column would be NaN) */
+static int nan_key(int lq, int lk) {
+  const int j = lk - 1 - (opt_window > 0 ? lq + opt_window / 2 : lq / 2);
+  return j > 0 ? j : 0;
+}
+
+/* The run's machine, the kernel's arguments and launch (the layout's fields set by the caller), and o back. */
+typedef struct {
+  ptx_machine *x;
+  attn_cuda_kargs a;
+  attn_cuda_geom g;
+} emu;
+
+static uint64_t put(emu *e, const void *src, size_t bytes, const char *name) {
+  const uint64_t d = ptx_alloc(e->x, bytes ? bytes : 1, name);
+  if (!d || (src && bytes && ptx_copy_in(e->x, d, src, bytes))) {
+    FAIL("%s: cannot allocate or copy in", name);
+    return 0;
+  }
+  return d;
+}
+
+static int launch(emu *e, const attn_spec *s, const char *what) {
+  char err[1024];
+  const ptx_launch_cfg kc = {.grid = e->g.grid, .block = e->g.block, .dyn_smem = (uint64_t)attn_spec_cuda_smem(s),
+                             .order = opt_order};
+  if (ptx_launch(e->x, "attn_kernel", &kc, &e->a, sizeof e->a, err, sizeof err)) {
+    FAIL("%s: attn_kernel: %s", what, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* the problem of the batch (the plan's: n, n_kv the most) and the kernel's common arguments */
+static int setup(emu *e, const ptx_module *m, const attn_spec *s, attn_problem *p, int batch, int n, int n_kv,
+                 const float *slopes, const char *what) {
+  memset(e, 0, sizeof *e);
+  memset(p, 0, sizeof *p);
+  p->batch = batch, p->heads = opt_heads, p->heads_kv = opt_heads_kv, p->n = n, p->n_kv = n_kv;
+  p->d = s->d, p->d_v = attn_spec_dv(s), p->dtype = s->dtype, p->causal = s->causal;
+  p->scale = opt_scale != 0.0f ? opt_scale : 1.0f / sqrtf((float)s->d);
+  p->window = opt_window, p->softcap = opt_softcap, p->alibi_slopes = opt_alibi ? slopes : NULL;
+  char err[512];
+  if (attn_cuda_geometry(s, (long long)batch * p->heads, n, n_kv > 0 ? n_kv : 1, 0, &e->g, err, sizeof err)) {
+    FAIL("%s: geometry: %s", what, err);
+    return -1;
+  }
+  if (!(e->x = ptx_machine_new(m, err, sizeof err))) {
+    FAIL("%s: %s", what, err);
+    return -1;
+  }
+  attn_cuda_kargs *a = &e->a;
+  a->batch = batch, a->heads = p->heads, a->heads_kv = p->heads_kv, a->n = n, a->n_kv = n_kv;
+  a->scale = p->scale, a->grid_items = (int)e->g.items;
+  a->window = p->window, a->softcap = p->softcap;
+  if (opt_alibi && !(a->alibi = (const float *)(uintptr_t)put(e, slopes, sizeof(float) * p->heads, "alibi")))
+    return -1;
+  return 0;
+}
+
+/* o back from the device: count entries, converted; -1 with a failure when some were never written */
+static int get_o(emu *e, uint64_t d, attn_dtype t, size_t count, float *o, const char *what) {
+  unsigned char *raw = malloc(count * es_of(t) + 1);
+  size_t undef = 0;
+  int rc = raw && ptx_copy_out(e->x, d, raw, count * es_of(t), &undef) == 0 ? 0 : -1;
+  if (rc) FAIL("%s: cannot copy o out", what);
+  else attn_from_dtype(t, raw, count, o);
+  const size_t es = es_of(t);
+  for (size_t i = 0; rc == 0 && i < count; i++) { /* still the poison (all bits set): never written */
+    size_t ones = 0;
+    while (ones < es && raw[i * es + ones] == 0xff) ones++;
+    undef += ones == es;
+  }
+  if (rc == 0 && undef) {
+    FAIL("%s: %zu entries of o never written", what, undef);
+    rc = -1;
+  }
+  free(raw);
+  return rc;
+}
+
+/* ---- varlen ---- */
+
+static void run_varlen(const ptx_module *m, const attn_spec *s, const char *label, const float *slopes) {
+  static const int LQ[] = {0, 1, 37, 19, 70, 1, 6}, LK[] = {5, 0, 29, 83, 70, 1, 0};
+  enum { B = sizeof LQ / sizeof LQ[0] };
+  int cu_q[B + 1] = {0}, cu_kv[B + 1] = {0}, n = 0, n_kv = 0;
+  for (int b = 0; b < B; b++) {
+    cu_q[b + 1] = cu_q[b] + LQ[b], cu_kv[b + 1] = cu_kv[b] + LK[b];
+    if (LQ[b] > n) n = LQ[b];
+    if (LK[b] > n_kv) n_kv = LK[b];
+  }
+  emu e;
+  attn_problem p;
+  char what[512];
+  snprintf(what, sizeof what, "%s | varlen batch=%d heads=%d/%d order=%u", label, B, opt_heads, opt_heads_kv,
+           opt_order);
+  if (setup(&e, m, s, &p, B, n, n_kv, slopes, what)) {
+    ptx_machine_free(e.x);
+    return;
+  }
+  const size_t tq = (size_t)cu_q[B], tk = (size_t)cu_kv[B], H = (size_t)p.heads, HK = (size_t)p.heads_kv;
+  const size_t nq = tq * H * p.d, nk = tk * HK * p.d, nv = tk * HK * p.d_v, no = tq * H * p.d_v;
+  const size_t es = es_of(p.dtype);
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nv * 4), *o = malloc(no * 4);
+  unsigned char *raw = malloc((nq + nk + nv + no) * es);
+  if (!q || !k || !v || !o || !raw) abort();
+  attn_fill_random(q, nq, 11), attn_fill_random(k, nk, 12), attn_fill_random(v, nv, 13);
+  attn_round_dtype(p.dtype, q, nq), attn_round_dtype(p.dtype, k, nk), attn_round_dtype(p.dtype, v, nv);
+  for (int b = 0; opt_nan && b < B; b++) /* NaN in V at two keys of each sequence (KV head 0, column 0) */
+    if (LK[b] >= 2) {
+      v[(size_t)(cu_kv[b] + nan_key(LQ[b], LK[b])) * HK * p.d_v] = NAN;
+      if (s->causal) v[(size_t)(cu_kv[b + 1] - 1) * HK * p.d_v] = NAN;
+    }
+  uint64_t dq, dk, dv, dout, dcq, dck;
+  to_raw(p.dtype, q, nq, raw);
+  dq = put(&e, raw, nq * es, "q");
+  to_raw(p.dtype, k, nk, raw);
+  dk = put(&e, raw, nk * es, "k");
+  to_raw(p.dtype, v, nv, raw);
+  dv = put(&e, raw, nv * es, "v");
+  memset(raw, 0xff, no * es); /* the poison */
+  dout = put(&e, raw, no * es, "o");
+  dcq = put(&e, cu_q, sizeof cu_q, "cu_q");
+  dck = put(&e, cu_kv, sizeof cu_kv, "cu_kv");
+  if (dq && dk && dv && dout && dcq && dck) {
+    e.a.q = (const void *)(uintptr_t)dq, e.a.k = (const void *)(uintptr_t)dk, e.a.v = (const void *)(uintptr_t)dv;
+    e.a.o = (void *)(uintptr_t)dout;
+    e.a.cu_q = (const int *)(uintptr_t)dcq, e.a.cu_kv = (const int *)(uintptr_t)dck;
+    if (launch(&e, s, what) == 0 && get_o(&e, dout, p.dtype, no, o, what) == 0) {
+      int bad = 0;
+      for (int b = 0; b < B; b++) {
+        const int lq = LQ[b], lk = LK[b];
+        if (lq == 0) continue;
+        /* the sequence's rows, dense */
+        float *sq = malloc(H * lq * p.d * 4 + 4), *sk = malloc(HK * lk * p.d * 4 + 4),
+              *sv = malloc(HK * lk * p.d_v * 4 + 4), *so = malloc(H * lq * p.d_v * 4 + 4);
+        if (!sq || !sk || !sv || !so) abort();
+        for (int t = 0; t < lq; t++)
+          for (size_t h = 0; h < H; h++) {
+            memcpy(sq + (h * lq + t) * p.d, q + ((cu_q[b] + t) * H + h) * p.d, 4 * p.d);
+            memcpy(so + (h * lq + t) * p.d_v, o + ((cu_q[b] + t) * H + h) * p.d_v, 4 * p.d_v);
+          }
+        for (int t = 0; t < lk; t++)
+          for (size_t h = 0; h < HK; h++) {
+            memcpy(sk + (h * lk + t) * p.d, k + ((cu_kv[b] + t) * HK + h) * p.d, 4 * p.d);
+            memcpy(sv + (h * lk + t) * p.d_v, v + ((cu_kv[b] + t) * HK + h) * p.d_v, 4 * p.d_v);
+          }
+        char w[600];
+        snprintf(w, sizeof w, "%s | sequence %d", what, b);
+        bad |= check_sequence(&p, lq, lk, sq, sk, sv, so, w);
+        free(sq), free(sk), free(sv), free(so);
+      }
+      cases++;
+      if (!bad) printf("ok %s\n", what);
+    }
+  }
+  free(q), free(k), free(v), free(o), free(raw);
+  ptx_machine_free(e.x);
+}
+
+/* ---- paged ---- */
+
+static void run_paged(const ptx_module *m, const attn_spec *s, const char *label, const float *slopes, int ps) {
+  static const int LK[] = {0, 1, 37, 100, 16};
+  enum { B = sizeof LK / sizeof LK[0] };
+  const int n = opt_n, n_kv = 100;
+  emu e;
+  attn_problem p;
+  char what[512];
+  snprintf(what, sizeof what, "%s | paged page_size=%d batch=%d heads=%d/%d n=%d order=%u", label, ps, B, opt_heads,
+           opt_heads_kv, n, opt_order);
+  if (setup(&e, m, s, &p, B, n, n_kv, slopes, what)) {
+    ptx_machine_free(e.x);
+    return;
+  }
+  if (s->layout == 3) { /* packed decode: the grid and heads are the KV heads', n the query heads of each */
+    char err[512];
+    if (attn_cuda_geometry(s, (long long)B * p.heads_kv, p.heads / p.heads_kv, n_kv, 0, &e.g, err, sizeof err)) {
+      FAIL("%s: geometry: %s", what, err);
+      ptx_machine_free(e.x);
+      return;
+    }
+    e.a.heads = p.heads_kv, e.a.n = p.heads / p.heads_kv, e.a.grid_items = (int)e.g.items;
+  }
+  const int max_pages = (n_kv + ps - 1) / ps + 1;
+  int used = 0;
+  for (int b = 0; b < B; b++) used += (LK[b] + ps - 1) / ps;
+  const int num_pages = used + 3;
+  int *perm = malloc(sizeof(int) * num_pages), *table = malloc(sizeof(int) * B * max_pages);
+  if (!perm || !table) abort();
+  for (int i = 0; i < num_pages; i++) perm[i] = i;
+  for (int i = num_pages - 1; i > 0; i--) {
+    const int j = (int)(next() % (unsigned)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  int u = 0;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < max_pages; i++)
+      table[b * max_pages + i] = i < (LK[b] + ps - 1) / ps ? perm[u++] : 1 << 30; /* never read */
+  const size_t H = (size_t)p.heads, HK = (size_t)p.heads_kv, es = es_of(p.dtype);
+  const size_t nq = (size_t)B * H * n * p.d, no = (size_t)B * H * n * p.d_v;
+  const size_t slot_k = HK * p.d, slot_v = HK * p.d_v; /* entries a slot */
+  float *q = malloc(nq * 4), *o = malloc(no * 4);
+  float *k = malloc((size_t)B * n_kv * slot_k * 4), *v = malloc((size_t)B * n_kv * slot_v * 4); /* [b][t][hk][.] */
+  unsigned char *raw = malloc((nq + no + slot_k + slot_v) * es);
+  if (!q || !o || !k || !v || !raw) abort();
+  attn_fill_random(q, nq, 21), attn_fill_random(k, (size_t)B * n_kv * slot_k, 22);
+  attn_fill_random(v, (size_t)B * n_kv * slot_v, 23);
+  attn_round_dtype(p.dtype, q, nq), attn_round_dtype(p.dtype, k, (size_t)B * n_kv * slot_k);
+  attn_round_dtype(p.dtype, v, (size_t)B * n_kv * slot_v);
+  for (int b = 0; opt_nan && b < B; b++) /* NaN in V at two keys of each sequence (KV head 0, column 0) */
+    if (LK[b] >= 2) {
+      v[((size_t)b * n_kv + nan_key(n, LK[b])) * slot_v] = NAN;
+      if (s->causal) v[((size_t)b * n_kv + LK[b] - 1) * slot_v] = NAN;
+    }
+  to_raw(p.dtype, q, nq, raw);
+  const uint64_t dq = put(&e, raw, nq * es, "q");
+  memset(raw, 0xff, no * es);
+  const uint64_t dout = put(&e, raw, no * es, "o");
+  /* the pages: only the slots of the sequences' keys are written (the rest stays undefined: a read is an error) */
+  const uint64_t dkp = put(&e, NULL, (size_t)num_pages * ps * slot_k * es, "k_pages");
+  const uint64_t dvp = put(&e, NULL, (size_t)num_pages * ps * slot_v * es, "v_pages");
+  int ok = dq && dout && dkp && dvp;
+  for (int b = 0; b < B && ok; b++)
+    for (int t = 0; t < LK[b] && ok; t++) {
+      const size_t slot = (size_t)table[b * max_pages + t / ps] * ps + t % ps;
+      to_raw(p.dtype, k + ((size_t)b * n_kv + t) * slot_k, slot_k, raw);
+      ok &= ptx_copy_in(e.x, dkp + slot * slot_k * es, raw, slot_k * es) == 0;
+      to_raw(p.dtype, v + ((size_t)b * n_kv + t) * slot_v, slot_v, raw);
+      ok &= ptx_copy_in(e.x, dvp + slot * slot_v * es, raw, slot_v * es) == 0;
+    }
+  const uint64_t dtab = ok ? put(&e, table, sizeof(int) * B * max_pages, "block_table") : 0;
+  const uint64_t dlen = ok ? put(&e, LK, sizeof LK, "seq_kv") : 0;
+  if (ok && dtab && dlen) {
+    e.a.q = (const void *)(uintptr_t)dq, e.a.k = (const void *)(uintptr_t)dkp, e.a.v = (const void *)(uintptr_t)dvp;
+    e.a.o = (void *)(uintptr_t)dout;
+    e.a.block_table = (const int *)(uintptr_t)dtab, e.a.seq_kv = (const int *)(uintptr_t)dlen;
+    e.a.max_pages = max_pages, e.a.page_size = ps;
+    if (launch(&e, s, what) == 0 && get_o(&e, dout, p.dtype, no, o, what) == 0) {
+      int bad = 0;
+      float *sk = malloc(HK * n_kv * p.d * 4), *sv = malloc(HK * n_kv * p.d_v * 4);
+      if (!sk || !sv) abort();
+      for (int b = 0; b < B; b++) {
+        const int lk = LK[b];
+        for (int t = 0; t < lk; t++)
+          for (size_t h = 0; h < HK; h++) {
+            memcpy(sk + (h * lk + t) * p.d, k + ((size_t)b * n_kv + t) * slot_k + h * p.d, 4 * p.d);
+            memcpy(sv + (h * lk + t) * p.d_v, v + ((size_t)b * n_kv + t) * slot_v + h * p.d_v, 4 * p.d_v);
+          }
+        char w[600];
+        snprintf(w, sizeof w, "%s | sequence %d", what, b);
+        bad |= check_sequence(&p, n, lk, q + (size_t)b * H * n * p.d, sk, sv, o + (size_t)b * H * n * p.d_v, w);
+      }
+      free(sk), free(sv);
+      /* packed decode reads each used slot of K once per KV head (G <= Br: one row block a KV head) */
+      ptx_buffer_stats ks;
+      long long want = 0;
+      for (int b = 0; b < B; b++) want += (long long)LK[b] * (long long)slot_k * (long long)es;
+      if (s->layout == 3 && !opt_window && p.heads / p.heads_kv <= s->br && ptx_buffer_stats_of(e.x, dkp, &ks) == 0 &&
+          (long long)ks.read_bytes != want) {
+        FAIL("%s: %llu bytes of K pages read, want %lld (each key once per KV head)", what,
+             (unsigned long long)ks.read_bytes, want);
+        bad = 1;
+      }
+      cases++;
+      if (!bad) printf("ok %s\n", what);
+    }
+  } else if (ok) {
+    FAIL("%s: cannot copy the pages in", what);
+  }
+  free(perm), free(table), free(q), free(o), free(k), free(v), free(raw);
+  ptx_machine_free(e.x);
+}
+
+/* ---- spec from the arguments ---- */
+
+static int parse_args(attn_dtype t, int argc, char **argv, attn_spec *s) {
+  int d = 64, dv = 0, causal = 0;
+  for (int i = 0; i < argc; i++) {
+    if (sscanf(argv[i], "d=%d", &d) == 1 || sscanf(argv[i], "dv=%d", &dv) == 1 ||
+        sscanf(argv[i], "causal=%d", &causal) == 1)
+      continue;
+  }
+  *s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, t, d, causal);
+  s->dv = dv == d ? 0 : dv;
+  char err[512];
+  if (attn_spec_fit(s, err, sizeof err) != ATTN_OK) {
+    FAIL("attn_spec_fit: %s", err);
+    return -1;
+  }
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    float f;
+    int x, y;
+    if (!strncmp(a, "d=", 2) || !strncmp(a, "dv=", 3) || !strncmp(a, "causal=", 7)) continue;
+    if (sscanf(a, "br=%d", &x) == 1) s->br = x;
+    else if (sscanf(a, "bc=%d", &x) == 1) s->bc = x;
+    else if (sscanf(a, "warps=%d", &x) == 1) s->warps = x;
+    else if (sscanf(a, "stages=%d", &x) == 1) s->stages = x;
+    else if (!strncmp(a, "arch=", 5)) snprintf(s->arch, sizeof s->arch, "%s", a + 5);
+    else if (sscanf(a, "window=%d", &x) == 1) opt_window = x, s->window = x > 0;
+    else if (sscanf(a, "softcap=%f", &f) == 1) opt_softcap = f, s->softcap = f > 0;
+    else if (sscanf(a, "alibi=%d", &x) == 1) opt_alibi = x, s->alibi = x != 0;
+    else if (sscanf(a, "scale=%f", &f) == 1) opt_scale = f;
+    else if (sscanf(a, "heads=%d/%d", &x, &y) == 2) opt_heads = x, opt_heads_kv = y;
+    else if (sscanf(a, "n=%d", &x) == 1) opt_n = x;
+    else if (sscanf(a, "order=%d", &x) == 1) opt_order = (unsigned)x;
+    else if (sscanf(a, "nan=%d", &x) == 1) opt_nan = x;
+    else if (!strncmp(a, "page=", 5)) {
+      npages = 0;
+      for (char *p = (char *)a + 5; *p && npages < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+        pages[npages++] = atoi(p);
+    } else {
+      FAIL("unknown argument '%s'", a);
+      return -1;
+    }
+  }
+  /* paged decode with grouped-query heads: the packed kernel, as the runtime picks it */
+  s->layout = layout == 2 && opt_n == 1 && opt_heads > opt_heads_kv ? 3 : layout;
+  if (attn_spec_check(s, err, sizeof err) != ATTN_OK) {
+    FAIL("spec: %s", err);
+    return -1;
+  }
+  return 0;
+}
+
+static int emu_mode(attn_dtype t, int argc, char **argv) {
+  attn_spec s;
+  npages = 2;
+  if (parse_args(t, argc, argv, &s)) return 1;
+  char label[400];
+  attn_spec_summary(&s, label, sizeof label);
+  ptx_module *m = build_ptx(&s, label);
+  if (!m) return no_nvrtc ? 77 : 1;
+  float slopes[64];
+  for (int h = 0; h < 64; h++) slopes[h] = (h % 4 == 2 ? -0.03125f : 1.0f) * ldexpf(1.0f, -(h % 4) - 1);
+  if (s.layout == 1) run_varlen(m, &s, label, slopes);
+  else
+    for (int i = 0; i < npages; i++) run_paged(m, &s, label, slopes, pages[i]);
+  ptx_module_free(m);
+  if (!cases) FAIL("no case ran");
+  if (opt_nan && !nan_seen) FAIL("nan=1, but no output of the reference is NaN");
+  printf("%s: %d cases, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
+  return failures ? 1 : 0;
+}
+
+/* ---- NVRTC: cubins without spills ---- */
+
+static int compile_mode(const char *arch) {
+  static const struct {
+    attn_dtype t;
+    int d, dv, causal, mods;
+  } C[] = {{ATTN_F16, 64, 0, 1, 0},  {ATTN_BF16, 128, 0, 0, 1}, {ATTN_F16, 59, 37, 1, 1},
+           {ATTN_F32, 64, 0, 1, 1},  {ATTN_BF16, 576, 512, 1, 0}, {ATTN_F32, 37, 77, 0, 0}};
+  for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
+    for (int lay = 1; lay <= 3; lay++) {
+      attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, C[i].t, C[i].d, C[i].causal);
+      s.dv = C[i].dv;
+      char err[512], label[400];
+      if (attn_spec_fit(&s, err, sizeof err) != ATTN_OK) {
+        FAIL("attn_spec_fit: %s", err);
+        continue;
+      }
+      snprintf(s.arch, sizeof s.arch, "%s", arch);
+      s.window = s.softcap = s.alibi = C[i].mods;
+      s.layout = lay;
+      attn_spec_summary(&s, label, sizeof label);
+      char *src = attn_spec_source(&s, 0, err, sizeof err);
+      void *cubin = NULL;
+      size_t len = 0;
+      char *log = NULL;
+      const int rc = src ? attn_nvrtc_compile(src, "attn.cu", arch, &cubin, &len, &log) : ATTN_EINVAL;
+      attn_cuda_resources r = {0};
+      if (rc == ATTN_ENODEV) {
+        printf("SKIP: %s\n", log ? log : "no NVRTC");
+        free(src), free(log);
+        return 77;
+      } else if (rc != ATTN_OK) {
+        FAIL("%s: does not compile: %s", label, log ? log : err);
+      } else if (attn_nvrtc_resources(log, "attn_kernel", &r) != 0) {
+        FAIL("%s: no ptxas report in the log", label);
+      } else if (r.spill_stores || r.spill_loads || r.stack) {
+        FAIL("%s: %ld bytes of spill stores, %ld of loads, %ld of stack", label, r.spill_stores, r.spill_loads,
+             r.stack);
+      } else {
+        printf("ok %s: %d registers, no spill\n", label, r.registers);
+        cases++;
+      }
+      free(src), free(cubin), free(log);
+    }
+  if (!cases && !failures) FAIL("no case ran");
+  printf("%s: %d cubins, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
+  return failures ? 1 : 0;
+}
+
+/* ---- the API on the fake driver ---- */
+
+#define CHECK(cond, ...)        \
+  do {                          \
+    if (!(cond)) FAIL(__VA_ARGS__); \
+  } while (0)
+
+static fake_cuda_record_fn record_fn(void) {
+  void *h = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  return h ? (fake_cuda_record_fn)dlsym(h, "fake_cuda_record") : NULL;
+}
+
+/* rc must be ATTN_EINVAL (or want) with one line naming `word`, nothing launched, o untouched */
+static void refused(attn_runtime *rt, int rc, int want, const char *word, const unsigned char *o, size_t obytes,
+                    fake_cuda_record_fn rec, const char *what) {
+  fake_cuda_calls c;
+  rec(&c, 1);
+  const char *e = attn_last_error(rt);
+  size_t untouched = 0;
+  while (untouched < obytes && o[untouched] == 0xab) untouched++;
+  CHECK(rc == want && strstr(e, word) && !strchr(e, '\n') && c.launches == 0 && untouched == obytes,
+        "%s: %s (want %s), '%s' (want one line with '%s'), %d launches, o %s", what, attn_strerror(rc),
+        attn_strerror(want), e, word, c.launches, untouched == obytes ? "untouched" : "written");
+  if (rc == want) cases++;
+}
+
+static int fake_mode(const char *lib, int full) {
+  if (setenv("ATTN_LIBCUDA", lib, 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
+  attn_runtime *rt = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc != ATTN_OK) {
+    FAIL("attn_open on the fake driver: %s", attn_last_error(NULL));
+    return 1;
+  }
+  fake_cuda_record_fn rec = record_fn();
+  if (!rec) {
+    FAIL("the fake driver's record is not reachable");
+    attn_close(rt);
+    return 1;
+  }
+  const attn_problem p = {.batch = 2, .heads = 4, .heads_kv = 2, .n = 9, .n_kv = 20, .d = 16, .dtype = ATTN_F16,
+                          .causal = 1, .algo = ATTN_ALGO_FLASH, .page_size = 8};
+  attn_plan *plan = NULL;
+  rc = attn_plan_create(rt, &p, &plan);
+  if (rc == ATTN_ECOMPILE && strstr(attn_last_error(rt), "NVRTC is not available")) {
+    printf("SKIP: no NVRTC to compile the kernels\n");
+    attn_close(rt);
+    return 77;
+  }
+  if (rc != ATTN_OK) {
+    FAIL("attn_plan_create: %s: %s", attn_strerror(rc), attn_last_error(rt));
+    attn_close(rt);
+    return 1;
+  }
+  /* device memory is host memory in the fake driver: 16-byte aligned buffers, o poisoned with 0xab */
+  enum { QB = 2 * 4 * 9 * 16 * 2, KB = 2 * 2 * 20 * 16 * 2, OB = QB };
+  unsigned char *buf = aligned_alloc(64, QB + 2 * KB + OB + 64);
+  if (!buf) abort();
+  unsigned char *q = buf, *k = q + QB, *v = k + KB, *o = v + KB;
+  memset(buf, 0, QB + 2 * KB);
+  memset(o, 0xab, OB);
+  fake_cuda_calls c;
+  rec(&c, 1);
+  /* varlen */
+  const int cu_q[3] = {0, 9, 12}, cu_kv[3] = {0, 20, 25};
+  const int dec[3] = {0, 9, 8}, first[3] = {1, 9, 12}, over[3] = {0, 10, 12}, over_kv[3] = {0, 21, 25};
+  refused(rt, attn_execute_varlen(plan, dec, cu_kv, q, k, v, o), ATTN_EINVAL, "decreases", o, OB, rec, "varlen "
+          "decreasing cu_seqlens_q");
+  refused(rt, attn_execute_varlen(plan, first, cu_kv, q, k, v, o), ATTN_EINVAL, "not 0", o, OB, rec,
+          "varlen cu_seqlens_q[0] = 1");
+  refused(rt, attn_execute_varlen(plan, over, cu_kv, q, k, v, o), ATTN_EINVAL, "above the plan's 9", o, OB, rec,
+          "varlen 10 rows for n = 9");
+  refused(rt, attn_execute_varlen(plan, cu_q, over_kv, q, k, v, o), ATTN_EINVAL, "above the plan's 20", o, OB, rec,
+          "varlen 21 keys for n_kv = 20");
+  refused(rt, attn_execute_varlen(plan, NULL, cu_kv, q, k, v, o), ATTN_EINVAL, "cu_seqlens_q is NULL", o, OB, rec,
+          "varlen NULL cu_seqlens_q");
+  refused(rt, attn_execute_varlen(plan, cu_q, cu_kv, q, k, NULL, o), ATTN_EINVAL, "v is NULL", o, OB, rec,
+          "varlen NULL v");
+  refused(rt, attn_execute_varlen(plan, cu_q, cu_kv, q + 2, k, v, o), ATTN_EINVAL, "16-byte", o, OB, rec,
+          "varlen q misaligned");
+  rec(&c, 1);
+  rc = attn_execute_varlen(plan, cu_q, cu_kv, q, k, v, o);
+  rec(&c, 1);
+  CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0,
+        "varlen: %s (%s), %d launches, %d waits, %d pending (want 1, >= 1, 0)", attn_strerror(rc),
+        attn_last_error(rt), c.launches, c.stream_syncs, c.pending);
+  cases++;
+  /* paged: pages of 8 (the plan's), 2 sequences of up to 20 keys in 3 pages each */
+  memset(o, 0xab, OB);
+  const int table[6] = {0, 1, 2, 3, 4, 5}, lens[2] = {20, 0}, long_lens[2] = {21, 0}, five[2] = {5, 0};
+  const int bad_table[6] = {0, 1, 6, 3, 4, 5};
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 7, table, 3, lens, o), ATTN_EINVAL, "made for pages of 8", o, OB,
+          rec, "paged page_size 7 on a plan for 8");
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 0, table, 3, lens, o), ATTN_EINVAL, "page_size 0", o, OB, rec,
+          "paged page_size 0");
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 8, bad_table, 3, lens, o), ATTN_EINVAL, "outside the cache", o, OB,
+          rec, "paged page index 6 of 6");
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 8, table, 3, long_lens, o), ATTN_EINVAL, "n_kv 20", o, OB, rec,
+          "paged 21 keys for n_kv = 20");
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 8, table, 2, lens, o), ATTN_EINVAL, "its 2 pages", o, OB, rec,
+          "paged 20 keys in 2 pages of 8");
+  refused(rt, attn_execute_paged(plan, q, k, v, 6, 8, NULL, 3, lens, o), ATTN_EINVAL, "block_table is NULL", o, OB,
+          rec, "paged NULL block_table");
+  refused(rt, attn_execute_paged(plan, q, k, v, 0, 8, table, 3, lens, o), ATTN_EINVAL, "num_pages 0", o, OB, rec,
+          "paged no page");
+  if (full) { /* another kernel to compile: nightly */
+    rec(&c, 1);
+    rc = attn_execute_paged(plan, q, k, v, 6, 8, table, 3, five, o);
+    rec(&c, 1);
+    CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0,
+          "paged: %s (%s), %d launches, %d waits, %d pending (want 1, >= 1, 0)", attn_strerror(rc),
+          attn_last_error(rt), c.launches, c.stream_syncs, c.pending);
+    cases++;
+  }
+  attn_plan_destroy(plan);
+  if (!full) {
+    free(buf);
+    attn_close(rt);
+    printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
+    return failures ? 1 : 0;
+  }
+  /* smallcache: no kernel of these layouts, said in one line, nothing launched */
+  attn_problem ps = p;
+  ps.algo = ATTN_ALGO_SMALLCACHE;
+  ps.page_size = 0;
+  rc = attn_plan_create(rt, &ps, &plan);
+  CHECK(rc == ATTN_OK, "smallcache plan: %s", attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    memset(o, 0xab, OB);
+    refused(rt, attn_execute_varlen(plan, cu_q, cu_kv, q, k, v, o), ATTN_EUNSUPPORTED, "CUDA flash has", o, OB, rec,
+            "varlen on a smallcache plan");
+    refused(rt, attn_execute_paged(plan, q, k, v, 6, 8, table, 3, lens, o), ATTN_EUNSUPPORTED, "CUDA flash has", o,
+            OB, rec, "paged on a smallcache plan");
+  }
+  attn_plan_destroy(plan);
+  free(buf);
+  attn_close(rt);
+  printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
+  return failures ? 1 : 0;
+}
+
+/* ---- the layout in a spec ---- */
+
+static int spec_mode(void) {
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_F16, 64, 1);
+  char text[512], back[512], err[512], sum[512];
+  attn_spec_format(&s, text, sizeof text);
+  char *dense = attn_spec_source(&s, 0, err, sizeof err);
+  CHECK(!strstr(text, "layout") && dense && !strstr(dense, "#define ATTN_LAYOUT 1") &&
+            !strstr(dense, "#define ATTN_LAYOUT 2"),
+        "a dense spec's text or source names a layout: %s", text);
+  free(dense);
+  for (int lay = 1; lay <= 3; lay++) {
+    s.layout = lay;
+    attn_spec t;
+    attn_spec_format(&s, text, sizeof text);
+    attn_spec_summary(&s, sum, sizeof sum);
+    const int rc = attn_spec_parse(text, &t, err, sizeof err);
+    if (rc == ATTN_OK) attn_spec_format(&t, back, sizeof back);
+    char want[32];
+    snprintf(want, sizeof want, " layout=%d", lay);
+    CHECK(rc == ATTN_OK && t.layout == lay && !strcmp(text, back) && strstr(text, want),
+          "layout %d: '%s' parses to '%s' (%s)", lay, text, rc == ATTN_OK ? back : "-", rc == ATTN_OK ? "" : err);
+    CHECK(strstr(sum, lay == 1 ? " varlen" : " paged"), "layout %d's summary: %s", lay, sum);
+    char *src = attn_spec_source(&s, 0, err, sizeof err);
+    snprintf(want, sizeof want, "#define ATTN_LAYOUT %d\n", lay);
+    CHECK(src && strstr(src, want), "layout %d's source lacks %s", lay, want);
+    free(src);
+    cases++;
+  }
+  /* only CUDA flash has these kernels; 4 is no layout */
+  attn_spec c = attn_spec_default(ATTN_ALGO_SMALLCACHE, ATTN_TARGET_CUDA, ATTN_F16, 64, 0);
+  c.layout = 1;
+  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only cuda flash"),
+        "smallcache with a layout: %s", err);
+  c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
+  c.layout = 2;
+  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only cuda flash"),
+        "cpu flash with a layout: %s", err);
+  CHECK(attn_spec_parse("flash cuda f16 d=64 br=64 bc=64 causal=0 unroll=0 warps=4 stages=2 arch=sm_80 tile=0 "
+                        "feature=taylor degree=0 rank=0 seed=0 layout=4", &c, err, sizeof err) == ATTN_EINVAL &&
+            strstr(err, "layout=4"),
+        "layout=4: %s", err);
+  cases += 3;
+  printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc >= 2 && !strcmp(argv[1], "spec")) return spec_mode();
+  if (argc >= 3 && !strcmp(argv[1], "compile")) return compile_mode(argv[2]);
+  if (argc >= 3 && !strcmp(argv[1], "fake")) return fake_mode(argv[2], argc > 3 && !strcmp(argv[3], "full"));
+  if (argc >= 3 && (!strcmp(argv[1], "varlen") || !strcmp(argv[1], "paged"))) {
+    layout = !strcmp(argv[1], "varlen") ? 1 : 2;
+    const int t = attn_dtype_parse(argv[2]);
+    if (t < 0) {
+      fprintf(stderr, "unknown dtype '%s'\n", argv[2]);
+      return 2;
+    }
+    return emu_mode((attn_dtype)t, argc - 3, argv + 3);
+  }
+  fprintf(stderr, "usage: cuda_emu_serve varlen|paged DTYPE [FIELD=VALUE ...]\n"
+                  "       cuda_emu_serve compile ARCH\n       cuda_emu_serve fake LIBCUDA [full]\n"
+                  "       cuda_emu_serve spec\n");
+  return 2;
+}
