@@ -92,7 +92,7 @@ set(ATTN_BWD_MUTATIONS
     "bwd_causal_off_by_one|s/j0 + c <= e0 + r/j0 + c < e0 + r/|relative error|--quick f16 d=16 causal=1"
     "nightly_bwd_gqa_one_head|s/count = G \\* nq/count = nq/|relative error|--quick f16 d=16 causal=0"
     "nightly_bwd_mma_bf16_a_operands|/f32.bf16.bf16.f32/,/r\"(b1)/ s/\"r\"(a\\[1\\]), \"r\"(a\\[2\\])/\"r\"(a[2]), \"r\"(a[1])/|relative error|--quick bf16 d=16 causal=0"
-    "nightly_bwd_delta|s/(dp\\[e\\] - sd\\[r\\])/(dp[e] - 0.99f * sd[r])/|relative error|--quick f32 d=16 causal=0")
+    "nightly_bwd_delta|s/(dp\\[u\\]\\[e\\] - sd\\[r\\])/(dp[u][e] - 0.99f * sd[r])/|relative error|--quick f32 d=16 causal=0")
 foreach(t ${ATTN_BWD_MUTATIONS})
   string(REPLACE "|" ";" parts "${t}")
   list(GET parts 0 name)
