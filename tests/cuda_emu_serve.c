@@ -19,8 +19,9 @@
  *       NVRTC compiles both layouts of a spread of specs to cubin for ARCH with no spill (ptxas's report).
  *   cuda_emu_serve fake LIBCUDA [full]
  *       libattn on tests/fake_libcuda.c: bad arguments give ATTN_EINVAL with one line and launch nothing, o
- *       untouched; a good varlen call launches its kernel once, waited for; full (two more kernels to compile): a
- *       good paged call too, and smallcache plans refuse both with their reason.
+ *       untouched; a good varlen call launches its kernel once (the grid of its longest sequence), waited for; full
+ *       (more kernels to compile): a good paged call too, grouped-query decode on the packed kernel (a block a KV
+ *       head), and smallcache plans refuse both with their reason.
  *   cuda_emu_serve spec
  *       the layout in a spec's text, source and checks (no compiler).
  * Exit 77 (skipped) without NVRTC. */
@@ -657,9 +658,12 @@ static int fake_mode(const char *lib, int full) {
   rec(&c, 1);
   rc = attn_execute_varlen(plan, cu_q, cu_kv, q, k, v, o);
   rec(&c, 1);
-  CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0,
-        "varlen: %s (%s), %d launches, %d waits, %d pending (want 1, >= 1, 0)", attn_strerror(rc),
-        attn_last_error(rt), c.launches, c.stream_syncs, c.pending);
+  /* the grid of the longest sequence (9 rows: one query block a head), n = 9 */
+  CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0 && c.last_grid == 2 * 4 &&
+            c.last_n == 9 && c.last_heads == 4,
+        "varlen: %s (%s), %d launches, %d waits, %d pending, grid %u, n %lld, heads %lld (want 1, >= 1, 0, 8, 9, 4)",
+        attn_strerror(rc), attn_last_error(rt), c.launches, c.stream_syncs, c.pending, c.last_grid, c.last_n,
+        c.last_heads);
   cases++;
   /* paged: pages of 8 (the plan's), 2 sequences of up to 20 keys in 3 pages each */
   memset(o, 0xab, OB);
@@ -683,9 +687,11 @@ static int fake_mode(const char *lib, int full) {
     rec(&c, 1);
     rc = attn_execute_paged(plan, q, k, v, 6, 8, table, 3, five, o);
     rec(&c, 1);
-    CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0,
-          "paged: %s (%s), %d launches, %d waits, %d pending (want 1, >= 1, 0)", attn_strerror(rc),
-          attn_last_error(rt), c.launches, c.stream_syncs, c.pending);
+    CHECK(rc == ATTN_OK && c.launches == 1 && c.stream_syncs >= 1 && c.pending == 0 && c.last_grid == 2 * 4 &&
+              c.last_n == 9 && c.last_heads == 4,
+          "paged: %s (%s), %d launches, %d waits, %d pending, grid %u, n %lld, heads %lld (want 1, >= 1, 0, 8, 9, 4)",
+          attn_strerror(rc), attn_last_error(rt), c.launches, c.stream_syncs, c.pending, c.last_grid, c.last_n,
+          c.last_heads);
     cases++;
   }
   attn_plan_destroy(plan);
@@ -695,6 +701,23 @@ static int fake_mode(const char *lib, int full) {
     printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
     return failures ? 1 : 0;
   }
+  /* decode with 2 query heads a KV head: the packed kernel, a block a KV head (grid batch x heads_kv, n = 2) */
+  attn_problem pd = p;
+  pd.n = 1;
+  plan = NULL;
+  rc = attn_plan_create(rt, &pd, &plan);
+  CHECK(rc == ATTN_OK, "decode plan: %s", attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    rec(&c, 1);
+    rc = attn_execute_paged(plan, q, k, v, 6, 8, table, 3, five, o);
+    rec(&c, 1);
+    CHECK(rc == ATTN_OK && c.launches == 1 && c.last_grid == 2 * 2 && c.last_heads == 2 && c.last_n == 2,
+          "packed decode: %s (%s), %d launches, grid %u, heads %lld, n %lld (want 1, 4, 2, 2)", attn_strerror(rc),
+          attn_last_error(rt), c.launches, c.last_grid, c.last_heads, c.last_n);
+    cases++;
+  }
+  attn_plan_destroy(plan);
+  plan = NULL;
   /* smallcache: no kernel of these layouts, said in one line, nothing launched */
   attn_problem ps = p;
   ps.algo = ATTN_ALGO_SMALLCACHE;

@@ -137,6 +137,7 @@ API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   rec.launches++;
   rec.last_stream = stream;
   rec.last_window = a.window, rec.last_softcap = a.softcap, rec.last_alibi = a.alibi;
+  rec.last_grid = gx, rec.last_heads = a.heads, rec.last_n = a.n;
   if (rec.pending < MAX_PENDING) {
     queued[rec.pending].stream = stream;
     queued[rec.pending].scratch = a.scratch;

@@ -17,6 +17,8 @@ typedef struct fake_cuda_calls {
   int last_window;        /* the last launch's score modifiers (attn_cuda_kargs) */
   float last_softcap;
   const float *last_alibi;
+  unsigned last_grid;     /* the last launch's grid, and its heads and n (attn_cuda_kargs) */
+  long long last_heads, last_n;
 } fake_cuda_calls;
 
 /* fake_cuda_record(out, reset): copies the record, then clears it when reset (pending launches stay pending). */
