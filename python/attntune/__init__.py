@@ -26,8 +26,9 @@ v requires grad: the forward runs attn_execute_lse and keeps each row's log-sum-
 attn_execute_backward, which recomputes the softmax from it (FlashAttention-2's backward, no n x n matrix kept), in
 the inputs' dtype with fp32 accumulation. Every shape the forward takes (causal, n_kv != n, grouped-query heads,
 d_v != d); non-contiguous inputs are copied and their gradients come back in the inputs' layout (a transposed view's
-gradient is transposed alike). No double backward; lowrank has no backward (EUNSUPPORTED). CUDA tensors take the same
-calls after torch's current stream is synchronised (both return when their results are written); where libattn's
+gradient is transposed alike). No double backward. algo='lowrank' trains where a lowrank kernel serves the forward
+(libattn's gradient of the approximation, on the CPU; elsewhere EUNSUPPORTED before the forward runs), else as
+flash. CUDA tensors take the same calls after torch's current stream is synchronised (both return when their results are written); where libattn's
 CUDA target lacks them it raises its EUNSUPPORTED (under torch.no_grad() CUDA tensors run stream-ordered as before).
 On NumPy arrays (or tensors, read detached): o, lse = attention(q, k, v, return_lse=True), then
 dq, dk, dv = attention_backward(q, k, v, o, lse, dout, causal=...). Plan objects (attntune.plan) run the forward
@@ -647,7 +648,7 @@ def _run_backward(lib, rt, target, plan, xs, grads, stream):
     _training(lib)
     if target == _TARGET_CUDA:
         stream.synchronize()
-    rc = lib.attn_execute_backward(plan, *[_ptr(x) for x in list(xs) + list(grads)])
+    rc = lib.attn_execute_backward(plan, *[None if x is None else _ptr(x) for x in list(xs) + list(grads)])
     if rc != OK:
         raise Error(rc, _last_error(lib, rt))
 
@@ -716,10 +717,7 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError("return_lse is of type %s: expected a bool" % type(return_lse).__name__)
     if a.kind == "torch" and _needs_grad(q, k, v):
-        if a.problem is not None and a.problem.algo == _ALGOS["lowrank"]:
-            raise Error(EUNSUPPORTED, "algo='lowrank' on tensors that require grad: lowrank has no backward (its "
-                        "approximation's gradient); run it under torch.no_grad(), or use another algo")
-        if a.mods and a.problem is not None:
+        if a.problem is not None and (a.mods or a.problem.algo == _ALGOS["lowrank"]):
             _backward_takes_mods(a, dbp)
         o, lse = _function().apply(q, k, v, a, dbp, bool(return_lse))
         return (o, lse) if return_lse else o
@@ -742,7 +740,8 @@ def attention_backward(q, k, v, o, lse, dout, causal=False, scale=None, db=None,
     shaped like q, dk like k and dv like v, in the inputs' dtype (fp32 accumulation); grouped-query heads: dk and dv
     summed over each KV head's query heads. NumPy arrays, or torch tensors (read detached; attention() is
     differentiable itself). Rows that see no key get zero dq, keys no row sees zero dk and dv; an empty result gives
-    zero gradients. lowrank has no backward (EUNSUPPORTED). The backward plan is cached per problem, as
+    zero gradients. lowrank kernels write no lse: their gradient is attention()'s autograd's alone. The backward
+    plan is cached per problem, as
     attention()'s."""
     a = _Args(q, k, v, causal, scale, algo, tolerance)
     dbp = _db_path(db)
@@ -768,8 +767,9 @@ def attention_backward(q, k, v, o, lse, dout, causal=False, scale=None, db=None,
 
 
 def _backward_takes_mods(a, dbp):
-    """The backward plan of a problem with score modifiers, made before the forward runs: a libattn whose backward
-    does not take them refuses here, with the reason, rather than after the forward."""
+    """The backward plan of a problem with score modifiers or algo='lowrank', made before the forward runs: a
+    libattn (or a target) whose backward does not take them refuses here, with the reason, rather than after the
+    forward."""
     with _lock:
         rt = _runtime(dbp, a.target)
         try:
@@ -777,9 +777,9 @@ def _backward_takes_mods(a, dbp):
         except Error as e:
             if e.code != EUNSUPPORTED:
                 raise
-            raise Error(EUNSUPPORTED, "window, softcap or alibi_slopes on tensors that require grad: this libattn's "
-                        "backward does not take them (%s); run under torch.no_grad(), or detach the inputs"
-                        % e.detail) from None
+            what = "algo='lowrank'" if a.problem.algo == _ALGOS["lowrank"] else "window, softcap or alibi_slopes"
+            raise Error(EUNSUPPORTED, "%s on tensors that require grad: this libattn's backward does not take it "
+                        "(%s); run under torch.no_grad(), or detach the inputs" % (what, e.detail)) from None
 
 
 def _needs_grad(q, k, v):
@@ -803,9 +803,11 @@ def _zeros(kind, shape, like):
     return torch.zeros(shape, dtype=like.dtype, device=like.device)
 
 
-def _forward_lse(a, dbp, q, k, v, want_lse):
+def _forward_lse(a, dbp, q, k, v, want_lse, lowrank_ok=False):
     """(o, lse) for _Args a: the forward through attn_execute_lse. An empty result runs nothing; its lse (only
-    wanted when want_lse) is empty too unless d_v = 0, which is refused as there is no kernel to compute it."""
+    wanted when want_lse) is empty too unless d_v = 0, which is refused as there is no kernel to compute it.
+    lowrank_ok: where a lowrank kernel serves the plan (it has no exact lse), o through attn_execute and lse None,
+    which lowrank's backward takes."""
     lse_shape = a.shapes[0][:-1]
     if a.problem is None:
         if want_lse and math.prod(lse_shape) and a.out_shape[-1] == 0:
@@ -817,7 +819,14 @@ def _forward_lse(a, dbp, q, k, v, want_lse):
     stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
     with _lock:
         rt = _runtime(dbp, a.target)
-        _run_lse(rt.lib, rt.rt, a.target, rt.cached(a.problem), xs, o, lse, stream)
+        plan = rt.cached(a.problem)
+        try:
+            _run_lse(rt.lib, rt.rt, a.target, plan, xs, o, lse, stream)
+        except Error as e:
+            if not (lowrank_ok and e.code == EUNSUPPORTED and a.problem.algo == _ALGOS["lowrank"]):
+                raise
+            _run(rt.lib, rt.rt, a.target, plan, xs, o, stream)
+            return o, None
     return o, lse
 
 
@@ -826,7 +835,9 @@ def _backward(a, dbp, q, k, v, o, lse, dout):
     like = q
     if a.problem is None:   # the result has no elements: nothing depends on the inputs
         return [_zeros(a.kind, s, like) for s in a.shapes]
-    xs = _contiguous(a.kind, a.target, (q, k, v, o, lse, dout))
+    xs = _contiguous(a.kind, a.target, (q, k, v, o, dout) if lse is None else (q, k, v, o, lse, dout))
+    if lse is None:   # lowrank's backward takes no lse
+        xs = list(xs[:4]) + [None] + [xs[4]]
     grads = [_new_out(a.kind, s, xs[0]) for s in a.shapes]
     stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
     with _lock:
@@ -851,8 +862,10 @@ def _function():
         # attn_execute_backward, which recomputes P from lse
         @staticmethod
         def forward(ctx, q, k, v, a, dbp, want_lse):
-            o, lse = _forward_lse(a, dbp, q, k, v, want_lse)
-            ctx.a, ctx.dbp = a, dbp
+            o, lse = _forward_lse(a, dbp, q, k, v, want_lse, lowrank_ok=not want_lse)
+            ctx.a, ctx.dbp, ctx.no_lse = a, dbp, lse is None
+            if lse is None:   # a lowrank kernel served: its backward needs no lse
+                lse = torch.empty(0, dtype=torch.float32, device=o.device)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.mark_non_differentiable(lse)
             return o, lse
@@ -863,7 +876,7 @@ def _function():
             q, k, v, o, lse = ctx.saved_tensors
             if dout.dtype != o.dtype:
                 dout = dout.to(o.dtype)
-            grads = _backward(ctx.a, ctx.dbp, q, k, v, o, lse, dout)
+            grads = _backward(ctx.a, ctx.dbp, q, k, v, o, None if ctx.no_lse else lse, dout)
             out = []
             for x, g, need in zip((q, k, v), grads, ctx.needs_input_grad[:3]):
                 if need and g.stride() != x.stride() and x.numel() > 1:
