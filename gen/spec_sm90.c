@@ -64,6 +64,9 @@ int attn_spec_check_sm90(const attn_spec *s, char *err, size_t len) {
                      s->d, dv);
   if (s->window || s->softcap || s->alibi)
     return attn_errf(err, len, ATTN_EUNSUPPORTED, "impl=wgmma applies no window, softcap or alibi (flash.cu does)");
+  if (s->layout)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "impl=wgmma reads dense Q, K and V only (layout=%d: varlen and paged run flash.cu)", s->layout);
   if (s->split || s->unroll || s->tile)
     return attn_errf(err, len, ATTN_EINVAL, "impl=wgmma takes no split, unroll or tile");
   if (s->warps != 8 && s->warps != 12 && s->warps != 16)

@@ -81,6 +81,7 @@ static void unit(void) {
   refused(BASE "d=60 br=128 bc=128 causal=0 warps=12 stages=2", ATTN_EUNSUPPORTED, "multiples of 8");
   refused(BASE "d=64 dv=260 br=128 bc=64 causal=0 warps=12 stages=1", ATTN_EUNSUPPORTED, "up to 256");
   refused(BASE "d=64 br=128 bc=128 causal=0 warps=12 stages=2 window=1", ATTN_EUNSUPPORTED, "no window");
+  refused(BASE "d=64 br=128 bc=128 causal=0 warps=12 stages=2 layout=2", ATTN_EUNSUPPORTED, "dense Q, K and V only");
   refused(BASE "d=64 br=128 bc=128 causal=0 warps=10 stages=2", ATTN_EINVAL, "producer warpgroup");
   refused(BASE "d=64 br=64 bc=128 causal=0 warps=12 stages=2", ATTN_EINVAL, "64 query rows per consumer");
   refused(BASE "d=64 br=128 bc=120 causal=0 warps=12 stages=2", ATTN_EINVAL, "multiple of 16");
