@@ -1,9 +1,6 @@
-/* paged.c: attn_execute_paged, attention over a paged KV cache (vLLM's layout) on the CPU. Each sequence's pages are
- * gathered into contiguous [1][heads_kv][len][d] K and V staging and the plan's own kernel runs on it with batch 1 and
- * n_kv = the sequence's length. This copies the KV once: decode's memory traffic is about 3x the dense kernel's
- * (read pages, write staging, read staging) until a kernel reads the pages directly. */
-#include <stdint.h>
-#include <stdlib.h>
+/* paged.c: attn_execute_paged, attention over a paged KV cache (vLLM's layout) on the CPU. The plan's own kernel runs
+ * once on the whole batch and reads K and V through the block table (attn_kargs.block_table, seq_lens): no copy, so
+ * decode moves the bytes dense decode moves, each page once per KV head. */
 #include <string.h>
 #include "internal.h"
 
@@ -52,16 +49,6 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
   return ATTN_OK;
 }
 
-/* [page][slot][heads_kv][dim] pages to [heads_kv][len][dim] staging. */
-static void gather(char *dst, const char *pages, const int *table, long len, int page_size, long heads_kv, long dim,
-                   size_t esz) {
-  const size_t row = (size_t)dim * esz;
-  for (long t = 0; t < len; t++) {
-    const char *src = pages + ((size_t)table[t / page_size] * page_size + (size_t)(t % page_size)) * heads_kv * row;
-    for (long h = 0; h < heads_kv; h++) memcpy(dst + ((size_t)h * len + t) * row, src + (size_t)h * row, row);
-  }
-}
-
 ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
                                 int num_pages, int page_size, const int *block_table, int max_pages,
                                 const int *seq_lens_kv, void *o) {
@@ -74,35 +61,17 @@ ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void
   attn_runtime *rt = plan->rt;
   const attn_problem *p = &plan->p;
   const size_t esz = attn_dtype_size(p->dtype);
-  long most = 0;
-  for (int b = 0; b < p->batch; b++)
-    if (seq_lens_kv[b] > most) most = seq_lens_kv[b];
-  const size_t kbytes = (size_t)p->heads_kv * most * p->d * esz, vbytes = (size_t)p->heads_kv * most * p->d_v * esz;
-  char *ks = most ? malloc(kbytes) : NULL, *vs = most ? malloc(vbytes) : NULL;
-  if (most && (!ks || !vs)) {
-    free(ks);
-    free(vs);
-    return attn_fail(rt, ATTN_ENOMEM, "attn_execute_paged: out of memory for %zu bytes of KV staging",
-                     kbytes + vbytes);
-  }
-  const size_t qseq = (size_t)p->heads * p->n * p->d * esz, oseq = (size_t)p->heads * p->n * p->d_v * esz;
-  for (int b = 0; b < p->batch && rc == ATTN_OK; b++) {
-    const long len = seq_lens_kv[b];
-    char *ob = (char *)o + (size_t)b * oseq;
-    if (len == 0) { /* no key: zero rows, as rows that see no key are (all-zero bits are 0 in every dtype) */
-      memset(ob, 0, oseq);
-      continue;
-    }
-    const int *table = block_table + (size_t)b * max_pages;
-    gather(ks, k_pages, table, len, page_size, p->heads_kv, p->d, esz);
-    gather(vs, v_pages, table, len, page_size, p->heads_kv, p->d_v, esz);
-    /* causal stays bottom-right aligned per sequence: i' = i + len - n */
-    attn_kargs a = attn_problem_kargs(p, (const char *)q + (size_t)b * qseq, ks, vs, ob);
-    a.batch = 1;
-    a.n_kv = len;
-    rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
-  }
-  free(ks);
-  free(vs);
+  const size_t oseq = (size_t)p->heads * p->n * p->d_v * esz;
+  /* One call for the whole batch: each sequence's items read its pages through its row of the block table and see
+   * its own key count (causal bottom-right aligned per sequence: i' = i + len - n). */
+  attn_kargs a = attn_problem_kargs(p, q, k_pages, v_pages, o);
+  a.block_table = block_table;
+  a.page_size = page_size;
+  a.max_pages = max_pages;
+  a.seq_lens = seq_lens_kv;
+  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  /* a sequence without keys: zero rows, as rows that see no key are (all-zero bits are 0 in every dtype) */
+  for (int b = 0; b < p->batch && rc == ATTN_OK; b++)
+    if (seq_lens_kv[b] == 0) memset((char *)o + (size_t)b * oseq, 0, oseq);
   return rc;
 }

@@ -248,7 +248,7 @@ FL_INLINE fl_vf fl_exp2(fl_vf x) {
 /* O[max(BR, DOT)][DVP]: unnormalised output accumulator (the dot kernels run 4 rows even when Br is smaller) */
 #define FL_O_SZ FL_RUP((FL_BR > FL_DOT ? FL_BR : FL_DOT) * FL_DVP, 16)
 #define FL_V_SZ FL_RUP(FL_BRP, 16)          /* m, l, alpha: one float per query row */
-#define FL_KC_SZ (FL_STAGE_K ? FL_RUP(FL_BC * FL_D, 16) : 0)   /* Kc[BC][D]: a converted K block */
+/* Kc[BC][D]: a converted (or gathered) K block: fl_kc_sz */
 #define FL_QD_SZ FL_RUP(FL_DOT * FL_D, 16)  /* Qd[DOT][D]: scaled Q rows, row-major (items of at most FL_DOT rows) */
 #define FL_VC_SZ FL_RUP(FL_BC * FL_DVP, 16) /* Vc[BC][DVP]: a converted, padded (or realigned) V block */
 #define FL_AL_SZ (ATTN_ALIBI ? 2 * FL_V_SZ : 0) /* ALiBi: each row's slope (base 2) and i', as floats */
@@ -340,12 +340,12 @@ FL_INLINE float fl_hsum(fl_vf x) {
  * row at a time so that K streams in address order (the hardware prefetcher's case); each row's sum is split over pc
  * partial accumulators (R * pc independent chains hide the FMA latency); a d that is not whole vectors ends in a
  * scalar tail. Writes St[c][0..VW) (lanes past R: 0); mx[0]: each lane's max. */
-FL_INLINE void fl_scores_dot(const float *restrict kb, const float *restrict qd, float *restrict st,
+FL_INLINE void fl_scores_dot(const float *restrict kb, long ks, const float *restrict qd, float *restrict st,
                              fl_vf *restrict mx, int cols, int R, int pc) {
   enum { NV = FL_D / FL_VW, TAIL = FL_D % FL_VW };
   fl_vf m = fl_splat(-__builtin_inff());
   for (int c = 0; c < cols; c++) {
-    const float *kr = kb + (long)c * FL_D;
+    const float *kr = kb + (long)c * ks;
     fl_vf acc[FL_DOT][8];
     for (int r = 0; r < R; r++)
       for (int u = 0; u < pc; u++) acc[r][u] = (fl_vf){0};
@@ -375,25 +375,25 @@ FL_INLINE void fl_scores_dot(const float *restrict kb, const float *restrict qd,
 /* O[0..R) += P V over the key rows [c0, c1) for R <= FL_DOT rows, kg keys at a time: for each vector of d_v the kg V
  * rows' entries (kg neighbouring rows: V streams in address order) go into R accumulators loaded from and stored
  * back to O (in L1: R * DVP floats), so that any d_v needs only R * kg + R + 1 registers. */
-FL_INLINE void fl_pv_dot_keys(const float *restrict vb, const float *restrict st, float *restrict o, int c0, int c1,
-                              int R, int kg) {
+FL_INLINE void fl_pv_dot_keys(const float *restrict vb, long vs, const float *restrict st, float *restrict o, int c0,
+                              int c1, int R, int kg) {
   int c = c0;
   for (; c + kg <= c1; c += kg) {
     fl_vf p[8][FL_DOT];
     for (int i = 0; i < kg; i++)
       for (int r = 0; r < R; r++) p[i][r] = fl_splat(st[(c + i) * FL_BRP + r]);
-    const float *vr = vb + (long)c * FL_DVP;
+    const float *vr = vb + (long)c * vs;
     for (int b = 0; b < FL_DVP; b += FL_VW) {
       fl_vf acc[FL_DOT];
       for (int r = 0; r < R; r++) acc[r] = fl_ld(o + r * FL_DVP + b);
       for (int i = 0; i < kg; i++) {
-        const fl_vf v = fl_ld(vr + i * FL_DVP + b);
+        const fl_vf v = fl_ld(vr + i * vs + b);
         for (int r = 0; r < R; r++) acc[r] = FL_FMA(p[i][r], v, acc[r]);
       }
       for (int r = 0; r < R; r++) fl_st(o + r * FL_DVP + b, acc[r]);
     }
   }
-  if (kg > 1 && c < c1) fl_pv_dot_keys(vb, st, o, c, c1, R, 1);
+  if (kg > 1 && c < c1) fl_pv_dot_keys(vb, vs, st, o, c, c1, R, 1);
 }
 
 /* Visibility in a work item. Rows are numbered x = 0 .. rows-1 within the item and keys c = 0 .. cols-1 within a key
@@ -414,7 +414,7 @@ FL_INLINE int fl_key_begin(long x, fl_vis v, int cols) { return fl_clamp_cols(fl
 /* The keys of a masked tile that not all its rows see, after fl_pv_tile took those they all see, [c0, c1): row a (of
  * ro, row r + a of the item) adds its own keys below c0 and from c1 on. Out of line and only in blocks that cross
  * the causal diagonal or a window's edge, so the tile loop keeps its code. */
-static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const float *restrict st,
+static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, long vs, const float *restrict st,
                                                  float *restrict o, int c0, int c1, int cols, long r, int ro,
                                                  fl_vis vis) {
   for (int a = 0; a < ro; a++) {
@@ -425,7 +425,7 @@ static __attribute__((noinline)) void fl_pv_diag(const float *restrict vb, const
         const fl_vf p = fl_splat(st[c * FL_BRP + a]);
         for (int dv = 0; dv < FL_NDV; dv++) {
           float *od = o + a * FL_DVP + dv * FL_VW;
-          fl_st(od, FL_FMA(p, fl_ld(vb + c * FL_DVP + dv * FL_VW), fl_ld(od)));
+          fl_st(od, FL_FMA(p, fl_ld(vb + c * vs + dv * FL_VW), fl_ld(od)));
         }
       }
     }
@@ -451,7 +451,7 @@ FL_INLINE void fl_pv_rows(const float *restrict vb, const float *restrict st, co
     fl_pv_tile(vk + dv * FL_VW, sk, alpha + r, o + r * FL_DVP + dv * FL_VW, c1 - c0, ro, FL_PV_ND);
   if (FL_NDV % FL_PV_ND)
     fl_pv_tile(vk + dv * FL_VW, sk, alpha + r, o + r * FL_DVP + dv * FL_VW, c1 - c0, ro, FL_NDV % FL_PV_ND);
-  if (masked) fl_pv_diag(vb, st + r, o + r * FL_DVP, c0, c1, cols, r, ro, vis);
+  if (masked) fl_pv_diag(vb, FL_DVP, st + r, o + r * FL_DVP, c0, c1, cols, r, ro, vis);
 }
 
 /* A full query block's tail band has a constant height; a partial block's goes a row at a time. */
@@ -468,7 +468,7 @@ FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const f
 
 /* O = alpha * O + P V for an item of R <= FL_DOT rows: the keys all rows see, then each row's others as fl_pv_rows
  * does. */
-FL_INLINE void fl_pv_dot(const float *restrict vb, const float *restrict st, const float *restrict alpha,
+FL_INLINE void fl_pv_dot(const float *restrict vb, long vs, const float *restrict st, const float *restrict alpha,
                          float *restrict o, int cols, int R, int masked, fl_vis vis) {
   for (int r = 0; r < R; r++) {
     const fl_vf al = fl_splat(alpha[r]);
@@ -480,8 +480,8 @@ FL_INLINE void fl_pv_dot(const float *restrict vb, const float *restrict st, con
     c1 = fl_key_end(0, vis, cols);
     if (c1 < c0) c1 = c0;
   }
-  fl_pv_dot_keys(vb, st, o, c0, c1, R, 2);
-  if (masked) fl_pv_diag(vb, st, o, c0, c1, cols, 0, R, vis);
+  fl_pv_dot_keys(vb, vs, st, o, c0, c1, R, 2);
+  if (masked) fl_pv_diag(vb, vs, st, o, c0, c1, cols, 0, R, vis);
 }
 
 #if ATTN_SOFTCAP || ATTN_ALIBI
@@ -582,36 +582,72 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
 }
 
+/* Where an item's K and V rows are (kernel_abi.h's layouts): key j's row starts at k + j * ks (v + j * vs), or, paged
+ * (table not NULL), at row j % ps of page table[j / ps], pages being ps rows of ks (vs) elements. Dense: ks = D,
+ * vs = D_V; token-major and paged rows hold every KV head's row, heads_kv times wider. */
+typedef struct fl_kv {
+  const attn_el *k, *v; /* key 0 of the item's KV head (paged: page 0's) */
+  long ks, vs;          /* elements from one key row to the next (within a page) */
+  const int *table;     /* paged: the sequence's block table; NULL otherwise */
+  long ps;              /* rows per page */
+} fl_kv;
+
 /* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
- * softmax, O += P V. k, v: the KV head's K and V (elements); kc, vc: staging (FL_STAGE_K, FL_STAGE_V, or V rows off
- * a vector boundary). dot (an item of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead
- * of the lane kernels on qt. */
-FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, float *restrict kc,
-                         float *restrict vc, const float *restrict qt, const float *restrict qd, float *restrict st,
-                         float *restrict o, float *restrict m, float *restrict l, float *restrict alpha, long X0,
-                         long gp, long j_begin, long j_end, long off, long w, const fl_mod *md, int rows, int nrv,
-                         int dot, attn_io *io) {
-  /* fp32 V rows in place are on a vector boundary iff the head's start is (D_V whole vectors here). The lane kernels
-   * realign them: BR rows reuse each V vector. The dot kernels do not: their few rows make them bound by memory
-   * bandwidth, not loads (a split load costs nothing there), and a copy would add a pass over K and V. The lane
-   * kernels read K a scalar at a time (broadcasts), which no alignment slows. */
-  const int stage_v = (uintptr_t)v % FL_VALIGN != 0;
-  for (long j0 = j_begin; j0 < j_end; j0 += FL_BC) {
-    const int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
+ * softmax, O += P V. kv: the KV head's K and V rows; kc, vc: staging (FL_STAGE_K, FL_STAGE_V, or rows the lane kernels
+ * cannot read in place). dot (an item of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead
+ * of the lane kernels on qt. Paged, a block ends at its page's end as well, so that its rows are evenly spaced: the
+ * kernels then read each page in place (decode streams every page once per KV head, as it streams dense K and V). */
+FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc, const float *restrict qt,
+                         const float *restrict qd, float *restrict st, float *restrict o, float *restrict m,
+                         float *restrict l, float *restrict alpha, long X0, long gp, long j_begin, long j_end,
+                         long off, long w, const fl_mod *md, int rows, int nrv, int dot, attn_io *io) {
+  /* fp32 V rows in place are on a vector boundary iff the block's first row is and rows are D_V apart (D_V whole
+   * vectors here). The lane kernels realign them: BR rows reuse each V vector; they also take K and V from staging
+   * when rows are further apart (token-major or paged rows), as their tiles address rows by constant strides. The
+   * dot kernels read in place at any stride: their few rows make them bound by memory bandwidth, not loads (a split
+   * load costs nothing there), and a copy would add a pass over K and V. The lane kernels read K a scalar at a time
+   * (broadcasts), which no alignment slows. */
+  const long ks = kv->ks, vs = kv->vs;
+  for (long j0 = j_begin; j0 < j_end;) {
+    int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
+    const attn_el *kr = kv->k, *vr = kv->v;
+    if (kv->table) {
+      const long slot = j0 % kv->ps, row = (long)kv->table[j0 / kv->ps] * kv->ps + slot;
+      if (kv->ps - slot < cols) cols = (int)(kv->ps - slot);
+      kr += row * ks;
+      vr += row * vs;
+      /* The next page's rows, fetched while this block computes: a jump to another page defeats the hardware
+       * prefetcher, which follows addresses in order (decode over shuffled pages ran at 0.6 of dense without). */
+      const long jn = j0 + cols;
+      if (jn < j_end && jn % kv->ps == 0) {
+        const long nrow = (long)kv->table[jn / kv->ps] * kv->ps, nc = FL_MIN(FL_MIN(kv->ps, j_end - jn), FL_BC);
+        const char *kn = (const char *)(kv->k + nrow * ks), *vn = (const char *)(kv->v + nrow * vs);
+        for (long c = 0; c < nc; c++) {
+          for (long x = 0; x < (long)(FL_D * sizeof(attn_el)); x += 64) __builtin_prefetch(kn + c * ks * (long)sizeof(attn_el) + x);
+          for (long x = 0; x < (long)(FL_DV * sizeof(attn_el)); x += 64) __builtin_prefetch(vn + c * vs * (long)sizeof(attn_el) + x);
+        }
+      }
+    } else {
+      kr += j0 * ks;
+      vr += j0 * vs;
+    }
     ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
     ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
-    const float *kb = (const float *)k + j0 * FL_D, *vb = (const float *)v + j0 * FL_DV;
-    if (FL_STAGE_K) {
-      for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, k + (j0 + c) * FL_D, FL_D);
+    const float *kb = (const float *)kr, *vb = (const float *)vr;
+    long kbs = ks, vbs = vs;
+    if (FL_STAGE_K || (!dot && ks != FL_D)) {
+      for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, kr + c * ks, FL_D);
       kb = kc;
+      kbs = FL_D;
     }
-    if (FL_STAGE_V || (!dot && stage_v)) {
-      for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, v + (j0 + c) * FL_DV, FL_DV);
+    if (FL_STAGE_V || (!dot && (vs != FL_DV || (uintptr_t)vr % FL_VALIGN != 0))) {
+      for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, vr + c * vs, FL_DV);
       vb = vc;
+      vbs = FL_DVP;
     }
     fl_vf mx[FL_NRV];
     if (dot)
-      fl_scores_dot(kb, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
+      fl_scores_dot(kb, kbs, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
     else
       fl_scores(kb, qt, st, mx, cols, nrv);
 #if ATTN_SOFTCAP || ATTN_ALIBI
@@ -627,9 +663,10 @@ FL_INLINE void fl_blocks(const attn_el *restrict k, const attn_el *restrict v, f
     const int masked = FL_MASK && (gp * (cols - 1) + vis.lo > 0 || vis.hi < rows);
     fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, vis);
     if (dot)
-      fl_pv_dot(vb, st, alpha, o, cols, rows, masked, vis);
+      fl_pv_dot(vb, vbs, st, alpha, o, cols, rows, masked, vis);
     else
       fl_pv(vb, st, alpha, o, cols, rows, masked, vis);
+    j0 += cols;
   }
 }
 
@@ -697,14 +734,26 @@ FL_INLINE long fl_row(const attn_kargs *a, const fl_item *t, long x) {
   return (t->qhead0 + X % t->gp) * a->n + X / t->gp;
 }
 
+/* Row x of an item: its Q row's (width d) or O row's (width d_v) offset in elements, dense [batch][heads][n] rows or
+ * token-major [batch][n][heads] (ATTN_LAYOUT_QO_TOKENS). */
+FL_INLINE long fl_qo(const attn_kargs *a, const fl_item *t, long x, long width) {
+  const long X = t->X0 + x, bh = t->qhead0 + X % t->gp, i = X / t->gp;
+  if (a->layout & ATTN_LAYOUT_QO_TOKENS) return ((bh / a->heads * a->n + i) * a->heads + bh % a->heads) * width;
+  return (bh * a->n + i) * width;
+}
+
+/* Staging for K blocks: half-precision K, and fp32 K rows the lane kernels cannot read in place (not D apart). */
+static long fl_kc_sz(const attn_kargs *a) {
+  return FL_STAGE_K || a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS) ? FL_RUP(FL_BC * FL_D, 16) : 0;
+}
+
 long attn_kernel_items(const attn_kargs *a) {
   long nqb;
   return fl_blocks_of(a, &nqb) * FL_NSPLIT;
 }
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
-  (void)a;
-  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_KC_SZ + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ) *
+  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + fl_kc_sz(a) + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ) *
          sizeof(float);
 }
 
@@ -750,15 +799,29 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   item /= ATTN_SPLIT;
 #endif
   const fl_item t = fl_item_of(a, item);
-  const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = t.bkv % heads_kv;
+  const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - n;
   const int rows = t.rows;
   const attn_el *q = (const attn_el *)a->q;
-  const attn_el *k = (const attn_el *)a->k + t.bkv * n_kv * FL_D;
-  const attn_el *v = (const attn_el *)a->v + t.bkv * n_kv * FL_DV;
+  fl_kv kv = {(const attn_el *)a->k + t.bkv * n_kv * FL_D, (const attn_el *)a->v + t.bkv * n_kv * FL_DV, FL_D, FL_DV,
+              NULL, 1};
+  if (a->block_table) {
+    kv.k = (const attn_el *)a->k + hk * FL_D;
+    kv.v = (const attn_el *)a->v + hk * FL_DV;
+    kv.ks = heads_kv * FL_D;
+    kv.vs = heads_kv * FL_DV;
+    kv.table = a->block_table + t.bkv / heads_kv * a->max_pages;
+    kv.ps = a->page_size;
+  } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
+    kv.k = (const attn_el *)a->k + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_D;
+    kv.v = (const attn_el *)a->v + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_DV;
+    kv.ks = heads_kv * FL_D;
+    kv.vs = heads_kv * FL_DV;
+  }
   attn_el *out = (attn_el *)a->o;
 
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
-  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + FL_KC_SZ;
+  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + fl_kc_sz(a);
   float *qd = vc + FL_VC_SZ;
   const long w = fl_window(a);
 
@@ -794,7 +857,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
   ATTN_IO_READ(io, (long)rows * FL_D);
   for (int r = 0; r < rows; r++) {
-    const attn_el *qr = q + fl_row(a, &t, r) * FL_D;
+    const attn_el *qr = q + fl_qo(a, &t, r, FL_D);
     for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
     if (r < FL_DOT)
       for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
@@ -838,7 +901,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * with a compile-time count, so that their register tiles have constant shapes. */
   const int nrv = (rows + FL_VW - 1) / FL_VW;
 #define FL_RUN(ROWS, NRV, DOT) \
-  fl_blocks(k, v, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
+  fl_blocks(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
   /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
    * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
   if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
@@ -862,7 +925,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * -inf) gives 0 * inf = NaN, the reference's 0/0. */
   for (int r = 0; r < rows; r++) {
     const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / l[r] : 0.0f;
-    fl_write_row(out + fl_row(a, &t, r) * FL_DV, o + r * FL_DVP, inv);
+    fl_write_row(out + fl_qo(a, &t, r, FL_DV), o + r * FL_DVP, inv);
   }
   ATTN_IO_WRITE(io, (long)rows * FL_DV);
   if (a->lse) fl_write_lse(a, &t, m, l, rows);
@@ -898,7 +961,8 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
     float acc[FL_DVP] __attribute__((aligned(64)));
     for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, (fl_vf){0});
     float l = 0.0f;
-    const int sees = fl_sees(a, (t.X0 + r) / t.gp + (a->n_kv - a->n));
+    const long n_kv = a->seq_lens ? a->seq_lens[t.bkv / (a->heads_kv > 0 ? a->heads_kv : a->heads)] : a->n_kv;
+    const int sees = fl_sees(a, (t.X0 + r) / t.gp + (n_kv - a->n));
     if (sees)
       for (int s = 0; s < ATTN_SPLIT; s++) {
         const float *ps = p + s * FL_PART;
@@ -907,7 +971,7 @@ void attn_kernel_merge(const attn_kargs *a, long item, attn_io *io) {
         const fl_vf wv = fl_splat(w);
         for (int c = 0; c < FL_DVP; c += FL_VW) fl_st(acc + c, FL_FMA(wv, fl_ld(ps + r * FL_DVP + c), fl_ld(acc + c)));
       }
-    fl_write_row(out + fl_row(a, &t, r) * FL_DV, acc, sees ? 1.0f / l : 0.0f);
+    fl_write_row(out + fl_qo(a, &t, r, FL_DV), acc, sees ? 1.0f / l : 0.0f);
     if (a->lse) a->lse[fl_row(a, &t, r)] = mx * 0.69314718055994531f + __builtin_logf(l); /* l = 0 gives -inf */
   }
   ATTN_IO_WRITE(io, (long)rows * FL_DV);

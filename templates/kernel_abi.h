@@ -12,8 +12,11 @@
  * 4: attn_kargs.lse (forward kernels write the log-normaliser when it is not NULL) and the backward's dout, dq, dk,
  *    dv (templates/flash_bwd.c, which reads o and lse).
  * 5: attn_kargs.window, softcap and alibi: the score modifiers' values (attn.h) for kernels built with ATTN_WINDOW,
- *    ATTN_SOFTCAP or ATTN_ALIBI; 0 (NULL) there means off. */
-#define ATTN_KERNEL_ABI_VERSION 5
+ *    ATTN_SOFTCAP or ATTN_ALIBI; 0 (NULL) there means off.
+ * 6: attn_kargs.layout, block_table, page_size, max_pages and seq_lens: token-major rows (varlen's packed arrays)
+ *    and a paged K/V cache with a key count per sequence, read in place by flash and smallcache (lowrank and the
+ *    backward take the dense layout only). */
+#define ATTN_KERNEL_ABI_VERSION 6
 
 typedef struct attn_kargs {
   const void *q, *k;       /* [batch][heads|heads_kv][n|n_kv][d] */
@@ -29,7 +32,16 @@ typedef struct attn_kargs {
   long window;             /* > 0: sliding window of w keys (attn.h); read by ATTN_WINDOW kernels */
   float softcap;           /* > 0: c·tanh(s/c) on the scaled scores; read by ATTN_SOFTCAP kernels */
   const float *alibi;      /* [heads] slopes: -slope_h·|i' - j| on the scores; read by ATTN_ALIBI kernels */
+  /* Where the rows are (0 and NULL: the layouts above). Flash and smallcache forward kernels only. */
+  int layout;              /* ATTN_LAYOUT_QO_TOKENS: q is [batch][n][heads][d], o [batch][n][heads][d_v];
+                            * ATTN_LAYOUT_KV_TOKENS: k is [batch][n_kv][heads_kv][d], v [batch][n_kv][heads_kv][d_v] */
+  const int *block_table;  /* not NULL: k and v are pages [num_pages][page_size][heads_kv][d or d_v] and key j of
+                            * batch b is row j % page_size of page block_table[b * max_pages + j / page_size] */
+  long page_size, max_pages;
+  const int *seq_lens;     /* not NULL (paged): batch b has seq_lens[b] <= n_kv keys, causal aligned to its last */
 } attn_kargs;
+#define ATTN_LAYOUT_QO_TOKENS 1
+#define ATTN_LAYOUT_KV_TOKENS 2
 
 /* Entries (not bytes) moved between slow memory (the arrays above, and any slow scratch) and fast memory. */
 typedef struct attn_io { unsigned long long reads, writes; } attn_io;

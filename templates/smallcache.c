@@ -82,6 +82,20 @@ static inline void sc_keys(long ip, long n_kv, long w, long *lo, long *hi) {
   *hi = b > a ? b : a;
 }
 
+/* Where key rows of one KV head are: key j at base + j * rs, or, paged (table not NULL), row j % ps of page
+ * table[j / ps], pages of ps rows of rs elements (base: the head's columns in page 0). */
+typedef struct sc_kv {
+  const attn_el *base;
+  long rs;
+  const int *table;
+  long ps;
+} sc_kv;
+
+static inline const attn_el *sc_key(const sc_kv *kv, long j) {
+  if (kv->table) return kv->base + ((long)kv->table[j / kv->ps] * kv->ps + j % kv->ps) * kv->rs;
+  return kv->base + j * kv->rs;
+}
+
 long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads * ((a->n + SC_BR - 1) / SC_BR); }
 
 /* Slow scratch S (BR x n_kv), then fast memory: three T x T tiles and m, l for BR rows. */
@@ -96,12 +110,32 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   const long b = bh / a->heads, h = bh % a->heads;
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
   const long hk = h / (a->heads / heads_kv);
-  const long n = a->n, n_kv = a->n_kv, off = n_kv - n;
+  const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[b] : a->n_kv, off = n_kv - n;
   const long R = SC_MIN(n - i0, (long)SC_BR);
+  /* Rows: query row r of the block at q + r * qs (O: out + r * os), key j at sc_key(&kv, j) (kernel_abi.h's
+   * layouts: dense, token-major, paged) */
   const attn_el *q = (const attn_el *)a->q + (bh * n + i0) * SC_D;
-  const attn_el *k = (const attn_el *)a->k + (b * heads_kv + hk) * n_kv * SC_D;
-  const attn_el *v = (const attn_el *)a->v + (b * heads_kv + hk) * n_kv * SC_DV;
   attn_el *out = (attn_el *)a->o + (bh * n + i0) * SC_DV;
+  long qs = SC_D, os = SC_DV;
+  if (a->layout & ATTN_LAYOUT_QO_TOKENS) {
+    q = (const attn_el *)a->q + ((b * n + i0) * a->heads + h) * SC_D;
+    out = (attn_el *)a->o + ((b * n + i0) * a->heads + h) * SC_DV;
+    qs = a->heads * SC_D;
+    os = a->heads * SC_DV;
+  }
+  sc_kv kv = {(const attn_el *)a->k + (b * heads_kv + hk) * n_kv * SC_D, SC_D, NULL, 1};
+  sc_kv vv = {(const attn_el *)a->v + (b * heads_kv + hk) * n_kv * SC_DV, SC_DV, NULL, 1};
+  if (a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS)) {
+    const long first = a->block_table ? 0 : b * n_kv * heads_kv; /* row of key 0 (paged: of page 0) */
+    kv.base = (const attn_el *)a->k + (first + hk) * SC_D;
+    vv.base = (const attn_el *)a->v + (first + hk) * SC_DV;
+    kv.rs = heads_kv * SC_D;
+    vv.rs = heads_kv * SC_DV;
+    if (a->block_table) {
+      kv.table = vv.table = a->block_table + b * a->max_pages;
+      kv.ps = vv.ps = a->page_size;
+    }
+  }
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)SC_D);
   const long w = ATTN_WINDOW && a->window > 0 && a->window <= n + n_kv ? a->window : n + n_kv + 1;
   const float cap = ATTN_SOFTCAP && a->softcap > 0.0f ? a->softcap : 0.0f;
@@ -131,9 +165,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       for (long x = 0; x < tr * tc; x++) acc[x] = 0.0f;
       for (long k0 = 0; k0 < SC_D; k0 += SC_T) {
         const long tk = SC_MIN((long)SC_T, SC_D - k0);
-        for (long r = 0; r < tr; r++) attn_load_row(ta + r * SC_T, q + (r0 + r) * SC_D + k0, tk);
+        for (long r = 0; r < tr; r++) attn_load_row(ta + r * SC_T, q + (r0 + r) * qs + k0, tk);
         ATTN_IO_READ(io, tr * tk);
-        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, k + (c0 + c) * SC_D + k0, tk);
+        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, sc_key(&kv, c0 + c) + k0, tk);
         ATTN_IO_READ(io, tc * tk);
         for (long r = 0; r < tr; r++)
           for (long c = 0; c < tc; c++) {
@@ -194,7 +228,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
           for (long c = 0; c < tc; c++) ta[r * SC_T + c] = expf(S[(r0 + r) * ldS + c0 + c] - mr);
         }
         ATTN_IO_READ(io, tr * tc);
-        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, v + (c0 + c) * SC_DV + d0, td);
+        for (long c = 0; c < tc; c++) attn_load_row(tb + c * SC_T, sc_key(&vv, c0 + c) + d0, td);
         ATTN_IO_READ(io, tc * td);
         for (long r = 0; r < tr; r++) {
           /* only the keys row r sees: a hidden key's P = 0 times a NaN (or infinite) V would be NaN */
@@ -215,7 +249,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       for (long r = 0; r < tr; r++) {
         float *ar = acc + r * td;
         for (long dd = 0; dd < td; dd++) ar[dd] *= l[r0 + r];
-        attn_store_row(out + (r0 + r) * SC_DV + d0, ar, td);
+        attn_store_row(out + (r0 + r) * os + d0, ar, td);
       }
       ATTN_IO_WRITE(io, tr * td);
     }

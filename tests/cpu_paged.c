@@ -1,6 +1,8 @@
-/* cpu_paged.c: attn_execute_paged (a paged KV cache, vLLM's layout) against the fp64 reference on the same data laid
- * out densely, sequence by sequence: decode with GQA and a causal n = 5 prefill (flash, and smallcache), page sizes
- * 16 and 7 (7 divides none of the lengths), pages in shuffled order, lengths 0, 1 and odd in one batch; then bad
+/* cpu_paged.c: attn_execute_paged (a paged KV cache, vLLM's layout, read in place by the kernels) against the fp64
+ * reference on the same data laid out densely, sequence by sequence: decode (GQA packed, split-K, one query per head)
+ * and prefill (flash's dot and lane kernels, smallcache), causal and not, page sizes that divide neither the tiles
+ * nor the lengths (3, 5, 7) and 16, pages in shuffled order, lengths 0, 1 and odd in one batch, f32, f16 and bf16,
+ * a window, softcap and ALiBi; the counting build's transfers equal dense ones (and decode's closed form); then bad
  * input, which must leave o untouched. */
 #include "cpu_util.h"
 
@@ -15,7 +17,7 @@ typedef struct {
   int batch, page_size, max_pages, num_pages;
   const int *lens;
   int *table;
-  float *q, *kp, *vp, *o;
+  float *q, *kp, *vp, *o; /* fp32, rounded through the plan's dtype (o: the output converted back) */
 } paged;
 
 /* Random q and pages; each sequence's pages drawn from a shuffled cache with spare pages, unused table entries -1. */
@@ -48,6 +50,9 @@ static void paged_setup(paged *c, const attn_problem *p, const int *lens, int pa
   attn_fill_random(c->q, nq, seed + 1);
   attn_fill_random(c->kp, c->num_pages * prow * p->d, seed + 2);
   attn_fill_random(c->vp, c->num_pages * prow * p->d_v, seed + 3);
+  attn_round_dtype(p->dtype, c->q, nq);
+  attn_round_dtype(p->dtype, c->kp, c->num_pages * prow * p->d);
+  attn_round_dtype(p->dtype, c->vp, c->num_pages * prow * p->d_v);
   attn_poison(c->o, no);
 }
 
@@ -69,58 +74,173 @@ static float *dense(const paged *c, const float *pages, int b, int dim) {
   return x;
 }
 
-/* Runs the plan on c and checks every sequence's rows against fp64 (zeros for a sequence without keys). */
-static void paged_check(attn_plan *plan, paged *c, const char *what) {
+/* x in the plan's dtype (a copy; fp32 as it is). */
+static void *in_dtype(attn_dtype dt, const float *x, size_t count) {
+  void *y = malloc(count * sizeof(float) + 1);
+  if (!y) abort();
+  if (dt == ATTN_F32) memcpy(y, x, count * sizeof(float));
+  else attn_to_dtype(dt, x, count, y);
+  return y;
+}
+
+/* Runs the plan on c (inputs in its dtype, the NaN-poisoned o too) and checks every sequence's rows against fp64
+ * (exact zeros for a sequence without keys). */
+static void paged_check(attn_plan *plan, paged *c, double tol, const char *what) {
   const attn_problem *p = &c->p;
-  int rc = attn_execute_paged(plan, c->q, c->kp, c->vp, c->num_pages, c->page_size, c->table, c->max_pages, c->lens,
-                              c->o);
+  const size_t prow = (size_t)c->page_size * p->heads_kv;
+  const size_t nq = (size_t)p->batch * p->heads * p->n * p->d, no = (size_t)p->batch * p->heads * p->n * p->d_v;
+  void *q = in_dtype(p->dtype, c->q, nq), *kp = in_dtype(p->dtype, c->kp, c->num_pages * prow * p->d);
+  void *vp = in_dtype(p->dtype, c->vp, c->num_pages * prow * p->d_v), *o = in_dtype(p->dtype, c->o, no);
+  int rc = attn_execute_paged(plan, q, kp, vp, c->num_pages, c->page_size, c->table, c->max_pages, c->lens, o);
   CHECK(rc == ATTN_OK, "%s page_size=%d: %s: %s", what, c->page_size, attn_strerror(rc), attn_last_error(NULL));
+  if (p->dtype == ATTN_F32) memcpy(c->o, o, no * sizeof(float));
+  else attn_from_dtype(p->dtype, o, no, c->o);
+  free(q), free(kp), free(vp), free(o);
   if (rc != ATTN_OK) return;
   const size_t qseq = (size_t)p->heads * p->n * p->d, oseq = (size_t)p->heads * p->n * p->d_v;
   for (int b = 0; b < c->batch; b++) {
-    const float *o = c->o + b * oseq;
+    const float *ob = c->o + b * oseq;
     if (c->lens[b] == 0) {
       int zero = 1;
-      for (size_t i = 0; i < oseq; i++) zero &= o[i] == 0.0f;
+      for (size_t i = 0; i < oseq; i++) zero &= ob[i] == 0.0f;
       CHECK(zero, "%s page_size=%d: sequence %d of length 0: rows not zero", what, c->page_size, b);
       continue;
     }
     attn_problem one = *p, norm;
-    one.batch = 1, one.n_kv = c->lens[b], one.window = 0;
+    one.batch = 1, one.n_kv = c->lens[b];
     if (attn_problem_normalize(NULL, &one, &norm) != ATTN_OK) abort();
     float *k = dense(c, c->kp, b, p->d), *v = dense(c, c->vp, b, p->d_v);
     double *ref = malloc(sizeof(double) * oseq);
     if (!ref) abort();
     attn_reference(&norm, c->q + b * qseq, k, v, ref);
-    const double e = attn_rel_error(ref, o, oseq);
-    CHECK(e < TOL, "%s page_size=%d: sequence %d (n_kv=%d): rel error %g", what, c->page_size, b, c->lens[b], e);
+    const double e = attn_rel_error(ref, ob, oseq);
+    CHECK(e < tol, "%s page_size=%d: sequence %d (n_kv=%d): rel error %g", what, c->page_size, b, c->lens[b], e);
     free(k), free(v), free(ref);
   }
 }
 
-static void correct(attn_runtime *rt) {
-  /* decode, GQA 8:2 */
-  const attn_problem dec = {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1,
-                            .algo = ATTN_ALGO_FLASH};
-  const int dec_lens[6] = {0, 1, 37, 40, 23, 15};
-  /* prefill-ish: n = 5 causal (bottom-right per sequence: lengths 1 and 3 leave rows without keys), d_v != d */
-  const attn_problem pre = {.batch = 5, .heads = 4, .heads_kv = 2, .n = 5, .n_kv = 33, .d = 16, .d_v = 24,
-                            .causal = 1, .algo = ATTN_ALGO_FLASH};
-  const int pre_lens[5] = {33, 0, 1, 3, 19};
-  attn_problem sc = pre;
-  sc.algo = ATTN_ALGO_SMALLCACHE;
-  const struct { const attn_problem *p; const int *lens; const char *what; } cases[] = {
-      {&dec, dec_lens, "decode GQA"}, {&pre, pre_lens, "prefill n=5 causal"}, {&sc, pre_lens, "smallcache n=5"}};
+/* Counted transfers (the counting build) of attn_execute_paged's kernel call on c (the whole batch, its block table
+ * and key counts) against those of the same kernel on each sequence laid out densely: reading pages in place moves
+ * what dense K and V move, each page once per KV head. Decode flash without split-K also against the closed form:
+ * per sequence heads_kv·len·(d + d_v) + heads·d read, heads·d_v written. */
+static void paged_io(attn_runtime *rt, const attn_spec *s, paged *c, const char *what) {
+  const attn_problem *p = &c->p;
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_spec(rt, p, s, 1, "test", &plan);
+  CHECK(rc == ATTN_OK, "%s: counting plan: %s", what, attn_last_error(rt));
+  if (rc != ATTN_OK) return;
+  const size_t qseq = (size_t)p->heads * p->n * p->d, oseq = (size_t)p->heads * p->n * p->d_v;
+  float *o = malloc(sizeof(float) * oseq * p->batch);
+  if (!o) abort();
+  attn_kargs a = attn_problem_kargs(p, c->q, c->kp, c->vp, o);
+  a.block_table = c->table, a.page_size = c->page_size, a.max_pages = c->max_pages, a.seq_lens = c->lens;
+  attn_io io_paged = {0, 0}, io_dense = {0, 0};
+  rc = attn_cpu_run(rt, plan->cpu, &a, &io_paged);
+  unsigned long long r = 0, w = 0;
+  for (int b = 0; b < c->batch && rc == ATTN_OK; b++) {
+    const long len = c->lens[b]; /* 0 too: the batch call runs that sequence's items (zeroed afterwards) */
+    float *k = dense(c, c->kp, b, p->d), *v = dense(c, c->vp, b, p->d_v);
+    attn_kargs d = attn_problem_kargs(p, c->q + b * qseq, k, v, o);
+    d.batch = 1, d.n_kv = len;
+    attn_io one = {0, 0};
+    rc = attn_cpu_run(rt, plan->cpu, &d, &one);
+    io_dense.reads += one.reads, io_dense.writes += one.writes;
+    r += (unsigned long long)p->heads_kv * len * (p->d + p->d_v) + (unsigned long long)p->heads * p->d;
+    w += (unsigned long long)p->heads * p->d_v;
+    free(k), free(v);
+  }
+  CHECK(rc == ATTN_OK, "%s: counted run: %s", what, attn_last_error(rt));
+  CHECK(io_paged.reads == io_dense.reads && io_paged.writes == io_dense.writes,
+        "%s page_size=%d: paged moved %llu/%llu entries, dense %llu/%llu", what, c->page_size, io_paged.reads,
+        io_paged.writes, io_dense.reads, io_dense.writes);
+  if (s->algo == ATTN_ALGO_FLASH && p->n == 1 && s->split <= 1 && !p->window)
+    CHECK(io_paged.reads == r && io_paged.writes == w,
+          "%s page_size=%d: %llu/%llu entries moved, the decode closed form is %llu/%llu", what, c->page_size,
+          io_paged.reads, io_paged.writes, r, w);
+  printf("  %s page_size=%d: counted %llu read, %llu written (dense: %llu, %llu)\n", what, c->page_size,
+         io_paged.reads, io_paged.writes, io_dense.reads, io_dense.writes);
+  free(o);
+  attn_plan_destroy(plan);
+}
+
+static const float SLOPES[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.4f, 0.2f, 0.1f};
+
+typedef struct {
+  const char *what;
+  attn_problem p;
+  const int *lens;
+  int br, bc, split; /* the spec's tiles (0: the default's) */
+  int sizes[3];      /* page sizes (0: unused) */
+  double tol;
+  int io;            /* also count the transfers */
+  int nightly;       /* only with the argument "all" (each case compiles its own kernels) */
+} pcase;
+
+static void correct(attn_runtime *rt, int all) {
+  static const int dec_lens[6] = {0, 1, 37, 40, 23, 15};
+  static const int pre_lens[5] = {33, 0, 1, 3, 19};
+  static const int long_lens[4] = {61, 2, 0, 45};
+  const pcase cases[] = {
+      /* decode, GQA 8:2 (packed rows, the dot kernels): pages of 16, 7 and 5 in tiles of 16 keys */
+      {"decode GQA", {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1}, dec_lens,
+       0, 16, 0, {16, 7, 5}, TOL, 1, 0},
+      /* split-K: each part's key range starts inside a page */
+      {"decode GQA split 3", {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32}, dec_lens, 0, 8, 3,
+       {7, 16, 0}, TOL, 0, 1},
+      /* one query per head (no packing), d_v != d */
+      {"decode MHA", {.batch = 6, .heads = 3, .heads_kv = 3, .n = 1, .n_kv = 40, .d = 16, .d_v = 24, .causal = 1},
+       dec_lens, 0, 0, 0, {16, 3, 0}, TOL, 1, 1},
+      /* n = 5 causal (bottom-right per sequence: lengths 1 and 3 leave rows without keys), d_v != d */
+      {"prefill n=5 causal",
+       {.batch = 5, .heads = 4, .heads_kv = 2, .n = 5, .n_kv = 33, .d = 16, .d_v = 24, .causal = 1}, pre_lens, 0, 0,
+       0, {16, 7, 0}, TOL, 0, 1},
+      {"smallcache n=5 causal",
+       {.batch = 5, .heads = 4, .heads_kv = 2, .n = 5, .n_kv = 33, .d = 16, .d_v = 24, .causal = 1,
+        .algo = ATTN_ALGO_SMALLCACHE},
+       pre_lens, 0, 0, 0, {16, 7, 0}, TOL, 1, 0},
+      /* whole query blocks of the lane kernels (Br 8) over 16-key tiles, pages of 5 and 16, bf16, a window of 6,
+       * softcap and ALiBi */
+      {"prefill n=19 bf16 window 6 softcap alibi",
+       {.batch = 4, .heads = 4, .heads_kv = 2, .n = 19, .n_kv = 61, .d = 16, .causal = 1, .dtype = ATTN_BF16,
+        .window = 6, .softcap = 2.5f, .alibi_slopes = SLOPES},
+       long_lens, 8, 16, 0, {5, 16, 0}, 2e-2, 0, 0},
+      /* f16 decode with every modifier: softcap, ALiBi and a window shorter than a tile */
+      {"decode f16 softcap alibi window 9",
+       {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .dtype = ATTN_F16,
+        .window = 9, .softcap = 2.0f, .alibi_slopes = SLOPES},
+       dec_lens, 0, 16, 0, {7, 0, 0}, 1e-2, 0, 1},
+      /* not causal, softcap: prefill rows against all of each sequence's keys */
+      {"prefill n=19 softcap",
+       {.batch = 4, .heads = 2, .heads_kv = 1, .n = 19, .n_kv = 61, .d = 24, .softcap = 3.0f}, long_lens, 8, 16, 0,
+       {7, 0, 0}, TOL, 1, 1},
+      {"smallcache f16 window 5 alibi",
+       {.batch = 4, .heads = 4, .heads_kv = 2, .n = 6, .n_kv = 61, .d = 16, .causal = 1, .dtype = ATTN_F16,
+        .window = 5, .alibi_slopes = SLOPES, .algo = ATTN_ALGO_SMALLCACHE},
+       long_lens, 0, 0, 0, {3, 0, 0}, 1e-2, 0, 1},
+  };
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    const pcase *pc = &cases[t];
+    if (pc->nightly && !all) continue;
+    attn_problem p = pc->p;
+    if (!p.algo) p.algo = ATTN_ALGO_FLASH;
+    attn_problem norm;
+    if (attn_problem_normalize(NULL, &p, &norm) != ATTN_OK) abort();
+    attn_spec s = attn_spec_default(p.algo, ATTN_TARGET_CPU, p.dtype, p.d, p.causal);
+    s.dv = norm.d_v;
+    if (pc->br) s.br = pc->br;
+    if (pc->bc) s.bc = pc->bc;
+    s.split = pc->split;
+    s.window = p.window > 0, s.softcap = p.softcap > 0, s.alibi = p.alibi_slopes != NULL;
     attn_plan *plan = NULL;
-    int rc = attn_plan_create(rt, cases[t].p, &plan);
-    CHECK(rc == ATTN_OK, "%s: plan: %s", cases[t].what, attn_last_error(rt));
+    int rc = attn_plan_create_spec(rt, &p, &s, 0, "test", &plan);
+    CHECK(rc == ATTN_OK, "%s: plan: %s", pc->what, attn_last_error(rt));
     if (rc != ATTN_OK) continue;
-    const int sizes[2] = {16, 7};
-    for (int s = 0; s < 2; s++) {
+    printf("%s [%s]\n", pc->what, attn_plan_describe(plan));
+    for (int z = 0; z < 3 && pc->sizes[z]; z++) {
       paged c;
-      paged_setup(&c, &plan->p, cases[t].lens, sizes[s], 100 * t + s);
-      paged_check(plan, &c, cases[t].what);
+      paged_setup(&c, &plan->p, pc->lens, pc->sizes[z], 100 * t + z);
+      paged_check(plan, &c, pc->tol, pc->what);
+      if (pc->io && (all || t == 0)) paged_io(rt, &plan->spec, &c, pc->what); /* CI: decode's */
       paged_free(&c);
     }
     attn_plan_destroy(plan);
@@ -172,7 +292,7 @@ static void bad(attn_runtime *rt) {
     printf("%-36s -> %s: %s\n", what, attn_strerror(rc), msg ? msg : "");
   }
   /* entries past a sequence's pages are not read (-1 there is fine) and a good call still works */
-  paged_check(plan, &c, "after bad calls");
+  paged_check(plan, &c, TOL, "after bad calls");
   /* a plan made for a page size refuses another */
   attn_problem pp = p;
   pp.page_size = c.page_size + 1;
@@ -190,14 +310,16 @@ static void bad(attn_runtime *rt) {
   attn_plan_destroy(plan);
 }
 
-int main(void) {
+/* No argument: the cases CI runs; "all": every case (nightly). */
+int main(int argc, char **argv) {
+  const int all = argc > 1 && !strcmp(argv[1], "all");
   attn_runtime *rt = NULL;
   int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
   if (rc != ATTN_OK) {
     fprintf(stderr, "attn_open: %s: %s\n", attn_strerror(rc), attn_last_error(NULL));
     return 1;
   }
-  correct(rt);
+  correct(rt, all);
   bad(rt);
   attn_close(rt);
   printf("%d checks, %d failures\n", checks, failures);

@@ -1,8 +1,9 @@
-/* cpu_varlen: attn_execute_varlen on packed sequences of lengths 0, 1, odd and the plan's full n, n_kv != n, GQA,
- * d_v != d, causal both ways; flash in f32 and smallcache in f16. Each sequence is compared with the fp64 reference of
- * that sequence alone (a key-less sequence must give exact zeros), o poisoned first and its guard rows past total_q
- * left alone. Bad cu_seqlens and NULL pointers give ATTN_EINVAL with o untouched; lowrank, backward and CUDA plans
- * ATTN_EUNSUPPORTED. */
+/* cpu_varlen: attn_execute_varlen (the kernels read the packed rows in place) on packed sequences of lengths 0, 1, odd
+ * and the plan's full n, n_kv != n, GQA, d_v != d, causal both ways; flash in f32 and bf16 (whole 8-row query blocks
+ * over 8-key tiles, a window, softcap and ALiBi) and smallcache in f16; with "all" also split-K flash and smallcache
+ * with the modifiers. Each sequence is compared with the fp64 reference of that sequence alone (a key-less sequence
+ * must give exact zeros), o poisoned first and its guard rows past total_q left alone. Bad cu_seqlens and NULL
+ * pointers give ATTN_EINVAL with o untouched; lowrank and backward plans ATTN_EUNSUPPORTED. */
 #include "cpu_util.h"
 
 enum { NSEQ = 6, HEADS = 4, HEADS_KV = 2, N = 17, N_KV = 23, D = 16, DV = 24, GUARD = 3 };
@@ -166,22 +167,38 @@ static void bad_inputs(attn_runtime *rt, attn_plan *plan, packed *b) {
   }
 }
 
-int main(void) {
+static const float SLOPES[HEADS] = {0.5f, 0.25f, 0.125f, 0.0625f};
+
+/* No argument: the runs CI makes; "all": every run (nightly; each compiles its own kernel). */
+int main(int argc, char **argv) {
+  const int all = argc > 1 && !strcmp(argv[1], "all");
   attn_runtime *rt = NULL;
   int rc = attn_open(NULL, ATTN_TARGET_CPU, &rt);
   CHECK(rc == ATTN_OK, "attn_open: %s: %s", attn_strerror(rc), attn_last_error(NULL));
   if (rc != ATTN_OK) return 1;
-  struct { attn_algo algo; attn_dtype dt; int causal; double tol; } runs[] = {
-      {ATTN_ALGO_FLASH, ATTN_F32, 0, TOL},
-      {ATTN_ALGO_FLASH, ATTN_F32, 1, TOL},
-      {ATTN_ALGO_SMALLCACHE, ATTN_F16, 1, 1e-2},
+  /* br, bc, split: the spec's (0: the default's); window, softcap, alibi: the modifiers */
+  struct { attn_algo algo; attn_dtype dt; int causal; double tol; int br, bc, split, window; float softcap; int alibi, nightly; } runs[] = {
+      {ATTN_ALGO_FLASH, ATTN_F32, 0, TOL, 0, 0, 0, 0, 0, 0, 0},
+      {ATTN_ALGO_FLASH, ATTN_F32, 1, TOL, 0, 0, 0, 0, 0, 0, 0},
+      {ATTN_ALGO_SMALLCACHE, ATTN_F16, 1, 1e-2, 0, 0, 0, 0, 0, 0, 0},
+      /* whole query blocks of 8 rows (the lane kernels on rows heads·d apart) over 8-key tiles, every modifier */
+      {ATTN_ALGO_FLASH, ATTN_BF16, 1, 2e-2, 8, 8, 0, 6, 2.5f, 1, 0},
+      {ATTN_ALGO_FLASH, ATTN_F32, 0, TOL, 8, 8, 3, 5, 0, 0, 1},
+      {ATTN_ALGO_SMALLCACHE, ATTN_F32, 0, TOL, 0, 0, 0, 4, 3.0f, 1, 1},
   };
   unsigned long long seed = 1;
   for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    if (runs[r].nightly && !all) continue;
     attn_problem p = {.batch = NSEQ, .heads = HEADS, .heads_kv = HEADS_KV, .n = N, .n_kv = N_KV, .d = D, .d_v = DV,
-                      .dtype = runs[r].dt, .causal = runs[r].causal, .algo = runs[r].algo};
+                      .dtype = runs[r].dt, .causal = runs[r].causal, .algo = runs[r].algo, .window = runs[r].window,
+                      .softcap = runs[r].softcap, .alibi_slopes = runs[r].alibi ? SLOPES : NULL};
+    attn_spec s = attn_spec_default(p.algo, ATTN_TARGET_CPU, p.dtype, D, p.causal);
+    s.dv = DV;
+    if (runs[r].br) s.br = runs[r].br, s.bc = runs[r].bc;
+    s.split = runs[r].split;
+    s.window = p.window > 0, s.softcap = p.softcap > 0, s.alibi = p.alibi_slopes != NULL;
     attn_plan *plan = NULL;
-    rc = attn_plan_create(rt, &p, &plan);
+    rc = attn_plan_create_spec(rt, &p, &s, 0, "test", &plan);
     CHECK(rc == ATTN_OK, "plan: %s: %s", attn_strerror(rc), attn_last_error(rt));
     if (rc != ATTN_OK) continue;
     char what[512];

@@ -60,6 +60,16 @@ int attn_bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtyp
 /* bench_bwd.c: one backward point (--pass bwd) into *row; 0, or 1 after printing the reason */
 int attn_bench_point_bwd(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtype dt, int heads, int causal,
                          int reps, int no_blas, int no_torch, bench_row *row);
+/* bench_serve.c (--serve): paged decode, varlen prefill and windowed prefill against the dense kernel, and PyTorch */
+typedef struct bench_serve_args {
+  int batch;          /* --batch: sequences (default 4) */
+  int heads, heads_kv, causal, reps, no_torch;
+  int page_size;      /* --page-size (default 16) */
+  const int *windows; /* --window list (NULL: n/16, n/8, n/4) */
+  int nwindows;
+} bench_serve_args;
+int attn_bench_serve(attn_runtime *rt, const attn_peak *pk, const bench_serve_args *a, const int *ns, int nn,
+                     const int *nkvs, int nnkv, const int *ds, int nd, unsigned dtypes, int json);
 /* bench_cuda.c */
 int attn_bench_cuda(const char *db, const int *ns, int nn, const int *ds, int nd, int heads, int causal, int reps,
                     unsigned dtypes, int json);

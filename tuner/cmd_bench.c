@@ -26,6 +26,7 @@ static const char bench_usage[] =
     "usage: attntune bench [--target cpu|cuda] --n RANGE --d RANGE [--heads H] [--causal] [--db PATH] [--reps R]\n"
     "                      [--dtype LIST] [--no-blas] [--json] [--n-kv RANGE] [--split LIST] [--time-cap S]\n"
     "                      [--dv RANGE] [--heads-kv HK] [--pass fwd|bwd] [--no-torch]\n"
+    "                      [--serve [--batch B] [--page-size P] [--window LIST]]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list)\n"
     "  --reps R: at least R interleaved rounds (default 5), more until every median is known within 2%, or\n"
     "  --time-cap S seconds of timed running per point are spent (default 20); the timing harness of `attntune\n"
@@ -52,6 +53,12 @@ static const char bench_usage[] =
     "                materialised by the forward, four sgemm a head) and the forward plan, timed in alternation, then\n"
     "                PyTorch's CPU SDPA backward on the same shape and threads when python3 imports torch\n"
     "                (--no-torch: not); GFLOP/s count 2.5x the forward's flops, as FlashAttention does\n"
+    "       --serve: the serving layouts against the dense kernel on the same data, and PyTorch (--no-torch: not):\n"
+    "                paged decode (n = 1, --n-kv keys, default --n; B sequences over shuffled pages of P keys,\n"
+    "                default 4 and 16) against dense decode, each as a fraction of the read bandwidth; varlen prefill\n"
+    "                (B sequences of n down to n/2 rows) against one call per sequence; prefill at each --window\n"
+    "                (default n/16, n/8, n/4) against none, time against the share of scores left (JSON: one row per\n"
+    "                comparison, field serve: paged_decode, varlen_prefill, window_prefill)\n"
     "  cuda: the plan (tuned or default) against the default flash kernel on device buffers, CUDA events, TFLOP/s\n"
     "        against the GPU's dense peak (--dtype f16 by default; f16,bf16,f32); PyTorch's attention is compared by\n"
     "        scripts/gpu/torch_compare.py\n";
@@ -65,7 +72,9 @@ static int usage(const char *fmt, const char *arg) {
 
 int attn_cmd_bench(int argc, char **argv) {
   const char *n_s = NULL, *d_s = NULL, *db = NULL, *nkv_s = NULL, *split_s = NULL, *dv_s = NULL;
-  int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0, bwd = 0, no_torch = 0;
+  int heads = 2, causal = 0, reps = 5, json = 0, no_blas = 0, bwd = 0, no_torch = 0, serve = 0;
+  bench_serve_args sa = {.batch = 4, .page_size = 16};
+  const char *win_s = NULL, *serve_arg = NULL;
   const char *dtype_s = NULL;
   attn_target target = ATTN_TARGET_CPU;
   for (int i = 1; i < argc; i++) {
@@ -82,6 +91,17 @@ int attn_cmd_bench(int argc, char **argv) {
       no_blas = 1;
     } else if (!strcmp(a, "--no-torch")) {
       no_torch = 1;
+    } else if (!strcmp(a, "--serve")) {
+      serve = 1;
+    } else if (!strcmp(a, "--batch") || !strcmp(a, "--page-size") || !strcmp(a, "--window")) {
+      if (!val) return usage("%s needs a value", a);
+      i++;
+      serve_arg = a;
+      if (!strcmp(a, "--window")) win_s = val;
+      else if (attn_parse_int(val, 1, !strcmp(a, "--batch") ? 64 : 1 << 20, !strcmp(a, "--batch") ? &sa.batch
+                                                                                                  : &sa.page_size))
+        return usage(!strcmp(a, "--batch") ? "--batch %s: expected an integer in 1..64"
+                                           : "--page-size %s: expected an integer in 1..1048576", val);
     } else if (!strcmp(a, "--pass")) {
       if (!val) return usage("%s needs a value", a);
       i++;
@@ -144,6 +164,10 @@ int attn_cmd_bench(int argc, char **argv) {
   }
   if (bwd && target == ATTN_TARGET_CUDA) return usage("%s", "--pass bwd: the backward runs on the cpu only");
   if (bwd && split_s) return usage("%s", "--split applies to the forward only (the backward has no split-K)");
+  if (serve && (bwd || split_s || target == ATTN_TARGET_CUDA))
+    return usage("--serve: %s", bwd ? "the forward only (not --pass bwd)" : split_s ? "--split does not apply"
+                                                                           : "--target cpu only");
+  if (!serve && serve_arg) return usage("%s applies to --serve only", serve_arg);
   if (!n_s) return usage("%s", "--n RANGE is required");
   if (!d_s) return usage("%s", "--d RANGE is required");
   int *ns = NULL, *ds = NULL, nn = 0, nd = 0;
@@ -195,6 +219,15 @@ int attn_cmd_bench(int argc, char **argv) {
       return usage("--split: %s", err);
     }
   }
+  int *wins = NULL, nwin = 0;
+  if (win_s && attn_range_parse(win_s, &wins, &nwin, err, sizeof err) != ATTN_OK) {
+    free(ns), free(ds), free(nkvs), free(splits), free(dvs);
+    return usage("--window: %s", err);
+  }
+  if (serve && dvs) {
+    free(ns), free(ds), free(nkvs), free(splits), free(dvs), free(wins);
+    return usage("%s", "--serve: --dv does not apply (d_v = d)");
+  }
   if (target == ATTN_TARGET_CUDA) {
     int rc = attn_bench_cuda(db, ns, nn, ds, nd, heads, causal, reps, dtypes, json);
     free(ns);
@@ -209,12 +242,21 @@ int attn_cmd_bench(int argc, char **argv) {
   int e = attn_open(db, target, &rt);
   if (e != ATTN_OK) {
     fprintf(stderr, "attntune bench: cannot open the runtime: %s: %s\n", attn_strerror(e), attn_last_error(rt));
-    free(ns), free(ds), free(nkvs), free(splits), free(dvs);
+    free(ns), free(ds), free(nkvs), free(splits), free(dvs), free(wins);
     return 1;
   }
   if (attn_cache_dir_ready(rt) == ATTN_OK && rt->cache_note[0]) fprintf(stderr, "attntune bench: %s\n", rt->cache_note);
   attn_peak pk;
   attn_bench_ceilings(rt->threads, reps, &pk);
+  if (serve) {
+    sa.heads = heads, sa.heads_kv = attn_bench_heads_kv, sa.causal = causal, sa.reps = reps, sa.no_torch = no_torch;
+    sa.windows = wins, sa.nwindows = nwin;
+    int src = attn_bench_serve(rt, &pk, &sa, ns, nn, nkvs, nnkv, ds, nd, dtypes, json);
+    fflush(stdout);
+    attn_close(rt);
+    free(ns), free(ds), free(nkvs), free(splits), free(dvs), free(wins);
+    return src;
+  }
   bench_row *all = NULL;
   int nall = 0, capall = 0, rc = 0;
   for (int t = 0; t < 3; t++)
@@ -253,6 +295,6 @@ points_done:;
   fflush(stdout);
   free(all);
   attn_close(rt);
-  free(ns), free(ds), free(nkvs), free(splits), free(dvs);
+  free(ns), free(ds), free(nkvs), free(splits), free(dvs), free(wins);
   return rc;
 }
