@@ -148,9 +148,9 @@ int  attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const i
 /* Serving: a paged KV cache (vLLM's layout). q [batch][heads][n][d], k_pages [num_pages][page_size][heads_kv][d],
  * v_pages [num_pages][page_size][heads_kv][d_v], block_table [batch][max_pages] of page indices, seq_lens_kv[b]
  * (0..the plan's n_kv, at most max_pages·page_size) keys of sequence b; o [batch][heads][n][d_v]. Causal is
- * bottom-right aligned per sequence; a sequence of length 0 gets zero rows. CPU flash and smallcache plans: each
- * sequence's pages are copied once into contiguous staging (decode moves about 3x the dense kernel's bytes until a
- * kernel reads pages directly). CUDA flash plans: q, the pages and o device pointers (16-byte aligned), block_table
+ * bottom-right aligned per sequence; a sequence of length 0 gets zero rows. CPU flash and smallcache plans: the
+ * kernel reads the pages in place through the block table (decode moves the dense kernel's bytes, each page once per
+ * KV head). CUDA flash plans: q, the pages and o device pointers (16-byte aligned), block_table
  * and seq_lens_kv host arrays, a kernel that reads the pages in place, waited for. Lowrank, backward and CUDA
  * smallcache plans: ATTN_EUNSUPPORTED. Bad input (NULL, page_size < 1,
  * a used page index outside 0..num_pages-1, a sequence longer than its pages or n_kv): ATTN_EINVAL, o untouched. */
