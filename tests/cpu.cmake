@@ -1,8 +1,6 @@
 # CPU runtime: correctness against fp64 (one CTest entry per head dimension, so they run in parallel), bad input,
 # compiler failure, the cross-process kernel cache, concurrent execution of one plan, half conversions.
-# Every test compiles into a cache under the build tree and sees no database unless it makes one.
-set(ATTN_TEST_CACHE ${CMAKE_BINARY_DIR}/test-cache)
-file(MAKE_DIRECTORY ${ATTN_TEST_CACHE})
+# Every test compiles into the shared test cache (tests/CMakeLists.txt) and sees no database unless it makes one.
 set(ATTN_CPU_ENV "ATTN_CACHE_DIR=${ATTN_TEST_CACHE}" "ATTN_DB=${ATTN_TEST_CACHE}/no-database.db")
 foreach(t correct bad compile cache threads half plans)
   add_executable(cpu_${t} ${CMAKE_CURRENT_LIST_DIR}/cpu_${t}.c)
@@ -53,12 +51,14 @@ if(TARGET attntune)
   endforeach()
 endif()
 # NaN and infinity propagation: every CPU algorithm (split-K flash too) against the fp64 reference, element by element.
+# Split-K compiles a kernel per d and tiling: CI each d with one of the two (flash_split), nightly all (_all).
 add_executable(cpu_nan ${CMAKE_CURRENT_LIST_DIR}/cpu_nan.c)
 target_link_libraries(cpu_nan PRIVATE attn_core m)
-foreach(g flash flash_split smallcache lowrank)
+foreach(g flash flash_split flash_split_all smallcache lowrank)
   add_test(NAME cpu_nan_${g} COMMAND cpu_nan ${g})
   set_tests_properties(cpu_nan_${g} PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
 endforeach()
+set_tests_properties(cpu_nan_flash_split_all PROPERTIES LABELS nightly TIMEOUT 900)
 # Element-aligned arrays (0, one element and 16 bytes past a 64-byte line): every algorithm and dtype against fp64,
 # the same bits and entries moved at every offset, and no unaligned access in the hot loops (ATTN_CHECK_ALIGN).
 # Half precision's other algorithm and dtype pairs (flash's two compile slowly) nightly.

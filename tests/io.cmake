@@ -1,17 +1,18 @@
 # I/O counting: the counting builds of flash (also split-K), smallcache and lowrank against their closed forms, the
 # theory's regimes, lowrank's measured error, and `attntune io` (tile choice, JSON, bad input).
-set(ATTN_IO_CACHE ${CMAKE_BINARY_DIR}/test-cache-io)
-file(MAKE_DIRECTORY ${ATTN_IO_CACHE})
+set(ATTN_IO_CACHE ${ATTN_TEST_CACHE}) # the shared kernel cache (tests/CMakeLists.txt): the tuner's counting builds too
 set(ATTN_IO_ENV "ATTN_CACHE_DIR=${ATTN_IO_CACHE}" "ATTN_DB=${ATTN_IO_CACHE}/no-database.db")
 foreach(t exact scaling window)
   add_executable(io_${t} ${CMAKE_CURRENT_LIST_DIR}/io_${t}.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
   target_include_directories(io_${t} PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
   target_link_libraries(io_${t} PRIVATE attn_core m)
 endforeach()
-foreach(a flash split smallcache lowrank dv)
+# split-K: a counting build per tiling, S and causal; CI one causal value of each tiling and S (split), nightly both
+foreach(a flash split split_all smallcache lowrank dv)
   add_test(NAME io_exact_${a} COMMAND io_exact ${a})
   set_tests_properties(io_exact_${a} PROPERTIES LABELS io TIMEOUT 180 ENVIRONMENT "${ATTN_IO_ENV}")
 endforeach()
+set_tests_properties(io_exact_split_all PROPERTIES LABELS "io;nightly" TIMEOUT 600)
 # the backward's counting build against its closed form (tests/io_bwd.c)
 add_executable(io_bwd ${CMAKE_CURRENT_LIST_DIR}/io_bwd.c ${PROJECT_SOURCE_DIR}/tuner/io_theory.c)
 target_include_directories(io_bwd PRIVATE ${PROJECT_SOURCE_DIR}/tuner)
