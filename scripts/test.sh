@@ -17,15 +17,14 @@ if [ $sanitize = 1 ]; then
                             "and this script exits non-zero whatever it gives" >&2
   # Its tests compiled kernels the main suite plans again (the same sources, compiler and flags, so the same cache
   # keys): they seed the main build's shared kernel cache (tests/CMakeLists.txt), where the runtime checks each one
-  # before loading it as it does every cached kernel. Finished objects only (HASH.so), never a compile's temporaries
-  # (HASH-XXXXXX.*); each copied beside its name and renamed, so no reader sees half a file.
+  # before loading it as it does every cached kernel. Only from a directory the runtime would trust (this user's,
+  # writable by nobody else), only regular files of this user's that nobody else can write, only finished objects
+  # (HASH.so, never a compile's HASH-XXXXXX temporaries); each copied beside its name and renamed.
   from=${ATTN_SANITIZE_DIR:-$root/build-sanitize}/test-cache to=$build/test-cache
-  if [ -d "$from" ] && mkdir -p "$to"; then
-    for f in "$from"/*.so; do
-      n=${f##*/}
-      case $n in *-*|'*.so') continue ;; esac
-      [ -f "$f" ] && [ ! -e "$to/$n" ] || continue
-      cp "$f" "$to/.seed-$$" && mv -f "$to/.seed-$$" "$to/$n" || rm -f "$to/.seed-$$"
+  if [ -d "$from" ] && [ -O "$from" ] && [ -z "$(find "$from" -maxdepth 0 -perm /022)" ] && mkdir -p "$to"; then
+    for n in $(find "$from" -maxdepth 1 -type f -name '*.so' -user "$(id -u)" ! -perm /022 -printf '%f\n'); do
+      case $n in *-*) continue ;; esac
+      [ -e "$to/$n" ] || { cp -p "$from/$n" "$to/.seed-$$" && mv -f "$to/.seed-$$" "$to/$n"; } || rm -f "$to/.seed-$$"
     done
   fi
 fi
