@@ -709,9 +709,10 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
   const int g = lane >> 2, t = lane & 3;
   bool bad = false;
   fa_wait<0>();
-  /* the other warps of the row group are done reading Q; a serving layout's block may load no key block (a sequence
-   * with no key), so nothing else orders the other warps' Q rows before this warp's O where their strides differ */
-  if (FA_VS > 1 || FA_NCV > FA_NC || (ATTN_LAYOUT && FA_NCV != FA_NC)) __syncthreads();
+  /* the other warps of the row group are done reading Q; a block may load no key block (causal rows before the first
+   * key, a window, a sequence with no key), so nothing else orders the other warps' Q rows (their cp.async may still
+   * land) before this warp's O where their strides differ */
+  if (FA_VS > 1 || FA_NCV != FA_NC) __syncthreads();
   else __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < FA_MT; mt++)

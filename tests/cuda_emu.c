@@ -197,7 +197,8 @@ typedef struct {
 
 static const shape SHAPES[] = {
     {1, 1, 1, 1, 1, 0.0f},      /* n = 1 */
-    {1, 2, 1, 37, 29, 0.0f},    /* grouped-query heads; odd n > n_kv: causal rows 0..7 see no key */
+    {1, 2, 1, 201, 29, 0.0f},   /* grouped-query heads; odd n > n_kv: causal rows 0..171 see no key (whole query
+                                 * blocks load no key block) */
     {2, 2, 2, 19, 83, 0.37f},   /* batch 2, n_kv > n, another scale */
     {1, 4, 2, 70, 1, -0.8f},    /* a single key, a negative scale */
     {1, 1, 1, 150, 150, 0.0f},  /* n = n_kv, not a multiple of any block */

@@ -121,7 +121,7 @@ static int forward_emu(const ptx_module *fm, const attn_spec *fs, const attn_pro
   a.batch = p->batch, a.heads = p->heads, a.heads_kv = p->heads_kv, a.n = p->n, a.n_kv = p->n_kv, a.scale = p->scale;
   a.grid_items = (int)g.items;
   const ptx_launch_cfg kc = {.grid = g.grid, .block = g.block, .dyn_smem = (uint64_t)attn_spec_cuda_smem(fs)};
-  if (ptx_launch(x, "attn_kernel", &kc, &a, sizeof a, err, sizeof err)) {
+  if (ptx_launch(x, "attn_kernel", &kc, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err, sizeof err)) {
     FAIL("%s: the forward's attn_kernel: %s", what, err);
     goto out;
   }
