@@ -13,6 +13,7 @@ endforeach()
 add_test(NAME cpu_correct_shapes COMMAND cpu_correct shapes)
 add_test(NAME cpu_correct_algos COMMAND cpu_correct algos)
 add_test(NAME cpu_correct_split COMMAND cpu_correct split)
+add_test(NAME cpu_correct_split_all COMMAND cpu_correct split_all)
 add_test(NAME cpu_correct_packed COMMAND cpu_correct packed)
 add_test(NAME cpu_bad COMMAND cpu_bad ${ATTN_TEST_CACHE})
 add_test(NAME cpu_compile_fail COMMAND cpu_compile ${ATTN_TEST_CACHE})
@@ -26,6 +27,8 @@ add_test(NAME cpu_half COMMAND cpu_half)
 set_tests_properties(cpu_correct_shapes cpu_correct_algos cpu_correct_split cpu_correct_packed cpu_bad cpu_compile_fail cpu_cache_two_processes
                      cpu_cache_database cpu_cache_race cpu_threads cpu_half cpu_plans
                      PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ATTN_CPU_ENV}")
+# split-K: CI half of the (S, tiling, causal) kernels, every causal value of each S and tiling; nightly all of them
+set_tests_properties(cpu_correct_split_all PROPERTIES LABELS nightly TIMEOUT 900 ENVIRONMENT "${ATTN_CPU_ENV}")
 # a FIFO under a cached name blocked the open that reads it: the timeout is what fails that
 set_tests_properties(cpu_cache_fifo PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "${ATTN_CPU_ENV}")
 # attn_execute_async on the CPU is attn_execute (tests/cuda.cmake runs the same program on the fake CUDA driver)

@@ -1,8 +1,9 @@
 /* cpu_correct: CPU kernels against the fp64 reference on fresh random inputs with poisoned outputs.
  * argv[1] picks a group so that CTest runs groups in parallel: "d<D>" (every n in {1, 17, 100, 1000}, causal on and
  * off, at head dimension D), "shapes" (n_kv != n both ways, grouped-query heads, batch > 1, a non-default scale),
- * "algos" (explicit algorithm choices) or "split" (split-K flash specs: S in {2, 3, 8}, n in {1, 17, 100}, n_kv in
- * {1, 100, 1000, 4097}, including more parts than key blocks and rows that see no key), or "packed" (flash's packed
+ * "algos" (explicit algorithm choices) or "split_all" (split-K flash specs: S in {2, 3, 8}, n in {1, 17, 100}, n_kv
+ * in {1, 100, 1000, 4097}, including more parts than key blocks and rows that see no key), "split" (CI's half of its
+ * kernels: each S and tiling with one causal value, both values over each), or "packed" (flash's packed
  * rows: n below one query block with query heads sharing KV heads, G in {2, 3, 4, 8}, one or several packed blocks,
  * split-K, causal with n > 1, d_v != d and half precision; one kernel per case). */
 #include <string.h>
@@ -38,7 +39,7 @@ static double run_spec_case(attn_runtime *rt, const attn_problem *p, const attn_
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: cpu_correct d<D>|shapes|algos|split|packed\n");
+    fprintf(stderr, "usage: cpu_correct d<D>|shapes|algos|split|split_all|packed\n");
     return 2;
   }
   attn_runtime *rt = NULL;
@@ -101,16 +102,20 @@ int main(int argc, char **argv) {
       run_case(rt, &lr, seed++);
       cases += 2;
     }
-  } else if (strcmp(argv[1], "split") == 0) {
+  } else if (strcmp(argv[1], "split") == 0 || strcmp(argv[1], "split_all") == 0) {
     /* Split-K against fp64: the default tiles (Bc = 128: n_kv = 1 and 100 have one key block, fewer than any S
      * here) and small ones (Br = 16, Bc = 32: many blocks per part, partial last blocks); one head, or batch 2 with
-     * 4 query heads on 2 (causal: n > n_kv leaves rows with no visible key, which must output zeros). */
+     * 4 query heads on 2 (causal: n > n_kv leaves rows with no visible key, which must output zeros). Each
+     * (S, tiling, causal) is a kernel of its own: "split" keeps the causal value S's index picks (default tiles the
+     * other one than io_exact's split sample of the same tiles, which checks its output against fp64 too). */
+    const int all = strcmp(argv[1], "split_all") == 0;
     static const int splits[] = {2, 3, 8}, ns[] = {1, 17, 100}, nkvs[] = {1, 100, 1000, 4097};
     for (int causal = 0; causal <= 1; causal++)
       for (int si = 0; si < 3; si++)
         for (int ni = 0; ni < 3; ni++)
           for (int ki = 0; ki < 4; ki++) {
             const int small = (ni + ki) % 2, d = small ? 32 : 64;
+            if (!all && causal != (small ? si % 2 : 1 - si % 2)) continue;
             attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, d, causal);
             if (small) s.br = 16, s.bc = 32;
             s.split = splits[si];
