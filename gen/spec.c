@@ -302,6 +302,10 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
                      s->layout, attn_algo_name(s->algo), attn_target_name(s->target));
   if ((unsigned)s->impl > ATTN_IMPL_WGMMA)
     return attn_errf(err, len, ATTN_EINVAL, "impl=%d must be 0 (mma.sync) or 1 (wgmma)", s->impl);
+  if ((unsigned)s->dq > 1)
+    return attn_errf(err, len, ATTN_EINVAL, "dq=%d must be 0 (deterministic) or 1 (atomic)", s->dq);
+  if (s->dq && (s->target != ATTN_TARGET_CUDA || s->algo != ATTN_ALGO_FLASH || s->impl != ATTN_IMPL_MMA))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED, "dq=atomic: only the cuda flash backward sums dQ by atomics");
   if (s->impl != ATTN_IMPL_MMA) {
     const int rc = attn_spec_check_sm90(s, err, len); /* its own limits, before the common ones below */
     if (rc != ATTN_OK) return rc;
@@ -374,6 +378,7 @@ int attn_spec_format(const attn_spec *s, char *buf, size_t len) {
                 s->softcap ? " softcap=1" : "", s->alibi ? " alibi=1" : "");
   if (s->layout) snprintf(split + k, sizeof split - (size_t)k, " layout=%d", s->layout);
   if (s->impl == ATTN_IMPL_WGMMA) strncat(split, " impl=wgmma", sizeof split - strlen(split) - 1);
+  if (s->dq) strncat(split, " dq=atomic", sizeof split - strlen(split) - 1);
   return snprintf(buf, len,
                   "%s %s %s d=%d br=%d bc=%d causal=%d unroll=%d warps=%d stages=%d arch=%s tile=%d feature=%s "
                   "degree=%d rank=%d seed=%u%s",
@@ -445,6 +450,10 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
       if (strcmp(val, "wgmma") == 0) t.impl = ATTN_IMPL_WGMMA;
       else if (strcmp(val, "mma") == 0) t.impl = ATTN_IMPL_MMA;
       else return attn_errf(err, len, ATTN_EINVAL, "spec '%s': impl=%s is not mma or wgmma", text, val);
+    } else if (strcmp(key, "dq") == 0) {
+      if (strcmp(val, "atomic") == 0) t.dq = 1;
+      else if (strcmp(val, "deterministic") == 0) t.dq = 0;
+      else return attn_errf(err, len, ATTN_EINVAL, "spec '%s': dq=%s is not atomic or deterministic", text, val);
     } else if (strcmp(key, "feature") == 0) {
       int f = lookup(feature_names, 2, val);
       if (f < 0) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': unknown feature map '%s'", text, val);
@@ -473,8 +482,8 @@ int attn_spec_summary(const attn_spec *s, char *buf, size_t len) {
   }
   char dev[64];
   if (s->target == ATTN_TARGET_CUDA)
-    snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s%s", attn_dtype_name(s->dtype), s->warps, s->stages,
-             s->arch, s->impl == ATTN_IMPL_WGMMA ? " wgmma" : "");
+    snprintf(dev, sizeof dev, "cuda %s warps=%d stages=%d %s%s%s", attn_dtype_name(s->dtype), s->warps, s->stages,
+             s->arch, s->impl == ATTN_IMPL_WGMMA ? " wgmma" : "", s->dq ? " dq=atomic" : "");
   else if (s->unroll > 0)
     snprintf(dev, sizeof dev, "cpu %s unroll=%d", attn_dtype_name(s->dtype), s->unroll);
   else

@@ -44,6 +44,9 @@ typedef struct attn_spec {
    * (runtime/cuda_serve.c), made from the plan's spec with this set (ATTN_LAYOUT). */
   int layout;
   int impl;             /* attn_impl: CUDA flash's template (0: mma.sync, flash.cu) */
+  /* CUDA flash backward: 0 dQ in its own blocks (7 products, bitwise the same run to run); 1 dQ summed by fp32
+   * atomics from the dK/dV blocks (5 products; dQ's last bits may differ between runs: docs/cuda.md) */
+  int dq;
 } attn_spec;
 
 /* Names and their inverses; parse functions return -1 for an unknown name. */
@@ -88,13 +91,15 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
  * " window=1", " softcap=1" and " alibi=1" are written only when set (texts of kernels without modifiers are what
  * they were); texts without them parse to 0. So is " layout=N" (1 varlen, 2 paged, 3 packed paged decode).
  * " impl=wgmma" is written only for the Hopper template (ATTN_IMPL_WGMMA); texts without it parse to impl 0.
+ * " dq=atomic" is written only for the backward whose dQ is summed by atomics; texts without it parse to dq 0.
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
 
 /* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1,
  * "cpu f32 unroll=4" when unroll > 0, " window softcap alibi" after causal for the modifiers the kernel applies,
- * then " varlen", " paged" or " paged packed" for a serving layout's kernel). */
+ * then " varlen", " paged" or " paged packed" for a serving layout's kernel; " dq=atomic" after the arch for the
+ * backward whose dQ is summed by atomics). */
 int attn_spec_summary(const attn_spec *s, char *buf, size_t len);
 
 /* Source text for a spec: a first line saying what generated it, the #defines, the kernel ABI, the template.

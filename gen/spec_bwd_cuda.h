@@ -30,8 +30,11 @@ char *attn_spec_source_backward_cuda(const attn_spec *s, char *err, size_t errle
 typedef struct attn_cuda_bwd_geom {
   unsigned pre_grid, grid, block; /* attn_bwd_pre's grid, attn_kernel's grid; both take `block` threads */
   long long smem;                 /* attn_kernel's dynamic shared memory */
-  long long scratch;              /* bytes of delta: batch*heads*n floats */
-  int items_kv, items_q;          /* attn_kernel's dK/dV blocks, then its dQ blocks */
+  long long scratch;              /* bytes of delta: batch*heads*n floats; dq=atomic: rounded up to 4, then the fp32
+                                     dQ, batch*heads*n*d floats (attn_bwd_pre zeroes it) */
+  int items_kv, items_q;          /* attn_kernel's dK/dV blocks, then its dQ blocks (none with dq=atomic) */
+  unsigned post_grid;             /* dq=atomic: attn_bwd_post's grid (`block` threads, an element of dq each), after
+                                     attn_kernel; 0 otherwise */
 } attn_cuda_bwd_geom;
 
 /* ATTN_OK, or ATTN_EINVAL / ATTN_EUNSUPPORTED with a reason (a problem too large for one launch). */

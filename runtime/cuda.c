@@ -90,6 +90,7 @@ struct attn_cuda_kernel {
   CUmodule mod;
   CUfunction fn;
   CUfunction pre;           /* a backward module's attn_bwd_pre (templates/flash_bwd.cu); NULL in a forward's */
+  CUfunction post;          /* a dq=atomic backward's attn_bwd_post (dq from the fp32 scratch); NULL otherwise */
   int backward;
   attn_spec spec;           /* as compiled: arch is the device's */
   long long smem;
@@ -431,6 +432,8 @@ static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int b
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_kernel: %s", label, cu_err(c, r));
   if (rc == ATTN_OK && backward && (r = c->cuModuleGetFunction(&k->pre, k->mod, "attn_bwd_pre")) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_bwd_pre: %s", label, cu_err(c, r));
+  if (rc == ATTN_OK && backward && k->spec.dq && (r = c->cuModuleGetFunction(&k->post, k->mod, "attn_bwd_post")) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_bwd_post: %s", label, cu_err(c, r));
   if (rc == ATTN_OK && k->smem > 48 * 1024 &&
       (r = c->cuFuncSetAttribute(k->fn, CU_FUNC_MAX_DYN_SMEM, (int)k->smem)) != 0)
     rc = attn_fail(rt, ATTN_EUNSUPPORTED, "%s: %lld bytes of dynamic shared memory refused: %s", label, k->smem,
@@ -700,7 +703,8 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
 }
 
 /* The backward (templates/flash_bwd.cu): attn_bwd_pre writes delta = rowsum(dO∘O) into scratch allocated per call,
- * then attn_kernel computes dK, dV and dQ; waited for. */
+ * then attn_kernel computes dK, dV and dQ; waited for. dq=atomic: the scratch also holds the fp32 dQ, which
+ * attn_bwd_pre zeroes, attn_kernel's atomics sum and attn_bwd_post rounds into dq. */
 int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
                            const void *kk, const void *v, const void *o, const float *lse, const void *dout, void *dq,
                            void *dk, void *dv) {
@@ -739,6 +743,9 @@ int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const at
   else if ((r = c->cuLaunchKernel(k->fn, g.grid, 1, 1, g.block, 1, 1, (unsigned)g.smem, NULL, params, NULL)) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "launching the backward's attn_kernel (grid %u, block %u, %lld bytes of shared "
                    "memory): %s", g.grid, g.block, g.smem, cu_err(c, r));
+  else if (g.post_grid && (r = c->cuLaunchKernel(k->post, g.post_grid, 1, 1, g.block, 1, 1, 0, NULL, params, NULL)))
+    rc = attn_fail(rt, ATTN_ERUNTIME, "launching attn_bwd_post (grid %u, block %u): %s", g.post_grid, g.block,
+                   cu_err(c, r));
   if ((r = c->cuStreamSynchronize(NULL)) != 0 && rc == ATTN_OK)
     rc = attn_fail(rt, ATTN_ERUNTIME, "the backward failed: %s", cu_err(c, r));
   c->cuMemFree_v2(delta);

@@ -18,6 +18,11 @@
  * dQ is computed apart from dK and dV (S and dP twice: 7 products of the forward's size where atomics need 5) so
  * that no sum is split across thread blocks: every output element is one thread's, summed in a fixed order (keys
  * and query heads by index), and the gradients are bitwise the same from run to run on a device.
+ * ATTN_DQ_ATOMIC 1 (spec dq=atomic): no dQ blocks; each dK/dV block adds its dS K_j (Br x d, unscaled) to an fp32
+ * scratch dQ by red.global.add.f32 (atomicAdd, result unused), and attn_bwd_post rounds scale times the scratch
+ * into dq. attn_bwd_pre zeroes the scratch (it runs before attn_kernel). 5 products; dK and dV stay bitwise the
+ * same run to run (still one thread's sums in a fixed order), dQ's fp32 sums take the blocks' order of arrival, so
+ * its last bits may differ between runs.
  *
  * Products: each warp owns U consecutive 16x8 tiles of a product (tiles wU .. wU + U - 1 in row-major order), its C
  * fragment in the mma.sync.m16n8k16 layout (lane: rows g = lane/4 and g+8, columns 2(lane%4) and +1). f16 / bf16:
@@ -42,6 +47,10 @@
 #define FB_DP ATTN_CUDA_RUP(FB_D, 16)
 #define FB_DVP ATTN_CUDA_RUP(FB_DV, 16)
 #define FB_ES (ATTN_DTYPE == 0 ? 4 : 2)
+
+#ifndef ATTN_DQ_ATOMIC
+#define ATTN_DQ_ATOMIC 0
+#endif
 
 static_assert(FB_BR % 16 == 0 && FB_BC % 16 == 0, "Br and Bc must be multiples of 16");
 static_assert(FB_S == 1 || FB_S == 2, "stages must be 1 or 2");
@@ -355,6 +364,45 @@ __device__ __forceinline__ void fb_issue_k(const attn_cuda_bwd_kargs &a, fb_elem
   fb_load<FB_BC, FB_DV, FB_SV>(ks + FB_BC * FB_SQ, (const fb_elem *)a.v + r0 * FB_DV, cols);
 }
 
+#if ATTN_DQ_ATOMIC
+/* The fp32 dQ scratch: after delta's batch*heads*n floats rounded up to 4 (gen/spec_bwd_cuda.c's geometry sizes it),
+ * [batch][heads][n][d], unscaled. */
+__device__ __forceinline__ float *fb_dq_acc(const attn_cuda_bwd_kargs &a) {
+  return a.delta + ((a.batch * a.heads * a.n + 3) & ~3LL);
+}
+#define FB_NQ ((FB_BR / 16) * (FB_DP / 8)) /* 16x8 tiles of dS K_j (Br x d) */
+#define FB_QG0 ((FB_NQ + FB_W - 1) / FB_W)
+#define FB_QG (FB_QG0 < 4 ? FB_QG0 : 4) /* tiles computed and added at a time: 16 registers beside dK and dV */
+#define FB_UQ ((FB_QG0 + FB_QG - 1) / FB_QG * FB_QG) /* tiles per warp, a multiple of FB_QG */
+/* acc (rows i0.. of the head, row stride d) += dS K_j, FB_QG of the warp's tiles at a time, by atomics */
+__device__ __forceinline__ void fb_dq_add(float *acc, const fb_elem *sm, const fb_elem *ks, int rows, int warp,
+                                          int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int fend = warp * FB_UQ + FB_UQ < FB_NQ ? warp * FB_UQ + FB_UQ : FB_NQ;
+#pragma unroll 1
+  for (int f0 = warp * FB_UQ; f0 < fend; f0 += FB_QG) {
+    float c[FB_QG][4];
+#pragma unroll
+    for (int u = 0; u < FB_QG; u++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) c[u][e] = 0.0f;
+    fb_prod<FB_SP, 1, FB_SQ, 1, FB_BC, FB_DP / 8, FB_QG>(c, sm + FB_OFF_DS, ks, f0, fend, lane);
+#pragma unroll
+    for (int u = 0; u < FB_QG; u++) {
+      const int f = f0 + u;
+      if (f < fend) {
+        const int mt = f / (FB_DP / 8), nt = f % (FB_DP / 8);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = mt * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * t + (e & 1);
+          if (r < rows && col < FB_D) atomicAdd(acc + (long long)r * FB_D + col, c[u][e]);
+        }
+      }
+    }
+  }
+}
+#endif
+
 /* dK and dV of key block item % nkb of KV head bhk = item / nkb. The inner loop's blocks t = 0, 1, ... are query
  * block ib0 + t % nq of query head t / nq of the KV head; with 2 stages block t + 1 loads into the other row set
  * while block t is computed. */
@@ -408,12 +456,17 @@ __device__ __forceinline__ void fb_dkdv(const attn_cuda_bwd_kargs &a, unsigned c
     fb_prod<1, FB_SP, FB_SV, 1, FB_BR, FB_DVP / 8>(dv.c, sm + FB_OFF_P, qs + FB_BR * FB_SQ, dv.first(warp),
                                                    dv.end(warp), lane);
     fb_prod<1, FB_SP, FB_SQ, 1, FB_BR, FB_DP / 8>(dk.c, sm + FB_OFF_DS, qs, dk.first(warp), dk.end(warp), lane);
+#if ATTN_DQ_ATOMIC
+    /* dQ_i += dS K_j */
+    fb_dq_add(fb_dq_acc(a) + (bh * n + i0) * FB_D, sm, ks, rows, warp, lane);
+#endif
   }
   fb_wait_all(); /* nothing left in flight (count = 0) */
   dk.template store<FB_D>((fb_elem *)a.dk + (bhk * n_kv + j0) * FB_D, cols, a.scale, warp, lane);
   dv.template store<FB_DV>((fb_elem *)a.dv + (bhk * n_kv + j0) * FB_DV, cols, 1.0f, warp, lane);
 }
 
+#if !ATTN_DQ_ATOMIC
 /* dQ of query block item % nqb of head bh = item / nqb; with 2 stages K_{j+1}, V_{j+1} load into the other row set
  * while block j is computed. */
 __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned char *smem, int item) {
@@ -465,6 +518,7 @@ __device__ __forceinline__ void fb_dq(const attn_cuda_bwd_kargs &a, unsigned cha
   fb_wait_all();
   dq.template store<FB_D>((fb_elem *)a.dq + (bh * n + i0) * FB_D, rows, a.scale, warp, lane);
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(FB_T) attn_bwd_pre(attn_cuda_bwd_kargs a) {
   const long long row = (long long)blockIdx.x * FB_W + (threadIdx.x >> 5), rows = a.batch * a.heads * a.n;
@@ -476,12 +530,26 @@ extern "C" __global__ void __launch_bounds__(FB_T) attn_bwd_pre(attn_cuda_bwd_ka
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
     if (lane == 0) a.delta[row] = s;
+#if ATTN_DQ_ATOMIC
+    float *acc = fb_dq_acc(a) + row * FB_D;
+    for (int c = lane; c < FB_D; c += 32) acc[c] = 0.0f;
+#endif
   }
 }
+
+#if ATTN_DQ_ATOMIC
+/* dq = scale times the fp32 scratch, rounded, an element a thread; after attn_kernel */
+extern "C" __global__ void __launch_bounds__(FB_T) attn_bwd_post(attn_cuda_bwd_kargs a) {
+  const long long i = (long long)blockIdx.x * FB_T + threadIdx.x, count = a.batch * a.heads * a.n * FB_D;
+  if (i < count) ((fb_elem *)a.dq)[i] = fb_out(fb_dq_acc(a)[i] * a.scale);
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(FB_T, 1) attn_kernel(attn_cuda_bwd_kargs a) {
   extern __shared__ __align__(16) unsigned char attn_smem[];
   const int item = blockIdx.x;
   if (item < a.items_kv) fb_dkdv(a, attn_smem, item);
+#if !ATTN_DQ_ATOMIC
   else if (item < a.items_kv + a.items_q) fb_dq(a, attn_smem, item - a.items_kv);
+#endif
 }

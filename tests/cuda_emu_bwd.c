@@ -1,6 +1,7 @@
 /* cuda_emu_bwd: the CUDA flash backward (templates/flash_bwd.cu) as NVRTC compiles it, run on the PTX interpreter of
  * tests/ptx against the fp64 backward (attn_reference_backward), no GPU needed.
- *  cuda_emu_bwd [--quick] [--chain] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90] [tiles=BRxBCwWsS]
+ *  cuda_emu_bwd [--quick] [--chain] [--compile] DTYPE [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_80|sm_90]
+ *               [tiles=BRxBCwWsS] [dq=atomic]
  * For each d (default 64) the backward's spec (attn_spec_backward_cuda: its tiles for d and d_v = N, default d; or
  * Br, Bc, warps and stages given by tiles=, admitted by attn_spec_check_backward_cuda within 227 KiB) goes
  * through NVRTC to the PTX of its arch, and the interpreter runs attn_bwd_pre then attn_kernel, as the runtime
@@ -16,7 +17,12 @@
  * the dtype's unit roundoff (tests/bwd_util.h), and whatever the interpreter checks (races on shared memory and on
  * global memory across blocks, uninitialised reads, out-of-bounds and misaligned accesses, cp.async data read
  * before its wait); f16 and bf16: no bank conflicts (the shared-memory wavefronts the fewest the bytes need). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
- * FILE in place of templates/flash_bwd.cu. */
+ * FILE in place of templates/flash_bwd.cu.
+ * dq=atomic: the spec with dQ summed by fp32 atomics from the dK/dV blocks (attn_bwd_post after attn_kernel, as the
+ * runtime launches it), checked as above with the same limits; each shape then runs again in another block order,
+ * dq poisoned again: dK and dV must be bitwise the same as the first run's, dQ within the limit again.
+ * --compile: no interpreter; the spec through NVRTC to a cubin, every entry without spills (local memory, stack),
+ * and its text parsed back to the same spec. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +35,7 @@
 #include "spec_bwd_cuda.h"
 #include "bwd_util.h"
 
-static int failures, cases, quick, chain, no_nvrtc;
+static int failures, cases, quick, chain, no_nvrtc, compile_only;
 static double worst_lse; /* chain: the largest |lse - fp64 lse| / (1 + |lse|) seen */
 static unsigned long long smem_waves, smem_ideal; /* the backward's shared-memory wavefronts, and the fewest possible */
 static double worst_u[ATTN_BF16 + 1];
@@ -174,6 +180,29 @@ static int check_lse(const attn_problem *p, const float *got, const float *want,
   return 0;
 }
 
+/* The backward's launches as the runtime makes them: attn_bwd_pre, attn_kernel, and with dq=atomic attn_bwd_post;
+ * blocks in the given order. 0, or -1 with a failure reported. */
+static int launch_bwd(ptx_machine *x, const attn_cuda_bwd_geom *g, attn_cuda_bwd_kargs *a, unsigned order,
+                      const char *what) {
+  char err[1024];
+  const ptx_launch_cfg pc = {.grid = g->pre_grid, .block = g->block, .dyn_smem = 0, .order = order};
+  const ptx_launch_cfg kc = {.grid = g->grid, .block = g->block, .dyn_smem = (uint64_t)g->smem, .order = order};
+  const ptx_launch_cfg qc = {.grid = g->post_grid, .block = g->block, .dyn_smem = 0, .order = order};
+  if (ptx_launch(x, "attn_bwd_pre", &pc, a, sizeof *a, err, sizeof err)) {
+    FAIL("%s: attn_bwd_pre: %s", what, err);
+    return -1;
+  }
+  if (ptx_launch(x, "attn_kernel", &kc, a, sizeof *a, err, sizeof err)) {
+    FAIL("%s: attn_kernel: %s", what, err);
+    return -1;
+  }
+  if (g->post_grid && ptx_launch(x, "attn_bwd_post", &qc, a, sizeof *a, err, sizeof err)) {
+    FAIL("%s: attn_bwd_post: %s", what, err);
+    return -1;
+  }
+  return 0;
+}
+
 static int run_shape(const ptx_module *m, const ptx_module *fm, const attn_spec *fs, const attn_spec *s,
                      const shape *sh, unsigned long long seed, const char *label) {
   static attn_runtime cuda_rules; /* normalises as for the CUDA target (f16 and bf16 allowed) */
@@ -269,16 +298,7 @@ static int run_shape(const ptx_module *m, const ptx_module *fm, const attn_spec 
   a.batch = p.batch, a.heads = p.heads, a.heads_kv = p.heads_kv, a.n = p.n, a.n_kv = p.n_kv, a.scale = p.scale;
   a.items_kv = g.items_kv, a.items_q = g.items_q;
   const unsigned order = (unsigned)(seed % 3); /* forward, reverse and shuffled block orders in turn */
-  const ptx_launch_cfg pc = {.grid = g.pre_grid, .block = g.block, .dyn_smem = 0, .order = order};
-  const ptx_launch_cfg kc = {.grid = g.grid, .block = g.block, .dyn_smem = (uint64_t)g.smem, .order = order};
-  if (ptx_launch(x, "attn_bwd_pre", &pc, &a, sizeof a, err, sizeof err)) {
-    FAIL("%s: attn_bwd_pre: %s", what, err);
-    goto out;
-  }
-  if (ptx_launch(x, "attn_kernel", &kc, &a, sizeof a, err, sizeof err)) {
-    FAIL("%s: attn_kernel: %s", what, err);
-    goto out;
-  }
+  if (launch_bwd(x, &g, &a, order, what)) goto out;
   struct {
     const char *name;
     uint64_t dev;
@@ -303,6 +323,35 @@ static int run_shape(const ptx_module *m, const ptx_module *fm, const attn_spec 
       FAIL("%s: %s relative error %.3g > %.3g", what, out3[i].name, e, lim);
       rc = -1;
     }
+  }
+  /* dq=atomic: run again in another block order (and another order of arrival of the atomics): dK and dV must be
+   * bitwise the same, dQ within the limit again */
+  if (rc == 0 && s->dq) {
+    unsigned char *first = malloc((ck + cv) * es);
+    int ran = first && !ptx_copy_out(x, gk, first, ck * es, NULL) &&
+              !ptx_copy_out(x, gv, first + ck * es, cv * es, NULL);
+    memset(raw, 0xff, cq * es); /* dq poisoned again */
+    ran = ran && !ptx_copy_in(x, gq, raw, cq * es) && !launch_bwd(x, &g, &a, (order + 1) % 3, what) &&
+          !ptx_copy_out(x, gk, raw, ck * es, NULL) && !ptx_copy_out(x, gv, raw + ck * es, cv * es, NULL);
+    if (!ran) {
+      FAIL("%s: the second run in another block order did not complete", what);
+      rc = -1;
+    } else if (memcmp(first, raw, (ck + cv) * es) != 0) {
+      FAIL("%s: dK or dV differ bitwise between two block orders (dq=atomic must keep them deterministic)", what);
+      rc = -1;
+    } else if (ptx_copy_out(x, gq, raw, cq * es, NULL)) {
+      FAIL("%s: cannot copy dq out", what);
+      rc = -1;
+    } else {
+      const size_t unwritten = from_raw(p.dtype, raw, cq, xq);
+      const double e = rel_err(xq, rq, cq, mag[0]);
+      if (unwritten || !(e <= lim)) {
+        FAIL("%s: dq of the second run: %zu entries unwritten, relative error %.3g (limit %.3g)", what, unwritten, e,
+             lim);
+        rc = -1;
+      }
+    }
+    free(first);
   }
   cases++;
   ptx_stats st;
@@ -364,14 +413,66 @@ static ptx_module *ptx_of(char *src, const char *arch, const char *label) {
   return m;
 }
 
+/* --compile: src (freed) through NVRTC to a cubin of the spec's arch: every entry compiled (attn_bwd_post with
+ * dq=atomic), none spilling to local memory */
+static void compile_spec(const attn_spec *s, char *src, const char *label) {
+  /* the spec's text: " dq=atomic" written only where set, and parsed back to the same spec */
+  char text[512], again[512], err[512];
+  attn_spec back;
+  attn_spec_format(s, text, sizeof text);
+  if ((strstr(text, " dq=atomic") != NULL) != (s->dq != 0) || (!s->dq && strstr(text, "dq=")))
+    FAIL("%s: spec text '%s' does not say dq=%d as it should", label, text, s->dq);
+  else if (attn_spec_parse(text, &back, err, sizeof err) != ATTN_OK)
+    FAIL("%s: spec text '%s' does not parse: %s", label, text, err);
+  else if (back.dq != s->dq || attn_spec_format(&back, again, sizeof again) < 0 || strcmp(text, again) != 0)
+    FAIL("%s: spec text '%s' parses back to dq=%d '%s'", label, text, back.dq, again);
+  void *cubin = NULL;
+  size_t len = 0;
+  char *log = NULL;
+  const int rc = attn_nvrtc_compile(src, "attn_bwd.cu", s->arch, &cubin, &len, &log);
+  free(src);
+  if (rc == ATTN_ENODEV) {
+    no_nvrtc = 1;
+    printf("SKIP: %s\n", log ? log : "no NVRTC");
+  } else if (rc != ATTN_OK) {
+    FAIL("%s: NVRTC does not compile it:\n%s", label, log ? log : "(no log)");
+  } else {
+    const char *entries[3] = {"attn_kernel", "attn_bwd_pre", "attn_bwd_post"};
+    int ok = 1;
+    for (int e = 0; e < (s->dq ? 3 : 2); e++) {
+      attn_cuda_resources r;
+      if (attn_nvrtc_resources(log, entries[e], &r) != 0) {
+        FAIL("%s: no ptxas report for %s", label, entries[e]);
+        ok = 0;
+        continue;
+      }
+      printf("%s %s: %d registers, spills %ld/%ld, stack %ld\n", label, entries[e], r.registers, r.spill_stores,
+             r.spill_loads, r.stack);
+      if (r.spill_stores || r.spill_loads || r.stack) {
+        FAIL("%s: %s spills (%ld bytes stores, %ld loads, %ld stack)", label, entries[e], r.spill_stores,
+             r.spill_loads, r.stack);
+        ok = 0;
+      }
+    }
+    cases++;
+    if (ok) printf("ok %s compiled\n", label);
+  }
+  free(cubin);
+  free(log);
+}
+
 static void run_spec(const attn_spec *s) {
   char label[256], err[512];
-  snprintf(label, sizeof label, "backward %s d=%d dv=%d Br=%d Bc=%d warps=%d stages=%d causal=%d %s%s",
+  snprintf(label, sizeof label, "backward %s d=%d dv=%d Br=%d Bc=%d warps=%d stages=%d causal=%d %s%s%s",
            attn_dtype_name(s->dtype), s->d, attn_spec_dv(s), s->br, s->bc, s->warps, s->stages, s->causal, s->arch,
-           chain ? " (after the forward kernel)" : "");
+           s->dq ? " dq=atomic" : "", chain ? " (after the forward kernel)" : "");
   char *src = attn_spec_source_backward_cuda(s, err, sizeof err);
   if (!src) {
     FAIL("%s: %s", label, err);
+    return;
+  }
+  if (compile_only) {
+    compile_spec(s, src, label);
     return;
   }
   const char *alt = getenv("ATTN_EMU_TEMPLATE");
@@ -419,6 +520,7 @@ int main(int argc, char **argv) {
   for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--chain")) chain = 1;
+    else if (!strcmp(argv[i], "--compile")) compile_only = 1;
     else {
       fprintf(stderr, "cuda_emu_bwd: unknown option %s\n", argv[i]);
       return 2;
@@ -427,19 +529,20 @@ int main(int argc, char **argv) {
   const int t = i < argc ? attn_dtype_parse(argv[i]) : -1;
   if (t < 0) {
     fprintf(stderr,
-            "usage: cuda_emu_bwd [--quick] [--chain] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] [arch=sm_XX] "
-            "[tiles=BRxBCwWsS]\n");
+            "usage: cuda_emu_bwd [--quick] [--chain] [--compile] f32|f16|bf16 [d=D,D,...] [dv=N] [causal=0|1|2] "
+            "[arch=sm_XX] [tiles=BRxBCwWsS] [dq=atomic]\n");
     return 2;
   }
   char dlist[256] = "64", arch[16] = "sm_80";
   const char *tiles = NULL; /* tiles=BRxBCwWsS: that spec (attn_spec_check_backward_cuda must admit it) */
-  int dv = 0, causal = 2;
+  int dv = 0, causal = 2, dq = 0;
   for (i++; i < argc; i++) {
     if (!strncmp(argv[i], "d=", 2)) snprintf(dlist, sizeof dlist, "%s", argv[i] + 2);
     else if (!strncmp(argv[i], "dv=", 3)) dv = atoi(argv[i] + 3);
     else if (!strncmp(argv[i], "causal=", 7)) causal = atoi(argv[i] + 7);
     else if (!strncmp(argv[i], "arch=", 5)) snprintf(arch, sizeof arch, "%s", argv[i] + 5);
     else if (!strncmp(argv[i], "tiles=", 6)) tiles = argv[i] + 6;
+    else if (!strcmp(argv[i], "dq=atomic")) dq = 1;
     else {
       fprintf(stderr, "cuda_emu_bwd: unknown argument %s\n", argv[i]);
       return 2;
@@ -458,6 +561,11 @@ int main(int argc, char **argv) {
         FAIL("backward %s d=%s: %s", attn_dtype_name((attn_dtype)t), tok, err);
         continue;
       }
+      s.dq = dq;
+      if (dq && !tiles && attn_spec_check_backward_cuda(&s, 227 * 1024, err, sizeof err) != ATTN_OK) {
+        FAIL("backward %s d=%s dq=atomic: %s", attn_dtype_name((attn_dtype)t), tok, err);
+        continue;
+      }
       if (tiles && (sscanf(tiles, "%dx%dw%ds%d", &s.br, &s.bc, &s.warps, &s.stages) != 4 ||
                     attn_spec_check_backward_cuda(&s, 227 * 1024, err, sizeof err) != ATTN_OK)) {
         FAIL("backward %s d=%s tiles=%s: %s", attn_dtype_name((attn_dtype)t), tok, tiles,
@@ -470,6 +578,10 @@ int main(int argc, char **argv) {
     if (no_nvrtc) break;
   }
   if (no_nvrtc && !failures) return 77;
+  if (compile_only) {
+    printf("cuda_emu_bwd: %d compiled, %d failures\n", cases, failures);
+    return failures || !cases ? 1 : 0;
+  }
   printf("worst error against fp64: %.3g u (u: the dtype's unit roundoff)\n", worst_u[t]);
   if (smem_ideal)
     printf("shared memory: %llu wavefronts for %llu at least (%.3gx: bank conflicts above 1)\n", smem_waves,

@@ -14,7 +14,9 @@ set(ATTN_EMU_BWD_TESTS
     "f16_d40_causal|--quick f16 d=40 causal=1"
     "chain_f32_d128_causal_1stage|--quick --chain f32 d=128 causal=1"
     "chain_bf16_d16|--quick --chain bf16 d=16 causal=0"
-    "tiles_f16_d32_causal|--quick f16 d=32 causal=1 tiles=32x64w8s1")
+    "tiles_f16_d32_causal|--quick f16 d=32 causal=1 tiles=32x64w8s1"
+    "atomic_f16_d40_causal|--quick f16 d=40 causal=1 dq=atomic"
+    "atomic_bf16_d16_tiles|--quick bf16 d=16 causal=0 tiles=32x64w8s1 dq=atomic")
 set(ATTN_EMU_BWD_NIGHTLY
     "nightly_f16|f16 d=1,16,40,59,64,128 causal=2"
     "nightly_bf16|bf16 d=3,64,111,128 causal=2"
@@ -32,7 +34,16 @@ set(ATTN_EMU_BWD_NIGHTLY
     "nightly_chain_f32|--chain f32 d=64 causal=2"
     "nightly_tiles_bf16|bf16 d=128 causal=2 tiles=128x64w8s1 arch=sm_90"
     "nightly_tiles_f16|f16 d=59 dv=37 causal=2 tiles=128x16w2s2"
-    "nightly_tiles_f32|f32 d=64 causal=2 tiles=64x16w8s2")
+    "nightly_tiles_f32|f32 d=64 causal=2 tiles=64x16w8s2"
+    "nightly_atomic_f16|f16 d=1,16,59,64,128 causal=2 dq=atomic"
+    "nightly_atomic_bf16|bf16 d=3,111,128 causal=2 dq=atomic"
+    "nightly_atomic_f32|f32 d=16,37,128 causal=2 dq=atomic"
+    "nightly_atomic_dv_bf16|bf16 d=59 dv=37 causal=2 dq=atomic"
+    "nightly_atomic_mla_bf16|bf16 d=576 dv=512 causal=1 dq=atomic"
+    "nightly_atomic_sm90_f16|f16 d=128 causal=2 arch=sm_90 dq=atomic"
+    "nightly_atomic_chain_bf16|--chain bf16 d=64 causal=2 dq=atomic"
+    "nightly_atomic_tiles_f16|f16 d=59 dv=37 causal=2 tiles=128x16w2s2 dq=atomic"
+    "nightly_atomic_tiles_f32|f32 d=64 causal=2 tiles=64x16w8s2 dq=atomic")
 foreach(t ${ATTN_EMU_BWD_TESTS} ${ATTN_EMU_BWD_NIGHTLY})
   string(REPLACE "|" ";" parts "${t}")
   list(GET parts 0 name)
@@ -75,6 +86,32 @@ foreach(arch sm_80 sm_90)
                    f16:96@64x64w4s1,111@64x64w4s2 f32:111@64x64w4s1,96@64x64w4s1)
   set_tests_properties(cuda_backward_compile_tiles_${arch} PROPERTIES LABELS nightly TIMEOUT 3600 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${ATTN_CUDA_ENV}")
+endforeach()
+# dq=atomic through NVRTC (cuda_emu_bwd --compile): no entry spills, its spec text round-trips; CI one kernel per
+# arch, nightly the tiles at the accumulator limits
+set(ATTN_BWD_ATOMIC_COMPILE
+    "sm_80|f16 d=64 causal=1"
+    "sm_90|bf16 d=59 dv=37 causal=0"
+    "nightly_sm_80_f32|f32 d=111 causal=1 tiles=64x64w4s1"
+    "nightly_sm_90_f32|f32 d=111 causal=1 tiles=64x64w4s1 arch=sm_90"
+    "nightly_sm_80_bf16|bf16 d=128 causal=1"
+    "nightly_sm_90_bf16|bf16 d=128 causal=1 arch=sm_90"
+    "nightly_sm_80_f16|f16 d=111 causal=1 tiles=64x64w4s2"
+    "nightly_sm_90_mla|bf16 d=576 dv=512 causal=1 arch=sm_90")
+foreach(t ${ATTN_BWD_ATOMIC_COMPILE})
+  string(REPLACE "|" ";" parts "${t}")
+  list(GET parts 0 name)
+  list(GET parts 1 args)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  if(name MATCHES "^nightly_")
+    set(label nightly)
+  else()
+    set(label cuda)
+    list(APPEND args arch=${name})
+  endif()
+  add_test(NAME cuda_backward_compile_atomic_${name} COMMAND cuda_emu_bwd --compile ${args} dq=atomic)
+  set_tests_properties(cuda_backward_compile_atomic_${name} PROPERTIES LABELS ${label} TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
 endforeach()
 add_test(NAME cuda_backward_fake COMMAND cuda_backward fake)
 set_tests_properties(cuda_backward_fake PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
