@@ -149,6 +149,12 @@ foreach(t ${ATTN_BWD_MUTATIONS})
                        ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
 endforeach()
 
+# The model's backward with dq=atomic against the deterministic kernel's (no GPU, no NVRTC)
+add_executable(model_bwd_atomic ${CMAKE_CURRENT_LIST_DIR}/model_bwd_atomic.c)
+target_link_libraries(model_bwd_atomic PRIVATE attn_tuner)
+add_test(NAME model_bwd_atomic COMMAND model_bwd_atomic)
+set_tests_properties(model_bwd_atomic PROPERTIES LABELS tuner TIMEOUT 60)
+
 # `attntune --gpu H100 --pass bwd` without that GPU: the CUDA backward's space ranked by the model, its rows stored
 if(TARGET attntune)
   add_test(NAME tune_bwd_gpu_model

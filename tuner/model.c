@@ -309,8 +309,13 @@ int attn_model_bound_known(const char *name) {
  * Fitted: BWD_SMEM_EFF, the one number taken from a measurement, of the kernel before ldmatrix (an H200, bf16 and
  * f16, d = 128, n = 4096, 8 heads, Br = Bc = 32, 4 warps, 1 stage: 4.0 ms, causal 2.2; its 6 to 12 wavefronts an
  * mma alone predict 2.4 and 1.3): the shared-memory pipe at 60% of its 128 B a clock under these loads' issue and
- * latency, assumed to hold for the ldmatrix kernel until a GPU measures it. */
+ * latency, assumed to hold for the ldmatrix kernel until a GPU measures it.
+ * dq=atomic: no dQ blocks; each dK/dV step adds dQ_i += dS K_j (a fifth product, its tiles 4 at a time) to an fp32
+ * scratch by Br x d atomics: their issue through the load/store pipe (4 bytes a lane, 128 a warp, as the
+ * shared-memory wavefronts), their read-modify-write at L2 (BWD_ATOMIC_L2 times the bytes), and the scratch zeroed
+ * by attn_bwd_pre and read by attn_bwd_post (DRAM, a third launch). Not measured on a GPU: a prediction. */
 #define BWD_SMEM_EFF 0.6
+#define BWD_ATOMIC_L2 2.0 /* L2 traffic of a fp32 atomic add, in its bytes: read and write of the line's word */
 #define BWD_REG_BASE 110.0 /* registers besides the accumulators (ptxas, sm_80/sm_90, d = 128) */
 #define BWD_ALU_PER_SCORE 12.0
 
@@ -327,8 +332,10 @@ static double bwd_acc_of(int rows, int w, int warps) {
 static void bwd_step(const attn_gpu *g, const attn_spec *s, int kv, double hidden, double *cyc, double units[4]) {
   const double br = s->br, bc = s->bc, dp = (s->d + 15) / 16 * 16, dvp = (attn_spec_dv(s) + 15) / 16 * 16;
   const double es = (double)attn_dtype_size(s->dtype);
-  /* multiply-adds of the products: S (d deep), dP (d_v deep), then dV (d_v wide) and dK (d wide), or dQ (d wide) */
-  const double macs = br * bc * (dp + dvp) + (kv ? br * bc * (dp + dvp) : br * bc * dp);
+  /* multiply-adds of the products: S (d deep), dP (d_v deep), then dV (d_v wide) and dK (d wide), or dQ (d wide);
+   * dq=atomic: dK/dV steps add dQ's (d wide) */
+  const double macs =
+      br * bc * (dp + dvp) + (kv ? br * bc * (dp + dvp) : br * bc * dp) + (kv && s->dq ? br * bc * dp : 0);
   double tensor, smem;
   if (s->dtype == ATTN_F32) { /* fmaf over k on the CUDA cores: one 4-byte operand load a multiply-add */
     tensor = 2.0 * macs / g->fp32_flops_clk_sm;
@@ -341,12 +348,14 @@ static void bwd_step(const attn_gpu *g, const attn_spec *s, int kv, double hidde
     const double rest = kv ? br * bc * (dp * bwd_wf((nk + w - 1) / w, (int)dp / 8) +
                                         dvp * bwd_wf((nv + w - 1) / w, (int)dvp / 8))
                            : br * bc * dp * bwd_wf((nq + w - 1) / w, (int)dp / 8);
-    smem = (sd + rest) / 2048.0 * 128.0;
+    const int uq = (nq + w - 1) / w;
+    smem = (sd + rest + (kv && s->dq ? br * bc * dp * bwd_wf(uq < 4 ? uq : 4, (int)dp / 8) : 0)) / 2048.0 * 128.0;
   }
   /* P and dS written (dQ: dS only; a 16-bit store a lane, a wavefront a warp), the next rows loaded: Q_i and dO_i,
    * or K_j and V_j */
   smem += (kv ? 2.0 : 1.0) * br * bc * (s->dtype == ATTN_F32 ? 4.0 : 64.0 / 32.0 * 2.0) +
           (kv ? br : bc) * (dp + dvp) * es;
+  if (kv && s->dq) smem += br * s->d * 4.0; /* the atomics' issue: 128 bytes a warp instruction */
   units[0] = tensor;
   units[1] = br * bc / g->sfu_clk_sm;
   units[2] = BWD_ALU_PER_SCORE * br * bc / (g->fp32_flops_clk_sm / 2.0);
@@ -380,8 +389,10 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
 
   /* occupancy */
   const int threads = 32 * s->warps;
-  const double acc = fmax(bwd_acc_of(s->bc, s->d, s->warps) + bwd_acc_of(s->bc, attn_spec_dv(s), s->warps),
-                          bwd_acc_of(s->br, s->d, s->warps));
+  /* dq=atomic: dK/dV's and 4 tiles of dS K_j at a time; else the larger of dK/dV's and dQ's */
+  const double acc_kv = bwd_acc_of(s->bc, s->d, s->warps) + bwd_acc_of(s->bc, attn_spec_dv(s), s->warps);
+  const double acc = s->dq ? acc_kv + fmin(16.0, bwd_acc_of(s->br, s->d, s->warps))
+                           : fmax(acc_kv, bwd_acc_of(s->br, s->d, s->warps));
   const double regs = fmin(255.0, BWD_REG_BASE + acc);
   out->registers = (int)regs;
   out->resources_from = "estimate";
@@ -398,7 +409,7 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
     return ATTN_EINVAL;
   }
   const long nkb = (long)ceil(n_kv / s->bc), nqb = (long)ceil(n / s->br);
-  const double blocks = bhk * nkb + bh * nqb;
+  const double blocks = bhk * nkb + (s->dq ? 0 : bh * nqb);
   const long slots = (long)g->sms * bps;
   out->blocks = clamp_int(blocks);
   out->blocks_per_sm = bps;
@@ -425,7 +436,7 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
   }
   double end = 0, work = 0, steps_kv = 0, steps_q = 0;
   const int simulate = blocks <= SIM_MAX_BLOCKS;
-  for (int kind = 1; kind >= 0; kind--) {
+  for (int kind = 1; kind >= (s->dq ? 1 : 0); kind--) {
     const long per = kind ? nkb : nqb;
     const double heads = kind ? bhk : bh;
     for (long b = 0; b < per; b++) {
@@ -459,13 +470,18 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
   const double rows_q = n * (d + dv) * es + 8.0 * n, rows_kv = n_kv * (d + dv) * es;
   const double l2 = steps_kv * s->br * (d + dv) * es + steps_q * s->bc * (d + dv) * es;
   const double dram = 2.0 * (bh * rows_q + bhk * rows_kv) + bh * n * dv * es * 2.0;
+  /* dq=atomic: every step's Br x d fp32 atomics at L2 (the scratch's zeroing and reading: t_overhead_ms) */
+  const double scratch = s->dq ? bh * n * d * 4.0 : 0, atomics = s->dq ? steps_kv * s->br * d * 4.0 : 0;
+  const double l2_all = l2 + BWD_ATOMIC_L2 * atomics;
   const double bw = g->bandwidth_tbs * 1e12;
-  out->reads = (unsigned long long)((l2 + dram / 2) / es);
+  out->reads = (unsigned long long)((l2_all + dram / 2) / es);
   out->writes = (unsigned long long)((bh * n * d + bhk * n_kv * (d + dv)));
   out->t_dram_ms = dram / (bw * DRAM_EFF) * 1e3;
-  out->t_l2_ms = (l2 + dram) / (bw * L2_OVER_HBM) * 1e3;
+  out->t_l2_ms = (l2_all + dram) / (bw * L2_OVER_HBM) * 1e3;
   out->t_memory_ms = fmax(out->t_dram_ms, out->t_l2_ms);
   out->t_overhead_ms = 2 * LAUNCH_MS + bh * n * dv * es * 2.0 / (bw * DRAM_EFF) * 1e3; /* attn_bwd_pre */
+  if (s->dq) /* attn_bwd_post: a launch, the scratch read, dq written; attn_bwd_pre's zeroing */
+    out->t_overhead_ms += LAUNCH_MS + (2.0 * scratch + bh * n * d * es) / (bw * DRAM_EFF) * 1e3;
   out->time_ms = fmax(out->t_compute_ms, out->t_memory_ms) + out->t_overhead_ms;
   const double units_only = ideal * (fmax(resident * ckv, 1) / fmax(pkv, 1));
   if (out->t_overhead_ms > fmax(out->t_compute_ms, out->t_memory_ms)) out->bound = "launch";
