@@ -149,6 +149,14 @@ foreach(t ${ATTN_BWD_MUTATIONS})
                        ENVIRONMENT "${ATTN_EMU_BWD_ENV}")
 endforeach()
 
+# dq=atomic through libattn on the fake driver: three launches, the last attn_bwd_post's
+add_executable(cuda_bwd_atomic_fake ${CMAKE_CURRENT_LIST_DIR}/cuda_bwd_atomic_fake.c)
+target_include_directories(cuda_bwd_atomic_fake PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(cuda_bwd_atomic_fake PRIVATE attn_core ${CMAKE_DL_LIBS})
+add_test(NAME cuda_bwd_atomic_fake COMMAND cuda_bwd_atomic_fake)
+set_tests_properties(cuda_bwd_atomic_fake PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${ATTN_CUDA_ENV};ATTN_LIBCUDA=$<TARGET_FILE:fake_libcuda>")
+
 # The model's backward with dq=atomic against the deterministic kernel's (no GPU, no NVRTC)
 add_executable(model_bwd_atomic ${CMAKE_CURRENT_LIST_DIR}/model_bwd_atomic.c)
 target_link_libraries(model_bwd_atomic PRIVATE attn_tuner)
