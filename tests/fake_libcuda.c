@@ -4,6 +4,9 @@
  *   init=N   cuInit returns N [0]          count=N  devices [1]            cc=MAJMIN  compute capability [80]
  *   ctx=N    cuDevicePrimaryCtxRetain returns N [0]                        alloc=N  cuMemAlloc_v2 returns N [0]
  *   pools=N  the device attribute "memory pools supported" (stream-ordered allocation) [1]
+ *   smem=N   the per-block shared memory opt-in in bytes [166912: an A100's]
+ *   hang=1   a kernel that never ends: once one was launched, every wait for the device (stream, context, event)
+ *            blocks forever [0]
  * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
  * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. What the runtime
  * asked for is recorded (fake_libcuda.h: launches and their streams, synchronizations, memory freed while a queued
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "fake_libcuda.h"
 #include "kernel_abi_cuda.h"
 
@@ -94,7 +98,7 @@ API int cuDeviceGetAttribute(int *v, int attr, int dev) {
   case ATTR_L2: *v = 1 << 20; return 0;
   case ATTR_CC_MAJOR: *v = cc / 10; return 0;
   case ATTR_CC_MINOR: *v = cc % 10; return 0;
-  case ATTR_SMEM_OPTIN: *v = 163 * 1024; return 0;
+  case ATTR_SMEM_OPTIN: *v = setting("smem", 163 * 1024); return 0;
   case ATTR_MEMORY_POOLS: *v = setting("pools", 1); return 0;
   default: return 1; /* CUDA_ERROR_INVALID_VALUE: an attribute this fake does not know */
   }
@@ -186,7 +190,16 @@ API int cuMemFreeAsync(devptr p, void *stream) {
 API int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { memcpy((void *)(size_t)dst, src, n); return 0; }
 API int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { memcpy(dst, (const void *)(size_t)src, n); return 0; }
 API int cuMemsetD8_v2(devptr dst, unsigned char v, size_t n) { memset((void *)(size_t)dst, v, n); return 0; }
+/* hang=1: what a wait does once a kernel that never ends was launched */
+static void hang_if_launched(void) {
+  pthread_mutex_lock(&mu);
+  const int launched = rec.launches > 0;
+  pthread_mutex_unlock(&mu);
+  if (launched && setting("hang", 0))
+    for (;;) pause();
+}
 API int cuStreamSynchronize(void *stream) {
+  hang_if_launched();
   pthread_mutex_lock(&mu);
   rec.stream_syncs++;
   rec.last_synced = stream;
@@ -195,6 +208,7 @@ API int cuStreamSynchronize(void *stream) {
   return 0;
 }
 API int cuCtxSynchronize(void) {
+  hang_if_launched();
   pthread_mutex_lock(&mu);
   rec.ctx_syncs++;
   drain(NULL, 1);
@@ -204,7 +218,11 @@ API int cuCtxSynchronize(void) {
 static int event_object;
 API int cuEventCreate(void **ev, unsigned flags) { (void)flags; *ev = &event_object; return 0; }
 API int cuEventRecord(void *ev, void *stream) { (void)ev, (void)stream; return 0; }
-API int cuEventSynchronize(void *ev) { (void)ev; return 0; }
+API int cuEventSynchronize(void *ev) {
+  (void)ev;
+  hang_if_launched();
+  return 0;
+}
 API int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a, (void)b; *ms = 1.0f; return 0; }
 API int cuEventDestroy_v2(void *ev) { (void)ev; return 0; }
 API int cuGetErrorString(int r, const char **s) {

@@ -10,7 +10,8 @@
 #   --precompile: DIR/cubins.tar.xz, the cubins of every kernel the gpu tests and validate.sh's own runs load on a
 #   device of compute capability CC (default 90: H100, H200), compiled here with NVRTC by running them on the build's
 #   fake driver (tests/fake_libcuda.c: kernels do not run, so their checks fail and are ignored); validate.sh starts
-#   its kernel cache from them, so that device time goes to running. About 300 kernels: tens of minutes on two cores.
+#   its kernel cache from them, so that device time goes to running. Hundreds of kernels: tens of minutes on two cores.
+#   $ATTN_PACK_PRECOMPILE_TESTS (a grep -E pattern of gpu test names): only those tests' kernels, no gpukit_run's.
 # BUILD: the build directory (default $ATTN_BUILD, else build/ beside scripts/); it must be built. Left out: glibc,
 # libstdc++, libgcc_s, the CUDA driver and NVRTC (the GPU machine's own). DIR is replaced if it holds an earlier pack
 # (or is empty); the pack must stay under 64 MiB (the size checked at the end). Exit 0, 1 on failure, 2 usage.
@@ -50,6 +51,8 @@ cmake --install "$build" --prefix "$dir" >/dev/null
 find "$dir" -type l | while read -r l; do cp -L "$l" "$l.tmp" && mv -f "$l.tmp" "$l"; done
 mkdir -p "$dir/tests"
 cp "$build/tests/gpukit_run" "$dir/tests/"
+# validate.sh's first steps (the sm_90a template, the backward's variants, varlen and paged) run gpukit_check
+[ ! -e "$build/tests/gpukit_check" ] || cp "$build/tests/gpukit_check" "$dir/tests/"
 
 # The gpu tests as ctest runs them, with the build directory written @BUILD@ and the source tree @SRC@ (validate.sh
 # puts the pack and the tree it sits in there); each test's executable is copied to the same place under DIR.
@@ -128,19 +131,24 @@ if [ -n "$precompile" ]; then
   mkdir -m 700 "$dir/cubins"
   # each gpu test as the manifest runs it, and validate.sh's gpukit_run shapes (sanitizers, ncu)
   tab=$(printf '\t')
+  runs="flash_f16_100_64_1 smallcache_f16_100_64_1 lowrank_f16_100_64_1 flash_bf16_4096_128_0_16 flash_f16_16384_64_1_16 smallcache_f16_2048_64_0_8"
   i=0
   grep -v '^#' "$dir/tests/gpu-tests.txt" | while IFS="$tab" read -r name tl skip wd env cmd; do
+    [ -z "${ATTN_PACK_PRECOMPILE_TESTS:-}" ] || echo "$name" | grep -Eq "$ATTN_PACK_PRECOMPILE_TESTS" || continue
     i=$((i + 1))
     printf 'mkdir -p "%s" && cd "%s" && env %s ATTN_CACHE_DIR=%s ATTN_DB=%s %s\n' "${wd:-.}" "${wd:-.}" "$env" \
       "$dir/cubins" "$scratch/none.db" "$cmd" | sed -e "s|@BUILD@|$dir|g" -e "s|@SRC@|$src|g" >"$scratch/$i.sh"
   done
-  for a in "flash f16 100 64 1" "smallcache f16 100 64 1" "lowrank f16 100 64 1" "flash bf16 4096 128 0 16" \
-           "flash f16 16384 64 1 16" "smallcache f16 2048 64 0 8"; do
-    echo "'$dir/tests/gpukit_run' run $a --nocheck" >"$scratch/run-$(echo "$a" | tr ' ' _).sh"
+  [ -z "${ATTN_PACK_PRECOMPILE_TESTS:-}" ] || runs=
+  for a in $runs; do
+    echo "'$dir/tests/gpukit_run' run $(echo "$a" | tr _ ' ') --nocheck" >"$scratch/run-$a.sh"
   done
   t0=$(date +%s)
   # the fake driver's kernels write nothing: the checks fail (exit 1) and are ignored; the cubins stay
-  ls "$scratch"/*.sh | xargs -P "$jobs" -n 1 env ATTN_LIBCUDA="$fake" FAKE_LIBCUDA="cc=$precompile" \
+  # the device's shared memory (H100, H200: 227 KiB) so that the specs refused or chosen are the device's
+  fake_cfg="cc=$precompile"
+  case $precompile in 90) fake_cfg="$fake_cfg,smem=232448" ;; 80) fake_cfg="$fake_cfg,smem=166912" ;; esac
+  ls "$scratch"/*.sh 2>/dev/null | xargs -r -P "$jobs" -n 1 env ATTN_LIBCUDA="$fake" FAKE_LIBCUDA="$fake_cfg" \
     ATTN_CACHE_DIR="$dir/cubins" ATTN_DB="$scratch/none.db" ATTN_TEST_SEED=1 sh >"$scratch/log" 2>&1 || true
   rm -rf "$scratch"
   # xz: about 10 KB a cubin instead of 70 (the pack must stay under 64 MiB)

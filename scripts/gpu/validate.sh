@@ -10,7 +10,10 @@
 # not run. A step whose tool is missing (torch, ncu, compute-sanitizer) is reported as skipped with the reason.
 # Exit: 0 every check passed; 1 a correctness check failed; 2 usage; 3 the kit cannot run here (no build, a library
 # unresolved, no NVRTC); 4 nothing failed but a step errored or ran out of time; 77 no GPU (every step before the
-# first GPU step passed). Budgets: $ATTN_VALIDATE_BUDGET seconds in all (default 470), split among the steps.
+# first GPU step passed). Budgets: $ATTN_VALIDATE_BUDGET seconds in all (default 470), split among the steps, the
+# newest code's first (gpukit_check: the sm_90a template, the backward's variants, varlen and paged); a step whose
+# kernel never ends is killed at its limit and reported, and the rest still run. $ATTN_VALIDATE_SKIP: a grep -E
+# pattern of step ids after the device step to leave out (reported as not run).
 set -u
 usage() { echo "usage: validate.sh OUTDIR [--build DIR] [--db DB] [--gpu NAME]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -118,7 +121,8 @@ def load(name):
 meanings = {0: "every check passed", 1: "a correctness check failed", 3: "the kit cannot run here",
             4: "no check failed, but a step errored or ran out of time", 77: "no GPU found: the steps that need one did not run"}
 rep = {"exit_code": code, "verdict": meanings.get(code, "?"), "facts": facts, "steps": steps,
-       "speed": load("speed.json"), "dram": load("dram.json"), "tests": load("gpu-tests.json")}
+       "speed": load("speed.json"), "dram": load("dram.json"), "tests": load("gpu-tests.json"),
+       "checks": {k: load(k + ".json") for k in ("sm90", "sm90-speed", "backward", "serve") if load(k + ".json")}}
 json.dump(rep, open(os.path.join(out, "report.json"), "w"), indent=2)
 L = ["# attntune GPU validation", "", "Verdict: **%s** (exit %d)." % (rep["verdict"], code), ""]
 for k in ("gpu", "device", "driver", "nvrtc", "nvcc", "torch", "compute_sanitizer", "ncu", "build", "mode", "cubins",
@@ -132,6 +136,53 @@ if rep["tests"]:
     L += ["", "## gpu tests: %d run, %d not passed" % (len(rep["tests"]), len(bad)), ""]
     L += ["- %s: %s (exit %s, %s s): %s" % (t["name"], t["status"], t["rc"], t["seconds"], t.get("why", ""))
           for t in bad]
+ck = rep["checks"]
+g = lambda x, f="%.1f": "-" if x is None else f % x if isinstance(x, (int, float)) else str(x)
+if ck.get("sm90"):
+    L += ["", "## sm_90a template (impl=wgmma) against fp64", "", "| case | plan | err fp64 | ok |", "|---|---|---|---|"]
+    L += ["| %s | %s | %s | %s |" % (r["case"], r["plan"], g(r["err_fp64"], "%.1e"), r["ok"])
+          for r in ck["sm90"] if r.get("kind") == "sm90_correct"]
+if ck.get("sm90-speed"):
+    sd = {(r["n"], r["causal"], r["backend"]): r for r in ck["sm90-speed"] if r.get("kind") == "sdpa"}
+    L += ["", "## sm_90a template against the mma.sync flash and SDPA (bf16, d 128, 16k tokens of 16 heads; TFLOP/s)", "",
+          "| n | batch | causal | wgmma | mma.sync | wgmma / mma.sync | SDPA flash | SDPA cuDNN | SDPA efficient | wgmma ms | err vs mma.sync |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in ck["sm90-speed"]:
+        if r.get("kind") != "sm90_time":
+            continue
+        b = lambda name: g(sd.get((r["n"], r["causal"], name), {}).get("tflops"))
+        L.append("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["n"], r["batch"], r["causal"],
+                 g(r["wgmma_tflops"]), g(r["mma_sync_tflops"]), g(r["speedup"], "%.2f"), b("flash"), b("cudnn"),
+                 b("efficient"), g(r["wgmma_ms"], "%.3f"), g(r["err_vs_mma_sync"], "%.1e")))
+if ck.get("backward"):
+    rs = ck["backward"]
+    bad = [r for r in rs if r.get("kind") == "bwd_correct" and not r["ok"]]
+    n_ok = sum(1 for r in rs if r.get("kind") == "bwd_correct" and r["ok"])
+    L += ["", "## CUDA backward: tile variants (%d cases within the limits, %d not)" % (n_ok, len(bad)), ""]
+    L += ["- %s %s: error %.2e > %.2e" % (r["case"], r["tiles"], r["err"], r["limit"]) for r in bad]
+    sd = {(r["causal"], r["backend"]): r for r in rs if r.get("kind") == "sdpa" and r.get("pass") == "bwd"}
+    sf = {(r["causal"], r["backend"]): r for r in rs if r.get("kind") == "sdpa" and r.get("pass") == "fwd"}
+    L += ["", "bf16 d 128 n 4096, batch 4 x 16 heads; ms (host clock around calls that wait; SDPA: CUDA events)", "",
+          "| causal | pass | tiles | ms | TFLOP/s | / our forward | SDPA flash ms | SDPA cuDNN ms | SDPA efficient ms |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        if r.get("kind") != "bwd_time":
+            continue
+        c = int(r["case"].split("causal=")[1][0])
+        src = sd if r["pass"] == "bwd" else sf
+        b = lambda name: g(src.get((c, name), {}).get("ms"), "%.3f")
+        L.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (c, r["pass"], r.get("tiles", "-"), g(r["ms"], "%.3f"),
+                 g(r["tflops"]), g(r.get("bwd_over_fwd"), "%.2f"), b("flash"), b("cudnn"), b("efficient")))
+if ck.get("serve"):
+    L += ["", "## varlen and paged on the device", "", "| case | plan | worst err fp64 (per sequence) |", "|---|---|---|"]
+    L += ["| %s | %s | %s |" % (r["case"], r["plan"], g(r["err_fp64"], "%.1e")) for r in ck["serve"]
+          if r.get("kind") == "serve_correct"]
+    L += ["", "Decode (bf16, d 128, 8 sequences of 8192 keys, 32/8 heads): paged against dense on the same keys", "",
+          "| page size | dense ms | paged ms | dense GB/s | paged GB/s | paged / dense time | err vs dense |",
+          "|---|---|---|---|---|---|---|"]
+    L += ["| %d | %s | %s | %s | %s | %s | %s |" % (r["page_size"], g(r["dense_ms"], "%.3f"), g(r["paged_ms"], "%.3f"),
+          g(r["dense_gbs"], "%.0f"), g(r["paged_gbs"], "%.0f"), g(r["paged_over_dense"], "%.2f"),
+          g(r["err_vs_dense"], "%.1e")) for r in ck["serve"] if r.get("kind") == "decode_time"]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
           "| source | dtype | batch | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
@@ -241,13 +292,13 @@ rc=$?
 echo "$info" >"$logs/device.log"
 if [ "$rc" = 77 ]; then
   step device "not run" $(($(now) - t0)) "no GPU found: $(echo "$info" | sed -n 's/^SKIP: //p' | head -1)"
-  for s in gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "no GPU"; done
+  for s in sm90 sm90-speed backward serve gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "no GPU"; done
   code=$(verdict)
   [ "$code" = 0 ] && code=77
   finish "$code"
 elif [ "$rc" != 0 ]; then
   step device fail $(($(now) - t0)) "the device does not open: $(echo "$info" | tail -1)"
-  for s in gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "the device does not open"; done
+  for s in sm90 sm90-speed backward serve gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "the device does not open"; done
   finish 1
 fi
 step device pass $(($(now) - t0)) "$info"
@@ -273,11 +324,122 @@ fi
 jobs=$(nproc 2>/dev/null || echo 4)
 [ "$jobs" -gt 16 ] && jobs=16
 # in_time ID: false (and the step reported as an error) when the budget is spent
-in_time() { [ $((deadline - $(now))) -ge 10 ] && return 0; step "$1" error 0 "out of time (ATTN_VALIDATE_BUDGET=$budget s)"; return 1; }
+# ($ATTN_VALIDATE_SKIP, a grep -E pattern of step ids: those are reported as not run)
+in_time() {
+  if [ -n "${ATTN_VALIDATE_SKIP:-}" ] && echo "$1" | grep -Eq "$ATTN_VALIDATE_SKIP"; then
+    step "$1" "not run" 0 "ATTN_VALIDATE_SKIP"
+    return 1
+  fi
+  [ $((deadline - $(now))) -ge 10 ] && return 0
+  step "$1" error 0 "out of time (ATTN_VALIDATE_BUDGET=$budget s)"
+  return 1
+}
 
-# ---- 5. every gpu-labelled test, $jobs at a time (they compile with NVRTC on the CPU cores)
+# ---- 5-8. the newest CUDA code first, each mode of gpukit_check under its own time limit (a kernel that never
+# ends is killed and reported, the steps after it still run): the sm_90a template against fp64, its speed against
+# the mma.sync flash and SDPA, the backward's tile variants, varlen and paged
+checker=$build/tests/gpukit_check
+# guarded ID MODE SECONDS: gpukit_check MODE, its RESULT lines appended to $work/ID.jsonl; g_st and g_why say how it
+# ended: pass; fail (a wrong result, a crash, or a kernel still running at the time limit: "hung"); skipped (77, the
+# device cannot run it); error (killed while compiling)
+guarded() {
+  local id=$1 mode=$2 log=$logs/$1.log marks
+  if [ ! -x "$checker" ]; then g_st=error g_why="no $checker (build the gpukit_check target)"; return; fi
+  tmo "$(limit "$3")" "$checker" "$mode" >"$log" 2>&1
+  local rc=$?
+  sed -n 's/^RESULT //p' "$log" >>"$work/$id.jsonl"
+  marks=$(grep -E '^(case |run$)' "$log" | tail -2)
+  case $rc in
+    0) g_st=pass g_why="$(tail -1 "$log")" ;;
+    77) g_st=skipped g_why="$(sed -n 's/^SKIP: //p' "$log" | head -1)" ;;
+    124|137)
+      if [ "$(echo "$marks" | tail -1)" = run ]; then
+        g_st=fail g_why="hung: killed at its time limit while running $(echo "$marks" | head -1 | sed 's/^case //') (logs/$id.log)"
+      else
+        g_st=error g_why="out of time while compiling $(echo "$marks" | tail -1 | sed 's/^case //') (logs/$id.log)"
+      fi ;;
+    1) g_st=fail g_why="$(grep -c 'FAIL' "$log") failures, the first: $(grep -m1 'FAIL' "$log" | sed 's/^[^ ]*: FAIL: //' | cut -c1-300)" ;;
+    *) g_st=fail g_why="gpukit_check $mode exited $rc: $(tail -1 "$log")" ;;
+  esac
+}
+# sdpa ID ARGS...: SDPA's times for the same problems (scripts/gpu/sdpa_times.py), its RESULT lines into ID.jsonl;
+# sets s_note when it did not run or failed
+sdpa() {
+  local id=$1
+  shift
+  s_note=
+  if [ -z "$torch_v" ]; then s_note="; SDPA not timed: torch is not importable"; return; fi
+  tmo "$(limit 90)" python3 "$here/sdpa_times.py" "$@" >"$logs/$id-sdpa.log" 2>&1
+  local rc=$?
+  sed -n 's/^RESULT //p' "$logs/$id-sdpa.log" >>"$work/$id.jsonl"
+  [ "$rc" = 0 ] || s_note="; SDPA not timed: sdpa_times.py exited $rc: $(tail -1 "$logs/$id-sdpa.log" | cut -c1-200)"
+  # a crash or a time-out is an error of the step; 77 (torch sees no device) only a note
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$g_st" = pass ]; then g_st=error; fi
+}
+# rows ID: ID.json (a list of the RESULT rows) from ID.jsonl; prints a summary of the figures for the step's line
+rows() {
+  python3 - "$work/$1.jsonl" "$out/$1.json" "$1" <<'EOF2'
+import json, sys
+rows = []
+for l in open(sys.argv[1]) if __import__("os").path.exists(sys.argv[1]) else []:
+    try:
+        rows.append(json.loads(l))
+    except ValueError:
+        pass
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+k = lambda kind: [r for r in rows if r.get("kind") == kind]
+f = lambda x, fmt="%.0f": "-" if x is None else fmt % x
+sid = sys.argv[3]
+if sid == "sm90":
+    c = k("sm90_correct")
+    errs = [r["err_fp64"] for r in c if r["err_fp64"] is not None]
+    print("%d cases within 1e-2 of fp64 of %d run, worst error %s" % (sum(1 for r in c if r["ok"]), len(c),
+          f(max(errs, default=None), "%.1e")), end="")
+elif sid == "sm90-speed":
+    print("; ".join("n=%d causal=%d wgmma %s / mma.sync %s TF/s" % (r["n"], r["causal"], f(r["wgmma_tflops"]),
+                    f(r["mma_sync_tflops"])) for r in k("sm90_time")) or "no times", end="")
+elif sid == "backward":
+    c, t = k("bwd_correct"), [r for r in k("bwd_time") if r["pass"] == "bwd"]
+    best = min([r for r in t if r["ms"] is not None], key=lambda r: r["ms"], default=None)
+    print("%d of %d variant cases within the limits%s" % (sum(1 for r in c if r["ok"]), len(c),
+          "; fastest %s %.3f ms (%sx the forward)" % (best["tiles"], best["ms"], f(best["bwd_over_fwd"], "%.2f"))
+          if best else ""), end="")
+elif sid == "serve":
+    c, t = k("serve_correct"), k("decode_time")
+    print("%d layouts run, worst error %s; %s" % (len(c), f(max([r["err_fp64"] for r in c if r["err_fp64"] is not None],
+          default=None), "%.1e"), "; ".join("decode pages of %d: %s GB/s, dense %s GB/s" % (r["page_size"],
+          f(r["paged_gbs"]), f(r["dense_gbs"])) for r in t) or "no decode times"), end="")
+EOF2
+}
+for id in sm90 sm90-speed backward serve; do : >"$work/$id.jsonl"; done
+t0=$(now)
+if in_time sm90; then
+  guarded sm90 sm90 90
+  step sm90 "$g_st" $(($(now) - t0)) "$(rows sm90): $g_why"
+fi
+t0=$(now)
+if in_time sm90-speed; then
+  guarded sm90-speed sm90-time 60
+  [ "$g_st" = skipped ] && s_note= || sdpa sm90-speed --n 4096,8192 --tokens 16384 --heads 16 --d 128 --dtype bf16 --causal 0,1
+  step sm90-speed "$g_st" $(($(now) - t0)) "$(rows sm90-speed): $g_why$s_note"
+fi
+t0=$(now)
+if in_time backward; then
+  guarded backward bwd 120
+  sdpa backward --n 4096 --batch 4 --heads 16 --d 128 --dtype bf16 --causal 0,1 --bwd
+  step backward "$g_st" $(($(now) - t0)) "$(rows backward): $g_why$s_note"
+fi
+t0=$(now)
+if in_time serve; then
+  guarded serve serve 60
+  step serve "$g_st" $(($(now) - t0)) "$(rows serve): $g_why"
+fi
+
+# ---- 9. every other gpu-labelled test, $jobs at a time (they compile with NVRTC on the CPU cores)
 t0=$(now)
 tests_deadline=$((t0 + $(limit 140)))
+skip_tests=
+if [ -n "${ATTN_VALIDATE_SKIP:-}" ] && echo gpu-tests | grep -Eq "$ATTN_VALIDATE_SKIP"; then skip_tests=1; fi
 mkdir -p "$logs/tests" "$work/rc"
 run_test() { # NAME TIMEOUT SKIP WORKDIR ENV CMD
   local name=$1 tl=$2 left=$((tests_deadline - $(now)))
@@ -290,7 +452,8 @@ run_test() { # NAME TIMEOUT SKIP WORKDIR ENV CMD
   echo "$? $(($(now) - s)) $3" >"$work/rc/$name"
 }
 while IFS=$'\t' read -r name tl skip wd env cmd; do
-  case $name in '#'*|'') continue ;; esac
+  case $name in '#'*|''|gpu_check_*) continue ;; esac # gpu_check_*: gpukit_check's modes, run as steps above
+  [ -z "$skip_tests" ] || continue
   [ -z "${ATTN_VALIDATE_TESTS:-}" ] || echo "$name" | grep -Eq "$ATTN_VALIDATE_TESTS" || continue
   env=${env//@BUILD@\/test-cache-cuda/$ATTN_CACHE_DIR}
   env=${env//@BUILD@/$build}
@@ -325,7 +488,9 @@ EOF
 n_all=$(ls "$work/rc" | wc -l)
 n_pass=$(grep -l '^0 ' "$work/rc"/* 2>/dev/null | wc -l)
 n_late=$(grep -lE '^(124|137|125) ' "$work/rc"/* 2>/dev/null | wc -l)
-if [ "$n_pass" = "$n_all" ] && [ "$n_all" -gt 0 ]; then
+if [ -n "$skip_tests" ]; then
+  step gpu-tests "not run" 0 "ATTN_VALIDATE_SKIP"
+elif [ "$n_pass" = "$n_all" ] && [ "$n_all" -gt 0 ]; then
   step gpu-tests pass $(($(now) - t0)) "$n_pass of $n_all passed"
 elif [ $((n_pass + n_late)) = "$n_all" ] && [ "$n_all" -gt 0 ]; then
   step gpu-tests error $(($(now) - t0)) "$n_pass of $n_all passed, $n_late ran out of time (logs/tests/)"
@@ -333,7 +498,7 @@ else
   step gpu-tests fail $(($(now) - t0)) "$n_pass of $n_all passed, $((n_all - n_pass - n_late)) failed (a skip on a GPU is a failure; logs/tests/)"
 fi
 
-# ---- 6. compute-sanitizer: each algorithm's default at a small shape, zero reports
+# ---- 10. compute-sanitizer: each algorithm's default at a small shape, zero reports
 t0=$(now)
 if ! in_time sanitizers; then :
 elif have compute-sanitizer; then
@@ -373,7 +538,7 @@ else
   step sanitizers skipped 0 "compute-sanitizer not found"
 fi
 
-# ---- 7. DRAM bytes from ncu against the closed forms: flash at two shapes, smallcache at one
+# ---- 11. DRAM bytes from ncu against the closed forms: flash at two shapes, smallcache at one
 t0=$(now)
 if ! in_time dram; then :
 elif have ncu; then
@@ -425,7 +590,7 @@ else
   step dram skipped 0 "ncu not found"
 fi
 
-# ---- 8. a real tuning run on this GPU, and 9. bench of its row against the default
+# ---- 12. a real tuning run on this GPU, and 13. bench of its row against the default
 t0=$(now)
 tune_db=$out/tune.db
 rm -f "$tune_db"
@@ -459,7 +624,7 @@ else
   step bench "$st" $(($(now) - t0)) "attntune bench --target cuda: exit $rc: $(tail -1 "$logs/bench.log")"
 fi
 
-# ---- 10. speed against SDPA (flash, cuDNN, efficient), the model beside each figure
+# ---- 14. speed against SDPA (flash, cuDNN, efficient), the model beside each figure
 t0=$(now)
 if ! in_time speed; then :
 elif [ -n "$torch_v" ]; then
