@@ -16,7 +16,7 @@
  * kernel's O and lse. Checked: each gradient's error against fp64 over the norm of its magnitude within limits from
  * the dtype's unit roundoff (tests/bwd_util.h), and whatever the interpreter checks (races on shared memory and on
  * global memory across blocks, uninitialised reads, out-of-bounds and misaligned accesses, cp.async data read
- * before its wait); f16 and bf16: no bank conflicts (the shared-memory wavefronts the fewest the bytes need). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
+ * before its wait); f16 and bf16: no bank conflicts (the shared-memory wavefronts, ldmatrix's apart, the fewest the bytes need). Exit 77 (skipped) without NVRTC; 1 when a case fails or none ran. ATTN_EMU_TEMPLATE=FILE runs
  * FILE in place of templates/flash_bwd.cu.
  * dq=atomic: the spec with dQ summed by fp32 atomics from the dK/dV blocks (attn_bwd_post after attn_kernel, as the
  * runtime launches it), checked as above with the same limits; each shape then runs again in another block order,
@@ -38,6 +38,7 @@
 static int failures, cases, quick, chain, no_nvrtc, compile_only;
 static double worst_lse; /* chain: the largest |lse - fp64 lse| / (1 + |lse|) seen */
 static unsigned long long smem_waves, smem_ideal; /* the backward's shared-memory wavefronts, and the fewest possible */
+static unsigned long long ldsm_waves, ldsm_ideal; /* the same of its ldmatrix fragment loads */
 static double worst_u[ATTN_BF16 + 1];
 
 #define FAIL(...)        \
@@ -358,6 +359,8 @@ static int run_shape(const ptx_module *m, const ptx_module *fm, const attn_spec 
   ptx_stats_get(x, &st);
   smem_waves += st.shared_wavefronts;
   smem_ideal += st.shared_ideal;
+  ldsm_waves += st.ldsm_wavefronts;
+  ldsm_ideal += st.ldsm_ideal;
   if (rc == 0) printf("ok %s\n", what);
 out:
   ptx_machine_free(x);
@@ -596,8 +599,13 @@ int main(int argc, char **argv) {
     printf("shared memory: %llu wavefronts for %llu at least (%.3gx: bank conflicts above 1)\n", smem_waves,
            smem_ideal, (double)smem_waves / (double)smem_ideal);
   /* the tensor-core kernels' padded rows leave no bank conflict (docs/cuda.md); f32's element loads may have some */
+  if (ldsm_ideal)
+    printf("ldmatrix: %llu wavefronts for %llu at least (%.3gx)\n", ldsm_waves, ldsm_ideal,
+           (double)ldsm_waves / (double)ldsm_ideal);
   if (t != ATTN_F32 && smem_waves > smem_ideal)
     FAIL("%llu shared-memory wavefronts where %llu would do: bank conflicts", smem_waves, smem_ideal);
+  if (t != ATTN_F32 && ldsm_waves > ldsm_ideal)
+    FAIL("%llu ldmatrix wavefronts where %llu would do: bank conflicts", ldsm_waves, ldsm_ideal);
   if (chain) printf("worst lse error against fp64: %.3g (relative to 1 + |lse|)\n", worst_lse);
   printf("cuda_emu_bwd: %d cases, %d failures\n", cases, failures);
   if (cases == 0) {

@@ -1,7 +1,8 @@
 /* ptx_unit: the PTX interpreter's own checks, on small hand-written kernels: what it refuses to load, and what it
  * stops a launch for (out-of-bounds, misaligned, uninitialised and racing accesses, divergent collectives and
  * barriers, named barriers never completed, cp.async data read before its wait), each next to the corrected kernel
- * that must run. The sm_90a instructions have their own test, ptx_hopper.c. */
+ * that must run; registers and labels declared in blocks (scoped), and ldmatrix's wavefronts (bank conflicts). The
+ * sm_90a instructions have their own test, ptx_hopper.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +87,40 @@ static float approx_half(const char *op, int worst) {
   return out;
 }
 
+/* The wavefronts of one ldmatrix (op: its shape, num and .trans words) whose lane l gives the row address
+ * sm + l * stride (lanes from `limit` on give one outside shared memory: their addresses must go unused), after the
+ * warp fills 8 KiB of shared memory; *ideal: the fewest. -1 when the launch fails. */
+static long ldsm_waves(const char *op, unsigned stride, unsigned limit, uint64_t *ideal) {
+  char err[512], tail[1024], body[2048];
+  const char *dst = op[1] == '1' ? "{%r2}" : op[1] == '2' ? "{%r2, %r5}" : "{%r2, %r5, %r4, %r7}";
+  snprintf(tail, sizeof tail,
+           "mul.lo.u32 %%r6, %%r1, %u;\nadd.u32 %%r6, %%r6, %%r3;\nsetp.lt.u32 %%p2, %%r1, %u;\n"
+           "selp.b32 %%r6, %%r6, 1048576, %%p2;\nldmatrix.sync.aligned.m8n8.%s.shared.b16 %s, [%%r6];\nret;\n}\n",
+           stride, limit, op, dst);
+  join(body, sizeof body,
+       ENTRY "mov.u32 %r3, sm;\nshl.b32 %r4, %r1, 8;\nadd.u32 %r4, %r4, %r3;\nmov.u32 %r5, 0;\n$LZ:\n"
+             "st.shared.v4.u32 [%r4], {%r5, %r5, %r5, %r5};\nadd.u32 %r4, %r4, 16;\nadd.u32 %r5, %r5, 1;\n"
+             "setp.lt.u32 %p1, %r5, 16;\n@%p1 bra $LZ;\nbar.sync 0;\n",
+       tail, "");
+  ptx_module *m = load(body, err, sizeof err);
+  ptx_machine *x = m ? ptx_machine_new(m, err, sizeof err) : NULL;
+  long wf = -1;
+  if (x) {
+    const uint64_t buf = ptx_alloc(x, 1024, "buf");
+    const ptx_launch_cfg c = {.grid = 1, .block = 32, .dyn_smem = 8192, .order = 0};
+    ptx_stats st;
+    if (buf && ptx_launch(x, "k", &c, &buf, sizeof buf, err, sizeof err) == 0) {
+      ptx_stats_get(x, &st);
+      wf = (long)st.ldsm_wavefronts;
+      *ideal = st.ldsm_ideal;
+    }
+  }
+  if (wf < 0) printf("ldmatrix %s stride %u: %s\n", op, stride, err);
+  ptx_machine_free(x);
+  ptx_module_free(m);
+  return wf;
+}
+
 int main(void) {
   char err[512];
   /* refused at load, naming the word */
@@ -97,6 +132,51 @@ int main(void) {
   CHECK(!m && strstr(err, "%q1"), "undeclared register: %s", err);
   m = load(ENTRY "bra $L_nowhere;\nret;\n}\n", err, sizeof err);
   CHECK(!m && strstr(err, "$L_nowhere"), "unknown label: %s", err);
+
+  /* registers declared in a block without '%' (CUTLASS-style inline asm): scoped to the block, so the same name in two
+   * blocks is two registers and an inner name hides an outer one until the block ends; labels likewise */
+  static const char sc[] = ENTRY ".reg .b32 t;\nmov.u32 t, 7;\n"
+                                 "{\n.reg .pred p;\n.reg .b32 t;\nsetp.eq.u32 p, %r1, 0;\nmov.u32 t, 100;\n@p bra L;\n"
+                                 "mov.u32 t, 200;\nL:\nst.global.u32 [%rd2+512], t;\n}\n"
+                                 "{\n.reg .pred p;\nsetp.ne.u32 p, %r1, 0;\n@p bra L;\nadd.u32 t, t, 1;\nL:\n}\n"
+                                 "st.global.u32 [%rd2+516], t;\nret;\n}\n";
+  expect_ok("scoped bare-name registers", sc, 1);
+  uint32_t sv[2];
+  memcpy(sv, after + 512, sizeof sv);
+  CHECK(sv[0] == 100 && sv[1] == 8, "scoped bare-name registers: stored %u and %u, want 100 and 8", sv[0], sv[1]);
+  expect_fail("a block's register used in the next block",
+              ENTRY "{\n.reg .b32 tmp;\nmov.u32 tmp, 1;\n}\n{\n.reg .b32 tmp;\nst.global.u32 [%rd2+512], tmp;\n}\n"
+                    "ret;\n}\n",
+              1, "undefined value");
+  m = load(ENTRY "{\n.reg .b32 tmp;\n}\nmov.u32 tmp, 1;\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, "tmp"), "a register used after its block: %s", err);
+  m = load(ENTRY "{\nL:\nbra L;\nL:\n}\nret;\n}\n", err, sizeof err);
+  CHECK(!m && strstr(err, "declared twice"), "a label declared twice in one block: %s", err);
+  ptx_module_free(m);
+
+  /* ldmatrix's wavefronts: lanes 8i..8i+7 give the 16-byte rows of matrix i (.x1: lanes 0-7 only, .x2: 0-15), and
+   * each matrix is one phase of the 32 banks: as many wavefronts as the most distinct rows one group of 4 banks
+   * (address / 16 mod 8) serves, one when the rows hit 8 different groups or the same row */
+  static const struct {
+    const char *op;
+    unsigned stride, limit;
+    long waves;
+    uint64_t ideal;
+  } lc[] = {{"x4", 144, 32, 4, 4},      /* rows padded by 16 bytes: no conflict */
+            {"x4.trans", 144, 32, 4, 4}, /* .trans reads the same rows */
+            {"x4", 128, 32, 32, 4},     /* every row in banks 0-3: 8 each */
+            {"x4.trans", 128, 32, 32, 4},
+            {"x2", 64, 16, 8, 2},       /* two groups of banks, 4 rows each */
+            {"x1", 128, 8, 8, 1},       /* lanes 8-31 give no address */
+            {"x4", 0, 32, 4, 4},        /* one row for all: a broadcast */
+            {"x4", 16, 32, 4, 4}};      /* contiguous rows */
+  for (size_t i = 0; i < sizeof lc / sizeof lc[0]; i++) {
+    uint64_t ideal = 0;
+    const long wf = ldsm_waves(lc[i].op, lc[i].stride, lc[i].limit, &ideal);
+    CHECK(wf == lc[i].waves && ideal == lc[i].ideal, "ldmatrix .%s, rows %u bytes apart: %ld wavefronts (fewest %llu), "
+          "want %ld (%llu)", lc[i].op, lc[i].stride, wf, (unsigned long long)ideal, lc[i].waves,
+          (unsigned long long)lc[i].ideal);
+  }
 
   /* global memory: in bounds and aligned, defined bytes only */
   expect_ok("global read", ENTRY "ld.global.u32 %r2, [%rd2+508];\nst.global.u32 [%rd2+512], %r2;\nret;\n}\n", 1);

@@ -69,7 +69,7 @@ typedef struct {
   uint64_t thread_insns, warp_insns;          /* instructions executed, per thread and per warp */
   uint64_t shared_wavefronts, shared_ideal;   /* ld/st.shared and cp.async writes: wavefronts, and the fewest
                                                  possible for the bytes moved */
-  uint64_t ldsm_wavefronts, ldsm_ideal;       /* ldmatrix */
+  uint64_t ldsm_wavefronts, ldsm_ideal;       /* ldmatrix, apart: a phase per 8x8 matrix */
   uint64_t barriers, collectives;
 } ptx_stats;
 

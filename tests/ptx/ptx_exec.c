@@ -735,7 +735,8 @@ static void account(L *l, int is_ldsm) {
   if (ns) {
     uint64_t ideal = 0, wf;
     if (is_ldsm) {
-      /* one phase per 8x8 matrix: the 8 row addresses that lanes 8i..8i+7 gave */
+      /* matrix i's 8 rows of 16 bytes, at the addresses lanes 8i..8i+7 gave (.x1: lanes 0-7 only, .x2: 0-15), are
+       * one phase of the 32 banks: as many wavefronts as the most distinct rows one group of 4 banks serves */
       wf = wavefronts(sh, ns, 8, &ideal);
       st->ldsm_wavefronts += wf;
       st->ldsm_ideal += ideal;

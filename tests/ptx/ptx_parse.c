@@ -39,15 +39,16 @@ typedef struct {
   int nfsym, capfsym;
   int depth;
   int cur_func;
-  /* labels of the function: name -> instruction, and the branches to patch */
+  /* labels of the open blocks: name -> instruction, and the branches to patch (target -1 until resolved; depth:
+   * the innermost block whose labels the name may still denote) */
   struct label {
     char name[64];
-    int insn;
+    int insn, depth;
   } *labels;
   int nlabel, caplabel;
   struct fix {
     char name[64];
-    int insn, opnd, line;
+    int insn, opnd, line, depth, target;
   } *fixes;
   int nfix, capfix;
   struct callfix {
@@ -602,12 +603,14 @@ static int add_regs(parser *p, int line, const char *name, int count, ptx_type t
   return 0;
 }
 
-static int find_reg(parser *p, const char *name) {
+/* the register a name denotes, innermost declaration first (*depth: its scope's); -1 if none */
+static int find_reg_at(parser *p, const char *name, int *depth) {
   const size_t l = strlen(name);
   size_t k = l;
   while (k > 0 && isdigit((unsigned char)name[k - 1])) k--;
   for (int i = p->ndecl - 1; i >= 0; i--) {
     const struct decl *d = &p->decls[i];
+    *depth = d->depth;
     if (d->count < 0) {
       if (!strcmp(d->name, name)) return d->base;
     } else if (k < l && strlen(d->name) == k && !strncmp(d->name, name, k)) {
@@ -616,6 +619,11 @@ static int find_reg(parser *p, const char *name) {
     }
   }
   return -1;
+}
+
+static int find_reg(parser *p, const char *name) {
+  int depth;
+  return find_reg_at(p, name, &depth);
 }
 
 static int add_symbol(parser *p, ptx_symbol *s) {
@@ -631,6 +639,13 @@ static int find_symbol(parser *p, const char *name) {
   for (int i = 0; i < p->m->nsym; i++)
     if (p->m->sym[i].func < 0 && !strcmp(p->m->sym[i].name, name)) return i;
   return -1;
+}
+
+/* the scope depth of a symbol find_symbol returned: its declaration's in the function, 0 at module scope */
+static int sym_depth(const parser *p, int sym) {
+  for (int i = p->nfsym - 1; i >= 0; i--)
+    if (p->fsyms[i].sym == sym) return p->fsyms[i].depth;
+  return 0;
 }
 
 static int push_fsym(parser *p, int sym) {
@@ -806,7 +821,16 @@ static int reg_operand(parser *p, const token *t, ptx_operand *o) {
     o->reg = r;
     return 0;
   }
+  /* a register declared without '%' (inline asm's scoped `{ .reg .pred p; ... }`), unless a symbol of a deeper
+   * scope shadows it */
+  int rdepth = 0;
+  const int r = find_reg_at(p, name, &rdepth);
   const int s = find_symbol(p, name);
+  if (r >= 0 && (s < 0 || rdepth >= sym_depth(p, s))) {
+    o->kind = K_REG;
+    o->reg = r;
+    return 0;
+  }
   if (s >= 0) {
     o->kind = K_SYM;
     o->sym = s;
@@ -1024,6 +1048,8 @@ static int instruction(parser *p) {
       p->fixes[p->nfix].insn = idx;
       p->fixes[p->nfix].opnd = in->nops;
       p->fixes[p->nfix].line = line;
+      p->fixes[p->nfix].depth = p->depth;
+      p->fixes[p->nfix].target = -1;
       p->nfix++;
     }
     in->nops++;
@@ -1047,7 +1073,20 @@ static int instruction(parser *p) {
 
 /* ---- functions ---- */
 
+/* A block's end. A label is visible in its own block only (inline asm pasted twice declares its labels twice):
+ * the branches written in the block to its labels are resolved, the others left to the enclosing block. */
 static void pop_scope(parser *p) {
+  for (int i = 0; i < p->nfix; i++) {
+    struct fix *x = &p->fixes[i];
+    if (x->target >= 0 || x->depth < p->depth) continue;
+    for (int j = p->nlabel - 1; j >= 0 && p->labels[j].depth >= p->depth; j--)
+      if (!strcmp(p->labels[j].name, x->name)) {
+        x->target = p->labels[j].insn;
+        break;
+      }
+    x->depth = p->depth - 1;
+  }
+  while (p->nlabel > 0 && p->labels[p->nlabel - 1].depth >= p->depth) p->nlabel--;
   while (p->ndecl > 0 && p->decls[p->ndecl - 1].depth >= p->depth) p->ndecl--;
   while (p->nfsym > 0 && p->fsyms[p->nfsym - 1].depth >= p->depth) p->nfsym--;
   p->depth--;
@@ -1260,7 +1299,11 @@ static int function(parser *p, int entry) {
       p->labels = ptx_grow(p->labels, &p->caplabel, p->nlabel + 1, sizeof *p->labels);
       if (!p->labels) return fail(p, t->line, "out of memory");
       tkcopy(t, p->labels[p->nlabel].name, sizeof p->labels[p->nlabel].name);
+      for (int j = p->nlabel - 1; j >= 0 && p->labels[j].depth == p->depth; j--)
+        if (!strcmp(p->labels[j].name, p->labels[p->nlabel].name))
+          return fail(p, t->line, "label %s declared twice in one block", p->labels[j].name);
       p->labels[p->nlabel].insn = p->m->ninsn;
+      p->labels[p->nlabel].depth = p->depth;
       p->nlabel++;
       next(p);
       next(p);
@@ -1273,10 +1316,8 @@ static int function(parser *p, int entry) {
   if (f->count == 0 || (p->m->insn[p->m->ninsn - 1].op != OP_RET && p->m->insn[p->m->ninsn - 1].op != OP_EXIT &&
                         p->m->insn[p->m->ninsn - 1].op != OP_BRA))
     return fail(p, line, "function %s does not end in ret, exit or bra", name);
-  for (int i = 0; i < p->nfix; i++) {
-    int found = -1;
-    for (int j = 0; j < p->nlabel; j++)
-      if (!strcmp(p->labels[j].name, p->fixes[i].name)) found = p->labels[j].insn;
+  for (int i = 0; i < p->nfix; i++) { /* the function's closing brace resolved what its labels could */
+    const int found = p->fixes[i].target;
     if (found < 0) return fail(p, p->fixes[i].line, "unknown label or symbol %s", p->fixes[i].name);
     ptx_insn *in = &p->m->insn[p->fixes[i].insn];
     if (in->op != OP_BRA) return fail(p, p->fixes[i].line, "unknown symbol %s", p->fixes[i].name);
