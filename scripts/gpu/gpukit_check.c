@@ -6,10 +6,11 @@
  *   gpukit_check sm90-time  its time against the mma.sync flash's default (templates/flash.cu) at bf16 d = 128,
  *                           n = 4096 and 8192, 16k tokens of 16 heads, causal both ways (CUDA events, the median of
  *                           10 launches), the two outputs within 1e-2 of each other
- *   gpukit_check bwd        the CUDA backward's tiles (Br, Bc apart, warps, stages; what attn_spec_check_backward_cuda
- *                           refuses on this device is printed, not run) against the fp64 backward (tests/bwd_util.h's
- *                           limits), then each variant's time beside the forward's at bf16 d = 128 n = 4096, 4 x 16
- *                           heads, causal both ways (host clock around calls that wait, the median of 5)
+ *   gpukit_check bwd        the CUDA backward's variants (Br, Bc apart, warps, stages, dQ by fp32 atomics: spec
+ *                           dq=atomic; what attn_spec_check_backward_cuda refuses on this device is printed, not run)
+ *                           against the fp64 backward (tests/bwd_util.h's limits), then each variant's time beside
+ *                           the forward's at bf16 d = 128 n = 4096, 4 x 16 heads, causal both ways (host clock
+ *                           around calls that wait, the median of 5)
  *   gpukit_check serve      attn_execute_varlen and attn_execute_paged against fp64 sequence by sequence (lengths 0,
  *                           1, odd, no keys, GQA, causal, pages shuffled); then paged decode against dense decode of
  *                           the same keys at bf16 d = 128, 8 sequences of 8192 keys, 32/8 heads: outputs within 1e-2,
@@ -270,8 +271,9 @@ static int sm90_time_mode(void) {
 }
 
 /* ---- bwd: the backward's tile variants */
-static const char *const variants[] = {"default",     "64x64w4s2", "128x64w8s1", "64x128w8s1",
-                                       "128x128w8s1", "32x64w4s1", "64x32w4s2",  "32x32w2s1"};
+/* BRxBCwWARPSsSTAGES, "+atomic": dQ summed by fp32 atomics (spec dq=atomic) */
+static const char *const variants[] = {"default",           "default+atomic", "64x64w4s2", "128x64w8s1", "64x128w8s1",
+                                       "128x64w8s1+atomic", "128x128w8s1",    "32x64w4s1", "64x32w4s2",  "32x32w2s1"};
 #define NVARIANTS (int)(sizeof variants / sizeof variants[0])
 
 /* The variant's spec for p on this device; 0, or -1 when refused (printed) */
@@ -280,8 +282,11 @@ static int bwd_spec(const attn_problem *p, const char *tiles, attn_spec *s, cons
   int rc = attn_spec_backward_cuda(p->dtype, p->d, p->d_v, p->causal, info.arch, s, err, sizeof err);
   CHECK(rc == ATTN_OK, "%s: no backward spec: %s", what, err);
   if (rc != ATTN_OK) return -1;
-  if (strcmp(tiles, "default") == 0) return 0;
-  if (sscanf(tiles, "%dx%dw%ds%d", &s->br, &s->bc, &s->warps, &s->stages) != 4) return -1;
+  s->dq = strstr(tiles, "+atomic") != NULL;
+  if (strncmp(tiles, "default", 7) != 0 && sscanf(tiles, "%dx%dw%ds%d", &s->br, &s->bc, &s->warps, &s->stages) != 4) {
+    CHECK(0, "variant %s is not BRxBCwWsS[+atomic]", tiles);
+    return -1;
+  }
   if (attn_spec_check_backward_cuda(s, info.smem_optin, err, sizeof err) != ATTN_OK) {
     printf("refused %s %s: %s\n", what, tiles, err);
     return -1;
@@ -686,8 +691,8 @@ static void decode_time(int ps) {
       "\"n_kv\": %d, \"d\": %d, \"dense_ms\": %s, \"paged_ms\": %s, \"dense_gbs\": %s, \"paged_gbs\": %s, "
       "\"paged_over_dense\": %s, \"err_vs_dense\": %s, \"dense_plan\": \"%s\", \"paged_plan\": \"%s\"}\n",
       ps, B, H, HKV, NKV, D, JN(md, "%.4f"), JN(mp, "%.4f"), JN(bytes / (md * 1e-3) / 1e9, "%.0f"),
-      JN(bytes / (mp * 1e-3) / 1e9, "%.0f"), JN(md > 0 ? mp / md : NAN, "%.3f"), JN(e, "%.3e"), attn_plan_describe(dense),
-      attn_plan_describe(paged));
+      JN(bytes / (mp * 1e-3) / 1e9, "%.0f"), JN(md > 0 ? mp / md : NAN, "%.3f"), JN(e, "%.3e"),
+      attn_plan_describe(dense), attn_plan_describe(paged));
 out:
   attn_plan_destroy(dense), attn_plan_destroy(paged);
   attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dkp);
