@@ -1,6 +1,8 @@
 /* paged.c: attn_execute_paged, attention over a paged KV cache (vLLM's layout) on the CPU. The plan's own kernel runs
  * once on the whole batch and reads K and V through the block table (attn_kargs.block_table, seq_lens): no copy, so
- * decode moves the bytes dense decode moves, each page once per KV head. */
+ * decode moves the bytes dense decode moves, each page once per KV head; flash's decode items take every KV head of
+ * a sequence's key block in turn (templates/flash.c, fl_group), so a page's interleaved heads cross the memory bus
+ * once. */
 #include <string.h>
 #include "internal.h"
 

@@ -16,7 +16,9 @@
  * kernels (items of at most FL_DOT rows) read K and V in place: bound by memory bandwidth, they lose nothing to
  * split loads, and a copy would cost them a pass.
  * Packed rows (decode: n < BR and G = heads / heads_kv > 1): an item takes the G*n query rows that share one KV head
- * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes.
+ * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes. Paged, such an item takes every
+ * KV head of its sequence, a key block at a time for each head in turn (fl_group: vLLM's pages interleave the heads'
+ * rows, and each page then crosses the memory bus once).
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n); key blocks that are fully
  * masked are never loaded, and a query row with no visible key outputs zeros.
  * Score modifiers (attn.h), each compiled in only when its spec asks: ATTN_WINDOW (a->window = w > 0: with
@@ -747,13 +749,33 @@ static long fl_kc_sz(const attn_kargs *a) {
   return FL_STAGE_K || a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS) ? FL_RUP(FL_BC * FL_D, 16) : 0;
 }
 
-long attn_kernel_items(const attn_kargs *a) {
-  long nqb;
-  return fl_blocks_of(a, &nqb) * FL_NSPLIT;
+/* KV heads per work item: 1, or (paged, every KV head's rows one query block: decode) all heads_kv of a sequence.
+ * vLLM's pages interleave the KV heads' rows of a token ([page][slot][heads_kv][d]), so an item that reads one head's
+ * rows has the hardware prefetcher fetch the other heads' lines too, which another item then reads from memory again
+ * (paged decode with two KV heads ran at 0.5-0.7 of dense decode). A grouped item takes each key block for every KV
+ * head in turn (the other heads' rows come from cache), so each page crosses the memory bus once. Only while the
+ * batch (times the split) has at least heads_kv items, so that a small batch keeps its parallelism across KV heads.
+ * Blocks keep the numbering of one KV head per item (fl_item_of, the partials and the merge): a grouped item is
+ * blocks b * heads_kv .. b * heads_kv + heads_kv - 1. */
+#define FL_GROUP_MAX 16 /* more KV heads than this: one to an item */
+static long fl_group(const attn_kargs *a) {
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  if (!a->block_table || heads_kv < 2 || heads_kv > FL_GROUP_MAX || a->n * (a->heads / heads_kv) > FL_BR || a->batch * FL_NSPLIT < heads_kv)
+    return 1;
+  return heads_kv;
 }
 
+long attn_kernel_items(const attn_kargs *a) {
+  long nqb;
+  return fl_blocks_of(a, &nqb) / fl_group(a) * FL_NSPLIT;
+}
+
+/* One KV head's state in an item: Qt, O, m, l, alpha, Qd (and ALiBi's rows); St, Kc and Vc are shared. */
+#define FL_HEAD_SZ (FL_QT_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_QD_SZ + FL_AL_SZ)
+
 size_t attn_kernel_scratch(const attn_kargs *a) {
-  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + fl_kc_sz(a) + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ) *
+  return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + fl_kc_sz(a) + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ +
+                  (fl_group(a) - 1) * FL_HEAD_SZ) *
          sizeof(float);
 }
 
@@ -792,37 +814,58 @@ FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, floa
 #endif
 }
 
+/* One KV head of an item: its rows, its K and V rows and its state in the thread's scratch. */
+typedef struct fl_head {
+  fl_item t;
+  fl_kv kv;
+  float *qt, *o, *m, *l, *alpha, *qd;
+  fl_mod md;
+} fl_head;
+
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
 #if ATTN_SPLIT > 1
   /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
   const long part = item % ATTN_SPLIT;
   item /= ATTN_SPLIT;
 #endif
-  const fl_item t = fl_item_of(a, item);
-  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = t.bkv % heads_kv;
+  const int H = (int)fl_group(a); /* KV heads: blocks item * H .. item * H + H - 1 (fl_group) */
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  fl_head hd[FL_GROUP_MAX];
+  /* Scratch: the first head's state around the shared St, Kc and Vc, then the other heads' (FL_HEAD_SZ each). */
+  float *st = (float *)scratch + FL_QT_SZ, *kc = st + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ, *vc = kc + fl_kc_sz(a);
+  for (int h = 0; h < H; h++) {
+    fl_head *e = &hd[h];
+    e->t = fl_item_of(a, item * H + h);
+    const long hk = e->t.bkv % heads_kv;
+    const long nk = a->seq_lens ? a->seq_lens[e->t.bkv / heads_kv] : a->n_kv;
+    e->kv = (fl_kv){(const attn_el *)a->k + e->t.bkv * nk * FL_D, (const attn_el *)a->v + e->t.bkv * nk * FL_DV, FL_D,
+                    FL_DV, NULL, 1};
+    if (a->block_table) {
+      e->kv.k = (const attn_el *)a->k + hk * FL_D;
+      e->kv.v = (const attn_el *)a->v + hk * FL_DV;
+      e->kv.ks = heads_kv * FL_D;
+      e->kv.vs = heads_kv * FL_DV;
+      e->kv.table = a->block_table + e->t.bkv / heads_kv * a->max_pages;
+      e->kv.ps = a->page_size;
+    } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
+      e->kv.k = (const attn_el *)a->k + (e->t.bkv / heads_kv * nk * heads_kv + hk) * FL_D;
+      e->kv.v = (const attn_el *)a->v + (e->t.bkv / heads_kv * nk * heads_kv + hk) * FL_DV;
+      e->kv.ks = heads_kv * FL_D;
+      e->kv.vs = heads_kv * FL_DV;
+    }
+    e->qt = h ? vc + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ + (h - 1) * FL_HEAD_SZ : (float *)scratch;
+    e->o = h ? e->qt + FL_QT_SZ : st + FL_ST_SZ;
+    e->m = e->o + FL_O_SZ;
+    e->l = e->m + FL_V_SZ;
+    e->alpha = e->l + FL_V_SZ;
+    e->qd = h ? e->alpha + FL_V_SZ : vc + FL_VC_SZ;
+  }
+  /* The heads of a grouped item share the sequence, the rows' queries and so the keys they see. */
+  const fl_item t = hd[0].t;
   const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - n;
   const int rows = t.rows;
   const attn_el *q = (const attn_el *)a->q;
-  fl_kv kv = {(const attn_el *)a->k + t.bkv * n_kv * FL_D, (const attn_el *)a->v + t.bkv * n_kv * FL_DV, FL_D, FL_DV,
-              NULL, 1};
-  if (a->block_table) {
-    kv.k = (const attn_el *)a->k + hk * FL_D;
-    kv.v = (const attn_el *)a->v + hk * FL_DV;
-    kv.ks = heads_kv * FL_D;
-    kv.vs = heads_kv * FL_DV;
-    kv.table = a->block_table + t.bkv / heads_kv * a->max_pages;
-    kv.ps = a->page_size;
-  } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
-    kv.k = (const attn_el *)a->k + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_D;
-    kv.v = (const attn_el *)a->v + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_DV;
-    kv.ks = heads_kv * FL_D;
-    kv.vs = heads_kv * FL_DV;
-  }
   attn_el *out = (attn_el *)a->o;
-
-  float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
-  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + fl_kc_sz(a);
-  float *qd = vc + FL_VC_SZ;
   const long w = fl_window(a);
 
   /* Keys visible to at least one row of this item: j_lo <= j < j_end (the first row's window starts first, the last
@@ -837,16 +880,18 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_lo holding keys below j_end. */
   const long nkb = (j_end - j_lo + FL_BC - 1) / FL_BC;
   const long j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC, j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
-  float *po = (float *)a->partials + (item * ATTN_SPLIT + part) * FL_PART;
-  float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
   if (j_begin >= j_stop) {
     /* no key block: an empty partial, so that the merge reads every part alike */
-    memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
-    for (int r = 0; r < rows; r++) {
-      pm[r] = -__builtin_inff();
-      pl[r] = 0.0f;
+    for (int h = 0; h < H; h++) {
+      float *po = (float *)a->partials + ((item * H + h) * ATTN_SPLIT + part) * FL_PART;
+      float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
+      memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
+      for (int r = 0; r < rows; r++) {
+        pm[r] = -__builtin_inff();
+        pl[r] = 0.0f;
+      }
+      ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
     }
-    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
     return;
   }
 #else
@@ -855,43 +900,46 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 
   /* Scores in base 2: fold log2(e) into the scale once, on Q. */
   const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
-  ATTN_IO_READ(io, (long)rows * FL_D);
-  for (int r = 0; r < rows; r++) {
-    const attn_el *qr = q + fl_qo(a, &t, r, FL_D);
-    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
-    if (r < FL_DOT)
-      for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
-  }
-  for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
-  for (int kk = 0; kk < FL_D; kk++)
-    for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
-  memset(o, 0, sizeof(float) * FL_O_SZ);
   if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
-  for (int r = 0; r < FL_BRP; r++) {
-    m[r] = -__builtin_inff();
-    l[r] = 0.0f;
-  }
-  fl_mod md;
-  memset(&md, 0, sizeof md);
+  for (int h = 0; h < H; h++) {
+    fl_head *e = &hd[h];
+    float *qt = e->qt, *qd = e->qd;
+    ATTN_IO_READ(io, (long)rows * FL_D);
+    for (int r = 0; r < rows; r++) {
+      const attn_el *qr = q + fl_qo(a, &e->t, r, FL_D);
+      for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
+      if (r < FL_DOT)
+        for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
+    }
+    for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
+    for (int kk = 0; kk < FL_D; kk++)
+      for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
+    memset(e->o, 0, sizeof(float) * FL_O_SZ);
+    for (int r = 0; r < FL_BRP; r++) {
+      e->m[r] = -__builtin_inff();
+      e->l[r] = 0.0f;
+    }
+    memset(&e->md, 0, sizeof e->md);
 #if ATTN_SOFTCAP
-  if (a->softcap > 0.0f) {
-    md.k1 = 0.69314718055994531f / a->softcap;
-    md.k2 = a->softcap * 1.4426950408889634f;
-  }
+    if (a->softcap > 0.0f) {
+      e->md.k1 = 0.69314718055994531f / a->softcap;
+      e->md.k2 = a->softcap * 1.4426950408889634f;
+    }
 #endif
 #if ATTN_ALIBI
-  if (a->alibi) {
-    /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
-    float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
-    for (int r = 0; r < FL_BRP; r++) {
-      const long X = t.X0 + r;
-      sl[r] = r < rows ? a->alibi[(t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
-      pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
+    if (a->alibi) {
+      /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
+      float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
+      for (int r = 0; r < FL_BRP; r++) {
+        const long X = t.X0 + r;
+        sl[r] = r < rows ? a->alibi[(e->t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
+        pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
+      }
+      e->md.sl = sl;
+      e->md.pos = pos;
     }
-    md.sl = sl;
-    md.pos = pos;
-  }
 #endif
+  }
 
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
@@ -900,36 +948,64 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
    * with a compile-time count, so that their register tiles have constant shapes. */
   const int nrv = (rows + FL_VW - 1) / FL_VW;
-#define FL_RUN(ROWS, NRV, DOT) \
-  fl_blocks(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
-  /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
-   * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
-  if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
-  else if (rows == 1) FL_RUN(1, 1, 1);
-  else if (rows <= FL_DOT && FL_VW >= FL_DOT) FL_RUN(FL_DOT, 1, 1);
-  else FL_RUN(rows, nrv, 0);
+#define FL_RUN(E, J0, J1, ROWS, NRV, DOT)                                                                           \
+  fl_blocks(&(E)->kv, kc, vc, (E)->qt, (E)->qd, st, (E)->o, (E)->m, (E)->l, (E)->alpha, t.X0, t.gp, J0, J1, off, w, \
+            &(E)->md, ROWS, NRV, DOT, io)
+  /* One item's keys in one pass; a grouped item's one key block (fl_blocks' blocks: BC keys, cut at a page's end) at
+   * a time for each head in turn, so that the block's rows are in cache for the heads after the first. */
+  for (long c0 = j_begin; c0 < j_end;) {
+    long c1 = j_end;
+    if (H > 1) {
+      const long ps = a->page_size, slot = c0 % ps;
+      c1 = c0 + FL_MIN(FL_MIN(j_end - c0, FL_BC), ps - slot);
+      /* the next page's rows, every head's (contiguous in the page), fetched while this block computes: a jump to
+       * another page defeats the hardware prefetcher (fl_blocks does this for one head's rows) */
+      if (c1 < j_end && c1 % ps == 0) {
+        const long nrow = (long)hd[0].kv.table[c1 / ps] * ps, nc = FL_MIN(FL_MIN(ps, j_end - c1), FL_BC);
+        const char *kn = (const char *)((const attn_el *)a->k + nrow * heads_kv * FL_D);
+        const char *vn = (const char *)((const attn_el *)a->v + nrow * heads_kv * FL_DV);
+        for (long x = 0; x < nc * heads_kv * FL_D * (long)sizeof(attn_el); x += 64) __builtin_prefetch(kn + x);
+        for (long x = 0; x < nc * heads_kv * FL_DV * (long)sizeof(attn_el); x += 64) __builtin_prefetch(vn + x);
+      }
+    }
+    for (int h = 0; h < H; h++) {
+      const fl_head *e = &hd[h];
+      /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two
+       * to four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
+      if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(e, c0, c1, FL_BR, FL_NRV, 0);
+      else if (rows == 1) FL_RUN(e, c0, c1, 1, 1, 1);
+      else if (rows <= FL_DOT && FL_VW >= FL_DOT) FL_RUN(e, c0, c1, FL_DOT, 1, 1);
+      else FL_RUN(e, c0, c1, rows, nrv, 0);
+    }
+    c0 = c1;
+  }
 #undef FL_RUN
 
+  for (int h = 0; h < H; h++) {
+    const fl_head *e = &hd[h];
 #if ATTN_SPLIT > 1
-  /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
-  (void)out;
-  memcpy(po, o, sizeof(float) * (size_t)rows * FL_DVP);
-  for (int r = 0; r < rows; r++) {
-    pm[r] = m[r];
-    pl[r] = l[r];
-  }
-  ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
+    /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
+    (void)out;
+    float *po = (float *)a->partials + ((item * H + h) * ATTN_SPLIT + part) * FL_PART;
+    float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
+    memcpy(po, e->o, sizeof(float) * (size_t)rows * FL_DVP);
+    for (int r = 0; r < rows; r++) {
+      pm[r] = e->m[r];
+      pl[r] = e->l[r];
+    }
+    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
 #else
-  /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
-   * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
-   * -inf) gives 0 * inf = NaN, the reference's 0/0. */
-  for (int r = 0; r < rows; r++) {
-    const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / l[r] : 0.0f;
-    fl_write_row(out + fl_qo(a, &t, r, FL_DV), o + r * FL_DVP, inv);
-  }
-  ATTN_IO_WRITE(io, (long)rows * FL_DV);
-  if (a->lse) fl_write_lse(a, &t, m, l, rows);
+    /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
+     * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
+     * -inf) gives 0 * inf = NaN, the reference's 0/0. */
+    for (int r = 0; r < rows; r++) {
+      const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / e->l[r] : 0.0f;
+      fl_write_row(out + fl_qo(a, &e->t, r, FL_DV), e->o + r * FL_DVP, inv);
+    }
+    ATTN_IO_WRITE(io, (long)rows * FL_DV);
+    if (a->lse) fl_write_lse(a, &e->t, e->m, e->l, rows);
 #endif
+  }
 }
 
 #if ATTN_SPLIT > 1
