@@ -16,15 +16,16 @@ int attn_spec_backward_cuda(attn_dtype t, int d, int dv, int causal, const char 
 /* A backward spec the CUDA template takes (a tuned row, or one given): flash cuda; Br and Bc multiples of 16 in
  * 16..128, each on its own; 2, 4 or 8 warps; stages 1 or 2; no forward-only fields or score modifiers; its shared
  * memory within smem_limit (the device's per-block opt-in; <= 0: an A100's 163 KiB); its dK/dV and dQ fp32
- * accumulators within what the registers hold without spilling (as attn_spec_backward_cuda). ATTN_OK, or
- * ATTN_EUNSUPPORTED / ATTN_EINVAL with a one-line reason naming what does not fit. */
+ * accumulators within what the registers hold without spilling (as attn_spec_backward_cuda); dq 0 or 1 (dq=atomic:
+ * no dQ blocks, so only dK/dV's accumulators count). ATTN_OK, or ATTN_EUNSUPPORTED / ATTN_EINVAL with a one-line
+ * reason naming what does not fit. */
 int attn_spec_check_backward_cuda(const attn_spec *s, long long smem_limit, char *err, size_t errlen);
 
 /* Dynamic shared memory per block of a backward spec (ATTN_FLASH_BWD_SMEM). */
 long long attn_spec_backward_cuda_smem(const attn_spec *s);
 
-/* Source text: the #defines of attn_spec_source, kernel_abi_cuda.h, kernel_abi_cuda_bwd.h and flash_bwd.cu;
- * malloc'd, or NULL with err. */
+/* Source text: the #defines of attn_spec_source (and ATTN_DQ_ATOMIC 1 with dq=atomic, nothing without it),
+ * kernel_abi_cuda.h, kernel_abi_cuda_bwd.h and flash_bwd.cu; malloc'd, or NULL with err. */
 char *attn_spec_source_backward_cuda(const attn_spec *s, char *err, size_t errlen);
 
 typedef struct attn_cuda_bwd_geom {
