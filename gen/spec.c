@@ -397,6 +397,14 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
 }
 
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
+  attn_spec t;
+  int rc = attn_spec_parse_fields(text, &t, err, len);
+  if (rc == ATTN_OK) rc = attn_spec_check(&t, err, len);
+  if (rc == ATTN_OK) *s = t;
+  return rc;
+}
+
+int attn_spec_parse_fields(const char *text, attn_spec *s, char *err, size_t len) {
   if (!text || !s) return attn_errf(err, len, ATTN_EINVAL, "spec text is NULL");
   char buf[512];
   if (strlen(text) >= sizeof buf) return attn_errf(err, len, ATTN_EINVAL, "spec text is too long");
@@ -464,8 +472,6 @@ int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t len) {
   }
   if (pos < 3) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': expected 'ALGO TARGET DTYPE key=value...'", text);
   if (t.dv == t.d) t.dv = 0; /* one spelling per kernel */
-  int rc = attn_spec_check(&t, err, len);
-  if (rc != ATTN_OK) return rc;
   *s = t;
   return ATTN_OK;
 }

@@ -95,6 +95,10 @@ int attn_spec_check(const attn_spec *s, char *err, size_t errlen);
  * format returns the length written (snprintf semantics); parse returns ATTN_OK or ATTN_EINVAL with err. */
 int attn_spec_format(const attn_spec *s, char *buf, size_t len);
 int attn_spec_parse(const char *text, attn_spec *s, char *err, size_t errlen);
+/* parse without attn_spec_check, the forward's rules: a backward row's tiles are checked by the backward's own
+ * (attn_spec_check_backward, attn_spec_check_backward_cuda), which admit tiles the forward does not (Br = 16 over 8
+ * warps). */
+int attn_spec_parse_fields(const char *text, attn_spec *s, char *err, size_t errlen);
 
 /* Human summary for attn_plan_describe, e.g. "flash d=64 Br=64 Bc=128 cpu f32" ("... split=4 ..." when split > 1,
  * "cpu f32 unroll=4" when unroll > 0, " window softcap alibi" after causal for the modifiers the kernel applies,

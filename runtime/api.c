@@ -397,7 +397,10 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
   }
   attn_spec t;
   char err[512];
-  if (attn_spec_parse(best.spec, &t, err, sizeof err) != ATTN_OK) {
+  /* a backward row's tiles are checked by the backward's rules where its plan is made (the CPU's here below, CUDA's
+   * at load): the forward's refuse some of them */
+  const int bwd = strcmp(pass, "bwd") == 0;
+  if ((bwd ? attn_spec_parse_fields : attn_spec_parse)(best.spec, &t, err, sizeof err) != ATTN_OK) {
     snprintf(origin, olen, "default: stored row unreadable");
     return -1;
   }

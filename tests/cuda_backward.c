@@ -139,11 +139,17 @@ static void tuned_mode_case(const attn_problem *p, const char *dir) {
   /* the default is Br = Bc: the row's tiles differ from it and from the forward row's */
   attn_spec fw = s, bw = s;
   fw.br = 64, fw.bc = 64, fw.warps = 4, fw.stages = 2;
-  bw.br = 32, bw.bc = 16, bw.warps = 2, bw.stages = 1;
+  /* Br = 16 over 8 warps: a backward tile the forward's rules refuse, so the row is read by the backward's */
+  bw.br = 16, bw.bc = 32, bw.warps = 8, bw.stages = 1;
   CHECK(bw.br != s.br || bw.bc != s.bc, "the default already has the row's tiles");
   char fspec[512], bspec[512];
   attn_spec_format(&fw, fspec, sizeof fspec);
   attn_spec_format(&bw, bspec, sizeof bspec);
+  attn_spec parsed;
+  CHECK(attn_spec_parse(bspec, &parsed, err, sizeof err) != ATTN_OK &&
+            attn_spec_parse_fields(bspec, &parsed, err, sizeof err) == ATTN_OK &&
+            attn_spec_check_backward_cuda(&parsed, 163 * 1024, err, sizeof err) == ATTN_OK,
+        "the row's tiles should be the backward's only: %s", bspec);
   attn_db *db = NULL;
   int rc = attn_db_open(path, 1, &db, err, sizeof err);
   CHECK(rc == ATTN_OK, "%s: %s", path, err);
@@ -174,8 +180,8 @@ static void tuned_mode_case(const attn_problem *p, const char *dir) {
   if (rc == ATTN_OK) {
     const char *desc = attn_plan_describe(plan);
     printf("tuned plan: %s\n", desc);
-    CHECK(strstr(desc, "Br=32 Bc=16") && strstr(desc, "warps=2") && strstr(desc, "backward (model)"),
-          "the stored bwd row (Br=32 Bc=16 warps=2) is not what the plan runs: %s", desc);
+    CHECK(strstr(desc, "Br=16 Bc=32") && strstr(desc, "warps=8") && strstr(desc, "backward (model)"),
+          "the stored bwd row (Br=16 Bc=32 warps=8) is not what the plan runs: %s", desc);
   }
   attn_plan_destroy(plan);
   /* given specs that do not fit: shared memory (d = 576 at 128 x 128), registers (64 x 64 with 2 warps at d = 128) */

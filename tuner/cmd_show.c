@@ -61,12 +61,13 @@ static int collect(void *ctx, const attn_db_meas *m) {
   memset(r, 0, sizeof *r);
   attn_spec s;
   char err[256], sum[384];
-  int parsed = attn_spec_parse(m->spec, &s, err, sizeof err) == ATTN_OK;
+  const int bwd = m->pass && strcmp(m->pass, "bwd") == 0;
+  /* a backward row's tiles follow the backward's rules, not the forward's */
+  int parsed = (bwd ? attn_spec_parse_fields : attn_spec_parse)(m->spec, &s, err, sizeof err) == ATTN_OK;
   if (parsed) attn_spec_summary(&s, sum, sizeof sum);
   r->device = dup_str(m->device);
   r->spec = dup_str(m->spec);
   r->summary = dup_str(parsed ? sum : m->spec);
-  const int bwd = m->pass && strcmp(m->pass, "bwd") == 0;
   if (r->summary && (bwd || (m->variant && m->variant[0]))) {
     /* the backward's rows say so after the configuration, as attn_plan_describe does, and a variant's its text */
     const char *v = m->variant ? m->variant : "";
