@@ -410,6 +410,12 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
       t.alibi != (p->alibi_slopes != NULL) ||
       t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
     return -1;
+  /* The Hopper template (impl=wgmma) serves only once measured on this device: a model row of it has never been
+   * checked against fp64 on a GPU */
+  if (t.impl == ATTN_IMPL_WGMMA && strcmp(best.provenance, "measured") != 0) {
+    snprintf(origin, olen, "default: the stored impl=wgmma row is the model's, not measured on this device");
+    return -1;
+  }
   const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
   char diff[128];
   shape_diff(&best, p, threads, diff, sizeof diff);

@@ -11,6 +11,7 @@
 #include "kernel_abi_cuda.h"
 #include "launch.h"
 #include "spec_bwd.h"
+#include "spec_sm90.h"
 
 const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo", "br",      "bc",     "unroll",
                                                                 "warps", "stages", "tile",    "feature",
@@ -256,6 +257,9 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
                  o->gpu->regs_per_sm);
         return -1;
       }
+    } else if (c->impl == ATTN_IMPL_WGMMA) {
+      /* flash_sm90.cu: attn_spec_check_sm90 has weighed its accumulators against the consumers' registers after
+       * setmaxnreg; the mma.sync estimates below do not describe it */
     } else if (c->algo == ATTN_ALGO_FLASH && c->dtype != ATTN_F32) {
       double limit, words = flash_words(c, &limit);
       if (words > limit) {
@@ -441,6 +445,19 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
       const int at = attn_space_find(&sofar, &fit);
       if (at >= 0 && attn_space_neighbours(&sofar, at, nb, LEN(nb)) == 0) rc = consider_around(sp, &v, &fit);
     }
+    /* Hopper (sm_90): flash_sm90.cu's configurations too, 1..3 consumer warpgroups of 64 query rows, Bc by 16,
+     * 1..3 stages; attn_spec_check_sm90 rules out what does not fit (f32, d or d_v not a multiple of 8) */
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && strncmp(o->arch, "sm_90", 5) == 0 && o->dtype != ATTN_F32)
+      for (int cw = 1; cw <= 3; cw++)
+        for (int bc = 16; bc <= 256; bc += 16)
+          for (int st = 1; st <= 3 && !rc; st++) {
+            attn_spec c = base;
+            c.impl = ATTN_IMPL_WGMMA;
+            snprintf(c.arch, sizeof c.arch, "sm_90a");
+            c.warps = 4 * (cw + 1), c.br = 64 * cw, c.bc = bc, c.stages = st;
+            c.unroll = 0, c.split = 0, c.tile = 0;
+            rc = consider(sp, &v, &c);
+          }
     static const int sbrs[] = {32, 64, 128}, tiles[] = {16, 32, 64};
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE))
       for (int a = 0; a < LEN(sbrs); a++)
@@ -487,6 +504,7 @@ void attn_space_free(attn_space *s) {
 }
 
 static int same_except(const attn_spec *a, const attn_spec *b, int skip) {
+  if (a->impl != b->impl) return 0; /* mma.sync and wgmma kernels of the same tiles are two configurations */
   for (int i = 0; i < ATTN_SPACE_NPARAMS; i++)
     if (i != skip && attn_space_param_get(a, i) != attn_space_param_get(b, i)) return 0;
   return 1;

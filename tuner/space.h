@@ -1,7 +1,8 @@
 /* space.h: the tuner's search space for one (target, dtype, d, d_v, causal) and a set of algorithms: the grid of
  * tunables (Br, Bc, unroll and flash's split-K on the CPU; warps, stages on CUDA; smallcache's tile; lowrank's
  * feature map, degree and rank) minus what the constraints rule out (fast-memory footprint against the device's fast
- * memory, registers and spills of the compiled kernel or their estimate, divisibility, the spec's own validity). */
+ * memory, registers and spills of the compiled kernel or their estimate, divisibility, the spec's own validity). On an
+ * sm_90 GPU the CUDA forward's space also holds the Hopper template's configurations (impl=wgmma, arch sm_90a). */
 #ifndef ATTN_SPACE_H
 #define ATTN_SPACE_H
 

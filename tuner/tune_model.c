@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "model.h"
+#include "model_sm90.h"
 #include "tune.h"
 
 /* In a model row's log: its registers are the compiled kernel's */
@@ -11,7 +12,7 @@
  * by an earlier one): to be ranked again with them, and the row replaced. */
 int attn_tune_model_stale(const tune_state *ts, const attn_spec *s, const attn_eval *e) {
   attn_kernel_res kr0;
-  return ts->model && ts->kres && !ts->backward && !strstr(e->message, MODEL_PTXAS) &&
+  return ts->model && ts->kres && !ts->backward && s->impl != ATTN_IMPL_WGMMA && !strstr(e->message, MODEL_PTXAS) &&
          attn_kres_get(ts->kres, s, &kr0) == 0;
 }
 
@@ -21,8 +22,11 @@ void attn_tune_model_eval(tune_state *ts, const attn_spec *s, attn_eval *e) {
   attn_model_result m;
   attn_kernel_res kr;
   /* the compiled resources are the forward kernel's (keyed by spec text): the backward's model estimates its own */
-  const int known = !ts->backward && ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
+  /* (model_sm90.c takes none: setmaxnreg, not ptxas's count, sets what its consumers hold) */
+  const int known = !ts->backward && s->impl != ATTN_IMPL_WGMMA && ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
+  /* flash_sm90.cu (impl=wgmma) has a model of its own: wgmma's rate, the softmax overlapped, one block per SM */
   const int rc = ts->backward ? attn_model_time_bwd(ts->gpu, &ts->prob, s, &m, err, sizeof err)
+                 : s->impl == ATTN_IMPL_WGMMA ? attn_model_sm90_time(ts->gpu, &ts->prob, s, &m, err, sizeof err)
                               : attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err);
   if (rc == ATTN_OK) {
     snprintf(e->status, sizeof e->status, "ok");

@@ -1,0 +1,188 @@
+/* sm90_tune: the Hopper template (impl=wgmma) in the tuner's space and in the runtime's choice.
+ *   sm90_tune space   the CUDA forward space of an sm_90 GPU holds impl=wgmma configurations (each passing
+ *                     attn_spec_check_sm90, 1..3 consumer warpgroups); an sm_80 GPU's, f32's and a d that is not a
+ *                     multiple of 8 hold none
+ *   sm90_tune serve   on the fake driver (ATTN_LIBCUDA, FAKE_LIBCUDA=cc=90, ATTN_DB a scratch path): a stored
+ *                     impl=wgmma row of provenance model is not served (the mma.sync default is), a measured one is
+ *                     (its execution is refused: the fake has no cuTensorMapEncodeTiled); with cc=80 an impl=wgmma
+ *                     spec's plan is refused with the reason */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "check.h"
+#include "gpus.h"
+#include "internal.h"
+#include "space.h"
+#include "spec_sm90.h"
+#include "store.h"
+
+/* wgmma configurations in the space of (gpu, dtype, d); every one checked, and the consumer counts seen */
+static int wgmma_count(const char *gpu_name, attn_dtype dt, int d, int *consumers) {
+  char err[512];
+  const attn_gpu *g = attn_gpu_find(gpu_name, err, sizeof err);
+  CHECK(g != NULL, "%s: %s", gpu_name, err);
+  if (!g) return -1;
+  attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = dt, .d = d, .causal = 1,
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .gpu = g, .fast_mem_bytes = g->smem_per_block_kb * 1024.0};
+  snprintf(o.arch, sizeof o.arch, "%s", g->arch);
+  attn_space sp;
+  CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK, "%s d=%d: %s", gpu_name, d, err);
+  int n = 0, mma = 0;
+  if (consumers) *consumers = 0;
+  for (int i = 0; i < sp.count; i++) {
+    const attn_spec *c = &sp.cfg[i];
+    if (c->impl != ATTN_IMPL_WGMMA) {
+      mma++;
+      continue;
+    }
+    n++;
+    CHECK(attn_spec_check_sm90(c, err, sizeof err) == ATTN_OK, "%s: %s", gpu_name, err);
+    CHECK(strcmp(c->arch, "sm_90a") == 0 && c->br == 64 * (c->warps / 4 - 1), "arch %s Br %d warps %d", c->arch,
+          c->br, c->warps);
+    if (consumers) *consumers |= 1 << (c->warps / 4 - 1);
+  }
+  CHECK(mma > 0 || dt == ATTN_F32, "%s d=%d: no mma.sync configuration left", gpu_name, d);
+  attn_space_free(&sp);
+  return n;
+}
+
+static void space(void) {
+  int cons = 0;
+  const int h100 = wgmma_count("H100", ATTN_BF16, 128, &cons);
+  CHECK(h100 > 0 && cons == (2 | 4 | 8), "H100 bf16 d=128: %d wgmma configurations, consumers mask %d", h100, cons);
+  CHECK(wgmma_count("H200", ATTN_F16, 72, NULL) > 0, "H200 f16 d=72: no wgmma configuration");
+  CHECK(wgmma_count("H100", ATTN_F16, 256, NULL) > 0, "H100 f16 d=256: no wgmma configuration");
+  CHECK(wgmma_count("A100", ATTN_BF16, 128, NULL) == 0, "A100 (sm_80) got wgmma configurations");
+  CHECK(wgmma_count("L4", ATTN_F16, 64, NULL) == 0, "L4 (sm_89) got wgmma configurations");
+  CHECK(wgmma_count("H100", ATTN_F32, 64, NULL) == 0, "H100 f32 got wgmma configurations");
+  CHECK(wgmma_count("H100", ATTN_F16, 60, NULL) == 0, "H100 d=60 got wgmma configurations");
+}
+
+/* Stores one row of spec s for problem p under device, with provenance prov. */
+static void store_row(const char *db, const char *device, const attn_problem *p, const attn_spec *s,
+                      const char *prov, double ms) {
+  attn_store *st = NULL;
+  char err[512];
+  CHECK(attn_store_open(db, &st, err, sizeof err) == ATTN_OK, "store: %s", err);
+  if (!st) return;
+  CHECK(attn_store_begin(st, device, "{\"kind\": \"gpu\"}", "sm90_tune", err, sizeof err) == ATTN_OK, "begin: %s",
+        err);
+  attn_eval e;
+  memset(&e, 0, sizeof e);
+  e.ok = 1;
+  snprintf(e.status, sizeof e.status, "ok");
+  e.time_ms = ms;
+  e.error = strcmp(prov, "measured") == 0 ? 1e-4 : -1;
+  e.io = e.reads = e.writes = -1;
+  e.iqr_ms = e.ci_rel = e.load = -1;
+  CHECK(attn_store_put(st, p, s, prov, &e, err, sizeof err) == ATTN_OK, "put: %s", err);
+  attn_store_end(st, 0);
+  attn_store_close(st);
+}
+
+/* The plan a fresh runtime on db makes for p: its describe text in buf; the rc of attn_plan_create. */
+static int plan_for(const char *db, const attn_problem *p, char *buf, size_t len, attn_plan **keep,
+                    attn_runtime **keep_rt) {
+  attn_runtime *rt = NULL;
+  buf[0] = '\0';
+  int rc = attn_open(db, ATTN_TARGET_CUDA, &rt);
+  CHECK(rc == ATTN_OK, "attn_open: %s", attn_last_error(NULL));
+  if (rc != ATTN_OK) return rc;
+  attn_plan *plan = NULL;
+  rc = attn_plan_create(rt, p, &plan);
+  snprintf(buf, len, "%s", rc == ATTN_OK ? attn_plan_describe(plan) : attn_last_error(rt));
+  if (keep) *keep = plan;
+  else attn_plan_destroy(plan);
+  if (keep_rt) *keep_rt = rt;
+  else attn_close(rt);
+  return rc;
+}
+
+static int serve(void) {
+  attn_runtime *rt = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc == ATTN_ENODEV) {
+    printf("SKIP: %s\n", attn_last_error(rt));
+    attn_close(rt);
+    return 77;
+  }
+  CHECK(rc == ATTN_OK, "attn_open: %s", attn_last_error(rt));
+  if (rc != ATTN_OK) return 1;
+  char device[256];
+  snprintf(device, sizeof device, "%s", rt->device);
+  const char *fl = getenv("FAKE_LIBCUDA");
+  const int sm90 = fl && strstr(fl, "cc=90");
+  attn_problem p;
+  memset(&p, 0, sizeof p);
+  p.batch = 1, p.heads = 2, p.heads_kv = 2, p.n = 256, p.n_kv = 256, p.d = 64, p.d_v = 64, p.dtype = ATTN_F16;
+  p.causal = 1;
+  attn_spec w = attn_spec_default_sm90(ATTN_F16, 64, 1);
+  if (!sm90) {
+    /* another architecture: an impl=wgmma spec's plan is refused before anything runs, with the reason */
+    attn_plan *plan = NULL;
+    rc = attn_plan_create_spec(rt, &p, &w, 0, "test", &plan);
+    CHECK(rc == ATTN_EUNSUPPORTED && !plan && strstr(attn_last_error(rt), "needs arch=sm_90a"), "rc %d: %s", rc,
+          attn_last_error(rt));
+    attn_plan_destroy(plan);
+    attn_close(rt);
+    return 0;
+  }
+  attn_close(rt);
+  const char *db = getenv("ATTN_DB");
+  if (!db || !db[0]) {
+    fprintf(stderr, "sm90_tune serve: set ATTN_DB to a scratch path\n");
+    return 2;
+  }
+  unlink(db);
+  char text[512];
+  /* nothing stored: the mma.sync default */
+  rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
+  CHECK(rc == ATTN_OK && !strstr(text, "wgmma") && strstr(text, "(default"), "empty database: rc %d: %s", rc, text);
+  /* the model's wgmma row, the fastest stored: not served, and describe says why */
+  store_row(db, device, &p, &w, "model", 0.001);
+  rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
+  CHECK(rc == ATTN_OK && !strstr(text, "sm_90a wgmma") && strstr(text, "(default: the stored impl=wgmma row is the model's"),
+        "model row: rc %d: %s", rc, text);
+  /* a model row of mma.sync tiles is served as before */
+  attn_spec m = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_F16, 64, 1);
+  m.bc = m.bc == 32 ? 64 : 32;
+  unlink(db);
+  store_row(db, device, &p, &m, "model", 0.001);
+  rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
+  CHECK(rc == ATTN_OK && !strstr(text, "wgmma") && strstr(text, "(model"), "mma model row: rc %d: %s", rc, text);
+  /* measured on this device: served (measured rows rank before model rows) */
+  store_row(db, device, &p, &w, "measured", 0.002);
+  attn_plan *plan = NULL;
+  rc = plan_for(db, &p, text, sizeof text, &plan, &rt);
+  CHECK(rc == ATTN_OK && strstr(text, "sm_90a wgmma") && strstr(text, "(tuned"), "measured row: rc %d: %s", rc, text);
+  if (plan) {
+    /* the fake driver has no cuTensorMapEncodeTiled: execution is refused with the reason, nothing launched */
+    void *buf = NULL;
+    if (attn_cuda_alloc(rt, 4 * 256 * 64 * 2, &buf) == ATTN_OK) {
+      char *b = buf;
+      rc = attn_execute(plan, b, b + 256 * 64 * 2 * 2, b + 256 * 64 * 2 * 2, b);
+      CHECK(rc == ATTN_ERUNTIME && strstr(attn_last_error(rt), "cuTensorMapEncodeTiled"), "execute: rc %d: %s", rc,
+            attn_last_error(rt));
+      attn_cuda_free(rt, buf);
+    }
+  }
+  attn_plan_destroy(plan);
+  attn_close(rt);
+  unlink(db);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 2 && strcmp(argv[1], "space") == 0) {
+    space();
+  } else if (argc == 2 && strcmp(argv[1], "serve") == 0) {
+    const int r = serve();
+    if (r) return r;
+  } else {
+    fprintf(stderr, "usage: sm90_tune space | sm90_tune serve\n");
+    return 2;
+  }
+  printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
