@@ -584,6 +584,11 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
 }
 
+/* Cache lines of K (and of V) prefetched at a jump to another page: enough to start the hardware prefetcher's stream;
+ * a whole page at once (up to 1024 lines) stalled on the outstanding misses (two KV heads, d = 64: 0.74 of dense
+ * decode with whole 128-key pages prefetched, 0.89-0.91 with 8-32 lines). */
+#define FL_PF_LINES 32
+
 /* Where an item's K and V rows are (kernel_abi.h's layouts): key j's row starts at k + j * ks (v + j * vs), or, paged
  * (table not NULL), at row j % ps of page table[j / ps], pages being ps rows of ks (vs) elements. Dense: ks = D,
  * vs = D_V; token-major and paged rows hold every KV head's row, heads_kv times wider. */
@@ -618,14 +623,16 @@ FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc
       if (kv->ps - slot < cols) cols = (int)(kv->ps - slot);
       kr += row * ks;
       vr += row * vs;
-      /* The next page's rows, fetched while this block computes: a jump to another page defeats the hardware
-       * prefetcher, which follows addresses in order (decode over shuffled pages ran at 0.6 of dense without). */
+      /* The next page's first rows (FL_PF_LINES cache lines of K and of V), fetched while this block computes: a
+       * jump to another page defeats the hardware prefetcher, which follows addresses in order (decode over shuffled
+       * pages ran at 0.6 of dense without), and takes over once the stream has started. */
       const long jn = j0 + cols;
       if (jn < j_end && jn % kv->ps == 0) {
         const long nrow = (long)kv->table[jn / kv->ps] * kv->ps, nc = FL_MIN(FL_MIN(kv->ps, j_end - jn), FL_BC);
         const char *kn = (const char *)(kv->k + nrow * ks), *vn = (const char *)(kv->v + nrow * vs);
-        for (long c = 0; c < nc; c++) {
-          for (long x = 0; x < (long)(FL_D * sizeof(attn_el)); x += 64) __builtin_prefetch(kn + c * ks * (long)sizeof(attn_el) + x);
+        long lines = 0;
+        for (long c = 0; c < nc && lines < FL_PF_LINES; c++) {
+          for (long x = 0; x < (long)(FL_D * sizeof(attn_el)); x += 64, lines++) __builtin_prefetch(kn + c * ks * (long)sizeof(attn_el) + x);
           for (long x = 0; x < (long)(FL_DV * sizeof(attn_el)); x += 64) __builtin_prefetch(vn + c * vs * (long)sizeof(attn_el) + x);
         }
       }
@@ -770,8 +777,9 @@ long attn_kernel_items(const attn_kargs *a) {
   return fl_blocks_of(a, &nqb) / fl_group(a) * FL_NSPLIT;
 }
 
-/* One KV head's state in an item: Qt, O, m, l, alpha, Qd (and ALiBi's rows); St, Kc and Vc are shared. */
-#define FL_HEAD_SZ (FL_QT_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_QD_SZ + FL_AL_SZ)
+/* One KV head's state in an item: Qt, O, m, l, alpha, Qd (and ALiBi's rows), St (the fused decode blocks keep every
+ * head's scores at once); Kc and Vc are shared. */
+#define FL_HEAD_SZ (FL_QT_SZ + FL_O_SZ + 3 * FL_V_SZ + FL_QD_SZ + FL_AL_SZ + FL_ST_SZ)
 
 size_t attn_kernel_scratch(const attn_kargs *a) {
   return (size_t)(FL_QT_SZ + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ + fl_kc_sz(a) + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ +
@@ -818,9 +826,48 @@ FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, floa
 typedef struct fl_head {
   fl_item t;
   fl_kv kv;
-  float *qt, *o, *m, *l, *alpha, *qd;
+  float *qt, *o, *m, *l, *alpha, *qd, *st;
   fl_mod md;
 } fl_head;
+
+#if !FL_STAGE_K && !FL_STAGE_V
+/* A grouped item's key block [j0, j0 + cols) (within one page) for all H heads at once, R <= FL_DOT rows each (the
+ * dot kernels), in place: each key's and then each V row's heads_kv·d elements are read in address order, every
+ * head's share where it lands, as dense decode streams its rows. Blocks a window or the causal diagonal crosses take
+ * fl_blocks head by head instead. */
+FL_INLINE void fl_block_heads(const attn_kargs *a, fl_head *hd, int H, long j0, int cols, int R, attn_io *io) {
+  const long ps = a->page_size, row = (long)hd[0].kv.table[j0 / ps] * ps + j0 % ps;
+  const float *kr = (const float *)a->k + row * H * FL_D, *vr = (const float *)a->v + row * H * FL_DV;
+  fl_vf mx[FL_GROUP_MAX];
+  for (int h = 0; h < H; h++) {
+    ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
+    ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
+    mx[h] = fl_splat(-__builtin_inff());
+  }
+  for (int c = 0; c < cols; c++)
+    for (int h = 0; h < H; h++) {
+      fl_vf mc;
+      fl_scores_dot(kr + ((long)c * H + h) * FL_D, H * FL_D, hd[h].qd, hd[h].st + c * FL_BRP, &mc, 1, R,
+                    R == 1 ? 4 : 2);
+      mx[h] = FL_MAX(mx[h], mc);
+    }
+  const fl_vis vis = {1, -FL_FAR, FL_FAR};
+  for (int h = 0; h < H; h++) {
+#if ATTN_SOFTCAP || ATTN_ALIBI
+    fl_mods(hd[h].st, &mx[h], cols, 1, j0, &hd[h].md);
+#endif
+    fl_softmax(hd[h].st, &mx[h], hd[h].m, hd[h].l, hd[h].alpha, cols, 1, 0, vis);
+    for (int r = 0; r < R; r++) {
+      const fl_vf al = fl_splat(hd[h].alpha[r]);
+      float *o = hd[h].o + r * FL_DVP;
+      for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + b, fl_ld(o + b) * al);
+    }
+  }
+  for (int c = 0; c < cols; c += 2)
+    for (int h = 0; h < H; h++)
+      fl_pv_dot_keys(vr + h * FL_DV, H * FL_DV, hd[h].st, hd[h].o, c, FL_MIN(c + 2, cols), R, 2);
+}
+#endif
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
 #if ATTN_SPLIT > 1
@@ -859,6 +906,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     e->l = e->m + FL_V_SZ;
     e->alpha = e->l + FL_V_SZ;
     e->qd = h ? e->alpha + FL_V_SZ : vc + FL_VC_SZ;
+    e->st = h ? e->qd + FL_QD_SZ + FL_AL_SZ : st;
   }
   /* The heads of a grouped item share the sequence, the rows' queries and so the keys they see. */
   const fl_item t = hd[0].t;
@@ -958,16 +1006,34 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     if (H > 1) {
       const long ps = a->page_size, slot = c0 % ps;
       c1 = c0 + FL_MIN(FL_MIN(j_end - c0, FL_BC), ps - slot);
-      /* the next page's rows, every head's (contiguous in the page), fetched while this block computes: a jump to
-       * another page defeats the hardware prefetcher (fl_blocks does this for one head's rows) */
+      /* the next page's first FL_PF_LINES lines of K and of V (every head's rows: contiguous in the page), as
+       * fl_blocks fetches one head's */
       if (c1 < j_end && c1 % ps == 0) {
         const long nrow = (long)hd[0].kv.table[c1 / ps] * ps, nc = FL_MIN(FL_MIN(ps, j_end - c1), FL_BC);
         const char *kn = (const char *)((const attn_el *)a->k + nrow * heads_kv * FL_D);
         const char *vn = (const char *)((const attn_el *)a->v + nrow * heads_kv * FL_DV);
-        for (long x = 0; x < nc * heads_kv * FL_D * (long)sizeof(attn_el); x += 64) __builtin_prefetch(kn + x);
-        for (long x = 0; x < nc * heads_kv * FL_DV * (long)sizeof(attn_el); x += 64) __builtin_prefetch(vn + x);
+        const long kb = FL_MIN(nc * heads_kv * FL_D * (long)sizeof(attn_el), 64 * FL_PF_LINES);
+        const long vb = FL_MIN(nc * heads_kv * FL_DV * (long)sizeof(attn_el), 64 * FL_PF_LINES);
+        for (long x = 0; x < kb; x += 64) __builtin_prefetch(kn + x);
+        for (long x = 0; x < vb; x += 64) __builtin_prefetch(vn + x);
       }
     }
+#if !FL_STAGE_K && !FL_STAGE_V
+    /* fused while no row's visibility changes inside the block (decode: always, but for a window's edges) */
+    const long base = t.gp * (c0 - off) - t.X0;
+    const int masked = FL_MASK && (t.gp * (c1 - c0 - 1) + (ATTN_CAUSAL ? base : ATTN_WINDOW ? base - t.gp * (w - 1) : -FL_FAR) > 0 ||
+                                   (ATTN_WINDOW ? base + t.gp * w : FL_FAR) < rows);
+    if (H > 1 && !masked && !(rows == FL_BR && FL_BR > FL_DOT) && rows == 1) {
+      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), 1, io);
+      c0 = c1;
+      continue;
+    }
+    if (H > 1 && !masked && !(rows == FL_BR && FL_BR > FL_DOT) && rows <= FL_DOT && FL_VW >= FL_DOT) {
+      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), FL_DOT, io);
+      c0 = c1;
+      continue;
+    }
+#endif
     for (int h = 0; h < H; h++) {
       const fl_head *e = &hd[h];
       /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two

@@ -209,6 +209,16 @@ static void correct(attn_runtime *rt, int all) {
        {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .dtype = ATTN_F16,
         .window = 9, .softcap = 2.0f, .alibi_slopes = SLOPES},
        dec_lens, 0, 16, 0, {7, 0, 0}, 1e-2, 0, 1},
+      /* f32 decode with every modifier: every KV head's key block at once (fl_block_heads), a window's edge blocks
+       * head by head */
+      {"decode f32 softcap alibi window 9",
+       {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .window = 9,
+        .softcap = 2.0f, .alibi_slopes = SLOPES},
+       dec_lens, 0, 16, 0, {7, 0, 0}, TOL, 1, 1},
+      /* one query per KV head (rows of one: fl_block_heads' R = 1), 4 KV heads, split-K over the batch's items */
+      {"decode MHA f32 alibi split 2",
+       {.batch = 6, .heads = 4, .heads_kv = 4, .n = 1, .n_kv = 40, .d = 32, .alibi_slopes = SLOPES}, dec_lens, 0,
+       8, 2, {5, 16, 0}, TOL, 1, 1},
       /* not causal, softcap: prefill rows against all of each sequence's keys */
       {"prefill n=19 softcap",
        {.batch = 4, .heads = 2, .heads_kv = 1, .n = 19, .n_kv = 61, .d = 24, .softcap = 3.0f}, long_lens, 8, 16, 0,
