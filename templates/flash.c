@@ -767,7 +767,8 @@ static long fl_kc_sz(const attn_kargs *a) {
 #define FL_GROUP_MAX 16 /* more KV heads than this: one to an item */
 static long fl_group(const attn_kargs *a) {
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
-  if (!a->block_table || heads_kv < 2 || heads_kv > FL_GROUP_MAX || a->n * (a->heads / heads_kv) > FL_BR || a->batch * FL_NSPLIT < heads_kv)
+  if (!a->block_table || heads_kv < 2 || heads_kv > FL_GROUP_MAX || a->n * (a->heads / heads_kv) > FL_DOT ||
+      FL_VW < FL_DOT || a->batch * FL_NSPLIT < heads_kv)
     return 1;
   return heads_kv;
 }
@@ -822,6 +823,15 @@ FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, floa
 #endif
 }
 
+/* fl_blocks on the dot kernels' four rows, out of line: dense items of two to four rows and grouped items' blocks that
+ * go head by head share this one copy (each copy of the inlined block loop adds to every kernel's compile time). */
+static __attribute__((noinline)) void fl_blocks_dot4(const fl_kv *kv, float *kc, float *vc, const float *qt,
+                                                     const float *qd, float *st, float *o, float *m, float *l,
+                                                     float *alpha, long X0, long gp, long j_begin, long j_end,
+                                                     long off, long w, const fl_mod *md, attn_io *io) {
+  fl_blocks(kv, kc, vc, qt, qd, st, o, m, l, alpha, X0, gp, j_begin, j_end, off, w, md, FL_DOT, 1, 1, io);
+}
+
 /* One KV head of an item: its rows, its K and V rows and its state in the thread's scratch. */
 typedef struct fl_head {
   fl_item t;
@@ -831,11 +841,13 @@ typedef struct fl_head {
 } fl_head;
 
 #if !FL_STAGE_K && !FL_STAGE_V
-/* A grouped item's key block [j0, j0 + cols) (within one page) for all H heads at once, R <= FL_DOT rows each (the
- * dot kernels), in place: each key's and then each V row's heads_kv·d elements are read in address order, every
+/* A grouped item's key block [j0, j0 + cols) (within one page) for all H heads at once, FL_DOT rows each (the dot
+ * kernels), in place: each key's and then each V row's heads_kv·d elements are read in address order, every
  * head's share where it lands, as dense decode streams its rows. Blocks a window or the causal diagonal crosses take
  * fl_blocks head by head instead. */
-FL_INLINE void fl_block_heads(const attn_kargs *a, fl_head *hd, int H, long j0, int cols, int R, attn_io *io) {
+FL_INLINE void fl_block_heads(const attn_kargs *a, fl_head *hd, int H, long j0, int cols, attn_io *io) {
+  enum { R = FL_DOT }; /* one copy: rows past the item's have zero queries in qd (decode with one row a KV head
+                        * computes three rows it never writes; its bound is memory) */
   const long ps = a->page_size, row = (long)hd[0].kv.table[j0 / ps] * ps + j0 % ps;
   const float *kr = (const float *)a->k + row * H * FL_D, *vr = (const float *)a->v + row * H * FL_DV;
   fl_vf mx[FL_GROUP_MAX];
@@ -869,13 +881,13 @@ FL_INLINE void fl_block_heads(const attn_kargs *a, fl_head *hd, int H, long j0, 
 }
 #endif
 
-void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
-#if ATTN_SPLIT > 1
-  /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
-  const long part = item % ATTN_SPLIT;
-  item /= ATTN_SPLIT;
+/* attn_kernel_run's grouped items (fl_group): H KV heads, blocks item * H .. item * H + H - 1, each with its own
+ * state; out of line, so that the dense path's code is what it was. */
+static __attribute__((noinline)) void fl_run_group(const attn_kargs *a, long item, long part, int H, void *scratch,
+                                                   attn_io *io) {
+#if ATTN_SPLIT <= 1
+  (void)part;
 #endif
-  const int H = (int)fl_group(a); /* KV heads: blocks item * H .. item * H + H - 1 (fl_group) */
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
   fl_head hd[FL_GROUP_MAX];
   /* Scratch: the first head's state around the shared St, Kc and Vc, then the other heads' (FL_HEAD_SZ each). */
@@ -992,60 +1004,40 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 #if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
 #endif
-  /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's few rows) would otherwise
-   * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
-   * with a compile-time count, so that their register tiles have constant shapes. */
-  const int nrv = (rows + FL_VW - 1) / FL_VW;
-#define FL_RUN(E, J0, J1, ROWS, NRV, DOT)                                                                           \
-  fl_blocks(&(E)->kv, kc, vc, (E)->qt, (E)->qd, st, (E)->o, (E)->m, (E)->l, (E)->alpha, t.X0, t.gp, J0, J1, off, w, \
-            &(E)->md, ROWS, NRV, DOT, io)
-  /* One item's keys in one pass; a grouped item's one key block (fl_blocks' blocks: BC keys, cut at a page's end) at
-   * a time for each head in turn, so that the block's rows are in cache for the heads after the first. */
+  /* One key block (BC keys, cut at a page's end) at a time, for every head. */
+  const long ps = a->page_size;
   for (long c0 = j_begin; c0 < j_end;) {
-    long c1 = j_end;
-    if (H > 1) {
-      const long ps = a->page_size, slot = c0 % ps;
-      c1 = c0 + FL_MIN(FL_MIN(j_end - c0, FL_BC), ps - slot);
-      /* the next page's first FL_PF_LINES lines of K and of V (every head's rows: contiguous in the page), as
-       * fl_blocks fetches one head's */
-      if (c1 < j_end && c1 % ps == 0) {
-        const long nrow = (long)hd[0].kv.table[c1 / ps] * ps, nc = FL_MIN(FL_MIN(ps, j_end - c1), FL_BC);
-        const char *kn = (const char *)((const attn_el *)a->k + nrow * heads_kv * FL_D);
-        const char *vn = (const char *)((const attn_el *)a->v + nrow * heads_kv * FL_DV);
-        const long kb = FL_MIN(nc * heads_kv * FL_D * (long)sizeof(attn_el), 64 * FL_PF_LINES);
-        const long vb = FL_MIN(nc * heads_kv * FL_DV * (long)sizeof(attn_el), 64 * FL_PF_LINES);
-        for (long x = 0; x < kb; x += 64) __builtin_prefetch(kn + x);
-        for (long x = 0; x < vb; x += 64) __builtin_prefetch(vn + x);
-      }
+    const long c1 = c0 + FL_MIN(FL_MIN(j_end - c0, FL_BC), ps - c0 % ps);
+    /* the next page's first FL_PF_LINES lines of K and of V (every head's rows: contiguous in the page), as
+     * fl_blocks fetches one head's */
+    if (c1 < j_end && c1 % ps == 0) {
+      const long nrow = (long)hd[0].kv.table[c1 / ps] * ps, nc = FL_MIN(FL_MIN(ps, j_end - c1), FL_BC);
+      const char *kn = (const char *)((const attn_el *)a->k + nrow * heads_kv * FL_D);
+      const char *vn = (const char *)((const attn_el *)a->v + nrow * heads_kv * FL_DV);
+      const long kb = FL_MIN(nc * heads_kv * FL_D * (long)sizeof(attn_el), 64 * FL_PF_LINES);
+      const long vb = FL_MIN(nc * heads_kv * FL_DV * (long)sizeof(attn_el), 64 * FL_PF_LINES);
+      for (long x = 0; x < kb; x += 64) __builtin_prefetch(kn + x);
+      for (long x = 0; x < vb; x += 64) __builtin_prefetch(vn + x);
     }
 #if !FL_STAGE_K && !FL_STAGE_V
-    /* fused while no row's visibility changes inside the block (decode: always, but for a window's edges) */
+    /* every head's rows in one pass while no row's visibility changes inside the block (decode: all blocks but a
+     * window's edges); the block is masked as fl_blocks masks it */
     const long base = t.gp * (c0 - off) - t.X0;
-    const int masked = FL_MASK && (t.gp * (c1 - c0 - 1) + (ATTN_CAUSAL ? base : ATTN_WINDOW ? base - t.gp * (w - 1) : -FL_FAR) > 0 ||
-                                   (ATTN_WINDOW ? base + t.gp * w : FL_FAR) < rows);
-    if (H > 1 && !masked && !(rows == FL_BR && FL_BR > FL_DOT) && rows == 1) {
-      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), 1, io);
-      c0 = c1;
-      continue;
-    }
-    if (H > 1 && !masked && !(rows == FL_BR && FL_BR > FL_DOT) && rows <= FL_DOT && FL_VW >= FL_DOT) {
-      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), FL_DOT, io);
+    const long lo = ATTN_CAUSAL ? base : ATTN_WINDOW ? base - t.gp * (w - 1) : -FL_FAR;
+    const long hi = ATTN_WINDOW ? base + t.gp * w : FL_FAR;
+    if (!(FL_MASK && (t.gp * (c1 - c0 - 1) + lo > 0 || hi < rows))) {
+      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), io);
       c0 = c1;
       continue;
     }
 #endif
-    for (int h = 0; h < H; h++) {
-      const fl_head *e = &hd[h];
-      /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two
-       * to four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
-      if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(e, c0, c1, FL_BR, FL_NRV, 0);
-      else if (rows == 1) FL_RUN(e, c0, c1, 1, 1, 1);
-      else if (rows <= FL_DOT && FL_VW >= FL_DOT) FL_RUN(e, c0, c1, FL_DOT, 1, 1);
-      else FL_RUN(e, c0, c1, rows, nrv, 0);
-    }
+    /* head by head, the dot kernels' rows as four (the rows past `rows` have zero queries in qd and are never
+     * written out): half-precision or padded rows go through staging, and a window's edge blocks are masked */
+    for (int h = 0; h < H; h++)
+      fl_blocks_dot4(&hd[h].kv, kc, vc, hd[h].qt, hd[h].qd, st, hd[h].o, hd[h].m, hd[h].l, hd[h].alpha, t.X0, t.gp,
+                     c0, c1, off, w, &hd[h].md, io);
     c0 = c1;
   }
-#undef FL_RUN
 
   for (int h = 0; h < H; h++) {
     const fl_head *e = &hd[h];
@@ -1072,6 +1064,156 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     if (a->lse) fl_write_lse(a, &e->t, e->m, e->l, rows);
 #endif
   }
+}
+
+void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
+#if ATTN_SPLIT > 1
+  /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
+  const long part = item % ATTN_SPLIT;
+  item /= ATTN_SPLIT;
+#endif
+  const long group = fl_group(a);
+  if (group > 1) {
+#if ATTN_SPLIT > 1
+    fl_run_group(a, item, part, (int)group, scratch, io);
+#else
+    fl_run_group(a, item, 0, (int)group, scratch, io);
+#endif
+    return;
+  }
+  const fl_item t = fl_item_of(a, item);
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = t.bkv % heads_kv;
+  const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - n;
+  const int rows = t.rows;
+  const attn_el *q = (const attn_el *)a->q;
+  fl_kv kv = {(const attn_el *)a->k + t.bkv * n_kv * FL_D, (const attn_el *)a->v + t.bkv * n_kv * FL_DV, FL_D, FL_DV,
+              NULL, 1};
+  if (a->block_table) {
+    kv.k = (const attn_el *)a->k + hk * FL_D;
+    kv.v = (const attn_el *)a->v + hk * FL_DV;
+    kv.ks = heads_kv * FL_D;
+    kv.vs = heads_kv * FL_DV;
+    kv.table = a->block_table + t.bkv / heads_kv * a->max_pages;
+    kv.ps = a->page_size;
+  } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
+    kv.k = (const attn_el *)a->k + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_D;
+    kv.v = (const attn_el *)a->v + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_DV;
+    kv.ks = heads_kv * FL_D;
+    kv.vs = heads_kv * FL_DV;
+  }
+  attn_el *out = (attn_el *)a->o;
+
+  float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
+  float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + fl_kc_sz(a);
+  float *qd = vc + FL_VC_SZ;
+  const long w = fl_window(a);
+
+  /* Keys visible to at least one row of this item: j_lo <= j < j_end (the first row's window starts first, the last
+   * row sees the last key); a window's keys outside are never read. */
+  const long ip0 = t.X0 / t.gp + off, ip1 = (t.X0 + rows - 1) / t.gp + off;
+  long j_lo = 0, j_end = n_kv;
+  if (ATTN_CAUSAL && ip1 + 1 < j_end) j_end = ip1 + 1;
+  if (ATTN_WINDOW && ip0 - w + 1 > j_lo) j_lo = ip0 - w + 1;
+  if (ATTN_WINDOW && !ATTN_CAUSAL && ip1 + w < j_end) j_end = ip1 + w;
+  if (j_end < j_lo) j_end = j_lo;
+#if ATTN_SPLIT > 1
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_lo holding keys below j_end. */
+  const long nkb = (j_end - j_lo + FL_BC - 1) / FL_BC;
+  const long j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC, j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
+  float *po = (float *)a->partials + (item * ATTN_SPLIT + part) * FL_PART;
+  float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
+  if (j_begin >= j_stop) {
+    /* no key block: an empty partial, so that the merge reads every part alike */
+    memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
+    for (int r = 0; r < rows; r++) {
+      pm[r] = -__builtin_inff();
+      pl[r] = 0.0f;
+    }
+    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
+    return;
+  }
+#else
+  const long j_begin = j_lo;
+#endif
+
+  /* Scores in base 2: fold log2(e) into the scale once, on Q. */
+  const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
+  ATTN_IO_READ(io, (long)rows * FL_D);
+  for (int r = 0; r < rows; r++) {
+    const attn_el *qr = q + fl_qo(a, &t, r, FL_D);
+    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
+    if (r < FL_DOT)
+      for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
+  }
+  for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
+  for (int kk = 0; kk < FL_D; kk++)
+    for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
+  memset(o, 0, sizeof(float) * FL_O_SZ);
+  if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
+  for (int r = 0; r < FL_BRP; r++) {
+    m[r] = -__builtin_inff();
+    l[r] = 0.0f;
+  }
+  fl_mod md;
+  memset(&md, 0, sizeof md);
+#if ATTN_SOFTCAP
+  if (a->softcap > 0.0f) {
+    md.k1 = 0.69314718055994531f / a->softcap;
+    md.k2 = a->softcap * 1.4426950408889634f;
+  }
+#endif
+#if ATTN_ALIBI
+  if (a->alibi) {
+    /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
+    float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
+    for (int r = 0; r < FL_BRP; r++) {
+      const long X = t.X0 + r;
+      sl[r] = r < rows ? a->alibi[(t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
+      pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
+    }
+    md.sl = sl;
+    md.pos = pos;
+  }
+#endif
+
+#if ATTN_SPLIT > 1
+  if (j_stop < j_end) j_end = j_stop;
+#endif
+  /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's few rows) would otherwise
+   * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
+   * with a compile-time count, so that their register tiles have constant shapes. */
+  const int nrv = (rows + FL_VW - 1) / FL_VW;
+#define FL_RUN(ROWS, NRV, DOT) \
+  fl_blocks(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
+  /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
+   * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
+  if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
+  else if (rows == 1) FL_RUN(1, 1, 1);
+  else if (rows <= FL_DOT && FL_VW >= FL_DOT)
+    fl_blocks_dot4(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, io);
+  else FL_RUN(rows, nrv, 0);
+#undef FL_RUN
+
+#if ATTN_SPLIT > 1
+  /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
+  (void)out;
+  memcpy(po, o, sizeof(float) * (size_t)rows * FL_DVP);
+  for (int r = 0; r < rows; r++) {
+    pm[r] = m[r];
+    pl[r] = l[r];
+  }
+  ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
+#else
+  /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
+   * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
+   * -inf) gives 0 * inf = NaN, the reference's 0/0. */
+  for (int r = 0; r < rows; r++) {
+    const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / l[r] : 0.0f;
+    fl_write_row(out + fl_qo(a, &t, r, FL_DV), o + r * FL_DVP, inv);
+  }
+  ATTN_IO_WRITE(io, (long)rows * FL_DV);
+  if (a->lse) fl_write_lse(a, &t, m, l, rows);
+#endif
 }
 
 #if ATTN_SPLIT > 1
