@@ -586,8 +586,9 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
 
 /* Cache lines of K (and of V) prefetched at a jump to another page: enough to start the hardware prefetcher's stream;
  * a whole page at once (up to 1024 lines) stalled on the outstanding misses (two KV heads, d = 64: 0.74 of dense
- * decode with whole 128-key pages prefetched, 0.89-0.91 with 8-32 lines). */
-#define FL_PF_LINES 32
+ * decode with whole 128-key pages prefetched, 0.89-0.91 with 8-32 lines); 64 keeps one KV head's 16-key pages of
+ * d = 64 whole (with 32 they ran about 5% slower). */
+#define FL_PF_LINES 64
 
 /* Where an item's K and V rows are (kernel_abi.h's layouts): key j's row starts at k + j * ks (v + j * vs), or, paged
  * (table not NULL), at row j % ps of page table[j / ps], pages being ps rows of ks (vs) elements. Dense: ks = D,

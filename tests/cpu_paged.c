@@ -215,7 +215,7 @@ static void correct(attn_runtime *rt, int all) {
        {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .window = 9,
         .softcap = 2.0f, .alibi_slopes = SLOPES},
        dec_lens, 0, 16, 0, {7, 0, 0}, TOL, 1, 1},
-      /* one query per KV head (rows of one: fl_block_heads' R = 1), 4 KV heads, split-K over the batch's items */
+      /* one query per KV head (one row of fl_block_heads' four), 4 KV heads, split-K over the batch's items */
       {"decode MHA f32 alibi split 2",
        {.batch = 6, .heads = 4, .heads_kv = 4, .n = 1, .n_kv = 40, .d = 32, .alibi_slopes = SLOPES}, dec_lens, 0,
        8, 2, {5, 16, 0}, TOL, 1, 1},
