@@ -144,6 +144,11 @@ static void push_cfg(lua_State *L, const attn_spec *s) {
     }
     lua_setfield(L, -2, attn_space_param_names[i]);
   }
+  /* the Hopper template and mma.sync kernels share tiles: impl tells them apart (sm_90 spaces hold both) */
+  if (s->target == ATTN_TARGET_CUDA) {
+    lua_pushstring(L, s->impl == ATTN_IMPL_WGMMA ? "wgmma" : "mma");
+    lua_setfield(L, -2, "impl");
+  }
 }
 
 /* Reads a configuration table at idx into *s: fields left out take the algorithm's defaults for this space.
@@ -179,6 +184,18 @@ static int to_cfg(lua_State *L, int idx, const attn_space *sp, attn_spec *s, cha
       return -1;
     }
     const char *key = lua_tostring(L, -2);
+    if (strcmp(key, "impl") == 0) { /* "mma" (the default) or "wgmma", the sm_90a template */
+      const char *im = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      if (strcmp(im, "mma") && strcmp(im, "wgmma")) {
+        snprintf(why, len, "impl must be \"mma\" or \"wgmma\"");
+        lua_pop(L, 2);
+        return -1;
+      }
+      s->impl = strcmp(im, "wgmma") == 0 ? ATTN_IMPL_WGMMA : 0;
+      if (s->impl) snprintf(s->arch, sizeof s->arch, "sm_90a");
+      lua_pop(L, 1);
+      continue;
+    }
     int p = -1;
     for (int i = 0; i < ATTN_SPACE_NPARAMS; i++)
       if (strcmp(key, attn_space_param_names[i]) == 0) p = i;

@@ -6,6 +6,7 @@
 #include "db.h"
 #include "io_theory.h"
 #include "model.h"
+#include "model_sm90.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,10 +144,12 @@ void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out) {
                       .dtype = o->dtype, .causal = o->causal, .tolerance = o->tolerance,
                       .d_v = o->dv && o->dv != o->d ? o->dv : 0};
     attn_kernel_res kr;
-    const int known = o->resources && o->resources(o->resources_ctx, s, &kr) == 0;
+    const int wgmma = s->impl == ATTN_IMPL_WGMMA; /* flash_sm90.cu: its own model (setmaxnreg sets its registers) */
+    const int known = !wgmma && o->resources && o->resources(o->resources_ctx, s, &kr) == 0;
     attn_model_result m;
     char err[sizeof out->why];
-    if (attn_model_time_res(o->gpu, &p, s, known ? &kr : NULL, &m, err, sizeof err) != ATTN_OK) {
+    if ((wgmma ? attn_model_sm90_time(o->gpu, &p, s, &m, err, sizeof err)
+               : attn_model_time_res(o->gpu, &p, s, known ? &kr : NULL, &m, err, sizeof err)) != ATTN_OK) {
       snprintf(out->why, sizeof out->why, "%s", err);
       return;
     }
