@@ -30,3 +30,5 @@ endfunction()
 attn_sm90_mutation(wait_group cuda "s/f9_wg_wait<1>()/f9_wg_wait<2>()/" "not yet waited for")
 attn_sm90_mutation(swizzle nightly "s/(1ull << 62)/(0ull << 62)/" "wgmma.mma_async .B. reads|relative error")
 attn_sm90_mutation(phase nightly "s/F9_BAR_K(s), ph)/F9_BAR_K(s), ph ^ 1u)/" "deadlock|before")
+# the fence after the mbarriers' init dropped: TMA completes on barriers the async proxy may not see initialised
+attn_sm90_mutation(init_fence nightly "s/^    f9_fence_init()//" "may not see the initialisation")

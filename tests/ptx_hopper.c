@@ -261,7 +261,7 @@ done:
 /* 32 threads: thread 0 initialises the mbarrier (count 1), arrives with expect_tx and issues the copy of the box at
  * coordinates c; everyone waits on the phase's parity and copies the box out; twice (the barrier's phases 0 and
  * 1), the second box at coordinates c2 into the same buffer */
-enum { NO_WAIT1 = 1, WRONG_PARITY2 = 2, EXTRA_TX = 4, SYMBOL_MAP = 8, NAN_FILL = 16, BAD_MAP = 32 };
+enum { NO_WAIT1 = 1, WRONG_PARITY2 = 2, EXTRA_TX = 4, SYMBOL_MAP = 8, NAN_FILL = 16, BAD_MAP = 32, NO_INIT_FENCE = 64 };
 static void tma_kernel(text *t, int rank, int flaws) {
   t->n = 0;
   put(t, "%s.shared .align 8 .b64 bar;\n.extern .shared .align 1024 .b8 sm[];\n", HEAD);
@@ -269,7 +269,8 @@ static void tma_kernel(text *t, int rank, int flaws) {
          ".param .align 4 .b8 pc[24])\n{\n.reg .b32 %%r<40>;\n.reg .b64 %%rd<16>;\n.reg .pred %%p<8>;\n");
   put(t, "mov.b64 %%rd1, tm;\ncvta.param.u64 %%rd2, %%rd1;\nld.param.u64 %%rd3, [pout];\n"
          "ld.param.u32 %%r7, [pbytes];\nmov.u32 %%r8, %%tid.x;\nmov.u32 %%r9, bar;\nmov.u32 %%r10, sm;\n"
-         "setp.eq.u32 %%p1, %%r8, 0;\n@%%p1 mbarrier.init.shared::cta.b64 [%%r9], 1;\nbar.sync 0;\n");
+         "setp.eq.u32 %%p1, %%r8, 0;\n@%%p1 mbarrier.init.shared::cta.b64 [%%r9], 1;\n%sbar.sync 0;\n",
+      flaws & NO_INIT_FENCE ? "" : "@%p1 fence.mbarrier_init.release.cluster;\n");
   for (int i = 0; i < 6; i++) put(t, "ld.param.s32 %%r%d, [pc+%d];\n", 20 + i, 4 * i);
   if (flaws & EXTRA_TX) put(t, "add.u32 %%r7, %%r7, 16;\n");
   for (int round = 0; round < 2; round++) {
@@ -407,7 +408,7 @@ static void check_tma_wgmma(const char *what, int early_reload, const char *want
          ".reg .b64 %%rd<40>;\n.reg .pred %%p<8>;\n.reg .f32 %%f<40>;\n");
   put(t, "mov.b64 %%rd1, tm;\ncvta.param.u64 %%rd2, %%rd1;\nld.param.u64 %%rd3, [pout];\nmov.u32 %%r8, %%tid.x;\n"
          "mov.u32 %%r9, bar;\nmov.u32 %%r10, sm;\nmov.u32 %%r1, 0;\nsetp.eq.u32 %%p1, %%r8, 0;\n"
-         "@%%p1 mbarrier.init.shared::cta.b64 [%%r9], 1;\nbar.sync 0;\n"
+         "@%%p1 mbarrier.init.shared::cta.b64 [%%r9], 1;\n@%%p1 fence.proxy.async.shared::cta;\nbar.sync 0;\n"
          "@%%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%r9], 8192;\n"
          "@%%p1 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%%r10], "
          "[%%rd2, {%%r1, %%r1}], [%%r9];\n"
@@ -672,7 +673,7 @@ static void check_bulk(void) {
            ".visible .entry k(.param .u64 pin, .param .u64 pout)\n{\n.reg .b32 %%r<20>;\n.reg .b64 %%rd<20>;\n"
            ".reg .pred %%p<4>;\nld.param.u64 %%rd1, [pin];\nld.param.u64 %%rd2, [pout];\nmov.u32 %%r1, %%tid.x;\n"
            "mov.u32 %%r2, bar;\nmov.u32 %%r3, sm;\nsetp.eq.u32 %%p1, %%r1, 0;\n"
-           "@%%p1 mbarrier.init.shared::cta.b64 [%%r2], 1;\nbar.sync 0;\n"
+           "@%%p1 mbarrier.init.shared::cta.b64 [%%r2], 1;\n@%%p1 fence.mbarrier_init.release.cluster;\nbar.sync 0;\n"
            "@%%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%%r2], 256;\n"
            "@%%p1 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%%r3], [%%rd1], 256, [%%r2];\n"
            "%s"
@@ -757,6 +758,8 @@ int main(void) {
   check_tma("tma data read before its mbarrier wait", 2, d2, b2, c2a, c2b, 1, NO_WAIT1, "still in flight");
   check_tma("a wait on the wrong (completed) phase", 2, d2, b2, c2a, c2b, 1, WRONG_PARITY2, "still in flight");
   check_tma("a wait that can never complete", 2, d2, b2, c2a, c2b, 1, EXTRA_TX, "deadlock");
+  check_tma("an mbarrier.init the async proxy may not see (no fence.mbarrier_init)", 2, d2, b2, c2a, c2b, 1,
+            NO_INIT_FENCE, "may not see the initialisation");
   check_tma("tma 3d, NaN fill", 3, d3, b3, c3b, c3a, 0, NAN_FILL, NULL);
   check_tma("a tensor map not from ptx_tmap_encode", 2, d2, b2, c2a, c2b, 1, BAD_MAP, "not written by ptx_tmap_encode");
   check_encode();

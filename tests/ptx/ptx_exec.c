@@ -119,6 +119,8 @@ typedef struct {
   uint32_t phase;       /* phases completed */
   int expected, pending;
   int64_t tx;           /* bytes expected (expect_tx) less bytes arrived (complete_tx) */
+  int init_tid;         /* the thread whose mbarrier.init made it, at warp-instruction serial init_ser */
+  uint32_t init_ser;
 } mbarrier;
 
 /* a cp.async.bulk.tensor load in flight: its bytes, in 16-byte chunks at their (swizzled) shared offsets */
@@ -148,6 +150,7 @@ typedef struct {
   wgread *wr;
   int nwr, capwr;
   uint32_t *fence;      /* per thread: the warp-instruction serial of its last fence.proxy.async */
+  uint32_t *mbfence;    /* per thread: the serial of its last fence.proxy.async or fence.mbarrier_init */
   int arrived[16];      /* named barriers: bar.arrive arrivals in the current phase */
 } hstate;
 
@@ -852,6 +855,15 @@ static void mb_complete(mbarrier *b) {
   }
 }
 
+/* A bulk copy completes on an mbarrier through the async proxy: its mbarrier.init (a generic-proxy write) must have
+ * been made visible to that proxy by the initialising thread's fence.mbarrier_init or fence.proxy.async. */
+static int mb_async_visible(L *l, const mbarrier *b, const char *who) {
+  if (l->h->mbfence[b->init_tid] > b->init_ser) return 0;
+  return lfail(l, "%s completes on the mbarrier at shared %u, which thread %d initialised with no fence.mbarrier_init "
+                  "or fence.proxy.async since: the async proxy may not see the initialisation", who, b->off,
+               b->init_tid);
+}
+
 static int mb_ready(const mbarrier *b, const thread *t) {
   return t->mbtok >= 0 ? (int64_t)b->phase > t->mbtok : (int)(b->phase & 1) != t->mbpar;
 }
@@ -888,6 +900,7 @@ COLD static int lane_mbar(L *l, int tid, const ptx_insn *in) {
     b->phase = 0;
     b->expected = b->pending = (int)cnt;
     b->tx = 0;
+    b->init_tid = tid, b->init_ser = l->serial;
     static const uint8_t zero[8];
     if (sh_check_write(l, tid, off, 8, NULL)) return -1;
     sh_commit_write(l, tid, off, 8, zero);
@@ -1077,6 +1090,7 @@ COLD static int tma_load(L *l, int tid, const ptx_insn *in) {
       tma_dst(l, tid, &in->o[0], bytes, &dst) || mb_addr(l, tid, SP_SHARED, &in->o[2], &mb))
     return -1;
   if (!mb_find(l, mb)) return lfail(l, "completes on the mbarrier at shared %u, which is not initialised", mb);
+  if (mb_async_visible(l, mb_find(l, mb), "cp.async.bulk.tensor")) return -1;
   if (t.interleave) return lfail(l, "an interleaved tensor map");
   const unsigned es = ptx_tmap_elsize(t.dtype);
   tmacopy *g = ptx_grow(l->h->tma, &l->h->captma, l->h->ntma + 1, sizeof *g);
@@ -1196,6 +1210,7 @@ COLD static int bulk_copy(L *l, int tid, const ptx_insn *in) {
   } else if (!rc) { /* global -> shared, in flight until it lands */
     if (!(rc = mb_addr(l, tid, SP_SHARED, &in->o[3], &mb)) && !mb_find(l, mb))
       rc = lfail(l, "completes on the mbarrier at shared %u, which is not initialised", mb);
+    if (!rc) rc = mb_async_visible(l, mb_find(l, mb), "cp.async.bulk");
     for (uint64_t b = 0; b < size && !rc; b++)
       if (!gd[b]) rc = lfail(l, "cp.async.bulk reads byte %llu of %s, which nothing has written",
                              (unsigned long long)(goff + b), l->x->a[ga].name);
@@ -1907,6 +1922,7 @@ static int lane_exec(L *l, int tid, const ptx_insn *in) {
   case OP_MEMBAR: break;
   case OP_FENCE:
     if (in->flags & F_PROXYASYNC) l->h->fence[tid] = l->serial;
+    if (in->flags & (F_PROXYASYNC | F_MBARINIT)) l->h->mbfence[tid] = l->serial;
     break;
   case OP_MBAR:
     rc = lane_mbar(l, tid, in);
@@ -2403,6 +2419,7 @@ static void hstate_clear(hstate *h, unsigned nthreads) {
   h->used = h->wgthreads = 0;
   memset(h->arrived, 0, sizeof h->arrived);
   if (h->fence) memset(h->fence, 0, nthreads * sizeof *h->fence);
+  if (h->mbfence) memset(h->mbfence, 0, nthreads * sizeof *h->mbfence);
 }
 
 /* block bid starts in slot s */
@@ -2572,7 +2589,8 @@ int ptx_launch(ptx_machine *x, const char *entry, const ptx_launch_cfg *cfg, con
     s->sh = calloc(smem + 1, sizeof *s->sh);
     s->wsync = calloc(l.nwarps, sizeof *s->wsync);
     s->h.fence = calloc(cfg->block, sizeof *s->h.fence);
-    if (!s->t || !s->smem || !s->sh || !s->wsync || !s->h.fence) {
+    s->h.mbfence = calloc(cfg->block, sizeof *s->h.mbfence);
+    if (!s->t || !s->smem || !s->sh || !s->wsync || !s->h.fence || !s->h.mbfence) {
       snprintf(err, errlen, "out of memory");
       goto out;
     }
@@ -2635,6 +2653,7 @@ out:
       free(s->h.tma);
       free(s->h.wr);
       free(s->h.fence);
+      free(s->h.mbfence);
       free(s->t);
       free(s->smem);
       free(s->sh);

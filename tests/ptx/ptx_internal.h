@@ -51,7 +51,8 @@ enum {
   F_PARITY = 1 << 20, /* mbarrier.try_wait / test_wait .parity */
   F_EXPECTTX = 1 << 21, /* mbarrier.arrive.expect_tx */
   F_PROXYASYNC = 1 << 22, /* fence.proxy.async */
-  F_INC = 1 << 23   /* setmaxnreg.inc (else .dec) */
+  F_INC = 1 << 23,  /* setmaxnreg.inc (else .dec) */
+  F_MBARINIT = 1 << 24 /* fence.mbarrier_init */
 };
 
 /* mbarrier operations (ptx_insn.mode of OP_MBAR); OP_TMA's mode: 1 global -> shared, 2 shared -> global */

@@ -377,8 +377,8 @@ static int modifier(ptx_insn *in, const char *w, int *ntypes) {
   if (op == OP_FENCE) { /* fence.proxy.async[.space], fence.mbarrier_init.release.cluster */
     if (!strcmp(w, "proxy") && !in->mode) return in->mode = 1, 0;
     if (!strcmp(w, "async") && in->mode == 1) return in->flags |= F_PROXYASYNC, 0;
-    if (!strcmp(w, "mbarrier_init") || !strcmp(w, "release") || !strcmp(w, "acquire") || !strcmp(w, "cluster"))
-      return 0;
+    if (!strcmp(w, "mbarrier_init")) return in->flags |= F_MBARINIT, 0;
+    if (!strcmp(w, "release") || !strcmp(w, "acquire") || !strcmp(w, "cluster")) return 0;
   }
   if (op == OP_MBAR) {
     static const char *const MB[] = {"init", "arrive", "expect_tx", "try_wait", "test_wait", "inval"};
