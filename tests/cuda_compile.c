@@ -201,8 +201,11 @@ static int space(const char *arch, int stride) {
           failures++;
           continue;
         }
-        for (int c = 0; c < sp.count; c++)
+        for (int c = 0; c < sp.count; c++) {
+          /* a sample leaves the Hopper template's points to its own compile tests (tests/cuda_sm90.cmake) */
+          if (stride > 1 && sp.cfg[c].impl == ATTN_IMPL_WGMMA) continue;
           if (seen++ % stride == 0) check(&sp.cfg[c], 0, 1);
+        }
         attn_space_free(&sp);
       }
   return 0;

@@ -24,6 +24,12 @@ if(TARGET attntune)
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_pkg.sh ${PROJECT_SOURCE_DIR}/python ${ATTN_INSTALL_WORK}/prefix
                    ${CMAKE_INSTALL_LIBDIR} ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/python-work)
   set_tests_properties(python_package PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77
+                       FIXTURES_REQUIRED attn_install ENVIRONMENT "${ATTN_INSTALL_ENV};ATTN_TEST_TORCH=0")
+  # the same with torch's checks (CPU tensors against SDPA, autograd, CUDA tensors where a GPU is): nightly
+  add_test(NAME python_package_torch
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_pkg.sh ${PROJECT_SOURCE_DIR}/python ${ATTN_INSTALL_WORK}/prefix
+                   ${CMAKE_INSTALL_LIBDIR} ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/python-work-torch)
+  set_tests_properties(python_package_torch PROPERTIES LABELS "python;torch;nightly" TIMEOUT 300 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED attn_install ENVIRONMENT "${ATTN_INSTALL_ENV}")
   # scripts/tuning_check.py on a half-precision d_v != d database; after tuner_cli_cpu_half, whose kernels (the same
   # problem's) it finds compiled in the shared cache
