@@ -90,25 +90,6 @@ static int ints_to_device(attn_runtime *rt, const int *const *parts, const size_
   return ATTN_OK;
 }
 
-/* A valid cu_seqlens: batch + 1 entries from 0, non-decreasing, each length <= most; the longest in *longest (the
- * CPU's checks and words, runtime/varlen.c). */
-static int check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest) {
-  if (!cu) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s is NULL", name);
-  if (cu[0] != 0) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s[0] is %d, not 0", name, cu[0]);
-  *longest = 0;
-  for (int b = 0; b < batch; b++) {
-    const long len = (long)cu[b + 1] - cu[b];
-    if (len < 0)
-      return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s decreases at %d (%d then %d)", name, b + 1, cu[b],
-                       cu[b + 1]);
-    if (len > most)
-      return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: sequence %d has %ld rows in %s, above the plan's %d",
-                       b, len, name, most);
-    if (len > *longest) *longest = len;
-  }
-  return ATTN_OK;
-}
-
 int attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
                              const void *k, const void *v, void *o) {
   const char *what = "attn_execute_varlen";
@@ -119,8 +100,8 @@ int attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, con
     return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, !q ? "q" : !k ? "k" : !v ? "v" : "o");
   const attn_problem *p = &plan->p;
   long max_q, max_kv;
-  rc = check_cu(rt, "cu_seqlens_q", cu_seqlens_q, p->batch, p->n, &max_q);
-  if (rc == ATTN_OK) rc = check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
+  rc = attn_varlen_check_cu(rt, "cu_seqlens_q", cu_seqlens_q, p->batch, p->n, &max_q);
+  if (rc == ATTN_OK) rc = attn_varlen_check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
   if (rc != ATTN_OK) return rc;
   if (max_q == 0) return ATTN_OK; /* no query row: nothing to write */
   attn_cuda_kernel *kern;
@@ -144,7 +125,7 @@ int attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, con
   return rc;
 }
 
-/* Every argument checked before anything is launched (the CPU's checks and words, runtime/paged.c). */
+/* Every argument checked before anything is launched (the layout's by runtime/paged.c, as on the CPU). */
 static int check_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
                        int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o,
                        long *longest) {
@@ -155,33 +136,7 @@ static int check_paged(const attn_plan *plan, const void *q, const void *k_pages
   if (null) return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, null);
   int rc = check_plan(plan, what);
   if (rc != ATTN_OK) return rc;
-  if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
-  if (plan->p.page_size > 0 && page_size != plan->p.page_size)
-    return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d, but the plan was made for pages of %d", what, page_size,
-                     plan->p.page_size);
-  if (num_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: num_pages %d is not >= 1", what, num_pages);
-  if (max_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: max_pages %d is not >= 1", what, max_pages);
-  const attn_problem *p = &plan->p;
-  *longest = 0;
-  for (int b = 0; b < p->batch; b++) {
-    const long len = seq_lens_kv[b];
-    if (len < 0) return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has length %ld < 0", what, b, len);
-    if (len > p->n_kv)
-      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than the plan's n_kv %d", what, b, len,
-                       p->n_kv);
-    if (len > (long)max_pages * page_size)
-      return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has %ld keys, more than its %d pages of %d hold", what, b,
-                       len, max_pages, page_size);
-    const long used = (len + page_size - 1) / page_size;
-    for (long i = 0; i < used; i++) {
-      const int page = block_table[(size_t)b * max_pages + i];
-      if (page < 0 || page >= num_pages)
-        return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d's page %ld is %d, outside the cache's 0..%d", what, b, i,
-                         page, num_pages - 1);
-    }
-    if (len > *longest) *longest = len;
-  }
-  return ATTN_OK;
+  return attn_paged_check_layout(plan, num_pages, page_size, block_table, max_pages, seq_lens_kv, longest);
 }
 
 int attn_cuda_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,

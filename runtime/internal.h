@@ -140,6 +140,11 @@ int  attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const a
 int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads);
 /* Serving layouts (runtime/cuda_serve.c): attn_execute_varlen and attn_execute_paged of a CUDA plan (their checks,
  * then the layout's kernel reading the arrays in place), and the release of those kernels (attn_plan_destroy). */
+/* The serving layouts' argument checks, shared by the CPU (varlen.c, paged.c) and CUDA (cuda_serve.c): ATTN_EINVAL
+ * with one line, else the longest sequence in *longest. */
+int  attn_varlen_check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest);
+int  attn_paged_check_layout(const attn_plan *plan, int num_pages, int page_size, const int *block_table,
+                             int max_pages, const int *seq_lens_kv, long *longest);
 int  attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
                               const void *k, const void *v, void *o);
 int  attn_cuda_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,

@@ -19,11 +19,19 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
   if (null) return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, null);
   if (plan->backward)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: a backward plan (no paged backward; attn_execute_backward)", what);
-  if (plan->cuda)
-    return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: CPU plans only (no CUDA paged kernel yet)", what);
   if (plan->spec.algo == ATTN_ALGO_LOWRANK)
     return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: lowrank's projections need the whole KV, not pages (use flash)", what);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
+  long longest;
+  return attn_paged_check_layout(plan, num_pages, page_size, block_table, max_pages, seq_lens_kv, &longest);
+}
+
+/* The page size, the table and the lengths (the CPU's and CUDA's checks): ATTN_EINVAL with one line, else the
+ * longest sequence in *longest. */
+int attn_paged_check_layout(const attn_plan *plan, int num_pages, int page_size, const int *block_table,
+                            int max_pages, const int *seq_lens_kv, long *longest) {
+  attn_runtime *rt = plan->rt;
+  const char *what = "attn_execute_paged";
   if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
   if (plan->p.page_size > 0 && page_size != plan->p.page_size)
     return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d, but the plan was made for pages of %d", what, page_size,
@@ -31,6 +39,7 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
   if (num_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: num_pages %d is not >= 1", what, num_pages);
   if (max_pages < 1) return attn_fail(rt, ATTN_EINVAL, "%s: max_pages %d is not >= 1", what, max_pages);
   const attn_problem *p = &plan->p;
+  *longest = 0;
   for (int b = 0; b < p->batch; b++) {
     const long len = seq_lens_kv[b];
     if (len < 0) return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d has length %ld < 0", what, b, len);
@@ -47,6 +56,7 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
         return attn_fail(rt, ATTN_EINVAL, "%s: sequence %d's page %ld is %d, outside the cache's 0..%d", what, b, i,
                          page, num_pages - 1);
     }
+    if (len > *longest) *longest = len;
   }
   return ATTN_OK;
 }

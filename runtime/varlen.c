@@ -8,7 +8,7 @@
 #define ATTN_API __attribute__((visibility("default")))
 
 /* A valid cu_seqlens: batch + 1 entries from 0, non-decreasing, each length <= most; the longest in *longest. */
-static int check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest) {
+int attn_varlen_check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest) {
   if (!cu) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s is NULL", name);
   if (cu[0] != 0) return attn_fail(rt, ATTN_EINVAL, "attn_execute_varlen: %s[0] is %d, not 0", name, cu[0]);
   *longest = 0;
@@ -39,8 +39,8 @@ ATTN_API int attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q,
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "attn_execute_varlen: plan has no kernel");
   const attn_problem *p = &plan->p;
   long max_q, max_kv;
-  int rc = check_cu(rt, "cu_seqlens_q", cu_seqlens_q, p->batch, p->n, &max_q);
-  if (rc == ATTN_OK) rc = check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
+  int rc = attn_varlen_check_cu(rt, "cu_seqlens_q", cu_seqlens_q, p->batch, p->n, &max_q);
+  if (rc == ATTN_OK) rc = attn_varlen_check_cu(rt, "cu_seqlens_kv", cu_seqlens_kv, p->batch, p->n_kv, &max_kv);
   if (rc != ATTN_OK) return rc;
 
   const size_t es = attn_dtype_size(p->dtype);

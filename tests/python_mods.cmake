@@ -3,5 +3,5 @@
 # tree's package and this build's libattn; three kernels).
 set(ATTN_MODS_CACHE ${ATTN_TEST_CACHE}) # the shared kernel cache (tests/CMakeLists.txt)
 add_test(NAME python_mods COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_train.sh python_mods.py $<TARGET_FILE:attn>)
-set_tests_properties(python_mods PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
+set_tests_properties(python_mods PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_MODS_CACHE};ATTN_DB=${ATTN_MODS_CACHE}/no-database.db")
