@@ -384,10 +384,14 @@ static void run_spec(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0
     double e[4];
     exact_distance(&c, (const float *const *)g, e);
     printf("  against exact attention: O %.3g, dq %.3g, dk %.3g, dv %.3g\n", e[0], e[1], e[2], e[3]);
-    /* Taylor features of degree 2 at |scale q.k| <= 0.2 sqrt(d) / 2: exp's series error is ~|s|^3/6, a few percent */
+    /* Taylor features of degree 2 at |scale q.k| <= 0.2 sqrt(d) / 2: exp's series error is ~|s|^3/6, a few percent
+       in O and dV. dQ and dK go through dS = P (dP - D), whose difference cancels, so their relative error is
+       several times larger (up to 0.09 over 400 draws at n = 1); a wrong gradient is off by ~1, as random
+       features' are. */
     if (s->feature == ATTN_FEAT_TAYLOR && c.p.scale * c.p.d <= 2.0f)
-      CHECK(e[1] < 0.05 && e[2] < 0.05 && e[3] < 0.05, "%s: Taylor's gradient %.3g %.3g %.3g from exact attention's",
-            shape(&c.p), e[1], e[2], e[3]);
+      CHECK(e[0] < 0.05 && e[3] < 0.05 && e[1] < 0.3 && e[2] < 0.3,
+            "%s: Taylor's O %.3g and gradient %.3g %.3g %.3g from exact attention's", shape(&c.p), e[0], e[1], e[2],
+            e[3]);
   }
   free(g[0]), free(g[1]), free(g[2]);
   attn_plan_destroy(plan);
