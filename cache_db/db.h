@@ -85,6 +85,9 @@ typedef struct attn_db_query {
   /* Schema 8, matched exactly: a forward's row never serves a backward's problem, nor a variant's a dense one. */
   const char *pass;       /* "fwd" | "bwd"; NULL: "fwd" */
   const char *variant;    /* score modifiers and KV layout as canonical text; NULL: "" (dense) */
+  /* A word of the spec text (e.g. "impl=wgmma") whose rows the caller serves only once measured: its other rows are
+   * left out before the ranking, so that the best row the caller can serve is found. NULL or "": none left out. */
+  const char *unmeasured_skip;
 } attn_db_query;
 
 typedef struct attn_db_best {
@@ -95,6 +98,7 @@ typedef struct attn_db_best {
   int n_kv, batch, heads, heads_kv, threads; /* the rest of the row's problem (threads 0: not recorded) */
   int chosen, is_default;  /* the finalist round's choice; the untuned default configuration */
   long long id;            /* the row's id in measurements */
+  int skipped;             /* 1: without unmeasured_skip a row it leaves out would have been the best (or the only) */
 } attn_db_best;
 
 /* ATTN_OK and *out filled; ATTN_EUNSUPPORTED when no row matches (caller falls back to defaults); ATTN_EDB on error.
@@ -106,7 +110,8 @@ typedef struct attn_db_best {
  * then the tie rule. error is -1 when the row has none. At equal distance, a row on the query's threads, then one
  * without threads, then the problem with the smaller n, n_kv, batch*heads, heads_kv, batch, threads. On
  * ATTN_EUNSUPPORTED *out is zeroed except n: the n of the nearest row of the other regime when only rows of that regime
- * fit (so that the caller can say why the default serves), else 0. */
+ * fit (so that the caller can say why the default serves), else 0. With unmeasured_skip, skipped says whether the
+ * rule without it would have chosen a row it left out (on ATTN_EUNSUPPORTED too: only such rows were stored). */
 int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out);
 
 /* Compiled artifacts (shared objects, cubins), keyed by source hash + compiler + flags + arch, each stored with the

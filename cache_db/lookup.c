@@ -6,7 +6,8 @@
 
 /* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode bound; ?13:
  * the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row); ?14, ?15: its pass and variant
- * (never crossed either). Rows of the other regime are kept but ranked last, so that a miss can say they exist
+ * (never crossed either); ?16: a word of the spec text whose unmeasured rows the caller cannot serve (NULL: none),
+ * left out before the ranking so that the tie rule and the finalist's marks are those of the rows it can serve. Rows of the other regime are kept but ranked last, so that a miss can say they exist
  * (`other`). attn_logdist is a ratio, so the product of the four orders as the sum of |log| distances does. At equal
  * distance a row on the query's threads, then one that did not record them, then the smaller problem. `later`: in a
  * problem the finalist round judged, rows it did not choose (lowrank rows are not judged by it); the tie rule's
@@ -28,6 +29,7 @@ static const char lookup_sql[] =
     "WHERE dv.name = ?1 AND m.d = ?2 AND m.d_v = ?13 AND m.dtype = ?3 AND m.causal = ?4 AND m.status = 'ok' "
     "AND m.pass = ?14 AND m.variant = ?15 "
     "AND m.time_ms > 0 "
+    "AND (?16 IS NULL OR m.provenance = 'measured' OR instr(' ' || k.spec || ' ', ' ' || ?16 || ' ') = 0) "
     "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))))) "
     "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
     "n, n_kv, batch * heads, heads_kv, batch, threads, later, "
@@ -64,16 +66,10 @@ static int best_row(void *ctx, sqlite3_stmt *s) {
   return ATTN_OK;
 }
 
-int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
-  if (!db || !q || !out || !q->device) {
-    if (db) attn_dbi_fail(db, ATTN_EINVAL, "attn_db_lookup: NULL argument");
-    return ATTN_EINVAL;
-  }
-  const char *dt = attn_dbi_dtype_text(q->dtype);
-  if (!dt) return attn_dbi_fail(db, ATTN_EINVAL, "attn_db_lookup: unknown dtype");
+/* One run of lookup_sql for q; skip: ?16. */
+static int run_lookup(attn_db *db, const attn_db_query *q, const char *dt, const char *skip, attn_db_best *out) {
   /* db.h's defaults for the fields left 0 */
   const int n = q->n > 0 ? q->n : 1, heads = q->heads > 0 ? q->heads : 1;
-  pthread_mutex_lock(&db->mu);
   sqlite3_stmt *s = attn_dbi_stmt(db, S_LOOKUP, lookup_sql);
   if (s) {
     attn_dbi_text(s, 1, q->device);
@@ -91,10 +87,41 @@ int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
     sqlite3_bind_int(s, 13, q->d_v > 0 ? q->d_v : q->d);
     attn_dbi_text(s, 14, q->pass ? q->pass : "fwd");
     attn_dbi_text(s, 15, q->variant ? q->variant : "");
+    attn_dbi_text(s, 16, skip);
     memset(out, 0, sizeof *out);
   }
   lookup_ctx c = {db, out, n};
-  int rc = attn_dbi_one(db, s, "lookup", best_row, &c, "no stored row for this problem");
+  return attn_dbi_one(db, s, "lookup", best_row, &c, "no stored row for this problem");
+}
+
+/* 1 when the spec text has word as one of its space-separated words */
+static int has_word(const char *spec, const char *word) {
+  const size_t w = strlen(word);
+  for (const char *p = spec; w && (p = strstr(p, word)) != NULL; p += w)
+    if ((p == spec || p[-1] == ' ') && (p[w] == ' ' || p[w] == '\0')) return 1;
+  return 0;
+}
+
+int attn_db_lookup(attn_db *db, const attn_db_query *q, attn_db_best *out) {
+  if (!db || !q || !out || !q->device) {
+    if (db) attn_dbi_fail(db, ATTN_EINVAL, "attn_db_lookup: NULL argument");
+    return ATTN_EINVAL;
+  }
+  const char *dt = attn_dbi_dtype_text(q->dtype);
+  if (!dt) return attn_dbi_fail(db, ATTN_EINVAL, "attn_db_lookup: unknown dtype");
+  const char *skip = q->unmeasured_skip && q->unmeasured_skip[0] ? q->unmeasured_skip : NULL;
+  pthread_mutex_lock(&db->mu);
+  int skipped = 0, rc;
+  if (skip) {
+    /* would the rule without the option have chosen a row it leaves out? (then the caller says so) */
+    attn_db_best all;
+    rc = run_lookup(db, q, dt, NULL, &all);
+    if (rc == ATTN_EDB) goto done;
+    skipped = rc == ATTN_OK && strcmp(all.provenance, "measured") != 0 && has_word(all.spec, skip);
+  }
+  rc = run_lookup(db, q, dt, skip, out);
+  out->skipped = skipped;
+done:
   pthread_mutex_unlock(&db->mu);
   return rc;
 }

@@ -382,12 +382,17 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
   const int threads = rt->target == ATTN_TARGET_CPU ? rt->threads : 0;
   attn_db_query q = {.device = rt->device, .d = p->d, .causal = p->causal, .n = p->n, .dtype = p->dtype,
                      .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
-                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass, .variant = variant};
+                     .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass, .variant = variant,
+                     /* the Hopper template (impl=wgmma) serves only once measured on this device: a model row of it
+                      * has never been checked against fp64 on a GPU, so the best row without it serves */
+                     .unmeasured_skip = "impl=wgmma"};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
   if (rc != ATTN_OK) {
     if (rc != ATTN_EUNSUPPORTED) snprintf(origin, olen, "default: database lookup failed");
+    else if (best.skipped)
+      snprintf(origin, olen, "default: the stored impl=wgmma row is the model's, not measured on this device");
     else if (best.n > 0 && p->n < ATTN_DB_DECODE_BELOW)
       snprintf(origin, olen, "default: no decode row (n < %d) stored; prefill rows do not apply", ATTN_DB_DECODE_BELOW);
     else if (best.n > 0)
@@ -410,8 +415,7 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
       t.alibi != (p->alibi_slopes != NULL) ||
       t.causal != p->causal || t.dtype != p->dtype || (t.algo == ATTN_ALGO_LOWRANK && p->tolerance <= 0))
     return -1;
-  /* The Hopper template (impl=wgmma) serves only once measured on this device: a model row of it has never been
-   * checked against fp64 on a GPU */
+  /* the lookup left model impl=wgmma rows out; a guard all the same */
   if (t.impl == ATTN_IMPL_WGMMA && strcmp(best.provenance, "measured") != 0) {
     snprintf(origin, olen, "default: the stored impl=wgmma row is the model's, not measured on this device");
     return -1;
@@ -419,10 +423,12 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
   const char *kind = strcmp(best.provenance, "model") == 0 ? "model" : "tuned";
   char diff[128];
   shape_diff(&best, p, threads, diff, sizeof diff);
+  /* the row ranked first was a model impl=wgmma one: this is the best the device can serve */
+  const char *why = best.skipped ? "; unmeasured impl=wgmma row passed over" : "";
   if (!diff[0] || best.n <= 0)
-    snprintf(origin, olen, "%s", kind);
+    snprintf(origin, olen, "%s%s", kind, why);
   else
-    snprintf(origin, olen, "%s at%s: nearest stored shape", kind, diff);
+    snprintf(origin, olen, "%s at%s: nearest stored shape%s", kind, diff, why);
   *s = t;
   return 0;
 }

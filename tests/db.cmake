@@ -24,3 +24,8 @@ if(TARGET attntune)
     set_tests_properties(db_cli_${c} PROPERTIES LABELS tuner TIMEOUT 120)
   endforeach()
 endif()
+# unmeasured_skip: the best row a caller can serve when the best stored is a model impl=wgmma row
+add_executable(db_skip ${CMAKE_CURRENT_LIST_DIR}/db_skip.c)
+target_link_libraries(db_skip PRIVATE attn_core)
+add_test(NAME db_skip COMMAND db_skip ${CMAKE_CURRENT_BINARY_DIR}/db-skip-work)
+set_tests_properties(db_skip PROPERTIES LABELS tuner TIMEOUT 60)

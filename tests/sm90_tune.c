@@ -3,7 +3,8 @@
  *                     attn_spec_check_sm90, 1..3 consumer warpgroups); an sm_80 GPU's, f32's and a d that is not a
  *                     multiple of 8 hold none
  *   sm90_tune serve   on the fake driver (ATTN_LIBCUDA, FAKE_LIBCUDA=cc=90, ATTN_DB a scratch path): a stored
- *                     impl=wgmma row of provenance model is not served (the mma.sync default is), a measured one is
+ *                     impl=wgmma row of provenance model is not served (the mma.sync default is, or the best
+ *                     mma.sync row stored, and describe says a wgmma row was passed over), a measured one is
  *                     (its execution is refused: the fake has no cuTensorMapEncodeTiled); with cc=80 an impl=wgmma
  *                     spec's plan is refused with the reason */
 #include <stdlib.h>
@@ -143,13 +144,19 @@ static int serve(void) {
   rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
   CHECK(rc == ATTN_OK && !strstr(text, "sm_90a wgmma") && strstr(text, "(default: the stored impl=wgmma row is the model's"),
         "model row: rc %d: %s", rc, text);
-  /* a model row of mma.sync tiles is served as before */
+  /* beside it a slower model row of mma.sync tiles: the best row the device can serve, and describe says that a
+   * wgmma row ranked first */
   attn_spec m = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_F16, 64, 1);
   m.bc = m.bc == 32 ? 64 : 32;
+  store_row(db, device, &p, &m, "model", 0.0015);
+  rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
+  CHECK(rc == ATTN_OK && !strstr(text, "sm_90a wgmma") && strstr(text, "(model; unmeasured impl=wgmma row passed over)"),
+        "mma model row beside the wgmma one: rc %d: %s", rc, text);
+  /* alone, a model row of mma.sync tiles is served as before */
   unlink(db);
   store_row(db, device, &p, &m, "model", 0.001);
   rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
-  CHECK(rc == ATTN_OK && !strstr(text, "wgmma") && strstr(text, "(model"), "mma model row: rc %d: %s", rc, text);
+  CHECK(rc == ATTN_OK && !strstr(text, "wgmma") && strstr(text, "(model)"), "mma model row: rc %d: %s", rc, text);
   /* measured on this device: served (measured rows rank before model rows) */
   store_row(db, device, &p, &w, "measured", 0.002);
   attn_plan *plan = NULL;
