@@ -157,6 +157,24 @@ int  attn_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const i
 int  attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
                         int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o);
 
+/* attn_execute_varlen and attn_execute_paged without waiting, for inference engines that queue work on a CUDA stream
+ * (as attn_execute_async does: stream a CUstream of the runtime's device in its primary context, NULL the legacy
+ * default stream; ATTN_OK means queued, and the kernel's own errors surface at the caller's next synchronization of
+ * the stream; q, k, v (the pages), o stay allocated and untouched by the caller until the stream has finished).
+ * cu_seqlens, block_table and seq_lens_kv are host arrays, checked before anything is queued (the same checks and
+ * errors as the synchronous calls: ATTN_EINVAL, nothing queued, o untouched), and read before the call returns: the
+ * caller may overwrite or free them at once. They reach the device through the plan's own pinned and device buffers
+ * (copied there on the host, then queued on the stream before the kernel), each reused only once the launch that
+ * used it has finished, with no host synchronization; a call made while eight calls of one plan are in flight
+ * waits for the oldest. Nothing is allocated per call once the plan's buffers have grown to the largest tables.
+ * The synchronous calls are these on the legacy default stream, then waited for. On the CPU: stream is ignored and
+ * these are the synchronous calls. */
+int  attn_execute_varlen_async(const attn_plan *plan, void *stream, const int *cu_seqlens_q, const int *cu_seqlens_kv,
+                               const void *q, const void *k, const void *v, void *o);
+int  attn_execute_paged_async(const attn_plan *plan, void *stream, const void *q, const void *k_pages,
+                              const void *v_pages, int num_pages, int page_size, const int *block_table, int max_pages,
+                              const int *seq_lens_kv, void *o);
+
 #ifdef __cplusplus
 }
 #endif

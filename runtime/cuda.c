@@ -4,6 +4,8 @@
  * with a tuned database never runs NVRTC), and loaded with cuModuleLoadData. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -785,21 +787,181 @@ int attn_cuda_copy(attn_runtime *rt, void *dst, const void *src, size_t bytes, i
   return ATTN_OK;
 }
 
-/* ---- serving layouts (runtime/cuda_serve.c): a varlen or paged kernel's launch, waited for. */
+/* ---- serving layouts' tables (runtime/cuda_serve.c): cu_seqlens, the block table and the lengths are host arrays
+ * that the caller may reuse as soon as attn_execute_varlen(_async) or attn_execute_paged(_async) returns.
+ * cuMemcpyHtoDAsync does not promise that: the driver API's "API synchronization behavior" says a transfer between
+ * device memory and pageable host memory "might be synchronous" and that the driver "may synchronize with the stream"
+ * to stage it, and a copy from pinned memory is fully asynchronous (the caller's array, if pinned, is read when the
+ * stream gets there). So the arrays are copied on the host, before the call returns, into a staging block of the
+ * plan: pinned host memory and device memory of the same size, the pinned copy queued to the device on the stream,
+ * then the launch, then an event. A block is reused only once its event has passed (cuEventQuery, which does not
+ * wait): by then the copy has read the pinned memory and the kernel the device memory. Nothing is allocated per call
+ * once a plan's blocks exist, on any driver (no memory pools needed), and a plan queued on several streams or threads
+ * at once takes a block per call in flight. Only when every block is in flight does a call wait, for the oldest. */
+#define CU_EVENT_DISABLE_TIMING 2
+#define CU_ERROR_NOT_READY 600
+#define TABLE_BLOCKS 8
+#define TABLE_MIN_BYTES 4096
 
-int attn_cuda_run_layout(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
-                         const void *kk, const void *v, void *o, const attn_cuda_kargs *lay, const char *what) {
+typedef struct table_block {
+  void *host;            /* pinned (cuMemHostAlloc) */
+  CUdeviceptr dev;
+  size_t bytes;          /* of each; 0: not allocated yet */
+  CUevent done;          /* recorded after the block's last launch; NULL: never used */
+  int busy;              /* taken by a call between its choice and its event's record */
+  unsigned long long used; /* the call that last took it (the oldest in flight is waited for) */
+} table_block;
+
+struct attn_cuda_tables {
+  attn_cuda *cu;
+  pthread_mutex_t lock;
+  unsigned long long calls;
+  table_block block[TABLE_BLOCKS];
+  CUresult (*memcpy_async)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*host_alloc)(void **, size_t, unsigned);
+  CUresult (*host_free)(void *);
+  CUresult (*event_query)(CUevent);
+};
+
+int attn_cuda_tables_new(attn_runtime *rt, attn_cuda_tables **out) {
+  *out = NULL;
+  attn_cuda *c = rt->cuda;
+  if (!c) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  attn_cuda_tables *t = calloc(1, sizeof *t);
+  if (!t) return attn_fail(rt, ATTN_ENOMEM, "out of memory for the serving tables' staging");
+  t->cu = c;
+  /* entry points of every CUDA 11 driver, looked up here: only the serving layouts use them */
+  *(void **)&t->memcpy_async = dlsym(c->lib, "cuMemcpyHtoDAsync_v2");
+  *(void **)&t->host_alloc = dlsym(c->lib, "cuMemHostAlloc");
+  *(void **)&t->host_free = dlsym(c->lib, "cuMemFreeHost");
+  *(void **)&t->event_query = dlsym(c->lib, "cuEventQuery");
+  const char *missing = !t->memcpy_async ? "cuMemcpyHtoDAsync_v2" : !t->host_alloc ? "cuMemHostAlloc"
+                      : !t->host_free ? "cuMemFreeHost" : !t->event_query ? "cuEventQuery" : NULL;
+  if (missing || pthread_mutex_init(&t->lock, NULL) != 0) {
+    free(t);
+    return missing ? attn_fail(rt, ATTN_ERUNTIME, "the CUDA driver lacks %s (a driver for CUDA 11 or later is needed)",
+                               missing)
+                   : attn_fail(rt, ATTN_ERUNTIME, "the serving tables' lock could not be made");
+  }
+  *out = t;
+  return ATTN_OK;
+}
+
+static void block_release(attn_cuda_tables *t, table_block *b) {
+  attn_cuda *c = t->cu;
+  if (b->done) c->cuEventSynchronize(b->done); /* its copy and launch may still be queued */
+  if (b->host) t->host_free(b->host);
+  if (b->dev) c->cuMemFree_v2(b->dev);
+  if (b->done) c->cuEventDestroy_v2(b->done);
+  memset(b, 0, sizeof *b);
+}
+
+void attn_cuda_tables_free(attn_cuda_tables *t) {
+  if (!t) return;
+  t->cu->cuCtxSetCurrent(t->cu->ctx);
+  for (int i = 0; i < TABLE_BLOCKS; i++) block_release(t, &t->block[i]);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+}
+
+/* A block of at least `bytes` taken for this call (busy): one whose event has passed, else an unused slot, else the
+ * oldest in flight, waited for; its memory (re)allocated where it is smaller. */
+static int block_take(attn_runtime *rt, attn_cuda_tables *t, size_t bytes, table_block **out) {
+  attn_cuda *c = t->cu;
+  table_block *b = NULL;
+  int passed = 0;
+  for (;;) {
+    pthread_mutex_lock(&t->lock);
+    table_block *fits = NULL, *idle = NULL, *oldest = NULL;
+    for (int i = 0; i < TABLE_BLOCKS && !fits; i++) {
+      table_block *x = &t->block[i];
+      if (x->busy) continue;
+      const int done = !x->done || t->event_query(x->done) != CU_ERROR_NOT_READY;
+      if (done && x->bytes >= bytes) fits = x;
+      else if (done && (!idle || x->bytes > idle->bytes)) idle = x;
+      else if (!done && (!oldest || x->used < oldest->used)) oldest = x;
+    }
+    b = fits ? fits : idle ? idle : oldest;
+    passed = b && b != oldest;
+    if (b) {
+      b->busy = 1;
+      b->used = ++t->calls;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (b) break;
+    sched_yield(); /* every block taken by calls between their choice and their launch: a moment */
+  }
+  CUresult r;
+  if (!passed && (r = c->cuEventSynchronize(b->done)) != 0) {
+    b->busy = 0;
+    return attn_fail(rt, ATTN_ERUNTIME, "waiting for an earlier serving launch's tables: %s", cu_err(c, r));
+  }
+  if (b->bytes < bytes) {
+    size_t want = b->bytes * 2 > bytes ? b->bytes * 2 : bytes;
+    if (want < TABLE_MIN_BYTES) want = TABLE_MIN_BYTES;
+    if (b->host) t->host_free(b->host);
+    if (b->dev) c->cuMemFree_v2(b->dev);
+    b->host = NULL, b->dev = 0, b->bytes = 0;
+    if ((r = t->host_alloc(&b->host, want, 0)) != 0) {
+      b->host = NULL, b->busy = 0;
+      return attn_fail(rt, ATTN_ENOMEM, "%zu bytes of pinned host memory for the serving tables: %s", want,
+                       cu_err(c, r));
+    }
+    if ((r = c->cuMemAlloc_v2(&b->dev, want)) != 0) {
+      t->host_free(b->host);
+      b->host = NULL, b->dev = 0, b->busy = 0;
+      return attn_fail(rt, ATTN_ENOMEM, "%zu bytes of device memory for the serving tables: %s", want, cu_err(c, r));
+    }
+    b->bytes = want;
+  }
+  if (!b->done && (r = c->cuEventCreate(&b->done, CU_EVENT_DISABLE_TIMING)) != 0) {
+    b->done = NULL, b->busy = 0;
+    return attn_fail(rt, ATTN_ERUNTIME, "cuEventCreate: %s", cu_err(c, r));
+  }
+  *out = b;
+  return ATTN_OK;
+}
+
+int attn_cuda_launch_layout(attn_runtime *rt, attn_cuda_tables *t, attn_cuda_kernel *k, const attn_problem *p,
+                            void *stream, int sync, const void *q, const void *kk, const void *v, void *o,
+                            const attn_cuda_kargs *lay, const int *const *parts, const size_t *count,
+                            const size_t *fields, int nparts, const char *what) {
   attn_cuda *c = k->cu;
   attn_cuda_kargs a;
   attn_cuda_geom g;
   int rc = prepare(rt, k, p, q, kk, v, o, what, &a, &g);
   if (rc != ATTN_OK) return rc;
-  a.cu_q = lay->cu_q, a.cu_kv = lay->cu_kv;
-  a.block_table = lay->block_table, a.seq_kv = lay->seq_kv;
   a.max_pages = lay->max_pages, a.page_size = lay->page_size;
-  rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, NULL, "attn_kernel");
+  size_t total = 0;
+  for (int i = 0; i < nparts; i++) total += count[i];
+  table_block *b = NULL;
+  if ((rc = block_take(rt, t, total * sizeof(int), &b)) != ATTN_OK) return rc;
+  /* the caller's arrays read here, and only here */
+  size_t off = 0;
+  for (int i = 0; i < nparts; i++) {
+    memcpy((int *)b->host + off, parts[i], count[i] * sizeof(int));
+    const int *dev = (const int *)(uintptr_t)(b->dev + off * sizeof(int));
+    memcpy((char *)&a + fields[i], &dev, sizeof dev);
+    off += count[i];
+  }
+  CUstream s = stream;
   CUresult r;
-  if (rc == ATTN_OK && (r = c->cuStreamSynchronize(NULL)) != 0)
+  if ((r = t->memcpy_async(b->dev, b->host, total * sizeof(int), s)) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s: copying the tables to the device: cuMemcpyHtoDAsync: %s", what,
+                   cu_err(c, r));
+  if (rc == ATTN_OK) {
+    atomic_store_explicit(&k->queued, 1, memory_order_relaxed);
+    rc = launch(rt, c, k->fn, g.grid, g.block, (unsigned)k->smem, &a, s, "attn_kernel");
+  }
+  /* recorded whatever happened: a queued copy still reads the block (an event on a failed stream passes) */
+  if ((r = c->cuEventRecord(b->done, s)) != 0) {
+    if (rc == ATTN_OK) rc = attn_fail(rt, ATTN_ERUNTIME, "%s: cuEventRecord: %s", what, cu_err(c, r));
+    c->cuStreamSynchronize(s); /* the block is unusable until its copy is done: wait here rather than guess */
+  }
+  pthread_mutex_lock(&t->lock);
+  b->busy = 0;
+  pthread_mutex_unlock(&t->lock);
+  if (rc == ATTN_OK && sync && (r = c->cuStreamSynchronize(s)) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s: attn_kernel failed: %s", what, cu_err(c, r));
   return rc;
 }

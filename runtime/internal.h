@@ -52,6 +52,8 @@ struct attn_plan {
   /* CUDA flash: the varlen, paged and packed paged decode kernels (spec.layout 1, 2, 3), each loaded by the plan's
    * first call that needs it */
   _Atomic(attn_cuda_kernel *) serve[3];
+  /* CUDA: the staging of their host tables (attn_cuda_tables), made by the first such call */
+  _Atomic(struct attn_cuda_tables *) serve_tables;
 };
 
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale; a window that hides nothing becomes 0);
@@ -142,20 +144,34 @@ int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slo
  * then the layout's kernel reading the arrays in place), and the release of those kernels (attn_plan_destroy). */
 /* The serving layouts' argument checks, shared by the CPU (varlen.c, paged.c) and CUDA (cuda_serve.c): ATTN_EINVAL
  * with one line, else the longest sequence in *longest. */
-int  attn_varlen_check_cu(attn_runtime *rt, const char *name, const int *cu, int batch, int most, long *longest);
-int  attn_paged_check_layout(const attn_plan *plan, int num_pages, int page_size, const int *block_table,
-                             int max_pages, const int *seq_lens_kv, long *longest);
-int  attn_cuda_execute_varlen(const attn_plan *plan, const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q,
-                              const void *k, const void *v, void *o);
-int  attn_cuda_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
-                             int num_pages, int page_size, const int *block_table, int max_pages,
-                             const int *seq_lens_kv, void *o);
+int  attn_varlen_check_cu(attn_runtime *rt, const char *what, const char *name, const int *cu, int batch, int most,
+                          long *longest);
+int  attn_paged_check_layout(const attn_plan *plan, const char *what, int num_pages, int page_size,
+                             const int *block_table, int max_pages, const int *seq_lens_kv, long *longest);
+/* stream: a CUstream (NULL: the legacy default stream); sync 1: waited for (attn_execute_varlen, attn_execute_paged),
+ * 0: queued only (their _async forms). what: the public call's name for messages. */
+int  attn_cuda_execute_varlen(const attn_plan *plan, void *stream, int sync, const char *what,
+                              const int *cu_seqlens_q, const int *cu_seqlens_kv, const void *q, const void *k,
+                              const void *v, void *o);
+int  attn_cuda_execute_paged(const attn_plan *plan, void *stream, int sync, const char *what, const void *q,
+                             const void *k_pages, const void *v_pages, int num_pages, int page_size,
+                             const int *block_table, int max_pages, const int *seq_lens_kv, void *o);
 void attn_cuda_serve_release(attn_plan *plan);
 struct attn_cuda_kargs; /* templates/kernel_abi_cuda.h */
-/* One launch of a layout's kernel (runtime/cuda.c): p's sizes (n, n_kv: the grid's), the layout's device arrays and
- * sizes from lay (cu_q, cu_kv, block_table, seq_kv, max_pages, page_size; the rest ignored), waited for. */
-int  attn_cuda_run_layout(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
-                          const void *kk, const void *v, void *o, const struct attn_cuda_kargs *lay, const char *what);
+/* A plan's staging of the serving layouts' host tables (runtime/cuda.c): pinned host and device blocks, each reused
+ * once the event recorded after its last launch has passed, so that a call reads its host arrays before it returns
+ * and allocates nothing once the blocks exist. Made by the plan's first serving call, freed with the plan. */
+typedef struct attn_cuda_tables attn_cuda_tables;
+int  attn_cuda_tables_new(attn_runtime *rt, attn_cuda_tables **out);
+void attn_cuda_tables_free(attn_cuda_tables *t);   /* waits for the blocks' launches; NULL is fine */
+/* One launch of a layout's kernel on stream (a CUstream; NULL: the legacy default stream): p's sizes (n, n_kv: the
+ * grid's), max_pages and page_size from lay; the nparts host int arrays parts[i] (count[i] ints) copied into a
+ * staging block of t, their device addresses set at byte offsets fields[i] of the kernel's attn_cuda_kargs; the copy,
+ * the launch and the block's event queued on stream in that order. sync: then the stream waited for. */
+int  attn_cuda_launch_layout(attn_runtime *rt, attn_cuda_tables *t, attn_cuda_kernel *k, const attn_problem *p,
+                             void *stream, int sync, const void *q, const void *kk, const void *v, void *o,
+                             const struct attn_cuda_kargs *lay, const int *const *parts, const size_t *count,
+                             const size_t *fields, int nparts, const char *what);
 /* Compiles s into the caches without loading it (the tuner's parallel compiles); thread-safe with its own rt copy. */
 int  attn_cuda_precompile(attn_runtime *rt, const attn_spec *s, int count_io);
 int  attn_cuda_was_cached(const attn_cuda_kernel *k);

@@ -10,10 +10,10 @@
 #define ATTN_API __attribute__((visibility("default")))
 
 /* Every argument checked before anything is written: ATTN_EINVAL (one line) leaves o untouched. */
-static int check_args(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages, int num_pages,
-                      int page_size, const int *block_table, int max_pages, const int *seq_lens_kv, void *o) {
+static int check_args(const attn_plan *plan, const char *what, const void *q, const void *k_pages,
+                      const void *v_pages, int num_pages, int page_size, const int *block_table, int max_pages,
+                      const int *seq_lens_kv, void *o) {
   attn_runtime *rt = plan->rt;
-  const char *what = "attn_execute_paged";
   const char *null = !q ? "q" : !k_pages ? "k_pages" : !v_pages ? "v_pages" : !block_table ? "block_table"
                    : !seq_lens_kv ? "seq_lens_kv" : !o ? "o" : NULL;
   if (null) return attn_fail(rt, ATTN_EINVAL, "%s: %s is NULL", what, null);
@@ -23,15 +23,14 @@ static int check_args(const attn_plan *plan, const void *q, const void *k_pages,
     return attn_fail(rt, ATTN_EUNSUPPORTED, "%s: lowrank's projections need the whole KV, not pages (use flash)", what);
   if (!plan->cpu) return attn_fail(rt, ATTN_ERUNTIME, "%s: plan has no kernel", what);
   long longest;
-  return attn_paged_check_layout(plan, num_pages, page_size, block_table, max_pages, seq_lens_kv, &longest);
+  return attn_paged_check_layout(plan, what, num_pages, page_size, block_table, max_pages, seq_lens_kv, &longest);
 }
 
 /* The page size, the table and the lengths (the CPU's and CUDA's checks): ATTN_EINVAL with one line, else the
  * longest sequence in *longest. */
-int attn_paged_check_layout(const attn_plan *plan, int num_pages, int page_size, const int *block_table,
-                            int max_pages, const int *seq_lens_kv, long *longest) {
+int attn_paged_check_layout(const attn_plan *plan, const char *what, int num_pages, int page_size,
+                            const int *block_table, int max_pages, const int *seq_lens_kv, long *longest) {
   attn_runtime *rt = plan->rt;
-  const char *what = "attn_execute_paged";
   if (page_size < 1) return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d is not >= 1", what, page_size);
   if (plan->p.page_size > 0 && page_size != plan->p.page_size)
     return attn_fail(rt, ATTN_EINVAL, "%s: page_size %d, but the plan was made for pages of %d", what, page_size,
@@ -61,14 +60,15 @@ int attn_paged_check_layout(const attn_plan *plan, int num_pages, int page_size,
   return ATTN_OK;
 }
 
-ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
-                                int num_pages, int page_size, const int *block_table, int max_pages,
-                                const int *seq_lens_kv, void *o) {
-  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "attn_execute_paged: plan is NULL");
+/* Both entry points: on CUDA queued on stream, and waited for when sync; on the CPU the one synchronous run. */
+static int execute_paged(const char *what, const attn_plan *plan, void *stream, int sync, const void *q,
+                         const void *k_pages, const void *v_pages, int num_pages, int page_size,
+                         const int *block_table, int max_pages, const int *seq_lens_kv, void *o) {
+  if (!plan) return attn_fail(NULL, ATTN_EINVAL, "%s: plan is NULL", what);
   if (plan->cuda) /* runtime/cuda_serve.c */
-    return attn_cuda_execute_paged(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages,
-                                   seq_lens_kv, o);
-  int rc = check_args(plan, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages, seq_lens_kv, o);
+    return attn_cuda_execute_paged(plan, stream, sync, what, q, k_pages, v_pages, num_pages, page_size, block_table,
+                                   max_pages, seq_lens_kv, o);
+  int rc = check_args(plan, what, q, k_pages, v_pages, num_pages, page_size, block_table, max_pages, seq_lens_kv, o);
   if (rc != ATTN_OK) return rc;
   attn_runtime *rt = plan->rt;
   const attn_problem *p = &plan->p;
@@ -86,4 +86,18 @@ ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void
   for (int b = 0; b < p->batch && rc == ATTN_OK; b++)
     if (seq_lens_kv[b] == 0) memset((char *)o + (size_t)b * oseq, 0, oseq);
   return rc;
+}
+
+ATTN_API int attn_execute_paged(const attn_plan *plan, const void *q, const void *k_pages, const void *v_pages,
+                                int num_pages, int page_size, const int *block_table, int max_pages,
+                                const int *seq_lens_kv, void *o) {
+  return execute_paged("attn_execute_paged", plan, NULL, 1, q, k_pages, v_pages, num_pages, page_size, block_table,
+                       max_pages, seq_lens_kv, o);
+}
+
+ATTN_API int attn_execute_paged_async(const attn_plan *plan, void *stream, const void *q, const void *k_pages,
+                                      const void *v_pages, int num_pages, int page_size, const int *block_table,
+                                      int max_pages, const int *seq_lens_kv, void *o) {
+  return execute_paged("attn_execute_paged_async", plan, stream, 0, q, k_pages, v_pages, num_pages, page_size,
+                       block_table, max_pages, seq_lens_kv, o);
 }

@@ -19,7 +19,10 @@
  *       NVRTC compiles both layouts of a spread of specs to cubin for ARCH with no spill (ptxas's report).
  *   cuda_emu_serve fake LIBCUDA [full]
  *       libattn on tests/fake_libcuda.c: bad arguments give ATTN_EINVAL with one line and launch nothing, o
- *       untouched; a good varlen call launches its kernel once (the grid of its longest sequence), waited for; full
+ *       untouched; a good varlen call launches its kernel once (the grid of its longest sequence), waited for; the
+ *       _async forms queue copy, launch and event on the caller's stream with no wait, the host arrays read before
+ *       the call returns (the fake copies when the stream gets there), a staging block per call in flight (the
+ *       ninth waits for the oldest), nothing allocated by the synchronous call once the blocks exist; full
  *       (more kernels to compile): a good paged call too, grouped-query decode on the packed kernel (a block a KV
  *       head), and smallcache plans refuse both with their reason.
  *   cuda_emu_serve spec
@@ -601,6 +604,145 @@ static void refused(attn_runtime *rt, int rc, int want, const char *word, const 
   if (rc == want) cases++;
 }
 
+/* The fake driver's stream synchronization, as an application would wait for its stream. */
+static void fake_sync(void *stream) {
+  void *h = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  int (*sync)(void *) = h ? (int (*)(void *))dlsym(h, "cuStreamSynchronize") : NULL;
+  if (!sync || sync(stream) != 0) FAIL("the fake driver's cuStreamSynchronize");
+}
+
+#define FAKE_STREAM ((void *)(uintptr_t)0x5ee0)
+
+/* log must be exactly the calls want (printf's format of "name@stream " tokens, the stream each a %p) */
+static int log_is(const fake_cuda_calls *c, const char *want) { return strcmp(c->log, want) == 0; }
+
+/* attn_execute_varlen_async on the fake driver: the arrays checked before anything is queued; then copy, launch and
+ * event on the caller's stream and no wait; the caller's arrays read before the call returns (the fake's copies
+ * read their source when the stream gets there: a runtime that queued a copy of the caller's array would hand the
+ * kernel what the caller wrote afterwards); calls in flight at once get a staging block each; the synchronous call
+ * allocates nothing once the blocks exist and gives the kernel what the async one gives it. */
+static void async_varlen(attn_runtime *rt, attn_plan *plan, fake_cuda_record_fn rec, const unsigned char *q,
+                         const unsigned char *k, const unsigned char *v, unsigned char *o) {
+  fake_cuda_calls c;
+  char want[512];
+  const int good_q[3] = {0, 9, 12}, good_kv[3] = {0, 20, 25};
+  int cu_q[3], cu_kv[3];
+  memcpy(cu_q, good_q, sizeof cu_q), memcpy(cu_kv, good_kv, sizeof cu_kv);
+  const int dec[3] = {0, 9, 8};
+  rec(&c, 1);
+  int rc = attn_execute_varlen_async(plan, FAKE_STREAM, dec, cu_kv, q, k, v, o);
+  rec(&c, 1);
+  CHECK(rc == ATTN_EINVAL && strstr(attn_last_error(rt), "attn_execute_varlen_async:") && strstr(attn_last_error(rt),
+        "decreases") && c.log[0] == '\0', "async varlen, decreasing cu_seqlens_q: %s '%s', calls '%s' (want "
+        "EINVAL and none)", attn_strerror(rc), attn_last_error(rt), c.log);
+  cases++;
+  /* the sync call before made the plan's first block and waited: it is reused, nothing allocated */
+  rc = attn_execute_varlen_async(plan, FAKE_STREAM, cu_q, cu_kv, q, k, v, o);
+  cu_q[1] = 5, cu_kv[1] = 7; /* the caller's arrays reused at once */
+  rec(&c, 0);
+  snprintf(want, sizeof want, "copy@%p launch@%p record@%p ", FAKE_STREAM, FAKE_STREAM, FAKE_STREAM);
+  CHECK(rc == ATTN_OK && log_is(&c, want) && c.stream_syncs == 0 && c.ctx_syncs == 0 && c.event_syncs == 0 &&
+            c.pending == 1 && c.ran == 0,
+        "async varlen: %s (%s), calls '%s' (want '%s'), %d stream / %d context / %d event waits, %d pending, %d run",
+        attn_strerror(rc), attn_last_error(rt), c.log, want, c.stream_syncs, c.ctx_syncs, c.event_syncs, c.pending,
+        c.ran);
+  fake_sync(FAKE_STREAM);
+  rec(&c, 1);
+  CHECK(c.ran == 1 && !memcmp(c.ran_tables[0].cu_q, good_q, sizeof good_q) &&
+            !memcmp(c.ran_tables[0].cu_kv, good_kv, sizeof good_kv),
+        "async varlen: the kernel read cu_seqlens_q {%d, %d, %d}, cu_seqlens_kv {%d, %d, %d} (want the arrays as "
+        "they were at the call: {0, 9, 12}, {0, 20, 25})", c.ran_tables[0].cu_q[0], c.ran_tables[0].cu_q[1],
+        c.ran_tables[0].cu_q[2], c.ran_tables[0].cu_kv[0], c.ran_tables[0].cu_kv[1], c.ran_tables[0].cu_kv[2]);
+  cases++;
+  /* nine calls in flight on the stream, each with its own lengths: eight staging blocks, the ninth call waits for
+   * the oldest; every launch reads its own call's arrays */
+  int lens[9][2][3];
+  rc = ATTN_OK;
+  for (int i = 0; i < 9 && rc == ATTN_OK; i++) {
+    const int a[3] = {0, 1 + i % 9, 9 + i % 4}, b[3] = {0, 20 - i, 25 - i};
+    memcpy(lens[i][0], a, sizeof a), memcpy(lens[i][1], b, sizeof b);
+    memcpy(cu_q, a, sizeof a), memcpy(cu_kv, b, sizeof b);
+    rc = attn_execute_varlen_async(plan, FAKE_STREAM, cu_q, cu_kv, q, k, v, o);
+    memset(cu_q, 0x7f, sizeof cu_q), memset(cu_kv, 0x7f, sizeof cu_kv);
+  }
+  rec(&c, 0);
+  const int allocs = c.host_allocs, waits = c.event_syncs, syncs = c.stream_syncs + c.ctx_syncs, ran_early = c.ran;
+  fake_sync(FAKE_STREAM);
+  rec(&c, 1);
+  int same = c.ran == 9;
+  for (int i = 0; i < 9 && same; i++)
+    same = !memcmp(c.ran_tables[i].cu_q, lens[i][0], sizeof lens[i][0]) &&
+           !memcmp(c.ran_tables[i].cu_kv, lens[i][1], sizeof lens[i][1]);
+  CHECK(rc == ATTN_OK && allocs == 7 && waits == 1 && ran_early == 1 && syncs == 0 && same,
+        "nine async varlen calls in flight: %s (%s), %d pinned allocations (want 7 more blocks), %d event waits "
+        "(want 1: the ninth call for the oldest block, whose launch then ran: %d), %d stream or context waits (want "
+        "0), every launch read its own call's arrays: %s", attn_strerror(rc), attn_last_error(rt), allocs, waits,
+        ran_early, syncs, same ? "yes" : "no");
+  cases++;
+  /* the synchronous call: the async one on the default stream, waited for; no allocation, and the kernel gets what
+   * the async call gave it */
+  memcpy(cu_q, good_q, sizeof cu_q), memcpy(cu_kv, good_kv, sizeof cu_kv);
+  rc = attn_execute_varlen_async(plan, FAKE_STREAM, cu_q, cu_kv, q, k, v, o);
+  fake_sync(FAKE_STREAM);
+  rec(&c, 1);
+  const unsigned grid = c.last_grid;
+  const long long heads = c.last_heads, n = c.last_n;
+  int rc2 = attn_execute_varlen(plan, cu_q, cu_kv, q, k, v, o);
+  rec(&c, 1);
+  snprintf(want, sizeof want, "copy@%p launch@%p record@%p sync@%p ", (void *)0, (void *)0, (void *)0, (void *)0);
+  CHECK(rc == ATTN_OK && rc2 == ATTN_OK && log_is(&c, want) && c.ran == 1 && c.last_grid == grid &&
+            c.last_heads == heads && c.last_n == n && !memcmp(c.ran_tables[0].cu_q, good_q, sizeof good_q) &&
+            !memcmp(c.ran_tables[0].cu_kv, good_kv, sizeof good_kv),
+        "sync varlen after async: %s, %s (%s), calls '%s' (want '%s'), grid %u heads %lld n %lld (async: %u %lld "
+        "%lld)", attn_strerror(rc), attn_strerror(rc2), attn_last_error(rt), c.log, want, c.last_grid, c.last_heads,
+        c.last_n, grid, heads, n);
+  cases++;
+}
+
+/* attn_execute_paged_async on the fake driver: the table and lengths checked first, then queued on the stream with
+ * no wait, read before the call returns; the kernel gets what the synchronous call gives it. */
+static void async_paged(attn_runtime *rt, attn_plan *plan, fake_cuda_record_fn rec, const unsigned char *q,
+                        const unsigned char *k, const unsigned char *v, unsigned char *o) {
+  fake_cuda_calls c;
+  char want[512];
+  const int good_table[6] = {5, 4, 3, 2, 1, 0}, good_lens[2] = {17, 3};
+  int table[6], lens[2];
+  memcpy(table, good_table, sizeof table), memcpy(lens, good_lens, sizeof lens);
+  const int bad_table[6] = {0, 1, 6, 3, 4, 5};
+  rec(&c, 1);
+  int rc = attn_execute_paged_async(plan, FAKE_STREAM, q, k, v, 6, 8, bad_table, 3, lens, o);
+  rec(&c, 1);
+  CHECK(rc == ATTN_EINVAL && strstr(attn_last_error(rt), "attn_execute_paged_async: sequence 0's page 2 is 6, "
+        "outside the cache") && c.log[0] == '\0',
+        "async paged, page index 6 of 6: %s '%s', calls '%s' (want EINVAL and none)", attn_strerror(rc),
+        attn_last_error(rt), c.log);
+  cases++;
+  rc = attn_execute_paged_async(plan, FAKE_STREAM, q, k, v, 6, 8, table, 3, lens, o);
+  memset(table, 0x7f, sizeof table), memset(lens, 0x7f, sizeof lens);
+  rec(&c, 0);
+  snprintf(want, sizeof want, "copy@%p launch@%p record@%p ", FAKE_STREAM, FAKE_STREAM, FAKE_STREAM);
+  const int logged = log_is(&c, want), waits = c.stream_syncs + c.ctx_syncs + c.event_syncs;
+  const unsigned grid = c.last_grid;
+  fake_sync(FAKE_STREAM);
+  rec(&c, 1);
+  CHECK(rc == ATTN_OK && logged && waits == 0 && c.ran == 1 && c.ran_tables[0].batch == 2 &&
+            !memcmp(c.ran_tables[0].table, good_table, sizeof good_table) &&
+            !memcmp(c.ran_tables[0].seq_kv, good_lens, sizeof good_lens),
+        "async paged: %s (%s), calls as wanted: %s, %d waits, the kernel read the call's table and lengths: %s",
+        attn_strerror(rc), attn_last_error(rt), logged ? "yes" : "no", waits,
+        c.ran == 1 && !memcmp(c.ran_tables[0].table, good_table, sizeof good_table) ? "yes" : "no");
+  cases++;
+  memcpy(table, good_table, sizeof table), memcpy(lens, good_lens, sizeof lens);
+  rc = attn_execute_paged(plan, q, k, v, 6, 8, table, 3, lens, o);
+  rec(&c, 1);
+  CHECK(rc == ATTN_OK && c.ran == 1 && c.last_grid == grid && c.host_allocs == 0 &&
+            !memcmp(c.ran_tables[0].table, good_table, sizeof good_table) &&
+            !memcmp(c.ran_tables[0].seq_kv, good_lens, sizeof good_lens),
+        "sync paged after async: %s (%s), grid %u (async %u), %d pinned allocations (want 0)", attn_strerror(rc),
+        attn_last_error(rt), c.last_grid, grid, c.host_allocs);
+  cases++;
+}
+
 static int fake_mode(const char *lib, int full) {
   if (setenv("ATTN_LIBCUDA", lib, 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
   attn_runtime *rt = NULL;
@@ -665,6 +807,7 @@ static int fake_mode(const char *lib, int full) {
         attn_strerror(rc), attn_last_error(rt), c.launches, c.stream_syncs, c.pending, c.last_grid, c.last_n,
         c.last_heads);
   cases++;
+  async_varlen(rt, plan, rec, q, k, v, o);
   /* paged: pages of 8 (the plan's), 2 sequences of up to 20 keys in 3 pages each */
   memset(o, 0xab, OB);
   const int table[6] = {0, 1, 2, 3, 4, 5}, lens[2] = {20, 0}, long_lens[2] = {21, 0}, five[2] = {5, 0};
@@ -693,8 +836,17 @@ static int fake_mode(const char *lib, int full) {
           attn_strerror(rc), attn_last_error(rt), c.launches, c.stream_syncs, c.pending, c.last_grid, c.last_n,
           c.last_heads);
     cases++;
+    async_paged(rt, plan, rec, q, k, v, o);
   }
+  /* destroyed with launches in flight: it waits before freeing what they use */
+  rc = attn_execute_varlen_async(plan, FAKE_STREAM, cu_q, cu_kv, q, k, v, o);
+  rec(&c, 1);
   attn_plan_destroy(plan);
+  rec(&c, 1);
+  CHECK(rc == ATTN_OK && c.freed_in_use == 0 && c.freed_host_in_use == 0 && c.unloaded_in_use == 0 && c.pending == 0,
+        "plan destroyed behind an async call: %s, %d device and %d pinned buffers freed in use, %d modules unloaded "
+        "in use, %d pending", attn_strerror(rc), c.freed_in_use, c.freed_host_in_use, c.unloaded_in_use, c.pending);
+  cases++;
   if (!full) {
     free(buf);
     attn_close(rt);

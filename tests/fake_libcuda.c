@@ -10,7 +10,8 @@
  * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
  * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. What the runtime
  * asked for is recorded (fake_libcuda.h: launches and their streams, synchronizations, memory freed while a queued
- * launch still uses it) for a test to read through fake_cuda_record. */
+ * launch still uses it, the calls' order and the serving tables a launch reads when it runs) for a test to read
+ * through fake_cuda_record. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,42 @@ static fake_cuda_calls rec;
 static struct {
   void *stream;
   const void *scratch, *consts;
+  long seq;               /* its place among the stream-ordered work */
+  attn_cuda_kargs a;
 } queued[MAX_PENDING];
+/* cuMemcpyHtoDAsync_v2's copies not yet made */
+static struct {
+  void *stream, *dst;
+  const void *src;
+  size_t n;
+  long seq;
+} copies[MAX_PENDING];
+static int n_copies;
+static long seq_now;
+/* pinned host memory handed out */
+static void *pinned[MAX_PENDING];
+static int n_pinned;
+
+/* "name@stream " appended to the log (called with mu held) */
+static void note(const char *name, const void *stream) {
+  const size_t l = strlen(rec.log);
+  if (l + 64 < sizeof rec.log) snprintf(rec.log + l, sizeof rec.log - l, "%s@%p ", name, stream);
+}
+
+/* What a launch reads of its serving layout's tables when it runs (called with mu held). */
+static void run_launch(const attn_cuda_kargs *a) {
+  const int i = rec.ran++;
+  if (i >= FAKE_RAN) return;
+  memset(&rec.ran_tables[i], 0, sizeof rec.ran_tables[i]);
+  rec.ran_tables[i].batch = (int)a->batch;
+  const int b = a->batch < 64 ? (int)a->batch : 64;
+  if (a->cu_q) memcpy(rec.ran_tables[i].cu_q, a->cu_q, sizeof(int) * (size_t)(b + 1));
+  if (a->cu_kv) memcpy(rec.ran_tables[i].cu_kv, a->cu_kv, sizeof(int) * (size_t)(b + 1));
+  if (a->seq_kv) memcpy(rec.ran_tables[i].seq_kv, a->seq_kv, sizeof(int) * (size_t)b);
+  const long t = (long)b * a->max_pages;
+  if (a->block_table) memcpy(rec.ran_tables[i].table, a->block_table, sizeof(int) * (size_t)(t < 256 ? t : 256));
+}
+
 /* memory freed in a stream's order while a launch on that stream still used it: freed when the stream is drained */
 static struct {
   void *stream, *p;
@@ -66,11 +102,38 @@ API void fake_cuda_record(fake_cuda_calls *out, int reset) {
   pthread_mutex_unlock(&mu);
 }
 
+/* The work on stream s (all: every stream) queued up to seq `upto` runs, copies and launches in their order. */
+static void run_upto(void *s, int all, long upto) {
+  for (;;) {
+    int ci = -1, li = -1;
+    for (int i = 0; i < n_copies; i++)
+      if ((all || copies[i].stream == s) && copies[i].seq <= upto && (ci < 0 || copies[i].seq < copies[ci].seq))
+        ci = i;
+    for (int i = 0; i < rec.pending; i++)
+      if ((all || queued[i].stream == s) && queued[i].seq >= 0 && queued[i].seq <= upto &&
+          (li < 0 || queued[i].seq < queued[li].seq))
+        li = i;
+    if (ci < 0 && li < 0) break;
+    if (ci >= 0 && (li < 0 || copies[ci].seq < queued[li].seq)) {
+      memcpy(copies[ci].dst, copies[ci].src, copies[ci].n);
+      copies[ci] = copies[--n_copies];
+    } else {
+      run_launch(&queued[li].a);
+      queued[li].seq = -1;
+    }
+  }
+  int k = 0; /* what ran leaves the queue, in order */
+  for (int i = 0; i < rec.pending; i++)
+    if (queued[i].seq >= 0) queued[k++] = queued[i];
+  rec.pending = k;
+}
+
 /* Launches on stream s are done (all: every stream), and what was freed behind them goes. */
 static void drain(void *s, int all) {
+  run_upto(s, all, seq_now);
   int k = 0;
   for (int i = 0; i < rec.pending; i++)
-    if (!all && queued[i].stream != s) queued[k++] = queued[i];
+    if (queued[i].seq >= 0 && !all && queued[i].stream != s) queued[k++] = queued[i];
   rec.pending = k;
   k = 0;
   for (int i = 0; i < n_deferred; i++)
@@ -81,7 +144,12 @@ static void drain(void *s, int all) {
 
 static int in_use(const void *p) {
   for (int i = 0; i < rec.pending; i++)
-    if (p && (queued[i].scratch == p || queued[i].consts == p)) return 1;
+    if (p && queued[i].seq >= 0 &&
+        (queued[i].scratch == p || queued[i].consts == p || (const void *)queued[i].a.cu_q == p ||
+         (const void *)queued[i].a.seq_kv == p))
+      return 1;
+  for (int i = 0; i < n_copies; i++)
+    if (p && copies[i].dst == p) return 1;
   return 0;
 }
 
@@ -142,10 +210,13 @@ API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   rec.last_stream = stream;
   rec.last_window = a.window, rec.last_softcap = a.softcap, rec.last_alibi = a.alibi;
   rec.last_grid = gx, rec.last_heads = a.heads, rec.last_n = a.n;
+  note("launch", stream);
   if (rec.pending < MAX_PENDING) {
     queued[rec.pending].stream = stream;
     queued[rec.pending].scratch = a.scratch;
     queued[rec.pending].consts = a.consts;
+    queued[rec.pending].seq = ++seq_now;
+    queued[rec.pending].a = a;
     rec.pending++;
   }
   pthread_mutex_unlock(&mu);
@@ -156,11 +227,15 @@ API int cuMemAlloc_v2(devptr *p, size_t bytes) {
   void *m = r ? NULL : malloc(bytes);
   if (!r && !m) r = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
   *p = (devptr)(size_t)m;
+  pthread_mutex_lock(&mu);
+  note("alloc", NULL);
+  pthread_mutex_unlock(&mu);
   return r;
 }
 API int cuMemFree_v2(devptr p) {
   pthread_mutex_lock(&mu);
   if (in_use((const void *)(size_t)p)) rec.freed_in_use++;
+  note("free", NULL);
   pthread_mutex_unlock(&mu);
   free((void *)(size_t)p);
   return 0;
@@ -188,6 +263,46 @@ API int cuMemFreeAsync(devptr p, void *stream) {
   return 0;
 }
 API int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) { memcpy((void *)(size_t)dst, src, n); return 0; }
+/* made when the stream gets there (the worst the driver API allows: a copy from pinned memory reads it then) */
+API int cuMemcpyHtoDAsync_v2(devptr dst, const void *src, size_t n, void *stream) {
+  pthread_mutex_lock(&mu);
+  rec.async_copies++;
+  note("copy", stream);
+  int r = 0;
+  if (n_copies < MAX_PENDING) {
+    copies[n_copies].stream = stream, copies[n_copies].dst = (void *)(size_t)dst, copies[n_copies].src = src;
+    copies[n_copies].n = n, copies[n_copies].seq = ++seq_now;
+    n_copies++;
+  } else {
+    r = 2;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+API int cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
+  (void)flags;
+  int r = setting("hostalloc", 0);
+  *p = r ? NULL : malloc(bytes);
+  if (!r && !*p) r = 2;
+  pthread_mutex_lock(&mu);
+  rec.host_allocs++;
+  note("hostalloc", NULL);
+  if (*p && n_pinned < MAX_PENDING) pinned[n_pinned++] = *p;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+API int cuMemFreeHost(void *p) {
+  pthread_mutex_lock(&mu);
+  rec.host_frees++;
+  note("hostfree", NULL);
+  for (int i = 0; i < n_copies; i++)
+    if (copies[i].src == p) rec.freed_host_in_use++;
+  for (int i = 0; i < n_pinned; i++)
+    if (pinned[i] == p) pinned[i] = pinned[--n_pinned];
+  pthread_mutex_unlock(&mu);
+  free(p);
+  return 0;
+}
 API int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) { memcpy(dst, (const void *)(size_t)src, n); return 0; }
 API int cuMemsetD8_v2(devptr dst, unsigned char v, size_t n) { memset((void *)(size_t)dst, v, n); return 0; }
 /* hang=1: what a wait does once a kernel that never ends was launched */
@@ -203,6 +318,7 @@ API int cuStreamSynchronize(void *stream) {
   pthread_mutex_lock(&mu);
   rec.stream_syncs++;
   rec.last_synced = stream;
+  note("sync", stream);
   drain(stream, stream == NULL); /* the legacy default stream waits for the others */
   pthread_mutex_unlock(&mu);
   return 0;
@@ -211,20 +327,54 @@ API int cuCtxSynchronize(void) {
   hang_if_launched();
   pthread_mutex_lock(&mu);
   rec.ctx_syncs++;
+  note("ctxsync", NULL);
   drain(NULL, 1);
   pthread_mutex_unlock(&mu);
   return 0;
 }
-static int event_object;
-API int cuEventCreate(void **ev, unsigned flags) { (void)flags; *ev = &event_object; return 0; }
-API int cuEventRecord(void *ev, void *stream) { (void)ev, (void)stream; return 0; }
+/* An event: the stream it was recorded on and the stream-ordered work queued before it. */
+typedef struct fake_event {
+  void *stream;
+  long seq;
+} fake_event;
+API int cuEventCreate(void **ev, unsigned flags) {
+  (void)flags;
+  fake_event *e = calloc(1, sizeof *e);
+  *ev = e;
+  return e ? 0 : 2;
+}
+API int cuEventRecord(void *ev, void *stream) {
+  fake_event *e = ev;
+  pthread_mutex_lock(&mu);
+  e->stream = stream, e->seq = seq_now;
+  note("record", stream);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+/* 600 (CUDA_ERROR_NOT_READY) while work queued before the record on its stream has not run */
+API int cuEventQuery(void *ev) {
+  const fake_event *e = ev;
+  int r = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < n_copies; i++)
+    if ((!e->stream || copies[i].stream == e->stream) && copies[i].seq <= e->seq) r = 600;
+  for (int i = 0; i < rec.pending; i++)
+    if (queued[i].seq >= 0 && (!e->stream || queued[i].stream == e->stream) && queued[i].seq <= e->seq) r = 600;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
 API int cuEventSynchronize(void *ev) {
-  (void)ev;
+  const fake_event *e = ev;
   hang_if_launched();
+  pthread_mutex_lock(&mu);
+  rec.event_syncs++;
+  note("eventsync", e->stream);
+  run_upto(e->stream, e->stream == NULL, e->seq);
+  pthread_mutex_unlock(&mu);
   return 0;
 }
 API int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a, (void)b; *ms = 1.0f; return 0; }
-API int cuEventDestroy_v2(void *ev) { (void)ev; return 0; }
+API int cuEventDestroy_v2(void *ev) { free(ev); return 0; }
 API int cuGetErrorString(int r, const char **s) {
   switch (r) {
   case 0: *s = "no error"; return 0;

@@ -19,6 +19,21 @@ typedef struct fake_cuda_calls {
   const float *last_alibi;
   unsigned last_grid;     /* the last launch's grid, and its heads and n (attn_cuda_kargs) */
   long long last_heads, last_n;
+  /* stream-ordered work: cuMemcpyHtoDAsync_v2 copies when its stream gets there (a synchronization of the stream, of
+   * all, or of an event behind it), as a copy from pinned memory does; a launch "runs" then too, after the copies
+   * queued before it, and what a serving layout's kernel would read of its tables then is kept here */
+  int async_copies;       /* cuMemcpyHtoDAsync_v2 calls */
+  int event_syncs;        /* cuEventSynchronize calls (cuEventQuery never waits) */
+  int host_allocs, host_frees; /* cuMemHostAlloc, cuMemFreeHost */
+  int freed_host_in_use;  /* cuMemFreeHost of memory a queued copy has still to read */
+  char log[2048];         /* the calls in order, "name@stream " each: alloc, hostalloc, copy, launch, record, sync,
+                           * ctxsync, eventsync, free, hostfree (a stream printed by %p) */
+  int ran;                /* launches run (drained) since the last reset */
+  /* launch i run (i = 0..ran-1, the first FAKE_RAN of them): its batch and the tables it read (0 where it has none) */
+#define FAKE_RAN 16
+  struct {
+    int batch, cu_q[65], cu_kv[65], seq_kv[64], table[256];
+  } ran_tables[FAKE_RAN];
 } fake_cuda_calls;
 
 /* fake_cuda_record(out, reset): copies the record, then clears it when reset (pending launches stay pending). */
