@@ -1,7 +1,8 @@
 /* sm90_tune: the Hopper template (impl=wgmma) in the tuner's space and in the runtime's choice.
  *   sm90_tune space   the CUDA forward space of an sm_90 GPU holds impl=wgmma configurations (each passing
- *                     attn_spec_check_sm90, 1..3 consumer warpgroups); an sm_80 GPU's, f32's and a d that is not a
- *                     multiple of 8 hold none
+ *                     attn_spec_check_sm90, 1..3 consumer warpgroups, no ring deeper than hides the K/V copies in
+ *                     model_sm90); an sm_80 GPU's, f32's and a d that is not a multiple of 8 hold none; the model
+ *                     tells stages apart where the copies wait
  *   sm90_tune serve   on the fake driver (ATTN_LIBCUDA, FAKE_LIBCUDA=cc=90, ATTN_DB a scratch path): a stored
  *                     impl=wgmma row of provenance model is not served (the mma.sync default is, or the best
  *                     mma.sync row stored, and describe says a wgmma row was passed over), a measured one is
@@ -13,18 +14,27 @@
 #include "check.h"
 #include "gpus.h"
 #include "internal.h"
+#include "model_sm90.h"
 #include "space.h"
 #include "spec_sm90.h"
 #include "store.h"
 
-/* wgmma configurations in the space of (gpu, dtype, d); every one checked, and the consumer counts seen */
+static int ring_pruned; /* points left out for a ring deeper than hides the copies */
+static void pruned(void *ctx, const attn_spec *c, const char *why) {
+  (void)ctx;
+  if (c->impl == ATTN_IMPL_WGMMA && strstr(why, "already hide the K/V copies")) ring_pruned++;
+}
+
+/* wgmma configurations in the space of (gpu, dtype, d); every one checked, and the consumer counts seen. A deeper
+ * ring is there only where the one a stage shallower (there too) leaves the consumers waiting for K and V. */
 static int wgmma_count(const char *gpu_name, attn_dtype dt, int d, int *consumers) {
   char err[512];
   const attn_gpu *g = attn_gpu_find(gpu_name, err, sizeof err);
   CHECK(g != NULL, "%s: %s", gpu_name, err);
   if (!g) return -1;
   attn_space_opts o = {.target = ATTN_TARGET_CUDA, .dtype = dt, .d = d, .causal = 1,
-                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .gpu = g, .fast_mem_bytes = g->smem_per_block_kb * 1024.0};
+                       .algos = ATTN_ALGO_BIT(ATTN_ALGO_FLASH), .gpu = g, .fast_mem_bytes = g->smem_per_block_kb * 1024.0,
+                       .pruned = pruned};
   snprintf(o.arch, sizeof o.arch, "%s", g->arch);
   attn_space sp;
   CHECK(attn_space_build(&o, &sp, err, sizeof err) == ATTN_OK, "%s d=%d: %s", gpu_name, d, err);
@@ -41,16 +51,62 @@ static int wgmma_count(const char *gpu_name, attn_dtype dt, int d, int *consumer
     CHECK(strcmp(c->arch, "sm_90a") == 0 && c->br == 64 * (c->warps / 4 - 1), "arch %s Br %d warps %d", c->arch,
           c->br, c->warps);
     if (consumers) *consumers |= 1 << (c->warps / 4 - 1);
+    if (c->stages > 1) {
+      attn_spec sh = *c;
+      sh.stages--;
+      CHECK(attn_space_find(&sp, &sh) >= 0 && attn_model_sm90_ring_wait(g, &sh) > 0,
+            "%s d=%d Bc=%d warps=%d stages=%d: the ring a stage shallower is not there or hides the copies", gpu_name,
+            d, c->bc, c->warps, c->stages);
+    }
   }
   CHECK(mma > 0 || dt == ATTN_F32, "%s d=%d: no mma.sync configuration left", gpu_name, d);
   attn_space_free(&sp);
   return n;
 }
 
+/* The model tells stages apart: H100 bf16 d=128, n=8192, 16 heads. Two consumers with 128-key blocks wait for K and V
+ * with one stage (S_j's copy has only the softmax and P V to hide behind) and not with two, a third changes nothing;
+ * one consumer with 16-key blocks waits even with two (a block's work is shorter than a copy), less with three. */
+static double stage_ms(const attn_gpu *g, int warps, int bc, int stages) {
+  attn_problem p;
+  memset(&p, 0, sizeof p);
+  p.batch = 1, p.heads = p.heads_kv = 16, p.n = p.n_kv = 8192, p.d = p.d_v = 128, p.dtype = ATTN_BF16;
+  attn_spec s = attn_spec_default_sm90(ATTN_BF16, 128, 0);
+  s.warps = warps, s.br = 64 * (warps / 4 - 1), s.bc = bc, s.stages = stages;
+  attn_model_result r;
+  char err[256] = "";
+  CHECK(attn_model_sm90_time(g, &p, &s, &r, err, sizeof err) == ATTN_OK, "warps=%d Bc=%d stages=%d: %s", warps, bc,
+        stages, err);
+  return r.time_ms;
+}
+
+static void stages(void) {
+  char err[256] = "";
+  const attn_gpu *g = attn_gpu_find("H100", err, sizeof err);
+  CHECK(g != NULL, "%s", err);
+  if (!g) return;
+  const double a1 = stage_ms(g, 12, 128, 1), a2 = stage_ms(g, 12, 128, 2), a3 = stage_ms(g, 12, 128, 3);
+  CHECK(a1 > 1.1 * a2 && a2 == a3, "warps=12 Bc=128: stages 1, 2, 3: %g %g %g ms", a1, a2, a3);
+  const double b1 = stage_ms(g, 8, 16, 1), b2 = stage_ms(g, 8, 16, 2), b3 = stage_ms(g, 8, 16, 3);
+  CHECK(b1 > b2 && b2 > b3, "warps=8 Bc=16: stages 1, 2, 3: %g %g %g ms", b1, b2, b3);
+  attn_spec s = attn_spec_default_sm90(ATTN_BF16, 128, 0);
+  s.stages = 1;
+  CHECK(attn_model_sm90_ring_wait(g, &s) > 0, "one stage hides the copies");
+  s.stages = 2;
+  CHECK(attn_model_sm90_ring_wait(g, &s) == 0, "two stages leave a wait");
+  attn_spec mma = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, ATTN_BF16, 128, 0);
+  CHECK(attn_model_sm90_ring_wait(g, &mma) < 0 && attn_model_sm90_ring_wait(NULL, &s) < 0, "not refused");
+}
+
 static void space(void) {
   int cons = 0;
+  stages();
+  ring_pruned = 0;
   const int h100 = wgmma_count("H100", ATTN_BF16, 128, &cons);
   CHECK(h100 > 0 && cons == (2 | 4 | 8), "H100 bf16 d=128: %d wgmma configurations, consumers mask %d", h100, cons);
+  /* 72 points fit before the deeper rings were left out, 60 now */
+  CHECK(ring_pruned > 0 && h100 + ring_pruned == 72, "H100 bf16 d=128: %d wgmma configurations, %d deeper rings left out",
+        h100, ring_pruned);
   CHECK(wgmma_count("H200", ATTN_F16, 72, NULL) > 0, "H200 f16 d=72: no wgmma configuration");
   CHECK(wgmma_count("H100", ATTN_F16, 256, NULL) > 0, "H100 f16 d=256: no wgmma configuration");
   CHECK(wgmma_count("A100", ATTN_BF16, 128, NULL) == 0, "A100 (sm_80) got wgmma configurations");

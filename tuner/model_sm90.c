@@ -4,11 +4,18 @@
  *   tensor  = 2 Br Bc (d16 + dv16) / (wgmma dense FLOP/clk/SM x ATTN_SM90_TC_SUSTAINED), d16, dv16: padded to 16
  *   sfu     = Br (Bc + 4) / ex2 per clk (every P; each row's rescale factor, computed by the 4 lanes of its quad)
  *   alu     = (5 Br Bc + Br dv16 + 10 Br) / fp32 lanes (scale, max, subtract, sum, convert; O's rescale; per row)
- *   block   = max(tensor, softmax) + (1 - ATTN_SM90_HIDDEN) min(tensor, softmax), softmax = sfu + alu
+ *   work    = max(tensor, softmax) + (1 - ATTN_SM90_HIDDEN) min(tensor, softmax), softmax = sfu + alu
+ *   load    = ATTN_SM90_LOAD_CYCLES + Bc (d + d_v) bytes / the SM's share of L2 (3 x 90% of DRAM's, as below)
+ *   block   = work + max(0, load - (stages - 1/2) work)
  * A warpgroup's softmax of block j runs while its P_{j-1} V_{j-1} and the other consumer's products keep the
  * tensor cores busy; without FA3's ping-pong barriers the two consumers are not kept out of phase, hence a share.
- * One thread block per SM (setmaxnreg gives the consumers the whole register file). Blocks are scheduled heaviest
- * first as the grid orders them (causal: the key blocks below the diagonal), each paying ATTN_SM90_START_CYCLES.
+ * The ring: a stage's K is released once S_j's wgmma completes and needed again `stages` blocks on (its V likewise,
+ * a block later on both ends), so a refill has about stages - 1/2 blocks of work to hide behind; with one stage, the
+ * next K's copy runs during the softmax and P V only. The wait it leaves is the block's.
+ * One thread block per SM (setmaxnreg gives the consumers the whole register file): a deeper ring costs shared
+ * memory only, which no second block would use, so once the loads are hidden more stages change nothing (the space
+ * leaves those out). Blocks are scheduled heaviest first as the grid orders them (causal: the key blocks below the
+ * diagonal), each paying ATTN_SM90_START_CYCLES.
  * Memory: the closed form's entries through L2 (3 x DRAM bandwidth, as tuner/model.c), DRAM Q, K, V, O once, at
  * 90% of the datasheet. time = max(compute, DRAM, L2) + 5 us. */
 #include "model_sm90.h"
@@ -32,14 +39,43 @@ static int cmp_ll(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* The per-key-block cycles of s on g (the header's table) into out's cyc_* fields; *wait: the ring's share of
+ * cyc_key_block. */
+static void key_block(const attn_gpu *g, const attn_spec *s, attn_model_result *out, double *wait) {
+  const double br = s->br, bc = s->bc, d16 = (s->d + 15) / 16 * 16, dv16 = attn_sm90_npv(s);
+  const double tc_rate = attn_gpu_peak(g, s->dtype) / (g->sms * g->clock_mhz * 1e6);
+  out->cyc_tensor = 2.0 * br * bc * (d16 + dv16) / (tc_rate * ATTN_SM90_TC_SUSTAINED);
+  out->cyc_sfu = br * (bc + 4) / g->sfu_clk_sm;
+  out->cyc_alu = (5.0 * br * bc + br * dv16 + 10.0 * br) / (g->fp32_flops_clk_sm / 2);
+  out->cyc_smem = 0; /* wgmma reads its operands from shared memory itself, TMA writes them: no ld/st.shared */
+  const double soft = out->cyc_sfu + out->cyc_alu, hi = soft > out->cyc_tensor ? soft : out->cyc_tensor;
+  const double lo = soft > out->cyc_tensor ? out->cyc_tensor : soft, work = hi + (1.0 - ATTN_SM90_HIDDEN) * lo;
+  const double l2_clk = 3 * 0.9 * g->bandwidth_tbs * 1e12 / (g->sms * g->clock_mhz * 1e6); /* bytes/clk/SM */
+  const double load = ATTN_SM90_LOAD_CYCLES + bc * (s->d + attn_spec_dv(s)) * attn_dtype_size(s->dtype) / l2_clk;
+  const double w = load - (s->stages - 0.5) * work;
+  *wait = w > 0 ? w : 0;
+  out->cyc_key_block = work + *wait;
+}
+
+static int rates_ok(const attn_gpu *g) {
+  return g && g->clock_mhz > 0 && g->sfu_clk_sm > 0 && g->fp32_flops_clk_sm > 0 && g->sms >= 1 && g->bandwidth_tbs > 0;
+}
+
+double attn_model_sm90_ring_wait(const attn_gpu *g, const attn_spec *s) {
+  if (!s || s->impl != ATTN_IMPL_WGMMA || s->stages < 1 || s->br < 1 || s->bc < 1 || !rates_ok(g)) return -1;
+  attn_model_result r;
+  double wait;
+  key_block(g, s, &r, &wait);
+  return wait;
+}
+
 int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out,
                          char *err, size_t len) {
   memset(out, 0, sizeof *out);
   if (!s || s->impl != ATTN_IMPL_WGMMA) return attn_errf(err, len, ATTN_EINVAL, "not an impl=wgmma spec");
   const int rc = attn_spec_check_sm90(s, err, len);
   if (rc != ATTN_OK) return attn_errf(err, len, ATTN_EINVAL, "%s", err ? err : "spec refused");
-  if (!g || g->clock_mhz <= 0 || g->sfu_clk_sm <= 0 || g->fp32_flops_clk_sm <= 0 || g->sms < 1 ||
-      g->bandwidth_tbs <= 0)
+  if (!rates_ok(g))
     return attn_errf(err, len, ATTN_EINVAL, "GPU %s has no per-SM rates for the model", g ? g->name : "(none)");
   const long long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, heads = p->heads;
   const long long heads_kv = p->heads_kv > 0 ? p->heads_kv : heads, bh = (long long)p->batch * heads;
@@ -47,15 +83,9 @@ int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_sp
   if (n < 1 || bh < 1 || d != s->d || dv != attn_spec_dv(s) || (p->causal != 0) != (s->causal != 0))
     return attn_errf(err, len, ATTN_EINVAL, "problem (n=%lld, batch*heads=%lld, d=%d, d_v=%d, causal=%d) is not the "
                      "spec's", n, bh, d, dv, p->causal);
-  const double br = s->br, bc = s->bc, d16 = (d + 15) / 16 * 16, dv16 = attn_sm90_npv(s);
-  const double tc_rate = attn_gpu_peak(g, s->dtype) / (g->sms * g->clock_mhz * 1e6);
-  out->cyc_tensor = 2.0 * br * bc * (d16 + dv16) / (tc_rate * ATTN_SM90_TC_SUSTAINED);
-  out->cyc_sfu = br * (bc + 4) / g->sfu_clk_sm;
-  out->cyc_alu = (5.0 * br * bc + br * dv16 + 10.0 * br) / (g->fp32_flops_clk_sm / 2);
-  out->cyc_smem = 0; /* wgmma reads its operands from shared memory itself, TMA writes them: no ld/st.shared */
-  const double soft = out->cyc_sfu + out->cyc_alu, hi = soft > out->cyc_tensor ? soft : out->cyc_tensor;
-  const double lo = soft > out->cyc_tensor ? out->cyc_tensor : soft;
-  out->cyc_key_block = hi + (1.0 - ATTN_SM90_HIDDEN) * lo;
+  double wait;
+  key_block(g, s, out, &wait);
+  const double soft = out->cyc_sfu + out->cyc_alu;
   out->blocks_per_sm = 1;
   out->registers = 168;
   out->resources_from = "estimate";
@@ -111,6 +141,8 @@ int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_sp
   else if (out->t_memory_ms > out->t_compute_ms) out->bound = out->t_dram_ms >= out->t_l2_ms ? "dram" : "l2";
   else if (blocks < g->sms || span > 1.25 * total / g->sms) /* too few blocks, or the last wave's tail */
     out->bound = "occupancy";
+  else if (wait > (out->cyc_tensor > soft ? out->cyc_tensor : soft)) /* the ring: loads wait more than the unit */
+    out->bound = "l2";
   else out->bound = out->cyc_tensor >= soft ? "tensor_cores" : out->cyc_sfu >= out->cyc_alu ? "special_functions"
                                                                                            : "fp32_alu";
   return ATTN_OK;

@@ -11,6 +11,7 @@
 #include "kernel_abi_cuda.h"
 #include "launch.h"
 #include "spec_bwd.h"
+#include "model_sm90.h"
 #include "spec_sm90.h"
 
 const char *const attn_space_param_names[ATTN_SPACE_NPARAMS] = {"algo", "br",      "bc",     "unroll",
@@ -209,6 +210,17 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
              attn_algo_name(c->algo), c->br, c->bc, need / 1024, o->fast_mem_bytes / 1024,
              o->target == ATTN_TARGET_CUDA ? "of shared memory per block" : "of L2 per core");
     return -1;
+  }
+  if (c->impl == ATTN_IMPL_WGMMA && c->stages > 1 && o->gpu) {
+    /* flash_sm90.cu runs one block per SM: a deeper K/V ring than hides the copies costs shared memory only, and the
+     * model cannot rank it above the shallower one (the same time): left out */
+    attn_spec shallower = *c;
+    shallower.stages--;
+    if (attn_model_sm90_ring_wait(o->gpu, &shallower) == 0) {
+      snprintf(why, len, "impl=wgmma Bc=%d stages=%d: %d stages already hide the K/V copies (model_sm90)", c->bc,
+               c->stages, shallower.stages);
+      return -1;
+    }
   }
   if (c->algo == ATTN_ALGO_SMALLCACHE && c->tile > 0 && c->br % c->tile) {
     snprintf(why, len, "smallcache tile=%d must divide Br=%d", c->tile, c->br);
@@ -446,7 +458,8 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
       if (at >= 0 && attn_space_neighbours(&sofar, at, nb, LEN(nb)) == 0) rc = consider_around(sp, &v, &fit);
     }
     /* Hopper (sm_90): flash_sm90.cu's configurations too, 1..3 consumer warpgroups of 64 query rows, Bc by 16,
-     * 1..3 stages; attn_spec_check_sm90 rules out what does not fit (f32, d or d_v not a multiple of 8) */
+     * 1..3 stages; attn_spec_check_sm90 rules out what does not fit (f32, d or d_v not a multiple of 8), admit the
+     * rings deeper than hide the K/V copies */
     if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && strncmp(o->arch, "sm_90", 5) == 0 && o->dtype != ATTN_F32)
       for (int cw = 1; cw <= 3; cw++)
         for (int bc = 16; bc <= 256; bc += 16)
