@@ -366,24 +366,74 @@ static int time_plan(attn_meas_ctx *c, attn_plan *plan, attn_meas_result *r) {
   return rc < 0 && !m.rc ? attn_fail(c->rt, ATTN_ENOMEM, "out of memory for timings") : m.rc;
 }
 
+/* The plan of s in the context's pass: attn_execute_backward's (c->backward) or the forward's. */
+static int plan_for(attn_meas_ctx *c, const attn_spec *s, int count_io, const char *label, attn_plan **plan) {
+  return c->backward ? attn_plan_create_backward_spec(c->rt, &c->p, s, count_io, label, plan)
+                     : attn_plan_create_spec(c->rt, &c->p, s, count_io, label, plan);
+}
+
+/* The counting build's run on the checked inputs, as the layout's call runs it. */
+typedef int (*meas_count_fn)(attn_meas_ctx *c, const attn_plan *counting, attn_io *io);
+
+static int count_dense(attn_meas_ctx *c, const attn_plan *counting, attn_io *io) {
+  return attn_plan_run_f32(counting, set0_q(c), set0_k(c), set0_v(c), c->out, io, NULL);
+}
+
+/* What measuring one configuration does once its plan is checked (r->error set), the same for the dense forward,
+ * the backward and the serving layouts (each passes how its counting build runs): timing (a wrong kernel is never
+ * chosen, so a few repetitions show its time without spending the cap on it), the counting build of the very same
+ * kernel once, and the status. Destroys plan. */
+static void measure_finish(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, int wrong, meas_count_fn count,
+                           attn_meas_result *r) {
+  attn_runtime *rt = c->rt;
+  const double cap = c->cap_s;
+  if (wrong) c->cap_s = 0;
+  int rc = time_plan(c, plan, r);
+  c->cap_s = cap;
+  attn_plan_destroy(plan);
+  if (rc != ATTN_OK) {
+    set_status(r, "error", attn_last_error(rt));
+    return;
+  }
+  attn_plan *counting = NULL;
+  if (plan_for(c, s, 1, "counting", &counting) == ATTN_OK) {
+    attn_io io = {0, 0};
+    if (count(c, counting, &io) == ATTN_OK) {
+      r->reads = io.reads;
+      r->writes = io.writes;
+      r->have_io = 1;
+    }
+    attn_plan_destroy(counting);
+  }
+  if (wrong) {
+    char msg[160];
+    const char *what = c->backward ? "gradients' relative error" : "relative error";
+    snprintf(msg, sizeof msg, "%s %.3g exceeds %.0e%s in %s", what, r->error, attn_meas_exact_tolerance(s->dtype),
+             c->backward ? "" : " for an exact algorithm", attn_dtype_name(s->dtype));
+    set_status(r, "wrong", msg);
+  } else {
+    set_status(r, "ok", "");
+  }
+}
+
+/* The input sets of the context's layout: the backward's, a serving layout's or the dense forward's (on CUDA, on
+ * the device too); made on first use. */
+static int ensure_layout(attn_meas_ctx *c, char *err, size_t errlen) {
+  if (c->backward) return attn_meas_bwd_ensure(c, err, errlen);
+  if (c->p.page_size > 0 || c->p.varlen) return attn_meas_serve_ensure(c, err, errlen);
+  int rc = ensure_inputs(c, err, errlen);
+  if (rc == ATTN_OK && c->rt->target == ATTN_TARGET_CUDA) rc = ensure_device_inputs(c, err, errlen);
+  return rc;
+}
+
 /* attn_measure of the backward: the plan of attn_execute_backward for s, checked on set 0 with poisoned gradients,
  * timed on the rotated sets, counted once. */
-static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
+static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, attn_meas_result *r) {
   attn_runtime *rt = c->rt;
   char err[256];
-  if (attn_meas_bwd_ensure(c, err, sizeof err) != ATTN_OK) {
-    set_status(r, "error", err);
-    return;
-  }
-  attn_plan *plan = NULL;
-  int rc = attn_plan_create_backward_spec(rt, &c->p, s, 0, "tuning", &plan);
-  if (rc != ATTN_OK) {
-    set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
-    return;
-  }
   attn_meas_bwd_poison(c);
   attn_kargs a = attn_meas_bwd_kargs(c, 0);
-  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
   if (rc == ATTN_OK) rc = attn_meas_bwd_error(c, &r->error, err, sizeof err);
   else snprintf(err, sizeof err, "%s", attn_last_error(rt));
   if (rc != ATTN_OK) {
@@ -391,111 +441,43 @@ static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_meas_res
     attn_plan_destroy(plan);
     return;
   }
-  const int wrong = !(r->error <= attn_meas_exact_tolerance(s->dtype));
-  const double cap = c->cap_s;
-  if (wrong) c->cap_s = 0;
-  rc = time_plan(c, plan, r);
-  c->cap_s = cap;
-  attn_plan_destroy(plan);
-  if (rc != ATTN_OK) {
-    set_status(r, "error", attn_last_error(rt));
-    return;
-  }
-  attn_plan *counting = NULL;
-  if (attn_plan_create_backward_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
-    attn_io io = {0, 0};
-    a = attn_meas_bwd_kargs(c, 0);
-    if (attn_cpu_run(rt, counting->cpu, &a, &io) == ATTN_OK) {
-      r->reads = io.reads;
-      r->writes = io.writes;
-      r->have_io = 1;
-    }
-    attn_plan_destroy(counting);
-  }
-  if (wrong) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "gradients' relative error %.3g exceeds %.0e in %s", r->error,
-             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
-    set_status(r, "wrong", msg);
-  } else {
-    set_status(r, "ok", "");
-  }
+  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)), attn_meas_bwd_count, r);
 }
 
 /* attn_measure of a serving layout (paged, varlen; CPU): the plan run through attn_execute_paged or
  * attn_execute_varlen, checked on set 0 per sequence against fp64 with a poisoned output, timed on the rotated sets
  * (staging included), its kernel's transfers counted per sequence (measure_serve.c). */
-static void measure_serve(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
-  attn_runtime *rt = c->rt;
+static void measure_serve(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, attn_meas_result *r) {
   char err[256];
-  int rc = attn_meas_serve_ensure(c, err, sizeof err);
-  if (rc != ATTN_OK) {
-    set_status(r, "error", err);
-    return;
-  }
-  attn_plan *plan = NULL;
-  rc = attn_plan_create_spec(rt, &c->p, s, 0, "tuning", &plan);
-  if (rc != ATTN_OK) {
-    set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
-    return;
-  }
-  rc = attn_meas_serve_check(c, plan, &r->error, err, sizeof err);
+  int rc = attn_meas_serve_check(c, plan, &r->error, err, sizeof err);
   if (rc != ATTN_OK) {
     set_status(r, status_for(rc, err), err);
     attn_plan_destroy(plan);
     return;
   }
-  const int wrong = !(r->error <= attn_meas_exact_tolerance(s->dtype));
-  const double cap = c->cap_s;
-  if (wrong) c->cap_s = 0;
-  rc = time_plan(c, plan, r);
-  c->cap_s = cap;
-  attn_plan_destroy(plan);
-  if (rc != ATTN_OK) {
-    set_status(r, "error", attn_last_error(rt));
-    return;
-  }
-  attn_plan *counting = NULL;
-  if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
-    attn_io io = {0, 0};
-    if (attn_meas_serve_count(c, counting, &io) == ATTN_OK) {
-      r->reads = io.reads;
-      r->writes = io.writes;
-      r->have_io = 1;
-    }
-    attn_plan_destroy(counting);
-  }
-  if (wrong) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e for an exact algorithm in %s", r->error,
-             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
-    set_status(r, "wrong", msg);
-  } else {
-    set_status(r, "ok", "");
-  }
+  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)), attn_meas_serve_count, r);
 }
 
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   memset(r, 0, sizeof *r);
-  if (c->backward) {
-    measure_backward(c, s, r);
-    return;
-  }
-  if (c->p.page_size > 0 || c->p.varlen) {
-    measure_serve(c, s, r);
-    return;
-  }
   attn_runtime *rt = c->rt;
-  const int cuda = rt->target == ATTN_TARGET_CUDA;
   char err[256];
-  if (ensure_inputs(c, err, sizeof err) != ATTN_OK || (cuda && ensure_device_inputs(c, err, sizeof err) != ATTN_OK)) {
+  if (ensure_layout(c, err, sizeof err) != ATTN_OK) {
     set_status(r, "error", err);
     return;
   }
   attn_plan *plan = NULL;
-  int rc = attn_plan_create_spec(rt, &c->p, s, 0, "tuning", &plan);
+  int rc = plan_for(c, s, 0, "tuning", &plan);
   if (rc != ATTN_OK) {
     set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
+    return;
+  }
+  if (c->backward) {
+    measure_backward(c, s, plan, r);
+    return;
+  }
+  if (c->p.page_size > 0 || c->p.varlen) {
+    measure_serve(c, s, plan, r);
     return;
   }
   if (!c->ref && make_reference(c) != ATTN_OK) {
@@ -514,39 +496,7 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
   gather_rows(c, c->out, (size_t)c->p.d_v, c->check_out);
   r->error = attn_rel_error(c->ref, c->check_out, check_count(c));
   const int exact = s->algo != ATTN_ALGO_LOWRANK;
-  const int wrong = !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0));
-
-  /* A wrong kernel is never chosen: a few repetitions show its time without spending the cap on it. */
-  const double cap = c->cap_s;
-  if (wrong) c->cap_s = 0;
-  rc = time_plan(c, plan, r);
-  c->cap_s = cap;
-  if (rc != ATTN_OK) {
-    set_status(r, "error", attn_last_error(rt));
-    attn_plan_destroy(plan);
-    return;
-  }
-  attn_plan_destroy(plan);
-
-  /* I/O: the counting build of the very same kernel, once, on the checked inputs. */
-  attn_plan *counting = NULL;
-  if (attn_plan_create_spec(rt, &c->p, s, 1, "counting", &counting) == ATTN_OK) {
-    attn_io io = {0, 0};
-    if (attn_plan_run_f32(counting, set0_q(c), set0_k(c), set0_v(c), c->out, &io, NULL) == ATTN_OK) {
-      r->reads = io.reads;
-      r->writes = io.writes;
-      r->have_io = 1;
-    }
-    attn_plan_destroy(counting);
-  }
-  if (wrong) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "relative error %.3g exceeds %.0e for an exact algorithm in %s", r->error,
-             attn_meas_exact_tolerance(s->dtype), attn_dtype_name(s->dtype));
-    set_status(r, "wrong", msg);
-  } else {
-    set_status(r, "ok", "");
-  }
+  measure_finish(c, s, plan, !(r->error <= (exact ? attn_meas_exact_tolerance(s->dtype) : 1.0)), count_dense, r);
 }
 
 int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, double cap_s, attn_meas_result *out) {
@@ -559,17 +509,10 @@ int attn_meas_finalists(attn_meas_ctx *c, const attn_spec *specs, int count, dou
     memset(&out[i], 0, sizeof out[i]);
     set_status(&out[i], "error", rc == ATTN_OK ? "" : "out of memory");
   }
-  const int serve = c->p.page_size > 0 || c->p.varlen;
-  if (rc == ATTN_OK && (c->backward ? attn_meas_bwd_ensure(c, err, sizeof err) != ATTN_OK
-                        : serve     ? attn_meas_serve_ensure(c, err, sizeof err) != ATTN_OK
-                                    : ensure_inputs(c, err, sizeof err) != ATTN_OK ||
-                                          (rt->target == ATTN_TARGET_CUDA &&
-                                           ensure_device_inputs(c, err, sizeof err) != ATTN_OK)))
-    rc = ATTN_ENOMEM;
+  if (rc == ATTN_OK && ensure_layout(c, err, sizeof err) != ATTN_OK) rc = ATTN_ENOMEM;
   /* Plans, compiled before, so from the cache (the rounds' warm-up runs each once). */
   for (int i = 0; i < count && rc == ATTN_OK; i++)
-    if ((rc = c->backward ? attn_plan_create_backward_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])
-                          : attn_plan_create_spec(rt, &c->p, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK)
+    if ((rc = plan_for(c, &specs[i], 0, "finalist", &plans[i])) != ATTN_OK)
       set_status(&out[i], "error", attn_last_error(rt));
   if (rc == ATTN_OK) {
     attn_rounds_caps k;

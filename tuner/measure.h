@@ -118,6 +118,7 @@ int  attn_meas_bwd_ensure(attn_meas_ctx *c, char *err, size_t errlen);
 attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set);
 void attn_meas_bwd_poison(attn_meas_ctx *c);
 int  attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errlen);
+int  attn_meas_bwd_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io); /* counting build, set 0 */
 void attn_meas_bwd_free(attn_meas_ctx *c);
 
 /* measure_serve.c: the serving layouts' input sets (set 0's fp32 values kept for the reference; the rest made in the

@@ -166,3 +166,8 @@ int attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errle
   }
   return ATTN_OK;
 }
+
+int attn_meas_bwd_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io) {
+  attn_kargs a = attn_meas_bwd_kargs(c, 0);
+  return attn_cpu_run(c->rt, counting->cpu, &a, io);
+}
