@@ -7,6 +7,7 @@
  *   smem=N   the per-block shared memory opt-in in bytes [166912: an A100's]
  *   hang=1   a kernel that never ends: once one was launched, every wait for the device (stream, context, event)
  *            blocks forever [0]
+ * $FAKE_LIBCUDA_NAME: the device's name [Fake GPU N]
  * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
  * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. What the runtime
  * asked for is recorded (fake_libcuda.h: launches and their streams, synchronizations, memory freed while a queued
@@ -157,7 +158,13 @@ API int cuInit(unsigned flags) { return flags ? 1 : setting("init", 0); }
 API int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
 API int cuDeviceGetCount(int *n) { *n = setting("count", 1); return 0; }
 API int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal < setting("count", 1) ? 0 : 101; }
-API int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, (size_t)len, "Fake GPU %d", dev); return 0; }
+/* $FAKE_LIBCUDA_NAME: the device's name (e.g. "NVIDIA H100 80GB HBM3", so that rows tuned for H100 apply) */
+API int cuDeviceGetName(char *name, int len, int dev) {
+  const char *e = getenv("FAKE_LIBCUDA_NAME");
+  if (e && *e) snprintf(name, (size_t)len, "%s", e);
+  else snprintf(name, (size_t)len, "Fake GPU %d", dev);
+  return 0;
+}
 API int cuDeviceGetAttribute(int *v, int attr, int dev) {
   (void)dev;
   const int cc = setting("cc", 80);

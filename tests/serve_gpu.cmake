@@ -6,3 +6,17 @@ target_link_libraries(serve_async PRIVATE attn_core m)
 add_test(NAME serve_async COMMAND serve_async)
 set_tests_properties(serve_async PROPERTIES LABELS cpu TIMEOUT 120
                      ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TEST_CACHE};ATTN_DB=${ATTN_TEST_CACHE}/no-database.db;ATTN_THREADS=2")
+# serve_gpu_run, serve_gpu_usage: `attntune tune --gpu NAME --page-size P` and `--varlen LENS` ranked by the model,
+# rows of the layout's variant served to CUDA plans made for them (the fake driver named as an H100; nothing compiled)
+if(TARGET attntune)
+  add_executable(serve_gpu_plan ${CMAKE_CURRENT_LIST_DIR}/serve_gpu_plan.c)
+  target_link_libraries(serve_gpu_plan PRIVATE attn_core m)
+  foreach(c run usage)
+    add_test(NAME serve_gpu_${c}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/serve_gpu.sh ${c} $<TARGET_FILE:attntune>
+                     ${CMAKE_CURRENT_BINARY_DIR}/serve-gpu-${c} $<TARGET_FILE:serve_gpu_plan>
+                     $<TARGET_FILE:fake_libcuda>)
+    set_tests_properties(serve_gpu_${c} PROPERTIES LABELS "tuner;cuda" TIMEOUT 60
+                         ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TEST_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/serve-gpu-no.db")
+  endforeach()
+endif()

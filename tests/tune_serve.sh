@@ -83,8 +83,8 @@ usage)
     [ $rc -eq 2 ] || fail "$args: exit $rc, want 2"
     [ "$(wc -l <"$out")" -eq 1 ] || fail "$args: not one line"
   done
-  "$T" --gpu A100 --d 64 --page-size 16 --db "$W/u.db" >"$out" 2>&1
-  [ $? -eq 2 ] && grep -q "CPU only" "$out" || fail "--page-size on a GPU"
+  "$T" --gpu A100 --d 64 --page-size 16 --algo smallcache --db "$W/u.db" >"$out" 2>&1
+  [ $? -eq 2 ] && grep -q "CUDA smallcache has no paged or varlen kernel" "$out" || fail "--page-size on a GPU"
   [ ! -e "$W/u.db" ] || [ "$(q "$W/u.db" "SELECT count(*) FROM measurements")" -eq 0 ] || fail "a usage error stored"
   ;;
 *)

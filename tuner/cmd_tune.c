@@ -55,7 +55,9 @@ static const char tune_usage[] =
     "  --varlen LENS: a packed variable-length batch (attn_execute_varlen): LENS a comma list of sequences, each Q\n"
     "  (Q queries and Q keys) or Q:KV, e.g. 1,17,300:1024; it sets the batch (their count), n and n_kv (their\n"
     "  maxima) in place of --batch, --n, --n-kv; rows of variant varlen, which serve plans made with varlen 1.\n"
-    "  Both: CPU, forward, flash and smallcache; each configuration checked against fp64 per sequence\n"
+    "  Both: forward only. --gpu cpu: flash and smallcache, each configuration measured and checked against fp64\n"
+    "  per sequence; --gpu NAME: flash, ranked by the performance model (the layout's kernel: paged decode's page\n"
+    "  runs, varlen's query tiles per sequence), also where the GPU is present\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 /* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
@@ -233,8 +235,6 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   const char *layout = o.page_size ? "--page-size" : varlen_s ? "--varlen" : NULL;
   if (o.page_size && varlen_s)
     return attn_tune_usage("--page-size and --varlen are two layouts, each tuned as its own problem: give one");
-  if (layout && strcmp(o.gpu_name, "cpu") != 0)
-    return attn_tune_usage("%s: paged and varlen kernels run on the CPU only (use --gpu cpu)", layout);
   char nbuf[16], kvbuf[16];
   if (varlen_s) {
     if (n_given || nkv_s || batch_given)
@@ -277,6 +277,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if (layout && (o.passes & 2))
     FAIL_USAGE("%s with --pass bwd: attn_execute_paged and attn_execute_varlen have no backward", layout);
+  if (layout && o.target == ATTN_TARGET_CUDA && (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE)))
+    FAIL_USAGE("%s with --algo smallcache on a GPU: CUDA smallcache has no paged or varlen kernel (flash has)", layout);
   if (layout && (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)))
     FAIL_USAGE("%s with --algo lowrank: lowrank's projections need each sequence's whole dense KV (flash, "
                "smallcache)", layout);
@@ -302,6 +304,12 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     if (!o.ncausal) FAIL_USAGE("--causal %s: expected 0, 1 or 0,1", causal_s);
   }
   if (!o.heads) o.heads = o.target == ATTN_TARGET_CPU ? 2 : 16;
+  /* a GPU's layouts are ranked by the model: the tuner's measuring harness runs them on the CPU only */
+  if (layout && o.target == ATTN_TARGET_CUDA && !o.force_model) {
+    printf("note: %s on %s: the paged and varlen kernels are ranked by the performance model (the tuner measures "
+           "them on the CPU only), also where the GPU is present\n", layout, o.gpu->name);
+    o.force_model = 1;
+  }
 
   /* The problems: every dtype, causal value, d, d_v, n and n_kv with every other, counted in 64 bits (each list has
    * at most ATTN_RANGE_MAX values, so the product cannot wrap) and capped before anything is allocated for them. */

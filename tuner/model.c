@@ -146,9 +146,165 @@ int attn_model_time(const attn_gpu *g, const attn_problem *prob, const attn_spec
   return attn_model_time_res(g, prob, s, NULL, out, err, errlen);
 }
 
+/* ---- serving layouts (templates/flash.cu's ATTN_LAYOUT; docs/cuda.md's serving part) ----
+ * varlen: one launch whose grid is the dense one's for the longest sequence (batch x heads x ceil(max n / Br)
+ * blocks); a block past its own sequence's query rows exits at once (EMPTY_BLOCK_CYC). The work is per sequence:
+ * sum over sequences of ceil(n_b / Br) query blocks a head, each over its own keys (causal bottom-right in the
+ * sequence), scheduled in grid order; transfers, FLOPs and the compulsory bytes summed over the sequences.
+ * paged: the dense kernel's work (decode with grouped-query heads: one block per KV head, its query heads the rows),
+ * but K and V come in runs: a key tile's rows within one page are contiguous across the KV heads ([page][slot]
+ * [heads_kv][d]), and the tile breaks at each page boundary. A run costs DRAM its bytes plus PAGE_RUN_BYTES (a new
+ * DRAM row and request stream: an assumption, not measured), so small pages of few narrow heads lose bandwidth and
+ * tiles that cross page boundaries more often lose more; each KV head's row is read in 32-byte sectors on its own
+ * (heads_kv > 1: rows of heads_kv x row bytes apart), which costs L2 the sectors a row straddles. */
+#define EMPTY_BLOCK_CYC 200.0
+#define PAGE_RUN_BYTES 128.0
+
+typedef struct model_paged {
+  double dram_factor; /* K/V DRAM bytes, runs' overhead included, over their bytes */
+  double l2_factor;   /* K/V sectors' bytes over their bytes */
+} model_paged;
+
+/* The bytes of 32-byte sectors a segment of w bytes at byte offset o touches. */
+static double sectors(double o, double w) {
+  const double first = floor(o / 32.0), last = floor((o + w - 1) / 32.0);
+  return w > 0 ? (last - first + 1) * 32.0 : 0;
+}
+
+/* Paged K/V of one sequence of L keys, tiles of Bc rows, pages of ps slots of hk KV heads' rows of `row` bytes
+ * (K's or V's). */
+static void paged_runs(double L, int bc, int ps, int hk, double row, double *bytes, double *dram, double *l2) {
+  for (double j0 = 0; j0 < L; j0 += bc) {
+    const double end = fmin(j0 + bc, L);
+    for (double j = j0; j < end;) {
+      const double stop = fmin(end, (floor(j / ps) + 1) * ps), len = stop - j, slot = fmod(j, ps);
+      *bytes += len * hk * row;
+      *dram += len * hk * row + PAGE_RUN_BYTES;
+      if (hk == 1) {
+        *l2 += sectors(slot * row, len * row);
+      } else {
+        for (int h = 0; h < hk; h++) /* each head's row on its own, len rows of them */
+          *l2 += len * sectors((slot * hk + h) * row, row);
+      }
+      j = stop;
+    }
+  }
+}
+
+static model_paged paged_factors(const attn_problem *p, const attn_spec *s, int ps) {
+  model_paged f = {1.0, 1.0};
+  const double es = (double)attn_dtype_size(s->dtype);
+  double bytes = 0, dram = 0, l2 = 0;
+  paged_runs(p->n_kv, s->bc, ps, p->heads_kv, p->d * es, &bytes, &dram, &l2);
+  paged_runs(p->n_kv, s->bc, ps, p->heads_kv, p->d_v * es, &bytes, &dram, &l2);
+  if (bytes > 0) f.dram_factor = dram / bytes, f.l2_factor = fmax(1.0, l2 / bytes);
+  return f;
+}
+
+/* varlen's grid in its order: blocks of sequence b, head h, query block q (causal: the sequence's heaviest first),
+ * those past the sequence's rows exiting at once; the makespan on `slots` slots, the ideal in *ideal. */
+static double schedule_varlen(const attn_spec *s, int causal, const attn_model_layout *lay, double heads, long nqb,
+                              long slots, double kb_cyc, double start_cyc, double *ideal) {
+  double work = 0, heaviest = 0;
+  for (int b = 0; b < lay->nseq; b++) {
+    const long own = (lay->lq[b] + s->br - 1) / s->br;
+    for (long q = 0; q < nqb; q++) {
+      const double c = q < own ? key_blocks(s, causal, q, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
+                               : EMPTY_BLOCK_CYC;
+      work += c * heads;
+      if (c > heaviest) heaviest = c;
+    }
+  }
+  *ideal = work / slots;
+  const double blocks = (double)lay->nseq * heads * nqb;
+  if (blocks > SIM_MAX_BLOCKS) return fmax(*ideal, heaviest) + heaviest * 0.5;
+  double *h = calloc((size_t)slots, sizeof *h);
+  if (!h) return fmax(*ideal, heaviest) + heaviest * 0.5;
+  double end = 0;
+  for (int b = 0; b < lay->nseq; b++) {
+    const long own = (lay->lq[b] + s->br - 1) / s->br;
+    for (long hd = 0; hd < (long)heads; hd++)
+      for (long i = 0; i < nqb; i++) {
+        const long q = i < own ? own - 1 - i : i; /* the grid's heaviest-first order within the sequence */
+        h[0] += i < own ? key_blocks(s, causal, causal ? q : i, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
+                        : EMPTY_BLOCK_CYC;
+        if (h[0] > end) end = h[0];
+        heap_down(h, slots, 0);
+      }
+  }
+  free(h);
+  return end;
+}
+
+static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
+                         const attn_model_layout *lay, attn_model_result *out, char *err, size_t errlen);
+
 int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
                         attn_model_result *out, char *err, size_t errlen) {
+  return model_forward(g, prob, s, res, NULL, out, err, errlen);
+}
+
+int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const attn_spec *s,
+                           const attn_kernel_res *res, const attn_model_layout *lay, attn_model_result *out,
+                           char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
+  const int varlen = lay && lay->nseq > 0, paged = lay && lay->page_size > 0;
+  if (!varlen && !paged) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+  if (varlen && paged) {
+    snprintf(err, errlen, "a problem is paged or varlen, not both");
+    return ATTN_EINVAL;
+  }
+  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CUDA || s->impl == ATTN_IMPL_WGMMA) {
+    snprintf(err, errlen, "CUDA %s has no %s kernel (flash.cu's mma.sync flash has)",
+             s->impl == ATTN_IMPL_WGMMA ? "impl=wgmma flash" : attn_algo_name(s->algo), varlen ? "varlen" : "paged");
+    return ATTN_EINVAL;
+  }
+  /* the tiles as the layout's kernel takes them (attn_spec_check with the layout; the runtime serves the default
+   * tiles for a row whose tiles it refuses) */
+  attn_problem p = *prob;
+  if (p.n_kv == 0) p.n_kv = p.n;
+  if (p.heads_kv == 0) p.heads_kv = p.heads;
+  if (p.d_v == 0) p.d_v = p.d;
+  const int packed = paged && p.n == 1 && p.heads > p.heads_kv && p.heads_kv > 0 && p.heads % p.heads_kv == 0;
+  attn_spec t = *s;
+  t.layout = varlen ? 1 : packed ? 3 : 2;
+  char why[400];
+  if (attn_spec_check(&t, why, sizeof why) != ATTN_OK) {
+    snprintf(err, errlen, "the %s kernel refuses these tiles: %s", varlen ? "varlen" : "paged", why);
+    return ATTN_EINVAL;
+  }
+  if (varlen) {
+    long most_q = 0, most_kv = 0;
+    for (int b = 0; b < lay->nseq; b++) {
+      if (lay->lq[b] < 0 || lay->lk[b] < 0) {
+        snprintf(err, errlen, "varlen sequence %d has a negative length", b);
+        return ATTN_EINVAL;
+      }
+      if (lay->lq[b] > most_q) most_q = lay->lq[b];
+      if (lay->lk[b] > most_kv) most_kv = lay->lk[b];
+    }
+    if (most_q == 0) {
+      snprintf(err, errlen, "no varlen sequence has a query row");
+      return ATTN_EINVAL;
+    }
+    p.batch = lay->nseq, p.n = (int)most_q, p.n_kv = most_kv > 0 ? (int)most_kv : 1;
+    return model_forward(g, &p, s, res, lay, out, err, errlen);
+  }
+  attn_problem k = p; /* the grid's problem: packed decode's rows are a KV head's query heads, no mask among them */
+  if (packed) k.n = p.heads / p.heads_kv, k.heads = p.heads_kv, k.causal = 0;
+  attn_spec ks = *s;
+  ks.causal = k.causal;
+  const int rc = model_forward(g, &k, &ks, res, lay, out, err, errlen);
+  if (rc != ATTN_OK) return rc;
+  /* the flops are the problem's */
+  out->flops = 2.0 * (p.d + p.d_v) * pairs(p.causal, p.n, p.n_kv) * (double)p.batch * p.heads;
+  return ATTN_OK;
+}
+
+static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
+                         const attn_model_layout *lay, attn_model_result *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const int varlen = lay && lay->nseq > 0;
   if (s->target != ATTN_TARGET_CUDA) {
     snprintf(err, errlen, "the performance model is for CUDA configurations");
     return ATTN_EINVAL;
@@ -177,8 +333,27 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   const unsigned long long ubh = (unsigned long long)p.batch * (unsigned long long)p.heads; /* < 2^62: exact */
   if (__builtin_mul_overflow(rd1, ubh, &out->reads)) out->reads = ULLONG_MAX;
   if (__builtin_mul_overflow(wr1, ubh, &out->writes)) out->writes = ULLONG_MAX;
-  const double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
+  double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
   out->flops = 2.0 * (d + dv) * pairs(p.causal, n, n_kv) * bh;
+  /* varlen: each sequence's closed form, FLOPs and compulsory bytes (a sequence with no key writes zero rows) */
+  double seq_bytes = 0, work_qb = 0;
+  if (varlen) {
+    reads = writes = out->flops = 0;
+    const double heads = p.heads, hkv = p.heads_kv;
+    for (int b = 0; b < lay->nseq; b++) {
+      const long lq = lay->lq[b], lk = lay->lk[b];
+      unsigned long long r1 = 0, w1 = 0;
+      if (lq > 0 && lk > 0 && attn_io_formula(s, 1, lq, lk, &r1, &w1) == ATTN_OK)
+        reads += (double)r1 * heads, writes += (double)w1 * heads;
+      else if (lq > 0)
+        writes += (double)lq * dv * heads;
+      out->flops += 2.0 * (d + dv) * pairs(p.causal, (double)lq, (double)lk) * heads;
+      seq_bytes += (heads * lq + hkv * lk) * (d + dv) * esize;
+      work_qb += ceil((double)lq / s->br) * heads;
+    }
+    out->reads = reads < 1.8e19 ? (unsigned long long)reads : ULLONG_MAX;
+    out->writes = writes < 1.8e19 ? (unsigned long long)writes : ULLONG_MAX;
+  }
 
   /* Occupancy: the compiled kernel's registers and static shared memory when known. */
   const int threads = 32 * (s->warps > 0 ? s->warps : 4);
@@ -210,6 +385,8 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   }
   const long nqb = (long)ceil(n / s->br);
   const double blocks = (double)nqb * bh;
+  /* the blocks that work (varlen: the sequences' own query blocks; the others exit at once) */
+  const double working = varlen ? work_qb : blocks;
   const long slots = (long)g->sms * bps;
   out->blocks = clamp_int(blocks);
   out->blocks_per_sm = bps;
@@ -219,16 +396,24 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   /* Memory: every entry of the closed form through L2; DRAM sees each input once, O once, and the re-reads of K, V
    * that the K/V of the heads in flight push out of L2. */
   const double group = (double)p.heads / p.heads_kv;
-  const double compulsory = (bh * n * (d + dv) + (bh / group) * n_kv * (d + dv)) * esize;
+  const double compulsory = varlen ? seq_bytes : (bh * n * (d + dv) + (bh / group) * n_kv * (d + dv)) * esize;
   const double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
-  const double in_flight = fmin(blocks, (double)slots);
-  const double heads_in_flight = fmin(bh, ceil(in_flight / nqb) + 1);
+  const double in_flight = fmin(working, (double)slots);
+  const double heads_in_flight = fmin(bh, ceil(in_flight / (varlen ? fmax(1.0, working / bh) : nqb)) + 1);
   out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * n_kv * (d + dv) * esize;
   const double l2 = L2_USABLE * g->l2_mb * 1048576.0;
   const double hit = out->l2_resident_bytes <= l2 ? 1.0 : l2 / out->l2_resident_bytes;
   const double bw = g->bandwidth_tbs * 1e12;
   out->t_dram_ms = (compulsory + rereads * (1 - hit)) / (bw * DRAM_EFF) * 1e3;
   out->t_l2_ms = total / (bw * L2_OVER_HBM) * 1e3;
+  if (lay && lay->page_size > 0) { /* K/V in page runs: their DRAM bytes and L2 sectors (paged_factors) */
+    const model_paged f = paged_factors(&p, s, lay->page_size);
+    const double kv = (bh / group) * n_kv * (d + dv) * esize, qo = bh * n * (d + dv) * esize;
+    const double kv_l2 = total > qo ? total - qo : 0;
+    out->t_dram_ms = (compulsory + kv * (f.dram_factor - 1) + rereads * (1 - hit) * f.dram_factor) /
+                     (bw * DRAM_EFF) * 1e3;
+    out->t_l2_ms = (total + kv_l2 * (f.l2_factor - 1)) / (bw * L2_OVER_HBM) * 1e3;
+  }
   out->t_memory_ms = fmax(out->t_dram_ms, out->t_l2_ms);
 
   const char *cbound;
@@ -245,7 +430,7 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
     out->cyc_smem = (w.smem_bytes + (double)threads * spill) / g->smem_bytes_clk_sm;
     const double serial = out->cyc_tensor + out->cyc_sfu + out->cyc_alu + out->cyc_smem;
     const double top = fmax(fmax(out->cyc_tensor, out->cyc_sfu), fmax(out->cyc_alu, out->cyc_smem));
-    const double resident = fmin((double)bps, ceil(blocks / g->sms));       /* blocks per SM at once */
+    const double resident = fmin((double)bps, ceil(working / g->sms));      /* blocks per SM at once */
     const double wps = resident * (threads / 32.0) / 4.0;                    /* warps per scheduler */
     const double hidden = fmin(OVERLAP_MAX, OVERLAP_WARP * fmin(wps, 1.0) + OVERLAP_MORE * fmax(0, wps - 1));
     out->cyc_key_block = top + (serial - top) * (1 - hidden);
@@ -256,7 +441,8 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
     const double per_kb = fmax(share, out->cyc_key_block + fmax(0, KEY_LATENCY_CYC - depth * share));
     double ideal = 0;
     const double makespan =
-        schedule(s, p.causal, bh, n, n_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
+        varlen ? schedule_varlen(s, p.causal, lay, p.heads, nqb, slots, per_kb, BLOCK_LATENCY_CYC, &ideal)
+               : schedule(s, p.causal, bh, n, n_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
     out->t_compute_ms = makespan / clk * 1e3;
     /* the schedule (few blocks, the last wave's tail) or exposed latency cost more than the units: occupancy */
     const double units_only = ideal * (share / per_kb);

@@ -39,6 +39,21 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *p, const attn_spe
 int attn_model_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out, char *err,
                     size_t errlen);
 
+/* A serving layout as templates/flash.cu's ATTN_LAYOUT kernels run it (model.c's serving part): page_size > 0, paged
+ * (every sequence the problem's n_kv keys; decode with grouped-query heads on the packed kernel, a block per KV head);
+ * nseq > 0, varlen, sequence b with lq[b] queries and lk[b] keys (the problem's batch, n and n_kv then taken from
+ * them). */
+typedef struct attn_model_layout {
+  int page_size;
+  const int *lq, *lk;
+  int nseq;
+} attn_model_layout;
+
+/* attn_model_time_res of the layout's kernel: ATTN_EINVAL with a reason also for a spec without that kernel (not
+ * mma.sync flash, or tiles the layout's attn_spec_check refuses). lay NULL or neither layout: the dense model. */
+int attn_model_time_layout(const attn_gpu *g, const attn_problem *p, const attn_spec *s, const attn_kernel_res *res,
+                           const attn_model_layout *lay, attn_model_result *out, char *err, size_t errlen);
+
 /* The CUDA backward (templates/flash_bwd.cu) of spec s for the problem: the same result fields, flops counted as 2.5
  * times the forward's (FlashAttention's convention), the cycle fields for one inner step of a dK/dV block. ATTN_OK,
  * or ATTN_EINVAL with a reason (attn_spec_check_backward_cuda against the GPU's per-block shared memory, a problem

@@ -25,7 +25,13 @@ void attn_tune_model_eval(tune_state *ts, const attn_spec *s, attn_eval *e) {
   /* (model_sm90.c takes none: setmaxnreg, not ptxas's count, sets what its consumers hold) */
   const int known = !ts->backward && s->impl != ATTN_IMPL_WGMMA && ts->kres && attn_kres_get(ts->kres, s, &kr) == 0;
   /* flash_sm90.cu (impl=wgmma) has a model of its own: wgmma's rate, the softmax overlapped, one block per SM */
+  /* a serving layout (--page-size, --varlen) ranks its own kernel: flash.cu with ATTN_LAYOUT, --varlen's sequences */
+  const tune_opts *o = ts->o;
+  const attn_model_layout lay = {.page_size = ts->prob.page_size, .lq = o ? o->vl_q : NULL, .lk = o ? o->vl_kv : NULL,
+                                 .nseq = ts->prob.varlen && o ? o->nvl : 0};
+  const int serve = !ts->backward && (lay.page_size > 0 || lay.nseq > 0);
   const int rc = ts->backward ? attn_model_time_bwd(ts->gpu, &ts->prob, s, &m, err, sizeof err)
+                 : serve ? attn_model_time_layout(ts->gpu, &ts->prob, s, known ? &kr : NULL, &lay, &m, err, sizeof err)
                  : s->impl == ATTN_IMPL_WGMMA ? attn_model_sm90_time(ts->gpu, &ts->prob, s, &m, err, sizeof err)
                               : attn_model_time_res(ts->gpu, &ts->prob, s, known ? &kr : NULL, &m, err, sizeof err);
   if (rc == ATTN_OK) {
