@@ -204,6 +204,29 @@ shipped)  # the spaces shipped in tests/data/spaces: every strategy, one seed, t
     tail -n 3 "$W/a.txt" | head -n 1 | grep -q "^  [0-9]*  *1.000 \[1.000,1.000\]" || fail "$db: last k"
   done
   ;;
+fresh)  # the shipped model spaces are the model's of this build: one made stale by a change to the model or the space
+  # fails here, not as a strategy missing the stored optimum in the nightly sweep (scripts/replay_spaces.sh model)
+  for g in A100 H100; do
+    f=$SPACES/model-$(echo "$g" | tr 'A-Z' 'a-z').json
+    "$T" --gpu "$g" --model --d 64,128 --n 1024,4096 --causal 0,1 --dtype bf16 --algo flash,smallcache \
+      --strategy exhaustive --db "$W/$g.db" >"$out" 2>&1 || fail "$g: exit $?"
+    "$T" export "$W/$g.json" --db "$W/$g.db" >"$out" 2>&1 || fail "$g: export exit $?"
+    python3 - "$f" "$W/$g.json" >"$out" 2>&1 <<'EOF2' || fail "$f is not the model's space of this build: regenerate it with scripts/replay_spaces.sh model"
+import json, sys
+def rows(path):
+    return {(m["spec"], m["n"], m["n_kv"], m["causal"], m["batch"], m["heads"], m["heads_kv"]): (m["status"], m["time_ms"])
+            for m in json.load(open(path))["measurements"]}
+shipped, now = rows(sys.argv[1]), rows(sys.argv[2])
+for k in sorted(set(shipped) ^ set(now))[:3]:
+    print("only in", "the shipped file" if k in shipped else "this build's space", k[0], "n=%d causal=%d" % (k[1], k[3]))
+bad = [k for k in set(shipped) & set(now)
+       if shipped[k][0] != now[k][0] or abs(shipped[k][1] - now[k][1]) > 1e-9 * abs(now[k][1])]
+for k in sorted(bad)[:3]:
+    print("time", shipped[k], "shipped,", now[k], "now:", k[0], "n=%d causal=%d" % (k[1], k[3]))
+sys.exit(1 if bad or set(shipped) != set(now) else 0)
+EOF2
+  done
+  ;;
 sweep)  # nightly: every shipped problem, every strategy, 20 seeds, twice; what each strategy must reach
   args="--strategy exhaustive --strategy random --strategy anneal --strategy genetic --strategy bayes \
 --strategy guided --seeds 20 --json"
