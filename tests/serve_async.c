@@ -70,11 +70,12 @@ int main(void) {
   }
   attn_plan_destroy(plan);
   (void)nk;
-  /* paged decode: 2 sequences of 20 and 5 keys in pages of 8, shuffled */
-  const attn_problem pp = {.batch = B, .heads = H, .n = 1, .n_kv = NKV, .d = D, .dtype = ATTN_F32,
+  /* paged: 2 sequences of 20 and 5 keys in pages of 8, shuffled; the varlen plan's shape, so its kernel (one
+   * compile for the test) */
+  const attn_problem pp = {.batch = B, .heads = H, .n = N, .n_kv = NKV, .d = D, .dtype = ATTN_F32, .causal = 1,
                            .algo = ATTN_ALGO_FLASH, .page_size = PS};
   const int table[B * MP] = {4, 1, 5, 0, 2, 3}, lens[B] = {20, 5}, bad[B * MP] = {4, 1, 6, 0, 2, 3};
-  const size_t no = (size_t)B * H * D;
+  const size_t no = (size_t)B * H * N * D;
   plan = NULL;
   rc = attn_plan_create(rt, &pp, &plan);
   CHECK(rc == ATTN_OK, "paged plan: %s", attn_last_error(rt));

@@ -20,3 +20,8 @@ if(TARGET attntune)
                          ENVIRONMENT "ATTN_CACHE_DIR=${ATTN_TEST_CACHE};ATTN_DB=${CMAKE_CURRENT_BINARY_DIR}/serve-gpu-no.db")
   endforeach()
 endif()
+# python_serve_stream: attention()'s layouts on CUDA tensors queue on torch's current stream through the _async forms
+# (a stand-in torch and libattn, no GPU: tests/python_serve_stream.py)
+add_test(NAME python_serve_stream
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_train.sh python_serve_stream.py $<TARGET_FILE:attn>)
+set_tests_properties(python_serve_stream PROPERTIES LABELS python TIMEOUT 60 SKIP_RETURN_CODE 77)

@@ -17,9 +17,11 @@ synchronisation; with a libattn older than attn_execute_async the stream is sync
 result has the inputs' dtype. Score modifiers, attn.h's (0 or None: off): window=, softcap=, alibi_slopes= (one slope
 per query head) on attention(), plan() and describe(); on tensors that require grad, where libattn's backward takes
 them (else EUNSUPPORTED, before the forward runs).
-Serving layouts on the CPU, forward only: attention() and describe() take cu_seqlens_q=/cu_seqlens_kv= (a packed
+Serving layouts, forward only: attention() and describe() take cu_seqlens_q=/cu_seqlens_kv= (a packed
 variable-length batch, attn_execute_varlen) or block_table=/seq_lens_kv=/page_size= (a paged KV cache,
-attn_execute_paged); attention()'s docstring gives their shapes.
+attn_execute_paged); attention()'s docstring gives their shapes. CUDA tensors run them stream-ordered on torch's
+current stream (attn_execute_varlen_async/paged_async; with a libattn older than those the stream is synchronised
+and the call waits).
 
 Training: attention() on torch tensors is differentiable (a torch.autograd.Function) when grad mode is on and q, k or
 v requires grad: the forward runs attn_execute_lse and keeps each row's log-sum-exp (fp32), the backward runs
@@ -147,6 +149,11 @@ def _load():
         lib.attn_execute_varlen.argtypes = [vp] * 7
     if hasattr(lib, "attn_execute_paged"):
         lib.attn_execute_paged.argtypes = [vp, vp, vp, vp, ctypes.c_int, ctypes.c_int, vp, ctypes.c_int, vp, vp]
+    if hasattr(lib, "attn_execute_varlen_async"):  # their stream-ordered forms (_layout_attention)
+        lib.attn_execute_varlen_async.argtypes = [vp] * 8
+    if hasattr(lib, "attn_execute_paged_async"):
+        lib.attn_execute_paged_async.argtypes = [vp, vp, vp, vp, vp, ctypes.c_int, ctypes.c_int, vp, ctypes.c_int, vp,
+                                                 vp]
     lib.attn_plan_describe.argtypes = [vp]
     lib.attn_plan_describe.restype = ctypes.c_char_p
     lib.attn_plan_destroy.argtypes = [vp]
@@ -588,14 +595,21 @@ class _Layout:
             page_size=0 if self.varlen else self.page_size, varlen=int(self.varlen))
 
 
-def _layout_call(lib, rt, plan, a, xs, o):
-    """attn_execute_varlen or attn_execute_paged of plan for _Layout a on xs (q, k, v) into o."""
+def _layout_call(lib, rt, plan, a, xs, o, stream=None):
+    """attn_execute_varlen or attn_execute_paged of plan for _Layout a on xs (q, k, v) into o; with a torch stream,
+    their _async forms queued on it (libattn reads the lengths and the table before it returns)."""
     fn = "attn_execute_varlen" if a.varlen else "attn_execute_paged"
     if not hasattr(lib, fn):
         raise Error(EUNSUPPORTED, "this libattn (%s) has no %s: the layout needs a newer one" % (library_path(), fn))
     q, k, v = (_ptr(x) for x in xs)
-    if a.varlen:
+    if a.varlen and stream is not None:
+        rc = lib.attn_execute_varlen_async(plan, stream.cuda_stream, a.cu_q.ctypes.data, a.cu_kv.ctypes.data, q, k,
+                                           v, _ptr(o))
+    elif a.varlen:
         rc = lib.attn_execute_varlen(plan, a.cu_q.ctypes.data, a.cu_kv.ctypes.data, q, k, v, _ptr(o))
+    elif stream is not None:
+        rc = lib.attn_execute_paged_async(plan, stream.cuda_stream, q, k, v, a.num_pages, a.page_size,
+                                          a.table.ctypes.data, a.max_pages, a.lens.ctypes.data, _ptr(o))
     else:
         rc = lib.attn_execute_paged(plan, q, k, v, a.num_pages, a.page_size, a.table.ctypes.data, a.max_pages,
                                     a.lens.ctypes.data, _ptr(o))
@@ -608,11 +622,13 @@ def _layout_attention(a, dbp, q, k, v):
         return (_zeros if a.zeros else _new_out)(a.kind, a.out_shape, q)
     xs = _contiguous(a.kind, a.target, (q, k, v))
     o = _new_out(a.kind, a.out_shape, xs[0])
-    if a.target == _TARGET_CUDA:   # attn_execute_varlen/paged return when done, on the default stream
-        _cuda_stream(None, a.device).synchronize()
+    stream = _cuda_stream(None, a.device) if a.target == _TARGET_CUDA else None
     with _lock:
         rt = _runtime(dbp, a.target)
-        _layout_call(rt.lib, rt.rt, rt.cached(a.problem), a, xs, o)
+        if stream is not None and not hasattr(rt.lib, "attn_execute_%s_async" % ("varlen" if a.varlen else "paged")):
+            stream.synchronize()   # attn_execute_varlen/paged run on the default stream and return when done
+            stream = None
+        _layout_call(rt.lib, rt.rt, rt.cached(a.problem), a, xs, o, stream)
     return o
 
 
@@ -688,8 +704,8 @@ def attention(q, k, v, causal=False, scale=None, db=None, *, algo="auto", tolera
     alibi_slopes (a sequence, array or tensor of one finite slope per query head) adds -slope_h*|i' - j| to it. A
     row that sees no key is 0. On tensors that require grad the backward has to take them (else EUNSUPPORTED).
 
-    Serving layouts (CPU; forward only), the plan made for them and served their tuned rows (attntune tune --varlen,
-    --page-size):
+    Serving layouts (forward only; CUDA tensors stream-ordered on torch's current stream), the plan made for them and
+    served their tuned rows (attntune tune --varlen, --page-size):
     - varlen, FlashAttention's packed batch: cu_seqlens_q and cu_seqlens_kv (batch + 1 cumulative lengths from 0,
       sequences of int, arrays or tensors), q (total_q, heads, d), k (total_kv, heads_kv, d), v (total_kv, heads_kv,
       d_v); the result (total_q, heads, d_v). Each sequence is its own problem (causal bottom-right within it); a
