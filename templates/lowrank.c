@@ -38,18 +38,6 @@
 #ifndef ATTN_CAUSAL
 #define ATTN_CAUSAL 0
 #endif
-#ifndef ATTN_FEATURE
-#define ATTN_FEATURE 1
-#endif
-#ifndef ATTN_DEGREE
-#define ATTN_DEGREE 2
-#endif
-#ifndef ATTN_RANK
-#define ATTN_RANK 256
-#endif
-#ifndef ATTN_SEED
-#define ATTN_SEED 1
-#endif
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -57,25 +45,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "lowrank_feat.h"
 
 #define LR_D ATTN_D
 #define LR_DV ATTN_DV
 #define LR_BC ATTN_BC
 #define LR_BR ATTN_BR
-
-/* Rank of the feature map. */
-static long lr_rank(void) {
-#if ATTN_FEATURE == 0
-  long r = 1, c = 1; /* C(d+g, g) = prod_{i=1..g} (d+i)/i, exact at each step */
-  for (long i = 1; i <= ATTN_DEGREE; i++) {
-    c = c * (LR_D + i) / i;
-    r = c;
-  }
-  return r;
-#else
-  return ATTN_RANK;
-#endif
-}
 
 /* Scratch layout, in floats (each part a multiple of 16). */
 #define LR_UP(x) (((x) + 15) / 16 * 16)
@@ -88,7 +63,7 @@ typedef struct {
 } lr_scratch;
 
 static size_t lr_layout(void *base, lr_scratch *s, long n_kv) {
-  const size_t r = (size_t)lr_rank();
+  const size_t r = (size_t)lf_rank();
   float *p = (float *)base;
   size_t off = 0;
 #define LR_TAKE(field, cnt)                    \
@@ -121,53 +96,13 @@ int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 long attn_kernel_items(const attn_kargs *a) { return a->batch * a->heads; }
 size_t attn_kernel_scratch(const attn_kargs *a) { return lr_layout(NULL, NULL, a->n_kv) * sizeof(float); }
 
-/* A row length the compiler cannot see: GCC 12 warns (-Waggressive-loop-optimizations) on the half conversions'
- * scalar tail, which never runs, when the count is a constant. */
-static inline long lr_count(long x) {
-  __asm__("" : "+r"(x));
-  return x;
-}
-
 /* A row in fast memory that the loops below read (the alignment check build notes where it lies). */
 static inline const float *lr_tile(const float *p) {
   ATTN_ALIGN_NOTE(p, 64);
   return p;
 }
 
-/* 1 when every entry of the row is finite: x - x is 0 for a finite x, NaN for inf and NaN (no branch per entry). */
-static int lr_finite(const float *row) {
-  float z = 0.0f;
-  for (int i = 0; i < LR_D; i++) z += row[i] - row[i];
-  return z == 0.0f;
-}
-
 #if ATTN_FEATURE == 0
-/* Monomials of degree <= g in d variables, each built from a parent by one more factor x[var] with an index not
- * below the parent's last one (so each multiset once); coef = 1/sqrt(multiplicity of var in the child), whose
- * product along the chain is 1/sqrt(alpha!). Returns the number built (= r). */
-static long lr_taylor_table(int *par, int *var, float *coef) {
-  long cnt = 1, lo = 0;
-  par[0] = -1;
-  var[0] = -1;
-  coef[0] = 1.0f;
-  for (int deg = 1; deg <= ATTN_DEGREE; deg++) {
-    const long hi = cnt;
-    for (long p = lo; p < hi; p++) {
-      const int lastv = var[p];
-      int runlen = 0;
-      for (long t = p; t > 0 && var[t] == lastv; t = par[t]) runlen++;
-      for (int i = lastv < 0 ? 0 : lastv; i < LR_D; i++) {
-        par[cnt] = (int)p;
-        var[cnt] = i;
-        coef[cnt] = 1.0f / sqrtf((float)(i == lastv ? runlen + 1 : 1));
-        cnt++;
-      }
-    }
-    lo = hi;
-  }
-  return cnt;
-}
-
 /* phi(x) for x = sqrt(scale) * row; returns the log of the constant factored out (none for Taylor). */
 static float lr_phi(const float *row, float sq, const lr_scratch *s, long r, float *f) {
   f[0] = 1.0f;
@@ -175,40 +110,11 @@ static float lr_phi(const float *row, float sq, const lr_scratch *s, long r, flo
   return 0.0f;
 }
 #else
-/* splitmix64, then Box-Muller: deterministic Gaussian directions from the seed. */
-static uint64_t lr_next(uint64_t *st) {
-  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static void lr_gauss(float *w, long cnt) {
-  uint64_t st = (uint64_t)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1;
-  for (long i = 0; i < cnt; i += 2) {
-    double u1 = ((lr_next(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (lr_next(&st) >> 11) * (1.0 / 9007199254740992.0);
-    double rad = sqrt(-2.0 * log(u1));
-    w[i] = (float)(rad * cos(6.283185307179586 * u2));
-    if (i + 1 < cnt) w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
-  }
-}
-/* Exponents e_t = w_t.x - |x|^2/2 into f; returns their max. */
+/* Exponents e_t = w_t.x - |x|^2/2 of x = sq * row into f; returns their max. */
 static float lr_expo(const float *row, float sq, const lr_scratch *s, long r, float *f) {
-  float x[LR_D], nrm = 0.0f;
-  for (int i = 0; i < LR_D; i++) {
-    x[i] = row[i] * sq;
-    nrm += x[i] * x[i];
-  }
-  float mx = -INFINITY;
-  for (long t = 0; t < r; t++) {
-    float e = 0.0f;
-    const float *wt = s->w + t * LR_D;
-    for (int i = 0; i < LR_D; i++) e += wt[i] * x[i];
-    e -= 0.5f * nrm;
-    f[t] = e;
-    if (e > mx) mx = e;
-  }
-  return mx;
+  float x[LR_D];
+  for (int i = 0; i < LR_D; i++) x[i] = row[i] * sq;
+  return lf_expo(x, s->w, r, f);
 }
 #endif
 
@@ -217,7 +123,7 @@ static float lr_expo(const float *row, float sq, const lr_scratch *s, long r, fl
  * k, v in slow memory; scale: where they are) and good finite ones. qrow is fp32; orow gets d_v elements. */
 static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, const float *vb, long extra,
                      long nbad, long good, const attn_el *k, const attn_el *v, float scale, attn_el *orow) {
-  if (!lr_finite(qrow)) { /* every score +inf, -inf or NaN: the reference's row is NaN */
+  if (!lf_finite(qrow, LR_D)) { /* every score +inf, -inf or NaN: the reference's row is NaN */
     const attn_el nan = attn_f32_el(NAN);
     for (int i = 0; i < LR_DV; i++) orow[i] = nan;
     return;
@@ -254,7 +160,7 @@ static void lr_query(const float *qrow, float sq, const lr_scratch *s, long r, c
     for (int i = 0; i < LR_DV; i++) s->num[i] += 0.0f * attn_el_f32(vr[i]); /* weight 0, but NaN and inf in V show */
   }
   for (int i = 0; i < LR_DV; i++) s->num[i] *= inv;
-  attn_store_row(orow, s->num, lr_count(LR_DV));
+  attn_store_row(orow, s->num, lf_count(LR_DV));
 }
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
@@ -269,14 +175,14 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   attn_el *out = (attn_el *)a->o + bh * n * LR_DV;
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)LR_D);
   const float sq = sqrtf(scale);
-  const long r = lr_rank();
+  const long r = lf_rank();
   lr_scratch s;
   lr_layout(scratch, &s, n_kv);
   long nbad = 0; /* non-finite key rows read so far, in s.bad */
 #if ATTN_FEATURE == 0
-  lr_taylor_table(s.par, s.var, s.coef);
+  lf_taylor_table(s.par, s.var, s.coef);
 #else
-  lr_gauss(s.w, r * LR_D);
+  lf_gauss(s.w, r * LR_D);
   float c = -INFINITY; /* the keys' running constant */
 #endif
   memset(s.kv, 0, sizeof(float) * (size_t)(r * LR_DV));
@@ -303,7 +209,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   do {                                                                                \
     LR_READ_BLOCK();                                                                  \
     for (long j = 0; j < kcols; j++) {                                                \
-      s.kbad[j] = !lr_finite(LR_KROW(kb0 + j));                                          \
+      s.kbad[j] = !lf_finite(LR_KROW(kb0 + j), LR_D);                                 \
       if (s.kbad[j]) {                                                                \
         s.bad[nbad++] = kb0 + j;                                                      \
         memset(s.fk + j * r, 0, sizeof(float) * (size_t)r);                           \
@@ -318,7 +224,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     LR_READ_BLOCK();                                                                            \
     float bm = -INFINITY;                                                                       \
     for (long j = 0; j < kcols; j++) {                                                          \
-      s.kbad[j] = !lr_finite(LR_KROW(kb0 + j));                                                    \
+      s.kbad[j] = !lf_finite(LR_KROW(kb0 + j), LR_D);                                           \
       if (s.kbad[j]) {                                                                          \
         s.bad[nbad++] = kb0 + j;                                                                \
         continue;                                                                               \
@@ -384,7 +290,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       }
       long nb = nbad; /* the non-finite keys the row sees: the first nb read (in key order) */
       while (nb > 0 && s.bad[nb - 1] >= vis) nb--;
-      attn_load_row(s.qst, q + i * LR_D, lr_count(LR_D));
+      attn_load_row(s.qst, q + i * LR_D, lf_count(LR_D));
       const float *qf = lr_tile(s.qst);
       lr_query(qf, sq, &s, r, LR_VROW(kb0), extra, nb, vis - nb, k, v, scale, out + i * LR_DV);
     }

@@ -2,7 +2,7 @@
  *   O_i = sum_j a_ij v_j / den_i,  a_ij = <phi(q_i), phi(k_j)>,  den_i = sum_j a_ij  (j over the keys row i sees)
  * with the forward's feature map phi, specialised on the same macros (ATTN_FEATURE, ATTN_DEGREE, ATTN_RANK,
  * ATTN_SEED, ATTN_D, ATTN_DV, ATTN_CAUSAL, ATTN_DTYPE): the same Taylor monomials or the same Gaussian directions
- * (the generator below is lowrank.c's, bit for bit). It is not exact attention's gradient: it differentiates what
+ * (lowrank_feat.h's generator, lowrank.c's too). It is not exact attention's gradient: it differentiates what
  * the forward computed.
  *
  * With D_i = dO_i . O_i (O the forward's output, as the flash backward reads it) and inv_i = 1 / den_i:
@@ -46,18 +46,6 @@
 #ifndef ATTN_CAUSAL
 #define ATTN_CAUSAL 0
 #endif
-#ifndef ATTN_FEATURE
-#define ATTN_FEATURE 1
-#endif
-#ifndef ATTN_DEGREE
-#define ATTN_DEGREE 2
-#endif
-#ifndef ATTN_RANK
-#define ATTN_RANK 256
-#endif
-#ifndef ATTN_SEED
-#define ATTN_SEED 1
-#endif
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -65,24 +53,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "lowrank_feat.h"
 
 #define LB_D ATTN_D
 #define LB_DV ATTN_DV
 #define LB_UP(x) (((x) + 15) / 16 * 16)
-
-/* Rank of the feature map (lowrank.c's lr_rank). */
-static long lb_rank(void) {
-#if ATTN_FEATURE == 0
-  long r = 1, c = 1;
-  for (long i = 1; i <= ATTN_DEGREE; i++) {
-    c = c * (LB_D + i) / i;
-    r = c;
-  }
-  return r;
-#else
-  return ATTN_RANK;
-#endif
-}
 
 static long lb_heads_kv(const attn_kargs *a) { return a->heads_kv > 0 ? a->heads_kv : a->heads; }
 static long lb_group(const attn_kargs *a) { return a->heads / lb_heads_kv(a); }
@@ -98,7 +73,7 @@ typedef struct {
 } lb_scratch;
 
 static size_t lb_layout(void *base, lb_scratch *s, long gn) {
-  const size_t r = (size_t)lb_rank(), big = LB_D > LB_DV ? LB_D : LB_DV;
+  const size_t r = (size_t)lf_rank(), big = LB_D > LB_DV ? LB_D : LB_DV;
   float *p = (float *)base;
   size_t off = 0;
 #define LB_TAKE(field, cnt)              \
@@ -136,78 +111,6 @@ int attn_kernel_abi(void) { return ATTN_KERNEL_ABI_VERSION; }
 long attn_kernel_items(const attn_kargs *a) { return a->batch * lb_heads_kv(a); }
 size_t attn_kernel_scratch(const attn_kargs *a) { return lb_layout(NULL, NULL, lb_group(a) * a->n) * sizeof(float); }
 
-/* A row length the compiler cannot see (lowrank.c's lr_count: GCC 12 warns on the half conversions' tail). */
-static inline long lb_count(long x) {
-  __asm__("" : "+r"(x));
-  return x;
-}
-
-/* 1 when every entry is finite. */
-static int lb_finite(const float *row, long cnt) {
-  float z = 0.0f;
-  for (long i = 0; i < cnt; i++) z += row[i] - row[i];
-  return z == 0.0f;
-}
-
-#if ATTN_FEATURE == 0
-/* lowrank.c's lr_taylor_table, unchanged: monomials of degree <= g, each a parent's times x[var]. */
-static long lb_taylor_table(int *par, int *var, float *coef) {
-  long cnt = 1, lo = 0;
-  par[0] = -1;
-  var[0] = -1;
-  coef[0] = 1.0f;
-  for (int deg = 1; deg <= ATTN_DEGREE; deg++) {
-    const long hi = cnt;
-    for (long p = lo; p < hi; p++) {
-      const int lastv = var[p];
-      int runlen = 0;
-      for (long t = p; t > 0 && var[t] == lastv; t = par[t]) runlen++;
-      for (int i = lastv < 0 ? 0 : lastv; i < LB_D; i++) {
-        par[cnt] = (int)p;
-        var[cnt] = i;
-        coef[cnt] = 1.0f / sqrtf((float)(i == lastv ? runlen + 1 : 1));
-        cnt++;
-      }
-    }
-    lo = hi;
-  }
-  return cnt;
-}
-#else
-/* lowrank.c's lr_next and lr_gauss, unchanged: the same directions from the same seed. */
-static uint64_t lb_next(uint64_t *st) {
-  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static void lb_gauss(float *w, long cnt) {
-  uint64_t st = (uint64_t)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1;
-  for (long i = 0; i < cnt; i += 2) {
-    double u1 = ((lb_next(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (lb_next(&st) >> 11) * (1.0 / 9007199254740992.0);
-    double rad = sqrt(-2.0 * log(u1));
-    w[i] = (float)(rad * cos(6.283185307179586 * u2));
-    if (i + 1 < cnt) w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
-  }
-}
-/* Exponents w_t.x - |x|^2/2 of s->x into s->f; returns their max. */
-static float lb_expo(const lb_scratch *s, long r) {
-  float nrm = 0.0f;
-  for (int i = 0; i < LB_D; i++) nrm += s->x[i] * s->x[i];
-  float mx = -INFINITY;
-  for (long t = 0; t < r; t++) {
-    float e = 0.0f;
-    const float *wt = s->w + t * LB_D;
-    for (int i = 0; i < LB_D; i++) e += wt[i] * s->x[i];
-    e -= 0.5f * nrm;
-    s->f[t] = e;
-    if (e > mx) mx = e;
-  }
-  return mx;
-}
-#endif
-
 /* s->x = sq * s->row, then its features in s->f: random ones relative to the constant c (NAN: the row's own max). */
 static void lb_features(lb_scratch *s, long r, float sq, float c) {
   for (int i = 0; i < LB_D; i++) s->x[i] = s->row[i] * sq;
@@ -216,7 +119,7 @@ static void lb_features(lb_scratch *s, long r, float sq, float c) {
   s->f[0] = 1.0f;
   for (long t = 1; t < r; t++) s->f[t] = s->f[s->par[t]] * s->x[s->var[t]] * s->coef[t];
 #else
-  const float mx = lb_expo(s, r);
+  const float mx = lf_expo(s->x, s->w, r, s->f);
   if (isnan(c)) c = mx;
   for (long t = 0; t < r; t++) s->f[t] = expf(s->f[t] - c);
 #endif
@@ -247,7 +150,7 @@ static void lb_chain(lb_scratch *s, long r, float sq) {
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
   const long heads_kv = lb_heads_kv(a), G = lb_group(a), b = item / heads_kv, hk = item % heads_kv;
-  const long n = a->n, n_kv = a->n_kv, off = n_kv - n, r = lb_rank();
+  const long n = a->n, n_kv = a->n_kv, off = n_kv - n, r = lf_rank();
   const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)LB_D), sq = sqrtf(scale);
   const attn_el *k = (const attn_el *)a->k + item * n_kv * LB_D, *v = (const attn_el *)a->v + item * n_kv * LB_DV;
   attn_el *dk = (attn_el *)a->dk + item * n_kv * LB_D, *dv = (attn_el *)a->dv + item * n_kv * LB_DV;
@@ -255,17 +158,17 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   lb_layout(scratch, &s, G * n);
   int bad = 0;
 #if ATTN_FEATURE == 0
-  lb_taylor_table(s.par, s.var, s.coef);
+  lf_taylor_table(s.par, s.var, s.coef);
   const float c = 0.0f;
 #else
-  lb_gauss(s.w, r * LB_D);
+  lf_gauss(s.w, r * LB_D);
   /* the keys' constant: their largest exponent */
   float c = -INFINITY;
   ATTN_IO_READ(io, n_kv * LB_D);
   for (long j = 0; j < n_kv; j++) {
-    attn_load_row(s.row, k + j * LB_D, lb_count(LB_D));
+    attn_load_row(s.row, k + j * LB_D, lf_count(LB_D));
     for (int i = 0; i < LB_D; i++) s.x[i] = s.row[i] * sq;
-    const float e = lb_expo(&s, r);
+    const float e = lf_expo(s.x, s.w, r, s.f);
     if (e > c) c = e;
   }
   if (!(c > -INFINITY)) c = 0.0f; /* no key, or only non-finite ones (then NaN below anyway) */
@@ -283,9 +186,9 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     long vis = ATTN_CAUSAL ? i + off + 1 : n_kv;
     if (vis > n_kv) vis = n_kv;
     for (; folded < vis; folded++) {
-      attn_load_row(s.row, k + folded * LB_D, lb_count(LB_D));
-      attn_load_row(s.vr, v + folded * LB_DV, lb_count(LB_DV));
-      bad |= !lb_finite(s.row, LB_D) || !lb_finite(s.vr, LB_DV);
+      attn_load_row(s.row, k + folded * LB_D, lf_count(LB_D));
+      attn_load_row(s.vr, v + folded * LB_DV, lf_count(LB_DV));
+      bad |= !lf_finite(s.row, LB_D) || !lf_finite(s.vr, LB_DV);
       lb_features(&s, r, sq, c);
       for (long t = 0; t < r; t++) {
         const float ft = s.f[t];
@@ -298,14 +201,14 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       attn_el *dq = (attn_el *)a->dq + (((b * a->heads + hk * G + g) * n) + i) * LB_D;
       if (vis <= 0) { /* the row sees no key: its output was 0, whatever it holds */
         for (int x = 0; x < LB_D; x++) s.tmp[x] = 0.0f;
-        attn_store_row(dq, s.tmp, lb_count(LB_D));
+        attn_store_row(dq, s.tmp, lf_count(LB_D));
         s.inv[g * n + i] = s.dd[g * n + i] = 0.0f;
         continue;
       }
-      attn_load_row(s.row, LB_ROW(a->q, g, i, LB_D), lb_count(LB_D));
-      attn_load_row(s.dor, LB_ROW(a->dout, g, i, LB_DV), lb_count(LB_DV));
-      attn_load_row(s.orow, LB_ROW(a->o, g, i, LB_DV), lb_count(LB_DV));
-      bad |= !lb_finite(s.row, LB_D) || !lb_finite(s.dor, LB_DV) || !lb_finite(s.orow, LB_DV);
+      attn_load_row(s.row, LB_ROW(a->q, g, i, LB_D), lf_count(LB_D));
+      attn_load_row(s.dor, LB_ROW(a->dout, g, i, LB_DV), lf_count(LB_DV));
+      attn_load_row(s.orow, LB_ROW(a->o, g, i, LB_DV), lf_count(LB_DV));
+      bad |= !lf_finite(s.row, LB_D) || !lf_finite(s.dor, LB_DV) || !lf_finite(s.orow, LB_DV);
       float dd = 0.0f;
       for (int x = 0; x < LB_DV; x++) dd += s.dor[x] * s.orow[x];
       lb_features(&s, r, sq, NAN);
@@ -319,7 +222,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         s.g[t] = inv * (u - dd * s.z[t]);
       }
       lb_chain(&s, r, sq);
-      attn_store_row(dq, s.tmp, lb_count(LB_D));
+      attn_store_row(dq, s.tmp, lf_count(LB_D));
       s.inv[g * n + i] = inv;
       s.dd[g * n + i] = dd;
     }
@@ -338,8 +241,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       added--;
       for (long g = 0; g < G; g++) {
         const float inv = s.inv[g * n + added], dd = s.dd[g * n + added];
-        attn_load_row(s.row, LB_ROW(a->q, g, added, LB_D), lb_count(LB_D));
-        attn_load_row(s.dor, LB_ROW(a->dout, g, added, LB_DV), lb_count(LB_DV));
+        attn_load_row(s.row, LB_ROW(a->q, g, added, LB_D), lf_count(LB_D));
+        attn_load_row(s.dor, LB_ROW(a->dout, g, added, LB_DV), lf_count(LB_DV));
         lb_features(&s, r, sq, NAN);
         for (long t = 0; t < r; t++) {
           const float ft = s.f[t] * inv;
@@ -349,8 +252,8 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
         }
       }
     }
-    attn_load_row(s.row, k + j * LB_D, lb_count(LB_D));
-    attn_load_row(s.vr, v + j * LB_DV, lb_count(LB_DV));
+    attn_load_row(s.row, k + j * LB_D, lf_count(LB_D));
+    attn_load_row(s.vr, v + j * LB_DV, lf_count(LB_DV));
     lb_features(&s, r, sq, c);
     for (int x = 0; x < LB_DV; x++) s.orow[x] = 0.0f;
     for (long t = 0; t < r; t++) {
@@ -362,19 +265,19 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
       }
       s.g[t] = u - s.m[t];
     }
-    attn_store_row(dv + j * LB_DV, s.orow, lb_count(LB_DV));
+    attn_store_row(dv + j * LB_DV, s.orow, lf_count(LB_DV));
     lb_chain(&s, r, sq);
-    attn_store_row(dk + j * LB_D, s.tmp, lb_count(LB_D));
+    attn_store_row(dk + j * LB_D, s.tmp, lf_count(LB_D));
   }
 
   if (bad) { /* a non-finite input: the item's gradients are NaN, not finite values that mean nothing */
     for (int x = 0; x < (LB_D > LB_DV ? LB_D : LB_DV); x++) s.tmp[x] = NAN;
     for (long g = 0; g < G; g++)
       for (long i = 0; i < n; i++)
-        attn_store_row((attn_el *)a->dq + (((b * a->heads + hk * G + g) * n) + i) * LB_D, s.tmp, lb_count(LB_D));
+        attn_store_row((attn_el *)a->dq + (((b * a->heads + hk * G + g) * n) + i) * LB_D, s.tmp, lf_count(LB_D));
     for (long j = 0; j < n_kv; j++) {
-      attn_store_row(dk + j * LB_D, s.tmp, lb_count(LB_D));
-      attn_store_row(dv + j * LB_DV, s.tmp, lb_count(LB_DV));
+      attn_store_row(dk + j * LB_D, s.tmp, lf_count(LB_D));
+      attn_store_row(dv + j * LB_DV, s.tmp, lf_count(LB_DV));
     }
   }
 #undef LB_ROW
