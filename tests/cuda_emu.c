@@ -25,7 +25,7 @@
  * block, n_kv != n both ways (causal rows that see no key), grouped-query heads, batch > 1 and non-default scales,
  * and at the edges of the spec's tiles (n = Br - 1, Br, Br + 1 against n_kv = m Bc - 1, m Bc, m Bc + 1), each
  * under the launch geometry of gen/launch.c. Checked: the output against the fp64 reference (relative Frobenius
- * error, and per row, within limits from the dtype's unit roundoff: see limits()), every output written, zeros for
+ * error, and per row, within limits from the dtype's unit roundoff: see emu_limits() in emu_util.h), every output written, zeros for
  * rows that see no key, the global traffic in 32-byte sectors against tuner/io_theory.c's closed form, and no bank
  * conflicts where docs/cuda.md says so; lowrank against the CPU lowrank kernel with the same features and, for
  * Taylor features, against fp64 within its plan's tolerance (LOWRANK_TOLERANCE); and whatever the interpreter checks
@@ -42,6 +42,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "emu_util.h"
 #include "kernel_abi_cuda.h"
 #include "ptx/ptx.h"
 #include "gpus.h"
@@ -88,27 +89,6 @@ static int write_file(const char *name, const void *data, size_t len) {
   return ok ? 0 : -1;
 }
 
-static char *read_text(const char *p) {
-  FILE *f = fopen(p, "rb");
-  if (!f) return NULL;
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    return NULL;
-  }
-  long n = ftell(f);
-  if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return NULL;
-  }
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = '\0';
-  fclose(f);
-  return b;
-}
 
 static int keep(void) {
   const char *k = getenv("ATTN_EMU_KEEP");
@@ -117,28 +97,6 @@ static int keep(void) {
 
 /* ---- the kernel's PTX ---- */
 
-/* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in a generated source (a modified copy of a template,
- * tested without rebuilding the project). */
-static int substitute(char **src, const char *file) {
-  char *t = read_text(file), *at = strstr(*src, "\n#line 1 \"templates/");
-  if (!t || !at) {
-    free(t);
-    return -1;
-  }
-  at = strchr(at + 1, '\n') + 1;
-  const size_t head = (size_t)(at - *src), tl = strlen(t);
-  char *n = malloc(head + tl + 1);
-  if (!n) {
-    free(t);
-    return -1;
-  }
-  memcpy(n, *src, head);
-  memcpy(n + head, t, tl + 1);
-  free(t);
-  free(*src);
-  *src = n;
-  return 0;
-}
 
 /* The spec's source (the counting build with count_io) compiled by NVRTC to PTX for its arch, with the options the
  * runtime compiles cubins with, and loaded by the interpreter. NULL with the failure reported (or no_nvrtc set). */
@@ -150,7 +108,7 @@ static ptx_module *build_one(const attn_spec *s, int count_io, const char *label
     return NULL;
   }
   const char *alt = getenv("ATTN_EMU_TEMPLATE");
-  if (alt && *alt && substitute(&src, alt) != 0) {
+  if (alt && *alt && emu_substitute(&src, alt) != 0) {
     FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
     free(src);
     return NULL;
@@ -282,20 +240,7 @@ static void round_inputs(const attn_problem *p, float *q, float *k, float *v) {
  * in the CI tests, the "worst error" each run logs): f16/bf16 at most 0.82 u over an output and 0.74 u in a row
  * (C = 2); f32 at most 2.5 u32 (2 + |scale| sqrt(d)) over an output and in a row, with the approximate instructions
  * at their worst (C = 4). */
-static double unit_roundoff(attn_dtype t) { return t == ATTN_F32 ? 0x1p-24 : t == ATTN_F16 ? 0x1p-11 : 0x1p-8; }
 static double worst_fro_u, worst_row_u; /* the worst errors seen, in units of u (logged at the end) */
-/* Soft-capping adds tanh's relative error times the size of the capped logits (at most c, and about |scale| sqrt(d)
- * for these inputs): tanh.approx.f32's documented 2^-10.987 on the tensor cores, the f32 kernel's 3 ulp (fa_tanh). */
-static void limits(const attn_problem *p, double *fro, double *row) {
-  const double u = unit_roundoff(p->dtype), u32 = 0x1p-24;
-  const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0;
-  const double logit = fabs((double)p->scale) * sqrt((double)p->d);
-  const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
-                                          (logit < p->softcap ? logit : (double)p->softcap)
-                                    : 0.0;
-  *fro = c * (u + u32 * (1.0 + logit) + cap);
-  *row = (p->dtype == ATTN_F32 ? 2 : 1) * *fro;
-}
 
 /* The CPU kernel computing the same approximation as a CUDA lowrank spec (as tests/cuda_correct.c pairs them). */
 static int cpu_twin(const attn_spec *s, const attn_problem *p, const float *q, const float *k, const float *v,
@@ -702,8 +647,8 @@ static int run_shape(const attn_spec *s, const char *label, const shape *sh, uns
     free(co64);
   } else {
     double tol, rtol;
-    limits(&p, &tol, &rtol);
-    const double u = unit_roundoff(p.dtype);
+    emu_limits(&p, &tol, &rtol);
+    const double u = emu_unit_roundoff(p.dtype);
     if (!(fro <= tol) || !(row <= rtol)) {
       FAIL("%s: relative error %.3g = %.2f u (limit %.3g), worst row %.3g = %.2f u (limit %.3g)", what, fro, fro / u,
            tol, row, row / u, rtol);

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "emu_util.h"
 #include "fake_libcuda.h"
 #include "internal.h"
 #include "kernel_abi_cuda.h"
@@ -60,30 +61,6 @@ static unsigned next(void) {
   return (unsigned)(rng >> 11);
 }
 
-/* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in the generated source (tests/ptx_mutation.sh's mutants) */
-static int substitute(char **src, const char *file) {
-  FILE *f = fopen(file, "rb");
-  char *at = strstr(*src, "\n#line 1 \"templates/");
-  if (!f || !at) {
-    if (f) fclose(f);
-    return -1;
-  }
-  at = strchr(at + 1, '\n') + 1;
-  const size_t head = (size_t)(at - *src);
-  char *n = malloc(head + (1 << 22));
-  size_t got = n ? fread(n + head, 1, (1 << 22) - 1, f) : 0;
-  fclose(f);
-  if (!n || !got) {
-    free(n);
-    return -1;
-  }
-  memcpy(n, *src, head);
-  n[head + got] = '\0';
-  free(*src);
-  *src = n;
-  return 0;
-}
-
 static ptx_module *build_ptx(const attn_spec *s, const char *label) {
   char err[512];
   char *src = attn_spec_source(s, 0, err, sizeof err);
@@ -92,7 +69,7 @@ static ptx_module *build_ptx(const attn_spec *s, const char *label) {
     return NULL;
   }
   const char *alt = getenv("ATTN_EMU_TEMPLATE");
-  if (alt && *alt && substitute(&src, alt) != 0) {
+  if (alt && *alt && emu_substitute(&src, alt) != 0) {
     FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
     free(src);
     return NULL;
@@ -119,14 +96,11 @@ static void to_raw(attn_dtype t, const float *x, size_t count, unsigned char *ou
   attn_to_dtype(t, x, count, out);
 }
 
-/* tests/cuda_emu.c's limit on the relative (Frobenius) error for these inputs (uniform in [-1, 1]) */
+/* the relative (Frobenius) error limit for these inputs (uniform in [-1, 1]), tests/cuda_emu.c's */
 static double limit(const attn_problem *p) {
-  const double u = p->dtype == ATTN_F32 ? 0x1p-24 : p->dtype == ATTN_F16 ? 0x1p-11 : 0x1p-8, u32 = 0x1p-24;
-  const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0, logit = fabs((double)p->scale) * sqrt((double)p->d);
-  const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
-                                          (logit < p->softcap ? logit : (double)p->softcap)
-                                    : 0.0;
-  return c * (u + u32 * (1.0 + logit) + cap);
+  double fro, row;
+  emu_limits(p, &fro, &row);
+  return fro;
 }
 
 /* One sequence: its dense q [heads][lq][d], k, v [heads_kv][lk][d | d_v] (fp32 values of the dtype) against the

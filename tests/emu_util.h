@@ -1,0 +1,79 @@
+/* emu_util.h: what the PTX interpreter's kernel tests share (tests/cuda_emu.c, tests/cuda_emu_serve.c): a file's
+ * text, the ATTN_EMU_TEMPLATE substitution of a generated source's template (tests/ptx_mutation.sh's mutants), and
+ * the error limits a kernel's output is held to against fp64. */
+#ifndef EMU_UTIL_H
+#define EMU_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+/* The whole file at p, NUL-terminated and malloc'd; NULL when it cannot be read. */
+__attribute__((unused)) static char *emu_read_text(const char *p) {
+  FILE *f = fopen(p, "rb");
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0) {
+    fclose(f);
+    return NULL;
+  }
+  long n = ftell(f);
+  if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return NULL;
+  }
+  char *b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  if (b) b[n] = '\0';
+  fclose(f);
+  return b;
+}
+
+/* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in a generated source *src (the text after the line
+ * `#line 1 "templates/...`), so that a modified copy of a template is tested without rebuilding the project. 0, or
+ * -1 with *src unchanged. */
+__attribute__((unused)) static int emu_substitute(char **src, const char *file) {
+  char *t = emu_read_text(file), *at = strstr(*src, "\n#line 1 \"templates/");
+  if (!t || !at) {
+    free(t);
+    return -1;
+  }
+  at = strchr(at + 1, '\n') + 1;
+  const size_t head = (size_t)(at - *src), tl = strlen(t);
+  char *n = malloc(head + tl + 1);
+  if (!n) {
+    free(t);
+    return -1;
+  }
+  memcpy(n, *src, head);
+  memcpy(n + head, t, tl + 1);
+  free(t);
+  free(*src);
+  *src = n;
+  return 0;
+}
+
+__attribute__((unused)) static double emu_unit_roundoff(attn_dtype t) {
+  return t == ATTN_F32 ? 0x1p-24 : t == ATTN_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+/* The limits on a kernel's relative error against fp64 for inputs uniform in [-1, 1]: Frobenius over the output
+ * (*fro) and per row (*row). Soft-capping adds tanh's relative error times the size of the capped logits (at most c,
+ * and about |scale| sqrt(d) for these inputs): tanh.approx.f32's documented 2^-10.987 on the tensor cores, the f32
+ * kernel's 3 ulp (fa_tanh). */
+__attribute__((unused)) static void emu_limits(const attn_problem *p, double *fro, double *row) {
+  const double u = emu_unit_roundoff(p->dtype), u32 = 0x1p-24;
+  const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0;
+  const double logit = fabs((double)p->scale) * sqrt((double)p->d);
+  const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
+                                          (logit < p->softcap ? logit : (double)p->softcap)
+                                    : 0.0;
+  *fro = c * (u + u32 * (1.0 + logit) + cap);
+  *row = (p->dtype == ATTN_F32 ? 2 : 1) * *fro;
+}
+
+#endif
