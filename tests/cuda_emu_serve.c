@@ -22,7 +22,8 @@
  *       untouched; a good varlen call launches its kernel once (the grid of its longest sequence), waited for; the
  *       _async forms queue copy, launch and event on the caller's stream with no wait, the host arrays read before
  *       the call returns (the fake copies when the stream gets there), a staging block per call in flight (the
- *       ninth waits for the oldest), nothing allocated by the synchronous call once the blocks exist; full
+ *       ninth waits for the oldest; four threads' calls on their own streams each read by one launch), nothing
+ *       allocated by the synchronous call once the blocks exist; full
  *       (more kernels to compile): a good paged call too, grouped-query decode on the packed kernel (a block a KV
  *       head), and smallcache plans refuse both with their reason.
  *   cuda_emu_serve spec
@@ -30,6 +31,7 @@
  * Exit 77 (skipped) without NVRTC. */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,6 +719,75 @@ static void async_paged(attn_runtime *rt, attn_plan *plan, fake_cuda_record_fn r
   cases++;
 }
 
+/* Four threads queue eight varlen calls each on a stream of their own, on one plan, overwriting their arrays after
+ * each call: 32 calls in flight over the plan's eight staging blocks. When the streams run, every call's tables are
+ * read by exactly one launch (a block taken again before its launch ran would hand two launches the later call's
+ * tables and none the earlier's). */
+enum { MT_THREADS = 4, MT_CALLS = 8 };
+typedef struct mt_arg {
+  attn_plan *plan;
+  const unsigned char *q, *k, *v;
+  unsigned char *o;
+  int t, rc;
+} mt_arg;
+
+static void mt_lens(int id, int *cu_q, int *cu_kv) {
+  cu_q[0] = cu_kv[0] = 0;
+  cu_q[1] = 1 + id % 9, cu_q[2] = cu_q[1] + id % 4;
+  cu_kv[1] = 20 - id % 20, cu_kv[2] = cu_kv[1] + 5;
+}
+
+static void *mt_run(void *p) {
+  mt_arg *a = p;
+  void *const stream = (void *)(uintptr_t)(0x1000 * (a->t + 1));
+  for (int j = 0; j < MT_CALLS && a->rc == ATTN_OK; j++) {
+    int cu_q[3], cu_kv[3];
+    mt_lens(a->t * MT_CALLS + j, cu_q, cu_kv);
+    a->rc = attn_execute_varlen_async(a->plan, stream, cu_q, cu_kv, a->q, a->k, a->v, a->o);
+    memset(cu_q, 0x7f, sizeof cu_q), memset(cu_kv, 0x7f, sizeof cu_kv);
+  }
+  return NULL;
+}
+
+static void async_threads(attn_plan *plan, fake_cuda_record_fn rec, const unsigned char *q, const unsigned char *k,
+                          const unsigned char *v, unsigned char *o) {
+  fake_cuda_calls c;
+  rec(&c, 1);
+  mt_arg args[MT_THREADS];
+  pthread_t th[MT_THREADS];
+  int started = 0, rc = ATTN_OK;
+  for (int t = 0; t < MT_THREADS; t++) {
+    args[t] = (mt_arg){.plan = plan, .q = q, .k = k, .v = v, .o = o, .t = t, .rc = ATTN_OK};
+    if (pthread_create(&th[t], NULL, mt_run, &args[t]) == 0) started++;
+  }
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < MT_THREADS; t++)
+    if (args[t].rc != ATTN_OK) rc = args[t].rc;
+  fake_sync(NULL); /* the legacy default stream: every stream's work runs */
+  rec(&c, 1);
+  int seen[MT_THREADS * MT_CALLS] = {0}, stray = 0;
+  for (int i = 0; i < c.ran && i < FAKE_RAN; i++) {
+    int found = -1;
+    for (int id = 0; id < MT_THREADS * MT_CALLS && found < 0; id++) {
+      int cu_q[3], cu_kv[3];
+      mt_lens(id, cu_q, cu_kv);
+      if (!memcmp(c.ran_tables[i].cu_q, cu_q, sizeof cu_q) && !memcmp(c.ran_tables[i].cu_kv, cu_kv, sizeof cu_kv))
+        found = id;
+    }
+    if (found < 0) stray++;
+    else seen[found]++;
+  }
+  int once = 0;
+  for (int id = 0; id < MT_THREADS * MT_CALLS; id++) once += seen[id] == 1;
+  CHECK(started == MT_THREADS && rc == ATTN_OK && c.ran == MT_THREADS * MT_CALLS && once == MT_THREADS * MT_CALLS &&
+            stray == 0 && c.stream_syncs == 1 && c.ctx_syncs == 0,
+        "%d threads x %d async varlen calls on streams of their own: %s, %d launches run, %d calls' tables read "
+        "once (want %d), %d launches read tables no call gave, %d stream and %d context waits (want the test's 1, 0)",
+        started, MT_CALLS, attn_strerror(rc), c.ran, once, MT_THREADS * MT_CALLS, stray, c.stream_syncs,
+        c.ctx_syncs);
+  cases++;
+}
+
 static int fake_mode(const char *lib, int full) {
   if (setenv("ATTN_LIBCUDA", lib, 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
   attn_runtime *rt = NULL;
@@ -782,6 +853,7 @@ static int fake_mode(const char *lib, int full) {
         c.last_heads);
   cases++;
   async_varlen(rt, plan, rec, q, k, v, o);
+  async_threads(plan, rec, q, k, v, o);
   /* paged: pages of 8 (the plan's), 2 sequences of up to 20 keys in 3 pages each */
   memset(o, 0xab, OB);
   const int table[6] = {0, 1, 2, 3, 4, 5}, lens[2] = {20, 0}, long_lens[2] = {21, 0}, five[2] = {5, 0};

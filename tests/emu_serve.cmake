@@ -3,7 +3,8 @@
 # cubins without spills, and the CUDA API's checks on the fake driver. Without NVRTC these tests exit 77 (skipped).
 add_executable(cuda_emu_serve ${CMAKE_CURRENT_LIST_DIR}/cuda_emu_serve.c)
 target_include_directories(cuda_emu_serve PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(cuda_emu_serve PRIVATE attn_ptx attn_core m ${CMAKE_DL_LIBS})
+find_package(Threads REQUIRED)
+target_link_libraries(cuda_emu_serve PRIVATE attn_ptx attn_core m ${CMAKE_DL_LIBS} Threads::Threads)
 
 set(ATTN_EMU_SERVE_ENV "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-emu" "ATTN_DB=${CMAKE_BINARY_DIR}/test-cache-emu/no-database.db"
     "ATTN_THREADS=1")

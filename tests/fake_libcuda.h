@@ -30,7 +30,7 @@ typedef struct fake_cuda_calls {
                            * ctxsync, eventsync, free, hostfree (a stream printed by %p) */
   int ran;                /* launches run (drained) since the last reset */
   /* launch i run (i = 0..ran-1, the first FAKE_RAN of them): its batch and the tables it read (0 where it has none) */
-#define FAKE_RAN 16
+#define FAKE_RAN 32
   struct {
     int batch, cu_q[65], cu_kv[65], seq_kv[64], table[256];
   } ran_tables[FAKE_RAN];
