@@ -16,181 +16,17 @@
  * Limits: f32 1e-5 relative (Frobenius; fp32 sums of at most a few hundred terms against fp64); f16 1e-3 and bf16
  * 8e-3, twice the unit roundoff (2^-11, 2^-8) of the rounded outputs (measured: 2e-4 and 1.4e-3; O and lse are the
  * same rounded ones on both sides). */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#include "cpu_util.h"
+#include "bwd_case.h"
 #include "spec_bwd.h"
 
 static int cases;
 
 static double tol_of(attn_dtype t) { return t == ATTN_F32 ? 1e-5 : t == ATTN_F16 ? 1e-3 : 8e-3; }
 
-/* A typed copy (the problem's dtype) of count floats; NULL when out of memory. */
-static void *typed(attn_dtype t, const float *x, size_t count) {
-  void *p = malloc(count * attn_dtype_size(t) + 1);
-  if (p) attn_to_dtype(t, x, count, p);
-  return p;
-}
-
-/* A typed buffer full of NaN. */
-static void *poisoned(attn_dtype t, size_t count) {
-  float *f = malloc(count * sizeof(float) + 1);
-  if (!f) return NULL;
-  attn_poison(f, count);
-  void *p = typed(t, f, count);
-  free(f);
-  return p;
-}
-
-static float *as_f32(attn_dtype t, const void *x, size_t count) {
-  float *f = malloc(count * sizeof(float) + 1);
-  if (f) attn_from_dtype(t, x, count, f);
-  return f;
-}
-
-/* fp64 lse of every row: log sum over the visible keys of exp(scale q.k), -inf for none. */
-static void ref_lse(const attn_problem *p, const float *q, const float *k, double *lse) {
-  const long G = p->heads / p->heads_kv;
-  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
-    const long bkv = bh / p->heads * p->heads_kv + bh % p->heads / G;
-    for (long i = 0; i < p->n; i++) {
-      long vis = p->n_kv;
-      const long last = i + p->n_kv - p->n + 1; /* one past the last key row i sees (causal) */
-      if (p->causal) vis = last < 0 ? 0 : last < p->n_kv ? last : p->n_kv;
-      double mx = -INFINITY, sum = 0;
-      double *s = malloc(sizeof(double) * (size_t)(vis + 1));
-      if (!s) {
-        lse[bh * p->n + i] = NAN;
-        continue;
-      }
-      for (long j = 0; j < vis; j++) {
-        double a = 0;
-        for (long c = 0; c < p->d; c++) a += (double)q[(bh * p->n + i) * p->d + c] * k[(bkv * p->n_kv + j) * p->d + c];
-        s[j] = a * p->scale;
-        if (s[j] > mx) mx = s[j];
-      }
-      for (long j = 0; j < vis; j++) sum += exp(s[j] - mx);
-      lse[bh * p->n + i] = vis ? mx + log(sum) : -INFINITY;
-      free(s);
-    }
-  }
-}
-
-typedef struct {
-  attn_problem p;
-  size_t nq, nk, nv, no, nl;
-  float *q, *k, *v, *g;  /* inputs, rounded through the dtype; g = dO */
-  void *tq, *tk, *tv, *tg, *to; /* typed copies; to = the forward's O */
-  float *o, *lse;        /* the forward's O (as fp32) and lse */
-} bwd_case;
-
-static void bwd_free(bwd_case *c) {
-  free(c->q), free(c->k), free(c->v), free(c->g), free(c->tq), free(c->tk), free(c->tv), free(c->tg), free(c->to);
-  free(c->o), free(c->lse);
-}
-
-/* Fresh random q, k, v and dO (dout) from seed; the callers plant NaN or round them afterwards (bwd_forward). */
-static int bwd_setup(const attn_problem *p0, unsigned long long seed, bwd_case *c) {
-  memset(c, 0, sizeof *c);
-  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
-  const attn_problem *p = &c->p;
-  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
-  c->nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  c->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
-  c->no = (size_t)p->batch * p->heads * p->n * p->d_v;
-  c->nl = (size_t)p->batch * p->heads * p->n;
-  c->q = malloc(c->nq * 4), c->k = malloc(c->nk * 4), c->v = malloc(c->nv * 4), c->g = malloc(c->no * 4);
-  c->lse = malloc(c->nl * 4);
-  if (!c->q || !c->k || !c->v || !c->g || !c->lse) return -1;
-  seed = seed * 1000003ULL + test_seed() * 7;
-  attn_fill_random(c->q, c->nq, seed * 5 + 1);
-  attn_fill_random(c->k, c->nk, seed * 5 + 2);
-  attn_fill_random(c->v, c->nv, seed * 5 + 3);
-  attn_fill_random(c->g, c->no, seed * 5 + 4);
-  return 0;
-}
-
-/* Rounds the inputs, makes typed copies and gives c->o, c->lse: fwd 1, the forward kernel's (attn_execute_lse); 0,
- * the fp64 forward's rounded to the dtype and fp32 (no forward kernel to compile: each costs seconds). */
-static int bwd_forward(attn_runtime *rt, bwd_case *c, int fwd) {
-  const attn_problem *p = &c->p;
-  attn_round_dtype(p->dtype, c->q, c->nq);
-  attn_round_dtype(p->dtype, c->k, c->nk);
-  attn_round_dtype(p->dtype, c->v, c->nv);
-  attn_round_dtype(p->dtype, c->g, c->no);
-  c->tq = typed(p->dtype, c->q, c->nq), c->tk = typed(p->dtype, c->k, c->nk);
-  c->tv = typed(p->dtype, c->v, c->nv), c->tg = typed(p->dtype, c->g, c->no);
-  c->to = poisoned(p->dtype, c->no);
-  if (!c->tq || !c->tk || !c->tv || !c->tg || !c->to) return -1;
-  if (!fwd) {
-    double *o = malloc(c->no * sizeof(double) + 1), *l = malloc(c->nl * sizeof(double) + 1);
-    c->o = malloc(c->no * sizeof(float) + 1);
-    if (o && l && c->o) {
-      attn_reference(p, c->q, c->k, c->v, o);
-      ref_lse(p, c->q, c->k, l);
-      for (size_t i = 0; i < c->no; i++) c->o[i] = (float)o[i];
-      for (size_t i = 0; i < c->nl; i++) c->lse[i] = (float)l[i];
-      attn_round_dtype(p->dtype, c->o, c->no);
-      attn_to_dtype(p->dtype, c->o, c->no, c->to);
-    }
-    free(o), free(l);
-    return c->o && o && l ? 0 : -1;
-  }
-  attn_problem fp = *p;
-  fp.algo = ATTN_ALGO_FLASH;
-  attn_plan *plan = NULL;
-  int rc = attn_plan_create(rt, &fp, &plan);
-  CHECK(rc == ATTN_OK, "%s: forward plan: %s", shape(p), attn_last_error(rt));
-  if (rc != ATTN_OK) return -1;
-  attn_poison(c->lse, c->nl);
-  rc = attn_execute_lse(plan, c->tq, c->tk, c->tv, c->to, c->lse);
-  CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", shape(p), attn_last_error(rt));
-  attn_plan_destroy(plan);
-  if (rc != ATTN_OK) return -1;
-  c->o = as_f32(p->dtype, c->to, c->no);
-  return c->o ? 0 : -1;
-}
-
-/* The kernel's gradients (fp32 copies) of one backward run into freshly poisoned buffers. */
-static int bwd_run(attn_plan *plan, bwd_case *c, float **dq, float **dk, float **dv) {
-  const attn_dtype t = c->p.dtype;
-  void *tq = poisoned(t, c->nq), *tk = poisoned(t, c->nk), *tv = poisoned(t, c->nv);
-  int rc = -1;
-  if (tq && tk && tv) {
-    rc = attn_execute_backward(plan, c->tq, c->tk, c->tv, c->to, c->lse, c->tg, tq, tk, tv);
-    CHECK(rc == ATTN_OK, "%s: attn_execute_backward: %s", shape(&c->p), attn_last_error(plan->rt));
-    if (rc == ATTN_OK) {
-      *dq = as_f32(t, tq, c->nq), *dk = as_f32(t, tk, c->nk), *dv = as_f32(t, tv, c->nv);
-      rc = *dq && *dk && *dv ? 0 : -1;
-    }
-  }
-  free(tq), free(tk), free(tv);
-  return rc;
-}
-
-/* out against ref: relative Frobenius error within tol, every element written (no poison left where ref is
- * finite), and exact zeros in the rows of dq that see no key (zd = d; 0 for dk and dv: bottom-right causal shows
- * every key to the last row). The error is relative to max(||ref||, 0.1 sqrt(count)): dS = P (dP - D) is a
- * difference of terms of order 1 (inputs in [-1, 1)), so fp32 leaves an absolute error of ~1e-7 in gradients that
- * cancel to 0 (one visible key: P = 1 and dP = D, so dq = dk = 0 exactly); an RMS of 0.1 is the floor they are
- * measured against (the shapes here have gradients of RMS 0.01 to 1). */
+/* out against ref (bwd_case.h's bwd_compare), its error printed. */
 static void compare(const char *what, const attn_problem *p, const double *ref, const float *out, size_t count,
                     double tol, long zd) {
-  size_t unwritten = 0, nonzero = 0;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < count; i++) {
-    if (isnan(out[i]) && !isnan(ref[i])) unwritten++;
-    if (zd > 0 && p->causal && (long)(i / (size_t)zd) % p->n + p->n_kv - p->n < 0 && out[i] != 0.0f) nonzero++;
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double floor = 0.1 * sqrt((double)count);
-  const double err = sqrt(num) / (sqrt(den) > floor ? sqrt(den) : floor);
-  CHECK(unwritten == 0, "%s: %s: %zu of %zu elements NaN (unwritten?)", shape(p), what, unwritten, count);
-  CHECK(nonzero == 0, "%s: %s: %zu elements nonzero in rows that see no key", shape(p), what, nonzero);
-  CHECK(err <= tol, "%s %s: %s relative error %.3g > %g", shape(p), attn_dtype_name(p->dtype), what, err, tol);
-  printf("  %-4s err %.2e\n", what, err);
+  printf("  %-4s err %.2e\n", what, bwd_compare(what, p, ref, out, count, tol, zd));
 }
 
 /* A backward plan for p with Br = br and Bc = bc (0, 0: attn_plan_create_backward's own): the default plan with its
@@ -220,7 +56,7 @@ static int bwd_plan(attn_runtime *rt, const attn_problem *p, int br, int bc, att
 static void run_bwd_tiles(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, unsigned long long seed, int fwd,
                           int br, int bc) {
   bwd_case c;
-  if (bwd_setup(p0, seed, &c) != 0 || bwd_forward(rt, &c, fwd) != 0) {
+  if (bwd_setup(p0, seed, 7, &c) != 0 || bwd_forward(rt, &c, fwd) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
     bwd_free(&c);
     return;
@@ -245,18 +81,19 @@ static void run_bwd_tiles(attn_runtime *rt, attn_runtime *rt1, const attn_proble
   CHECK(rc == ATTN_OK, "%s: backward plan: %s", shape(p), attn_last_error(rt));
   if (rc != ATTN_OK) goto out;
   float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
-  if (bwd_run(plan, &c, &dq, &dk, &dv) == 0) {
+  if (bwd_run(plan->rt, plan, NULL, &c, c.lse, &dq, &dk, &dv) == 0) {
     const double tol = tol_of(p->dtype);
     compare("dq", p, rq, dq, c.nq, tol, p->d);
     compare("dk", p, rk, dk, c.nk, tol, 0);
     compare("dv", p, rv, dv, c.nv, tol, 0);
-    if (bwd_run(plan, &c, &dq2, &dk2, &dv2) == 0)
+    if (bwd_run(plan->rt, plan, NULL, &c, c.lse, &dq2, &dk2, &dv2) == 0)
       CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
             "%s: a second run gave other bits", shape(p));
     free(dq2), free(dk2), free(dv2);
     dq2 = dk2 = dv2 = NULL;
     attn_plan *plan1 = NULL;
-    if (rt1 && bwd_plan(rt1, p, br, bc, &plan1) == ATTN_OK && bwd_run(plan1, &c, &dq2, &dk2, &dv2) == 0)
+    if (rt1 && bwd_plan(rt1, p, br, bc, &plan1) == ATTN_OK &&
+        bwd_run(rt1, plan1, NULL, &c, c.lse, &dq2, &dk2, &dv2) == 0)
       CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
             "%s: one thread gave other bits than two", shape(p));
     else
@@ -314,7 +151,7 @@ static void check_tiles(attn_runtime *rt, attn_runtime *rt1, unsigned long long 
  * NaN exactly where the fp64 backward's are (given the kernel's forward O and lse, as the kernel is). */
 static void run_nan(attn_runtime *rt, const attn_problem *p0, long iq, long jk, long jv, long ig) {
   bwd_case c;
-  if (bwd_setup(p0, 99, &c) != 0) {
+  if (bwd_setup(p0, 99, 7, &c) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
     bwd_free(&c);
     return;
@@ -332,7 +169,8 @@ static void run_nan(attn_runtime *rt, const attn_problem *p0, long iq, long jk, 
   double *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
   attn_plan *plan = NULL;
   float *dq = NULL, *dk = NULL, *dv = NULL;
-  if (rq && rk && rv && attn_plan_create_backward(rt, p, &plan) == ATTN_OK && bwd_run(plan, &c, &dq, &dk, &dv) == 0) {
+  if (rq && rk && rv && attn_plan_create_backward(rt, p, &plan) == ATTN_OK &&
+      bwd_run(rt, plan, NULL, &c, c.lse, &dq, &dk, &dv) == 0) {
     attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
     const struct { const char *name; const double *r; const float *o; size_t n; } a[] = {
         {"dq", rq, dq, c.nq}, {"dk", rk, dk, c.nk}, {"dv", rv, dv, c.nv}};
@@ -355,16 +193,8 @@ static void run_nan(attn_runtime *rt, const attn_problem *p0, long iq, long jk, 
   bwd_free(&c);
 }
 
-/* L(x) = sum(dO ∘ O(x)) in fp64: its derivative in each input is the backward's gradient. */
-static double loss(const attn_problem *p, const float *q, const float *k, const float *v, const float *g, double *o) {
-  attn_reference(p, q, k, v, o);
-  double s = 0;
-  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) s += g[i] * o[i];
-  return s;
-}
-
-/* The fp64 backward against central differences with h = 2^-10 (inputs on a 2^-23 grid in [-1, 1): x ± h exact in
- * fp32), truncation error O(h^2) ~ 1e-6. */
+/* The fp64 backward against central differences of L = sum(dO ∘ O) (bwd_case.h's bwd_check_fd): its derivative in
+ * each input is the backward's gradient. */
 static void check_reference(void) {
   static const attn_problem ps[] = {
       {.batch = 1, .heads = 2, .heads_kv = 1, .n = 3, .n_kv = 4, .d = 3, .d_v = 2, .causal = 1, .scale = 0.9f},
@@ -372,38 +202,22 @@ static void check_reference(void) {
       {.batch = 2, .heads = 1, .n = 3, .d = 2, .d_v = 3, .causal = 0, .scale = 1.3f}};
   for (size_t t = 0; t < sizeof ps / sizeof ps[0]; t++) {
     bwd_case c;
-    if (bwd_setup(&ps[t], 7 + t, &c) != 0) {
+    if (bwd_setup(&ps[t], 7 + t, 7, &c) != 0) {
       CHECK(0, "setup failed");
       bwd_free(&c);
       continue;
     }
     const attn_problem *p = &c.p;
-    double *o = malloc(c.no * 8), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
-    if (!o || !rq || !rk || !rv) {
+    double *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8), mag;
+    if (!rq || !rk || !rv) {
       CHECK(0, "out of memory");
     } else {
       attn_reference_backward(p, c.q, c.k, c.v, NULL, c.g, rq, rk, rv);
-      const struct { const char *name; float *x; double *r; size_t n; } a[] = {
-          {"dq", c.q, rq, c.nq}, {"dk", c.k, rk, c.nk}, {"dv", c.v, rv, c.nv}};
-      const float h = 1.0f / 1024;
-      double worst = 0;
-      for (int w = 0; w < 3; w++)
-        for (size_t i = 0; i < a[w].n; i++) {
-          const float x = a[w].x[i];
-          a[w].x[i] = x + h;
-          const double up = loss(p, c.q, c.k, c.v, c.g, o);
-          a[w].x[i] = x - h;
-          const double down = loss(p, c.q, c.k, c.v, c.g, o);
-          a[w].x[i] = x;
-          const double fd = (up - down) / (2.0 * h), e = fabs(fd - a[w].r[i]);
-          if (e > worst) worst = e;
-          CHECK(e <= 1e-5 * (1 + fabs(fd)), "%s: reference %s[%zu] = %.9f, finite differences %.9f", shape(p),
-                a[w].name, i, a[w].r[i], fd);
-        }
+      const double worst = bwd_check_fd(&c, rq, rk, rv, bwd_loss_exact, NULL, "", &mag);
       printf("%s: fp64 backward within %.2e of finite differences\n", shape(p), worst);
       cases++;
     }
-    free(o), free(rq), free(rk), free(rv);
+    free(rq), free(rk), free(rv);
     bwd_free(&c);
   }
 }

@@ -14,31 +14,13 @@
  * Limits: f32 1e-4 relative (Frobenius, floored at an RMS of 0.01: sums of exp features over up to a few hundred
  * keys in fp32; measured ~1e-6), f16 3e-3 and bf16 2e-2 (the rounded O and gradients; measured ~5e-4 and ~4e-3). */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
 #include <unistd.h>
-#include "cpu_util.h"
+#include "bwd_case.h"
 #include "spec_bwd.h"
 
 static int cases;
 
 static double tol_of(attn_dtype t) { return t == ATTN_F32 ? 1e-4 : t == ATTN_F16 ? 3e-3 : 2e-2; }
-
-static void *typed(attn_dtype t, const float *x, size_t count) {
-  void *p = malloc(count * attn_dtype_size(t) + 1);
-  if (p) attn_to_dtype(t, x, count, p);
-  return p;
-}
-
-static void *poisoned(attn_dtype t, size_t count) {
-  float *f = malloc(count * sizeof(float) + 1);
-  if (!f) return NULL;
-  attn_poison(f, count);
-  void *p = typed(t, f, count);
-  free(f);
-  return p;
-}
 
 /* A lowrank CPU spec for p: random features of rank `rank` (0: Taylor features of degree 2). */
 static attn_spec lr_spec(const attn_problem *p, int rank) {
@@ -49,68 +31,24 @@ static attn_spec lr_spec(const attn_problem *p, int rank) {
   return s;
 }
 
-typedef struct {
-  attn_problem p;
-  size_t nq, nk, nv, no;
-  float *q, *k, *v, *g, *o;
-  void *tq, *tk, *tv, *tg, *to;
-  double *ro, *rq, *rk, *rv; /* the fp64 approximation's O and gradients */
-} lcase;
-
-static void lfree(lcase *c) {
-  free(c->q), free(c->k), free(c->v), free(c->g), free(c->o);
-  free(c->tq), free(c->tk), free(c->tv), free(c->tg), free(c->to);
-  free(c->ro), free(c->rq), free(c->rk), free(c->rv);
-}
-
-/* Fresh inputs rounded to the dtype, the fp64 approximation's O and gradients, and c->o: that O rounded to the dtype
- * (the typed copy in c->to); the caller may replace it with a forward kernel's. */
-static int lsetup(const attn_problem *p0, const attn_spec *s, unsigned long long seed, lcase *c) {
-  memset(c, 0, sizeof *c);
-  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
-  const attn_problem *p = &c->p;
-  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
-  c->nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  c->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
-  c->no = (size_t)p->batch * p->heads * p->n * p->d_v;
-  c->q = malloc(c->nq * 4 + 4), c->k = malloc(c->nk * 4 + 4), c->v = malloc(c->nv * 4 + 4);
-  c->g = malloc(c->no * 4 + 4), c->o = malloc(c->no * 4 + 4);
+/* Fresh inputs rounded to the dtype, the fp64 approximation's O and gradients (c->ro, rq, rk, rv), and c->o: that O
+ * rounded to the dtype (the typed copy in c->to); the caller may replace it with a forward kernel's. */
+static int lsetup(const attn_problem *p0, const attn_spec *s, unsigned long long seed, bwd_case *c) {
+  if (bwd_setup(p0, seed, 13, c) != 0) return -1;
   c->ro = malloc(c->no * 8 + 8), c->rq = malloc(c->nq * 8 + 8), c->rk = malloc(c->nk * 8 + 8);
   c->rv = malloc(c->nv * 8 + 8);
-  if (!c->q || !c->k || !c->v || !c->g || !c->o || !c->ro || !c->rq || !c->rk || !c->rv) return -1;
-  seed = seed * 1000003ULL + test_seed() * 13;
-  attn_fill_random(c->q, c->nq, seed * 5 + 1);
-  attn_fill_random(c->k, c->nk, seed * 5 + 2);
-  attn_fill_random(c->v, c->nv, seed * 5 + 3);
-  attn_fill_random(c->g, c->no, seed * 5 + 4);
-  attn_round_dtype(p->dtype, c->q, c->nq);
-  attn_round_dtype(p->dtype, c->k, c->nk);
-  attn_round_dtype(p->dtype, c->v, c->nv);
-  attn_round_dtype(p->dtype, c->g, c->no);
+  if (!c->ro || !c->rq || !c->rk || !c->rv || bwd_round(c) != 0) return -1;
+  const attn_problem *p = &c->p;
   if (attn_reference_lowrank(p, s, c->q, c->k, c->v, c->g, c->ro, c->rq, c->rk, c->rv) != ATTN_OK) return -1;
   for (size_t i = 0; i < c->no; i++) c->o[i] = (float)c->ro[i];
   attn_round_dtype(p->dtype, c->o, c->no);
-  c->tq = typed(p->dtype, c->q, c->nq), c->tk = typed(p->dtype, c->k, c->nk);
-  c->tv = typed(p->dtype, c->v, c->nv), c->tg = typed(p->dtype, c->g, c->no);
-  c->to = typed(p->dtype, c->o, c->no);
-  return c->tq && c->tk && c->tv && c->tg && c->to ? 0 : -1;
+  attn_to_dtype(p->dtype, c->o, c->no, c->to);
+  return 0;
 }
 
 /* One backward run into poisoned buffers (lse NULL: lowrank reads none). */
-static int lrun(attn_plan *plan, lcase *c, float **dq, float **dk, float **dv) {
-  const attn_dtype t = c->p.dtype;
-  void *tq = poisoned(t, c->nq), *tk = poisoned(t, c->nk), *tv = poisoned(t, c->nv);
-  int rc = -1;
-  *dq = malloc(c->nq * 4 + 4), *dk = malloc(c->nk * 4 + 4), *dv = malloc(c->nv * 4 + 4);
-  if (tq && tk && tv && *dq && *dk && *dv) {
-    rc = attn_execute_backward(plan, c->tq, c->tk, c->tv, c->to, NULL, c->tg, tq, tk, tv);
-    CHECK(rc == ATTN_OK, "%s: attn_execute_backward: %s", shape(&c->p), attn_last_error(plan->rt));
-    attn_from_dtype(t, tq, c->nq, *dq);
-    attn_from_dtype(t, tk, c->nk, *dk);
-    attn_from_dtype(t, tv, c->nv, *dv);
-  }
-  free(tq), free(tk), free(tv);
-  return rc == ATTN_OK ? 0 : -1;
+static int lrun(attn_plan *plan, bwd_case *c, float **dq, float **dk, float **dv) {
+  return bwd_run(plan->rt, plan, NULL, c, NULL, dq, dk, dv);
 }
 
 /* Relative Frobenius error of out against ref, floored at an RMS of 0.01 (gradients that cancel near 0). */
@@ -126,7 +64,7 @@ static double rel(const double *ref, const float *out, size_t count) {
 }
 
 /* The plan's gradients against the fp64 approximation's; the same bits again, and from plan1 (one thread). */
-static void check_grads(attn_plan *plan, attn_plan *plan1, lcase *c, float **keep) {
+static void check_grads(attn_plan *plan, attn_plan *plan1, bwd_case *c, float **keep) {
   const attn_problem *p = &c->p;
   float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
   if (lrun(plan, c, &dq, &dk, &dv) == 0) {
@@ -153,7 +91,7 @@ static void check_grads(attn_plan *plan, attn_plan *plan1, lcase *c, float **kee
 
 /* How far the approximation is from exact attention (fp64 softmax attention and its backward), relative Frobenius:
  * O, dq, dk, dv into e[4]. */
-static void exact_distance(const lcase *c, const float *const g[3], double e[4]) {
+static void exact_distance(const bwd_case *c, const float *const g[3], double e[4]) {
   const attn_problem *p = &c->p;
   double *xo = malloc(c->no * 8 + 8), *eq = malloc(c->nq * 8 + 8), *ek = malloc(c->nk * 8 + 8);
   double *ev = malloc(c->nv * 8 + 8);
@@ -167,12 +105,12 @@ static void exact_distance(const lcase *c, const float *const g[3], double e[4])
   free(xo), free(eq), free(ek), free(ev);
 }
 
-/* L(x) = sum(dO ∘ O(x)) of the fp64 approximation. */
-static double loss(const attn_problem *p, const attn_spec *s, const float *q, const float *k, const float *v,
-                   const float *g, double *o) {
-  attn_reference_lowrank(p, s, q, k, v, NULL, o, NULL, NULL, NULL);
+/* L = sum(dO ∘ O) of the fp64 approximation of spec user (bwd_case.h's bwd_loss_fn). */
+static double loss(const void *user, const bwd_case *c, double *o) {
+  const attn_problem *p = &c->p;
+  attn_reference_lowrank(p, user, c->q, c->k, c->v, NULL, o, NULL, NULL, NULL);
   double sum = 0;
-  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) sum += g[i] * o[i];
+  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) sum += c->g[i] * o[i];
   return sum;
 }
 
@@ -184,49 +122,30 @@ static void check_reference(void) {
   for (size_t t = 0; t < sizeof ps / sizeof ps[0]; t++)
     for (int feat = 0; feat < 2; feat++) {
       const attn_spec s = lr_spec(&ps[t], feat ? 16 : 0);
-      lcase c;
-      double *o = malloc(sizeof(double) * 64);
-      if (!o || lsetup(&ps[t], &s, 5 + t, &c) != 0) {
+      bwd_case c;
+      if (lsetup(&ps[t], &s, 5 + t, &c) != 0) {
         CHECK(0, "setup failed");
-        free(o);
-        lfree(&c);
+        bwd_free(&c);
         continue;
       }
       const attn_problem *p = &c.p;
-      const struct { const char *name; float *x; double *r; size_t n; } a[] = {
-          {"dq", c.q, c.rq, c.nq}, {"dk", c.k, c.rk, c.nk}, {"dv", c.v, c.rv, c.nv}};
-      const float h = 1.0f / 1024;
-      double worst = 0, mag = 0;
-      for (int w = 0; w < 3; w++)
-        for (size_t i = 0; i < a[w].n; i++) {
-          const float x = a[w].x[i];
-          a[w].x[i] = x + h;
-          const double up = loss(p, &s, c.q, c.k, c.v, c.g, o);
-          a[w].x[i] = x - h;
-          const double down = loss(p, &s, c.q, c.k, c.v, c.g, o);
-          a[w].x[i] = x;
-          const double fd = (up - down) / (2.0 * h), e = fabs(fd - a[w].r[i]);
-          if (e > worst) worst = e;
-          if (fabs(fd) > mag) mag = fabs(fd);
-          CHECK(e <= 1e-5 * (1 + fabs(fd)), "%s %s: reference %s[%zu] = %.9f, finite differences %.9f", shape(p),
-                feat ? "random" : "taylor", a[w].name, i, a[w].r[i], fd);
-        }
+      double mag;
+      const double worst = bwd_check_fd(&c, c.rq, c.rk, c.rv, loss, &s, feat ? "random" : "taylor", &mag);
       CHECK(mag > 1e-3, "%s: gradients all near 0: nothing measured", shape(p));
       printf("%s %s features: fp64 gradient of the approximation within %.2e of finite differences (largest %.3f)\n",
              shape(p), feat ? "random" : "taylor", worst, mag);
       cases++;
-      free(o);
-      lfree(&c);
+      bwd_free(&c);
     }
 }
 
 /* NaN in one key of batch 0's KV head 0: that item's gradients (its query heads' dq, its dk and dv) all NaN, every
  * other item's finite. */
 static void check_nan(attn_plan *plan, const attn_problem *p0, const attn_spec *s) {
-  lcase c;
+  bwd_case c;
   if (lsetup(p0, s, 77, &c) != 0) {
     CHECK(0, "setup failed");
-    lfree(&c);
+    bwd_free(&c);
     return;
   }
   const attn_problem *p = &c.p;
@@ -245,7 +164,7 @@ static void check_nan(attn_plan *plan, const attn_problem *p0, const attn_spec *
     cases++;
   }
   free(dq), free(dk), free(dv);
-  lfree(&c);
+  bwd_free(&c);
 }
 
 /* A database holding one measured lowrank row (within tolerance) for p on this runtime's device and threads. */
@@ -282,7 +201,7 @@ static void check_served(const attn_problem *p0, const attn_spec *s, const char 
     attn_close(rt);
     return;
   }
-  lcase c;
+  bwd_case c;
   attn_plan *fw = NULL, *bw = NULL;
   float *g[3] = {0};
   if (lsetup(p0, s, 31, &c) != 0) {
@@ -327,7 +246,7 @@ out:
   free(g[0]), free(g[1]), free(g[2]);
   attn_plan_destroy(fw);
   attn_plan_destroy(bw);
-  lfree(&c);
+  bwd_free(&c);
   attn_close(rt);
   attn_close(rdb);
   unlink(path);
@@ -361,11 +280,11 @@ static void check_fallback(attn_runtime *rt) {
 
 static void run_spec(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0, const attn_spec *s,
                      unsigned long long seed, int fwd) {
-  lcase c;
+  bwd_case c;
   attn_plan *plan = NULL, *plan1 = NULL;
   if (lsetup(p0, s, seed, &c) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
-    lfree(&c);
+    bwd_free(&c);
     return;
   }
   int rc = attn_plan_create_backward_spec(rt, &c.p, s, 0, "test", &plan);
@@ -396,7 +315,7 @@ static void run_spec(attn_runtime *rt, attn_runtime *rt1, const attn_problem *p0
   free(g[0]), free(g[1]), free(g[2]);
   attn_plan_destroy(plan);
   attn_plan_destroy(plan1);
-  lfree(&c);
+  bwd_free(&c);
 }
 
 int main(int argc, char **argv) {

@@ -17,10 +17,7 @@
  * The fp64 O and lse (rounded to the dtype and fp32) stand in for the forward's where a case says fwd=0: a forward
  * kernel costs seconds to compile. Limits as tests/cpu_backward.c's: f32 1e-5, f16 1e-3, bf16 8e-3 (relative
  * Frobenius error, floored at an RMS of 0.1). */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#include "cpu_util.h"
+#include "bwd_case.h"
 #include "spec_bwd.h"
 
 static int cases;
@@ -28,183 +25,26 @@ static const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.75f, 0
 
 static double tol_of(attn_dtype t) { return t == ATTN_F32 ? 1e-5 : t == ATTN_F16 ? 1e-3 : 8e-3; }
 
-static void *typed(attn_dtype t, const float *x, size_t count) {
-  void *p = malloc(count * attn_dtype_size(t) + 1);
-  if (p) attn_to_dtype(t, x, count, p);
-  return p;
-}
-
-static void *poisoned(attn_dtype t, size_t count) {
-  float *f = malloc(count * sizeof(float) + 1);
-  if (!f) return NULL;
-  attn_poison(f, count);
-  void *p = typed(t, f, count);
-  free(f);
-  return p;
-}
-
-static float *as_f32(attn_dtype t, const void *x, size_t count) {
-  float *f = malloc(count * sizeof(float) + 1);
-  if (f) attn_from_dtype(t, x, count, f);
-  return f;
-}
-
-static const char *mods(const attn_problem *p) {
-  static char buf[128];
-  snprintf(buf, sizeof buf, "window=%d softcap=%g alibi=%s", p->window, (double)p->softcap,
-           p->alibi_slopes ? "on" : "off");
-  return buf;
-}
-
-/* fp64 lse with the modifiers: log sum over the keys row i sees of exp(mod(scale q.k)), -inf for none. */
-static void ref_lse(const attn_problem *p, const float *q, const float *k, double *lse) {
-  const long G = p->heads / p->heads_kv;
-  double *s = malloc(sizeof(double) * (size_t)(p->n_kv + 1));
-  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
-    const long bkv = bh / p->heads * p->heads_kv + bh % p->heads / G, h = bh % p->heads;
-    for (long i = 0; i < p->n; i++) {
-      long lo, hi;
-      attn_visible_keys(p, i, &lo, &hi);
-      double mx = -INFINITY, sum = 0;
-      if (!s) {
-        lse[bh * p->n + i] = NAN;
-        continue;
-      }
-      for (long j = lo; j < hi; j++) {
-        double a = 0;
-        for (long c = 0; c < p->d; c++) a += (double)q[(bh * p->n + i) * p->d + c] * k[(bkv * p->n_kv + j) * p->d + c];
-        s[j] = attn_score_mod(p, a * p->scale, h, i, j);
-        if (s[j] > mx) mx = s[j];
-      }
-      for (long j = lo; j < hi; j++) sum += exp(s[j] - mx);
-      lse[bh * p->n + i] = hi > lo ? mx + log(sum) : -INFINITY;
-    }
-  }
-  free(s);
-}
-
-typedef struct {
-  attn_problem p;
-  size_t nq, nk, nv, no, nl;
-  float *q, *k, *v, *g, *o, *lse;
-  void *tq, *tk, *tv, *tg, *to;
-} mcase;
-
-static void mfree(mcase *c) {
-  free(c->q), free(c->k), free(c->v), free(c->g), free(c->o), free(c->lse);
-  free(c->tq), free(c->tk), free(c->tv), free(c->tg), free(c->to);
-}
-
 /* Fresh inputs rounded to the dtype; O and lse from the forward kernel (fwd) or the fp64 forward. */
-static int msetup(attn_runtime *rt, const attn_problem *p0, unsigned long long seed, int fwd, mcase *c) {
-  memset(c, 0, sizeof *c);
-  if (attn_problem_normalize(NULL, p0, &c->p) != ATTN_OK) return -1;
-  const attn_problem *p = &c->p;
-  c->nq = (size_t)p->batch * p->heads * p->n * p->d;
-  c->nk = (size_t)p->batch * p->heads_kv * p->n_kv * p->d;
-  c->nv = (size_t)p->batch * p->heads_kv * p->n_kv * p->d_v;
-  c->no = (size_t)p->batch * p->heads * p->n * p->d_v;
-  c->nl = (size_t)p->batch * p->heads * p->n;
-  c->q = malloc(c->nq * 4 + 4), c->k = malloc(c->nk * 4 + 4), c->v = malloc(c->nv * 4 + 4);
-  c->g = malloc(c->no * 4 + 4), c->o = malloc(c->no * 4 + 4), c->lse = malloc(c->nl * 4 + 4);
-  if (!c->q || !c->k || !c->v || !c->g || !c->o || !c->lse) return -1;
-  seed = seed * 1000003ULL + test_seed() * 11;
-  attn_fill_random(c->q, c->nq, seed * 5 + 1);
-  attn_fill_random(c->k, c->nk, seed * 5 + 2);
-  attn_fill_random(c->v, c->nv, seed * 5 + 3);
-  attn_fill_random(c->g, c->no, seed * 5 + 4);
+static int msetup(attn_runtime *rt, const attn_problem *p0, unsigned long long seed, int fwd, bwd_case *c) {
+  if (bwd_setup(p0, seed, 11, c) != 0) return -1;
   for (size_t i = 0; i < c->nq; i++) c->q[i] *= 2.0f; /* scores of a few units: the softcaps below bite */
-  attn_round_dtype(p->dtype, c->q, c->nq);
-  attn_round_dtype(p->dtype, c->k, c->nk);
-  attn_round_dtype(p->dtype, c->v, c->nv);
-  attn_round_dtype(p->dtype, c->g, c->no);
-  c->tq = typed(p->dtype, c->q, c->nq), c->tk = typed(p->dtype, c->k, c->nk);
-  c->tv = typed(p->dtype, c->v, c->nv), c->tg = typed(p->dtype, c->g, c->no);
-  c->to = poisoned(p->dtype, c->no);
-  if (!c->tq || !c->tk || !c->tv || !c->tg || !c->to) return -1;
-  if (fwd) {
-    attn_plan *plan = NULL;
-    attn_problem fp = *p;
-    fp.algo = ATTN_ALGO_FLASH;
-    int rc = attn_plan_create(rt, &fp, &plan);
-    CHECK(rc == ATTN_OK, "%s %s: forward plan: %s", shape(p), mods(p), attn_last_error(rt));
-    if (rc != ATTN_OK) return -1;
-    attn_poison(c->lse, c->nl);
-    rc = attn_execute_lse(plan, c->tq, c->tk, c->tv, c->to, c->lse);
-    CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", shape(p), attn_last_error(rt));
-    attn_plan_destroy(plan);
-    attn_from_dtype(p->dtype, c->to, c->no, c->o);
-    return rc == ATTN_OK ? 0 : -1;
-  }
-  double *o = malloc(c->no * 8 + 8), *l = malloc(c->nl * 8 + 8);
-  if (o && l) {
-    attn_reference(p, c->q, c->k, c->v, o);
-    ref_lse(p, c->q, c->k, l);
-    for (size_t i = 0; i < c->no; i++) c->o[i] = (float)o[i];
-    for (size_t i = 0; i < c->nl; i++) c->lse[i] = (float)l[i];
-    attn_round_dtype(p->dtype, c->o, c->no);
-    attn_to_dtype(p->dtype, c->o, c->no, c->to);
-  }
-  free(o), free(l);
-  return o && l ? 0 : -1;
+  return bwd_forward(rt, c, fwd);
 }
 
-/* One backward run into poisoned buffers: through the plan, or (kern) that kernel with the case's modifiers as its
- * run-time arguments (a kernel with every modifier compiled in serves each alone: 0 or NULL there is off). */
-static int mrun(attn_runtime *rt, attn_plan *plan, const attn_cpu_kernel *kern, mcase *c, float **dq, float **dk,
-                float **dv) {
-  const attn_dtype t = c->p.dtype;
-  void *tq = poisoned(t, c->nq), *tk = poisoned(t, c->nk), *tv = poisoned(t, c->nv);
-  int rc = -1;
-  if (tq && tk && tv) {
-    if (kern) {
-      attn_kargs a = attn_problem_kargs(&c->p, c->tq, c->tk, c->tv, c->to);
-      a.lse = c->lse, a.dout = c->tg, a.dq = tq, a.dk = tk, a.dv = tv;
-      rc = attn_cpu_run(rt, kern, &a, NULL);
-    } else {
-      rc = attn_execute_backward(plan, c->tq, c->tk, c->tv, c->to, c->lse, c->tg, tq, tk, tv);
-    }
-    CHECK(rc == ATTN_OK, "%s %s: backward: %s", shape(&c->p), mods(&c->p), attn_last_error(rt));
-    if (rc == ATTN_OK) {
-      *dq = as_f32(t, tq, c->nq), *dk = as_f32(t, tk, c->nk), *dv = as_f32(t, tv, c->nv);
-      rc = *dq && *dk && *dv ? 0 : -1;
-    }
-  }
-  free(tq), free(tk), free(tv);
-  return rc;
-}
-
-/* out against ref: relative Frobenius error within tol (floored at an RMS of 0.1, as tests/cpu_backward.c's), no
- * poison left where ref is finite, exact zeros in dq's rows that see no key (zd = d). */
+/* out against ref (bwd_case.h), within the dtype's limit. */
 static double compare(const char *what, const attn_problem *p, const double *ref, const float *out, size_t count,
                       long zd) {
-  size_t unwritten = 0, nonzero = 0;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < count; i++) {
-    if (isnan(out[i]) && !isnan(ref[i])) unwritten++;
-    if (zd > 0) {
-      long lo, hi;
-      attn_visible_keys(p, (long)(i / (size_t)zd) % p->n, &lo, &hi);
-      if (hi <= lo && out[i] != 0.0f) nonzero++;
-    }
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double floor = 0.1 * sqrt((double)count), tol = tol_of(p->dtype);
-  const double err = sqrt(num) / (sqrt(den) > floor ? sqrt(den) : floor);
-  CHECK(unwritten == 0, "%s %s: %s: %zu of %zu elements NaN (unwritten?)", shape(p), mods(p), what, unwritten, count);
-  CHECK(nonzero == 0, "%s %s: %s: %zu elements nonzero in rows that see no key", shape(p), mods(p), what, nonzero);
-  CHECK(err <= tol, "%s %s: %s relative error %.3g > %g", shape(p), mods(p), what, err, tol);
-  return err;
+  return bwd_compare(what, p, ref, out, count, tol_of(p->dtype), zd);
 }
 
 /* One case: the gradients against fp64, and the same bits on a second run and on rt1 (one thread) when given. */
 static void run_case_mod(attn_runtime *rt, attn_runtime *rt1, attn_plan *plan, const attn_cpu_kernel *kern,
                          const attn_cpu_kernel *kern1, const attn_problem *p0, unsigned long long seed, int fwd) {
-  mcase c;
+  bwd_case c;
   if (msetup(rt, p0, seed, fwd, &c) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
-    mfree(&c);
+    bwd_free(&c);
     return;
   }
   const attn_problem *p = &c.p;
@@ -213,35 +53,35 @@ static void run_case_mod(attn_runtime *rt, attn_runtime *rt1, attn_plan *plan, c
   float *dq = NULL, *dk = NULL, *dv = NULL, *dq2 = NULL, *dk2 = NULL, *dv2 = NULL;
   if (!rq || !rk || !rv) {
     CHECK(0, "out of memory");
-  } else if (mrun(rt, plan, kern, &c, &dq, &dk, &dv) == 0) {
+  } else if (bwd_run(rt, plan, kern, &c, c.lse, &dq, &dk, &dv) == 0) {
     attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
     const double eq = compare("dq", p, rq, dq, c.nq, p->d), ek = compare("dk", p, rk, dk, c.nk, 0),
                  ev = compare("dv", p, rv, dv, c.nv, 0);
     printf("%s %s %s%s: err dq %.2e dk %.2e dv %.2e\n", shape(p), mods(p), kern ? "kernel" : "plan",
            fwd ? " fwd" : "", eq, ek, ev);
-    if (mrun(rt, plan, kern, &c, &dq2, &dk2, &dv2) == 0)
+    if (bwd_run(rt, plan, kern, &c, c.lse, &dq2, &dk2, &dv2) == 0)
       CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
             "%s %s: a second run gave other bits", shape(p), mods(p));
     if (rt1 && kern1) {
       free(dq2), free(dk2), free(dv2);
       dq2 = dk2 = dv2 = NULL;
-      if (mrun(rt1, NULL, kern1, &c, &dq2, &dk2, &dv2) == 0)
+      if (bwd_run(rt1, NULL, kern1, &c, c.lse, &dq2, &dk2, &dv2) == 0)
         CHECK(!memcmp(dq, dq2, c.nq * 4) && !memcmp(dk, dk2, c.nk * 4) && !memcmp(dv, dv2, c.nv * 4),
               "%s %s: one thread gave other bits than two", shape(p), mods(p));
     }
   }
   free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(rq), free(rk), free(rv);
-  mfree(&c);
+  bwd_free(&c);
 }
 
 /* +Inf in key 10 of KV head 0 (column 0) with a softcap: the capped scores are finite (±c), so the rows that see the
  * key stay finite in O; dS there is multiplied by 1 - tanh²(±inf) = 0, and dq = dS K takes 0·inf = NaN. The kernel's
  * gradients are NaN exactly where the fp64 backward's are, and the finite ones within the limit. */
 static void run_inf(attn_runtime *rt, const attn_cpu_kernel *kern, const attn_problem *p0) {
-  mcase c;
+  bwd_case c;
   if (msetup(rt, p0, 5, 0, &c) != 0) {
     CHECK(0, "%s: setup failed", shape(p0));
-    mfree(&c);
+    bwd_free(&c);
     return;
   }
   const attn_problem *p = &c.p;
@@ -260,7 +100,7 @@ static void run_inf(attn_runtime *rt, const attn_cpu_kernel *kern, const attn_pr
     attn_round_dtype(p->dtype, c.o, c.no);
     attn_to_dtype(p->dtype, c.o, c.no, c.to);
     attn_reference_backward(p, c.q, c.k, c.v, c.o, c.g, rq, rk, rv);
-    if (mrun(rt, NULL, kern, &c, &dq, &dk, &dv) == 0) {
+    if (bwd_run(rt, NULL, kern, &c, c.lse, &dq, &dk, &dv) == 0) {
       const struct { const char *name; const double *r; float *x; size_t n; long zd; } a[] = {
           {"dq", rq, dq, c.nq, p->d}, {"dk", rk, dk, c.nk, 0}, {"dv", rv, dv, c.nv, 0}};
       for (int t = 0; t < 3; t++) {
@@ -283,18 +123,10 @@ static void run_inf(attn_runtime *rt, const attn_cpu_kernel *kern, const attn_pr
     }
   }
   free(o), free(l), free(rq), free(rk), free(rv), free(dq), free(dk), free(dv);
-  mfree(&c);
+  bwd_free(&c);
 }
 
-/* L(x) = sum(dO ∘ O(x)) in fp64. */
-static double loss(const attn_problem *p, const float *q, const float *k, const float *v, const float *g, double *o) {
-  attn_reference(p, q, k, v, o);
-  double s = 0;
-  for (long i = 0; i < (long)p->batch * p->heads * p->n * p->d_v; i++) s += g[i] * o[i];
-  return s;
-}
-
-/* The fp64 backward with modifiers against central differences with h = 2^-10 (exact in fp32 on these inputs). */
+/* The fp64 backward with modifiers against central differences of L = sum(dO ∘ O) (bwd_case.h's bwd_check_fd). */
 static void check_reference(void) {
   const attn_problem base[] = {
       {.batch = 1, .heads = 2, .heads_kv = 1, .n = 5, .n_kv = 6, .d = 3, .d_v = 2, .causal = 1, .scale = 0.9f},
@@ -305,50 +137,33 @@ static void check_reference(void) {
     for (size_t mi = 0; mi < sizeof m / sizeof m[0]; mi++) {
       attn_problem p0 = base[t];
       p0.window = m[mi].window, p0.softcap = m[mi].softcap, p0.alibi_slopes = m[mi].alibi ? slopes : NULL;
-      mcase c;
+      bwd_case c;
       if (msetup(NULL, &p0, 7 + t * 5 + mi, 0, &c) != 0) {
         CHECK(0, "setup failed");
-        mfree(&c);
+        bwd_free(&c);
         continue;
       }
       const attn_problem *p = &c.p;
       /* unrounded: the fp64 forward's own O (NULL) */
-      double *o = malloc(c.no * 8), *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8);
-      if (!o || !rq || !rk || !rv) {
+      double *rq = malloc(c.nq * 8), *rk = malloc(c.nk * 8), *rv = malloc(c.nv * 8), mag;
+      if (!rq || !rk || !rv) {
         CHECK(0, "out of memory");
       } else {
         attn_reference_backward(p, c.q, c.k, c.v, NULL, c.g, rq, rk, rv);
-        const struct { const char *name; float *x; double *r; size_t n; } a[] = {
-            {"dq", c.q, rq, c.nq}, {"dk", c.k, rk, c.nk}, {"dv", c.v, rv, c.nv}};
-        const float h = 1.0f / 1024;
-        double worst = 0, mag = 0;
-        for (int w = 0; w < 3; w++)
-          for (size_t i = 0; i < a[w].n; i++) {
-            const float x = a[w].x[i];
-            a[w].x[i] = x + h;
-            const double up = loss(p, c.q, c.k, c.v, c.g, o);
-            a[w].x[i] = x - h;
-            const double down = loss(p, c.q, c.k, c.v, c.g, o);
-            a[w].x[i] = x;
-            const double fd = (up - down) / (2.0 * h), e = fabs(fd - a[w].r[i]);
-            if (e > worst) worst = e;
-            if (fabs(fd) > mag) mag = fabs(fd);
-            CHECK(e <= 1e-5 * (1 + fabs(fd)), "%s %s: reference %s[%zu] = %.9f, finite differences %.9f", shape(p),
-                  mods(p), a[w].name, i, a[w].r[i], fd);
-          }
+        const double worst = bwd_check_fd(&c, rq, rk, rv, bwd_loss_exact, NULL, mods(p), &mag);
         CHECK(mag > 1e-3, "%s %s: gradients all near 0: nothing measured", shape(p), mods(p));
         printf("%s %s: fp64 backward within %.2e of finite differences (largest %.3f)\n", shape(p), mods(p), worst,
                mag);
         cases++;
       }
-      free(o), free(rq), free(rk), free(rv);
-      mfree(&c);
+      free(rq), free(rk), free(rv);
+      bwd_free(&c);
     }
   /* the softcap's derivative is there: without it (the capped scores' backward taken as the plain one) the
    * reference would differ from finite differences; check that it differs from the plain backward at all */
   attn_problem p0 = base[2];
   p0.softcap = 0.5f;
-  mcase c;
+  bwd_case c;
   if (msetup(NULL, &p0, 3, 0, &c) == 0) {
     double *r1 = malloc(c.nq * 8), *r2 = malloc(c.nq * 8), *k1 = malloc(c.nk * 8), *v1 = malloc(c.nv * 8);
     if (r1 && r2 && k1 && v1) {
@@ -362,7 +177,7 @@ static void check_reference(void) {
     }
     free(r1), free(r2), free(k1), free(v1);
   }
-  mfree(&c);
+  bwd_free(&c);
 }
 
 /* A backward plan for p: attn_plan_create_backward's own (tile 0), or one with Br = Bc = tile made from the default
