@@ -72,18 +72,44 @@ static void note(const char *name, const void *stream) {
   if (l + 64 < sizeof rec.log) snprintf(rec.log + l, sizeof rec.log - l, "%s@%p ", name, stream);
 }
 
+/* Device memory handed out (cuMemAlloc_v2, cuMemAllocAsync) and not freed: what a launch's tables may be read from.
+ * A launch's parameter block is read as attn_cuda_kargs, which other kernels' (the backward's) are not: their bytes
+ * where the tables' pointers would be are read only where they name such memory. */
+#define MAX_ALLOCS 4096
+static struct {
+  const char *p;
+  size_t n;
+} allocs[MAX_ALLOCS];
+static int n_allocs;
+
+static void alloc_add(const void *p, size_t n) {
+  pthread_mutex_lock(&mu);
+  if (p && n_allocs < MAX_ALLOCS) allocs[n_allocs].p = p, allocs[n_allocs++].n = n;
+  pthread_mutex_unlock(&mu);
+}
+static void alloc_drop(const void *p) { /* called with mu held */
+  for (int i = 0; i < n_allocs; i++)
+    if (allocs[i].p == p) allocs[i] = allocs[--n_allocs];
+}
+static int readable(const void *p, long count) {
+  for (int i = 0; p && count >= 0 && i < n_allocs; i++)
+    if ((const char *)p >= allocs[i].p && (const char *)p + sizeof(int) * (size_t)count <= allocs[i].p + allocs[i].n)
+      return 1;
+  return 0;
+}
+
 /* What a launch reads of its serving layout's tables when it runs (called with mu held). */
 static void run_launch(const attn_cuda_kargs *a) {
   const int i = rec.ran++;
   if (i >= FAKE_RAN) return;
   memset(&rec.ran_tables[i], 0, sizeof rec.ran_tables[i]);
   rec.ran_tables[i].batch = (int)a->batch;
-  const int b = a->batch < 64 ? (int)a->batch : 64;
-  if (a->cu_q) memcpy(rec.ran_tables[i].cu_q, a->cu_q, sizeof(int) * (size_t)(b + 1));
-  if (a->cu_kv) memcpy(rec.ran_tables[i].cu_kv, a->cu_kv, sizeof(int) * (size_t)(b + 1));
-  if (a->seq_kv) memcpy(rec.ran_tables[i].seq_kv, a->seq_kv, sizeof(int) * (size_t)b);
-  const long t = (long)b * a->max_pages;
-  if (a->block_table) memcpy(rec.ran_tables[i].table, a->block_table, sizeof(int) * (size_t)(t < 256 ? t : 256));
+  const int b = a->batch < 0 ? 0 : a->batch < 64 ? (int)a->batch : 64;
+  if (readable(a->cu_q, b + 1)) memcpy(rec.ran_tables[i].cu_q, a->cu_q, sizeof(int) * (size_t)(b + 1));
+  if (readable(a->cu_kv, b + 1)) memcpy(rec.ran_tables[i].cu_kv, a->cu_kv, sizeof(int) * (size_t)(b + 1));
+  if (readable(a->seq_kv, b)) memcpy(rec.ran_tables[i].seq_kv, a->seq_kv, sizeof(int) * (size_t)b);
+  const long t = a->max_pages > 0 ? (long)b * a->max_pages : 0, tn = t < 256 ? t : 256;
+  if (readable(a->block_table, tn)) memcpy(rec.ran_tables[i].table, a->block_table, sizeof(int) * (size_t)tn);
 }
 
 /* memory freed in a stream's order while a launch on that stream still used it: freed when the stream is drained */
@@ -139,7 +165,7 @@ static void drain(void *s, int all) {
   k = 0;
   for (int i = 0; i < n_deferred; i++)
     if (!all && deferred[i].stream != s) deferred[k++] = deferred[i];
-    else free(deferred[i].p);
+    else alloc_drop(deferred[i].p), free(deferred[i].p);
   n_deferred = k;
 }
 
@@ -234,6 +260,7 @@ API int cuMemAlloc_v2(devptr *p, size_t bytes) {
   void *m = r ? NULL : malloc(bytes);
   if (!r && !m) r = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
   *p = (devptr)(size_t)m;
+  alloc_add(m, bytes);
   pthread_mutex_lock(&mu);
   note("alloc", NULL);
   pthread_mutex_unlock(&mu);
@@ -243,6 +270,7 @@ API int cuMemFree_v2(devptr p) {
   pthread_mutex_lock(&mu);
   if (in_use((const void *)(size_t)p)) rec.freed_in_use++;
   note("free", NULL);
+  alloc_drop((const void *)(size_t)p);
   pthread_mutex_unlock(&mu);
   free((void *)(size_t)p);
   return 0;
@@ -265,6 +293,7 @@ API int cuMemFreeAsync(devptr p, void *stream) {
     deferred[n_deferred++].p = m;
     m = NULL;
   }
+  if (m) alloc_drop(m);
   pthread_mutex_unlock(&mu);
   free(m);
   return 0;
