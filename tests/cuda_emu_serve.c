@@ -23,7 +23,9 @@
  *       _async forms queue copy, launch and event on the caller's stream with no wait, the host arrays read before
  *       the call returns (the fake copies when the stream gets there), a staging block per call in flight (the
  *       ninth waits for the oldest; four threads' calls on their own streams each read by one launch), nothing
- *       allocated by the synchronous call once the blocks exist; full
+ *       allocated by the synchronous call once the blocks exist; the runtime's own varlen launches, sync and async,
+ *       run on the PTX interpreter as their stream gets there (fake_cuda_set_hook): the same bits, within fp64's
+ *       limits; full
  *       (more kernels to compile): a good paged call too, grouped-query decode on the packed kernel (a block a KV
  *       head), and smallcache plans refuse both with their reason.
  *   cuda_emu_serve spec
@@ -241,6 +243,37 @@ static int get_o(emu *e, uint64_t d, attn_dtype t, size_t count, float *o, const
 
 /* ---- varlen ---- */
 
+/* A packed batch's rows (fp32 values of the dtype, [total][heads][d | d_v]) against fp64 sequence by sequence
+ * (check_sequence); 0, or -1 with the failures reported. p: the batch's problem (its heads, d, d_v, modifiers). */
+static int check_varlen(const attn_problem *p, int B, const int *cu_q, const int *cu_kv, const float *q,
+                        const float *k, const float *v, const float *o, const char *what) {
+  const size_t H = (size_t)p->heads, HK = (size_t)p->heads_kv;
+  int bad = 0;
+  for (int b = 0; b < B; b++) {
+    const int lq = cu_q[b + 1] - cu_q[b], lk = cu_kv[b + 1] - cu_kv[b];
+    if (lq == 0) continue;
+    /* the sequence's rows, dense */
+    float *sq = malloc(H * lq * p->d * 4 + 4), *sk = malloc(HK * lk * p->d * 4 + 4),
+          *sv = malloc(HK * lk * p->d_v * 4 + 4), *so = malloc(H * lq * p->d_v * 4 + 4);
+    if (!sq || !sk || !sv || !so) abort();
+    for (int t = 0; t < lq; t++)
+      for (size_t h = 0; h < H; h++) {
+        memcpy(sq + (h * lq + t) * p->d, q + ((cu_q[b] + t) * H + h) * p->d, 4 * p->d);
+        memcpy(so + (h * lq + t) * p->d_v, o + ((cu_q[b] + t) * H + h) * p->d_v, 4 * p->d_v);
+      }
+    for (int t = 0; t < lk; t++)
+      for (size_t h = 0; h < HK; h++) {
+        memcpy(sk + (h * lk + t) * p->d, k + ((cu_kv[b] + t) * HK + h) * p->d, 4 * p->d);
+        memcpy(sv + (h * lk + t) * p->d_v, v + ((cu_kv[b] + t) * HK + h) * p->d_v, 4 * p->d_v);
+      }
+    char w[600];
+    snprintf(w, sizeof w, "%s | sequence %d", what, b);
+    bad |= check_sequence(p, lq, lk, sq, sk, sv, so, w);
+    free(sq), free(sk), free(sv), free(so);
+  }
+  return bad ? -1 : 0;
+}
+
 static void run_varlen(const ptx_module *m, const attn_spec *s, const char *label, const float *slopes) {
   static const int LQ[] = {0, 1, 37, 19, 70, 1, 6}, LK[] = {5, 0, 29, 83, 70, 1, 0};
   enum { B = sizeof LQ / sizeof LQ[0] };
@@ -288,31 +321,8 @@ static void run_varlen(const ptx_module *m, const attn_spec *s, const char *labe
     e.a.o = (void *)(uintptr_t)dout;
     e.a.cu_q = (const int *)(uintptr_t)dcq, e.a.cu_kv = (const int *)(uintptr_t)dck;
     if (launch(&e, s, what) == 0 && get_o(&e, dout, p.dtype, no, o, what) == 0) {
-      int bad = 0;
-      for (int b = 0; b < B; b++) {
-        const int lq = LQ[b], lk = LK[b];
-        if (lq == 0) continue;
-        /* the sequence's rows, dense */
-        float *sq = malloc(H * lq * p.d * 4 + 4), *sk = malloc(HK * lk * p.d * 4 + 4),
-              *sv = malloc(HK * lk * p.d_v * 4 + 4), *so = malloc(H * lq * p.d_v * 4 + 4);
-        if (!sq || !sk || !sv || !so) abort();
-        for (int t = 0; t < lq; t++)
-          for (size_t h = 0; h < H; h++) {
-            memcpy(sq + (h * lq + t) * p.d, q + ((cu_q[b] + t) * H + h) * p.d, 4 * p.d);
-            memcpy(so + (h * lq + t) * p.d_v, o + ((cu_q[b] + t) * H + h) * p.d_v, 4 * p.d_v);
-          }
-        for (int t = 0; t < lk; t++)
-          for (size_t h = 0; h < HK; h++) {
-            memcpy(sk + (h * lk + t) * p.d, k + ((cu_kv[b] + t) * HK + h) * p.d, 4 * p.d);
-            memcpy(sv + (h * lk + t) * p.d_v, v + ((cu_kv[b] + t) * HK + h) * p.d_v, 4 * p.d_v);
-          }
-        char w[600];
-        snprintf(w, sizeof w, "%s | sequence %d", what, b);
-        bad |= check_sequence(&p, lq, lk, sq, sk, sv, so, w);
-        free(sq), free(sk), free(sv), free(so);
-      }
       cases++;
-      if (!bad) printf("ok %s\n", what);
+      if (!check_varlen(&p, B, cu_q, cu_kv, q, k, v, o, what)) printf("ok %s\n", what);
     }
   }
   free(q), free(k), free(v), free(o), free(raw);
@@ -788,6 +798,107 @@ static void async_threads(attn_plan *plan, fake_cuda_record_fn rec, const unsign
   cases++;
 }
 
+/* The runtime's own launches run on the PTX interpreter: the fake driver's hook (fake_cuda_set_hook) takes each launch
+ * as its stream gets there, copies what its parameter block points at (q, k, v and the tables, in the fake's device
+ * memory, which is host memory) into an interpreter machine, runs the layout's kernel with the launch's grid, block
+ * and shared memory, and copies o back. So attn_execute_varlen and attn_execute_varlen_async are compared as they
+ * run: the same bits, each within the fp64 limits, the async call's arrays overwritten before its stream runs. */
+typedef struct run_hook {
+  const ptx_module *m;
+  size_t qb, kb, vb, ob; /* bytes of q, k, v and o the batch uses */
+  int batch, runs, fails;
+} run_hook;
+
+static void on_launch(const void *params, unsigned grid, unsigned block, unsigned smem, void *user) {
+  run_hook *h = user;
+  attn_cuda_kargs a;
+  memcpy(&a, params, sizeof a);
+  if (!a.cu_q || !a.cu_kv) return; /* not a varlen launch */
+  char err[1024];
+  ptx_machine *x = ptx_machine_new(h->m, err, sizeof err);
+  const size_t nb = sizeof(int) * ((size_t)h->batch + 1);
+  uint64_t d[6] = {0};
+  const void *src[6] = {a.q, a.k, a.v, NULL, a.cu_q, a.cu_kv};
+  const size_t bytes[6] = {h->qb, h->kb, h->vb, h->ob, nb, nb};
+  int ok = x != NULL;
+  for (int i = 0; ok && i < 6; i++)
+    ok = (d[i] = ptx_alloc(x, bytes[i], "arg")) != 0 && (!src[i] || ptx_copy_in(x, d[i], src[i], bytes[i]) == 0);
+  unsigned char *o = a.o;
+  a.q = (const void *)(uintptr_t)d[0], a.k = (const void *)(uintptr_t)d[1], a.v = (const void *)(uintptr_t)d[2];
+  a.o = (void *)(uintptr_t)d[3], a.cu_q = (const int *)(uintptr_t)d[4], a.cu_kv = (const int *)(uintptr_t)d[5];
+  a.consts = NULL; /* the runtime's, in the fake's memory; the flash kernels do not read them */
+  const ptx_launch_cfg kc = {.grid = grid, .block = block, .dyn_smem = smem, .order = opt_order};
+  size_t undef = 0;
+  ok = ok && ptx_launch(x, "attn_kernel", &kc, &a, sizeof a, err, sizeof err) == 0 &&
+       ptx_copy_out(x, d[3], o, h->ob, &undef) == 0;
+  if (!ok) printf("FAIL the runtime's launch on the interpreter: %s\n", x ? err : "no machine");
+  h->fails += !ok;
+  h->runs++;
+  ptx_machine_free(x);
+}
+
+static void varlen_interpreted(attn_plan *plan, fake_cuda_record_fn rec, unsigned char *q, unsigned char *k,
+                               unsigned char *v, unsigned char *o, size_t obytes) {
+  void *lib = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
+  if (!set_hook) {
+    FAIL("the fake driver has no fake_cuda_set_hook");
+    return;
+  }
+  attn_spec s = plan->spec; /* the layout's kernel as cuda_serve.c builds it: the plan's tiles, layout 1 */
+  s.layout = 1;
+  char err[512], label[600];
+  if (attn_spec_check(&s, err, sizeof err) != ATTN_OK) {
+    FAIL("the plan's spec with layout 1: %s", err);
+    return;
+  }
+  attn_spec_format(&s, label, sizeof label);
+  ptx_module *m = build_ptx(&s, label);
+  if (!m) return;
+  const attn_problem *pp = &plan->p;
+  const int cu_q[3] = {0, 9, 12}, cu_kv[3] = {0, 20, 25};
+  const size_t H = (size_t)pp->heads, HK = (size_t)pp->heads_kv, es = es_of(pp->dtype);
+  const size_t nq = 12 * H * pp->d, nk = 25 * HK * pp->d, nv = 25 * HK * pp->d_v, no = 12 * H * pp->d_v;
+  float *x = malloc(sizeof(float) * (nq + nk + nv + 2 * no));
+  unsigned char *o2 = malloc(no * es);
+  if (!x || !o2 || no * es > obytes) abort();
+  float *xq = x, *xk = xq + nq, *xv = xk + nk, *f1 = xv + nv, *f2 = f1 + no;
+  attn_fill_random(xq, nq, 21), attn_fill_random(xk, nk, 22), attn_fill_random(xv, nv, 23);
+  attn_round_dtype(pp->dtype, xq, nq), attn_round_dtype(pp->dtype, xk, nk), attn_round_dtype(pp->dtype, xv, nv);
+  to_raw(pp->dtype, xq, nq, q), to_raw(pp->dtype, xk, nk, k), to_raw(pp->dtype, xv, nv, v);
+  run_hook h = {.m = m, .qb = nq * es, .kb = nk * es, .vb = nv * es, .ob = no * es, .batch = pp->batch};
+  set_hook(on_launch, &h);
+  fake_cuda_calls c;
+  rec(&c, 1);
+  memset(o, 0xff, no * es);
+  const int r1 = attn_execute_varlen(plan, cu_q, cu_kv, q, k, v, o);
+  memcpy(o2, o, no * es);
+  memset(o, 0xff, no * es);
+  int cq[3], ck[3];
+  memcpy(cq, cu_q, sizeof cq), memcpy(ck, cu_kv, sizeof ck);
+  const int r2 = attn_execute_varlen_async(plan, FAKE_STREAM, cq, ck, q, k, v, o);
+  memset(cq, 0x7f, sizeof cq), memset(ck, 0x7f, sizeof ck);
+  const int before = h.runs;
+  fake_sync(FAKE_STREAM);
+  set_hook(NULL, NULL);
+  rec(&c, 1);
+  attn_from_dtype(pp->dtype, o2, no, f1), attn_from_dtype(pp->dtype, o, no, f2);
+  char what[700];
+  snprintf(what, sizeof what, "the runtime's varlen launches on the interpreter (%s)", label);
+  const int same = memcmp(o, o2, no * es) == 0;
+  CHECK(r1 == ATTN_OK && r2 == ATTN_OK && h.runs == 2 && before == 1 && h.fails == 0 && same,
+        "%s: sync %s, async %s, %d launches run (%d before the async call's stream ran; want 2, 1), %d failed, "
+        "outputs %s", what, attn_strerror(r1), attn_strerror(r2), h.runs, before, h.fails,
+        same ? "the same bits" : "differ");
+  attn_problem p = *pp;
+  p.batch = 2, p.n = 9, p.n_kv = 20;
+  if (h.runs == 2 && !h.fails && !check_varlen(&p, 2, cu_q, cu_kv, xq, xk, xv, f2, what)) printf("ok %s\n", what);
+  cases++;
+  memset(q, 0, nq * es), memset(k, 0, nk * es), memset(v, 0, nv * es);
+  free(x), free(o2);
+  ptx_module_free(m);
+}
+
 static int fake_mode(const char *lib, int full) {
   if (setenv("ATTN_LIBCUDA", lib, 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
   attn_runtime *rt = NULL;
@@ -854,6 +965,7 @@ static int fake_mode(const char *lib, int full) {
   cases++;
   async_varlen(rt, plan, rec, q, k, v, o);
   async_threads(plan, rec, q, k, v, o);
+  varlen_interpreted(plan, rec, q, k, v, o, OB);
   /* paged: pages of 8 (the plan's), 2 sequences of up to 20 keys in 3 pages each */
   memset(o, 0xab, OB);
   const int table[6] = {0, 1, 2, 3, 4, 5}, lens[2] = {20, 0}, long_lens[2] = {21, 0}, five[2] = {5, 0};

@@ -52,7 +52,16 @@ static struct {
   const void *scratch, *consts;
   long seq;               /* its place among the stream-ordered work */
   attn_cuda_kargs a;
+  unsigned grid, block, smem;
 } queued[MAX_PENDING];
+static fake_cuda_hook hook;
+static void *hook_user;
+
+API void fake_cuda_set_hook(fake_cuda_hook fn, void *user) {
+  pthread_mutex_lock(&mu);
+  hook = fn, hook_user = user;
+  pthread_mutex_unlock(&mu);
+}
 /* cuMemcpyHtoDAsync_v2's copies not yet made */
 static struct {
   void *stream, *dst;
@@ -98,8 +107,9 @@ static int readable(const void *p, long count) {
   return 0;
 }
 
-/* What a launch reads of its serving layout's tables when it runs (called with mu held). */
-static void run_launch(const attn_cuda_kargs *a) {
+/* What a launch reads of its serving layout's tables when it runs, and the test's hook (called with mu held). */
+static void run_launch(const attn_cuda_kargs *a, unsigned grid, unsigned block, unsigned smem) {
+  if (hook) hook(a, grid, block, smem, hook_user);
   const int i = rec.ran++;
   if (i >= FAKE_RAN) return;
   memset(&rec.ran_tables[i], 0, sizeof rec.ran_tables[i]);
@@ -145,7 +155,7 @@ static void run_upto(void *s, int all, long upto) {
       memcpy(copies[ci].dst, copies[ci].src, copies[ci].n);
       copies[ci] = copies[--n_copies];
     } else {
-      run_launch(&queued[li].a);
+      run_launch(&queued[li].a, queued[li].grid, queued[li].block, queued[li].smem);
       queued[li].seq = -1;
     }
   }
@@ -234,7 +244,7 @@ API int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *fn, int block,
 }
 API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, void **extra) {
-  (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)extra;
+  (void)fn, (void)gy, (void)gz, (void)by, (void)bz, (void)extra;
   /* the driver copies the arguments now, as here: the caller's parameter block may go away once this returns */
   attn_cuda_kargs a;
   memcpy(&a, params[0], sizeof a);
@@ -250,6 +260,7 @@ API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
     queued[rec.pending].consts = a.consts;
     queued[rec.pending].seq = ++seq_now;
     queued[rec.pending].a = a;
+    queued[rec.pending].grid = gx, queued[rec.pending].block = bx, queued[rec.pending].smem = smem;
     rec.pending++;
   }
   pthread_mutex_unlock(&mu);

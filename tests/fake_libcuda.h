@@ -39,4 +39,11 @@ typedef struct fake_cuda_calls {
 /* fake_cuda_record(out, reset): copies the record, then clears it when reset (pending launches stay pending). */
 typedef void (*fake_cuda_record_fn)(fake_cuda_calls *, int);
 
+/* fake_cuda_set_hook(fn, user): fn(params, grid, block, smem, user) is called as each launch runs (when its stream
+ * gets there), with the parameter block as the runtime passed it to cuLaunchKernel and its grid, block and dynamic
+ * shared memory: a test may run the kernel there (tests/cuda_emu_serve.c: on the PTX interpreter). fn runs with the
+ * fake's lock held and must not call the driver. NULL: none. */
+typedef void (*fake_cuda_hook)(const void *params, unsigned grid, unsigned block, unsigned smem, void *user);
+typedef void (*fake_cuda_set_hook_fn)(fake_cuda_hook, void *);
+
 #endif
