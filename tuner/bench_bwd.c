@@ -183,24 +183,18 @@ static const char torch_py[] =
     "    if i: ts.append((time.perf_counter() - t0) * 1e3)\n"
     "print('ms %.6f %s' % (statistics.median(ts), torch.__version__))\n";
 
+/* Keeps the last line python3 printed (512 bytes at user). */
+static void keep_last(void *user, const char *text) { snprintf(user, 512, "%s", text); }
+
 static void torch_point(const attn_problem *p, int threads, int reps, bench_row *row) {
-  char path[] = "/tmp/attntune-torch-bwd-XXXXXX";
-  const int fd = mkstemp(path);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f || fputs(torch_py, f) < 0 || fclose(f) != 0) {
+  char args[256], last[512] = "";
+  snprintf(args, sizeof args, "%d %d %d %d %d %d %d %d %d %s", p->n, p->n_kv, p->d, p->d_v, p->heads, p->heads_kv,
+           p->causal, threads, reps, attn_dtype_name(p->dtype));
+  int st;
+  if (attn_bench_python(torch_py, "bwd", args, keep_last, last, &st) != 0) {
     row->torch_note = "skipped: cannot write its script";
-    if (fd >= 0) unlink(path);
     return;
   }
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "python3 %s %d %d %d %d %d %d %d %d %d %s 2>&1", path, p->n, p->n_kv, p->d, p->d_v,
-           p->heads, p->heads_kv, p->causal, threads, reps, attn_dtype_name(p->dtype));
-  fflush(stdout);
-  FILE *pp = popen(cmd, "r");
-  char line[512] = "", last[512] = "";
-  while (pp && fgets(line, sizeof line, pp)) snprintf(last, sizeof last, "%s", line);
-  const int st = pp ? pclose(pp) : -1;
-  unlink(path);
   double ms = -1;
   char ver[32] = "";
   if (st == 0 && sscanf(last, "ms %lf %31s", &ms, ver) == 2 && ms > 0) {

@@ -158,42 +158,43 @@ static double torch_ms(const torch_out *t, const char *key) {
   return -1;
 }
 
+/* One line of the script's output: a time, its torch version, or anything else (kept: the last says what failed). */
+typedef struct {
+  torch_out *out;
+  char last[512];
+} torch_lines;
+
+static void torch_line(void *user, const char *line) {
+  torch_lines *t = user;
+  torch_out *out = t->out;
+  char key[32];
+  double ms;
+  if (sscanf(line, "ms %31s %lf", key, &ms) == 2 && out->count < 16) {
+    snprintf(out->keys[out->count], sizeof out->keys[0], "%s", key);
+    out->ms[out->count++] = ms;
+  } else if (!strncmp(line, "torch ", 6)) {
+    sscanf(line + 6, "%31s", out->version);
+  } else {
+    snprintf(t->last, sizeof t->last, "%s", line);
+  }
+}
+
 /* Runs the script in one mode; extra: a list of integers (varlen's lengths, the windows). */
 static void torch_run(const char *mode, int b, int h, int hk, int n, int nkv, int d, int causal, int ps, int threads,
                       int reps, attn_dtype dt, const int *extra, int nextra, torch_out *out) {
   memset(out, 0, sizeof *out);
-  char path[] = "/tmp/attntune-torch-serve-XXXXXX";
-  const int fd = mkstemp(path);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f || fputs(torch_py, f) < 0 || fclose(f) != 0) {
+  char args[2048];
+  int len = snprintf(args, sizeof args, "%s %d %d %d %d %d %d %d %d %d %d %s", mode, b, h, hk, n, nkv, d, causal, ps,
+                     threads, reps, attn_dtype_name(dt));
+  for (int i = 0; i < nextra && len > 0 && (size_t)len < sizeof args - 16; i++)
+    len += snprintf(args + len, sizeof args - (size_t)len, " %d", extra[i]);
+  torch_lines t = {.out = out, .last = ""};
+  int st;
+  if (attn_bench_python(torch_py, "serve", args, torch_line, &t, &st) != 0) {
     out->note = "skipped: cannot write its script";
-    if (fd >= 0) unlink(path);
     return;
   }
-  char cmd[2048];
-  int len = snprintf(cmd, sizeof cmd, "python3 %s %s %d %d %d %d %d %d %d %d %d %d %s", path, mode, b, h, hk, n, nkv,
-                     d, causal, ps, threads, reps, attn_dtype_name(dt));
-  for (int i = 0; i < nextra && len > 0 && (size_t)len < sizeof cmd - 16; i++)
-    len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %d", extra[i]);
-  snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>&1");
-  fflush(stdout);
-  FILE *pp = popen(cmd, "r");
-  char line[512];
-  char last[512] = "";
-  while (pp && fgets(line, sizeof line, pp)) {
-    char key[32];
-    double ms;
-    if (sscanf(line, "ms %31s %lf", key, &ms) == 2 && out->count < 16) {
-      snprintf(out->keys[out->count], sizeof out->keys[0], "%s", key);
-      out->ms[out->count++] = ms;
-    } else if (!strncmp(line, "torch ", 6)) {
-      sscanf(line + 6, "%31s", out->version);
-    } else {
-      snprintf(last, sizeof last, "%s", line);
-    }
-  }
-  const int st = pp ? pclose(pp) : -1;
-  unlink(path);
+  const char *last = t.last;
   if (!strncmp(last, "skip torch not importable", 25)) out->note = "skipped: python3 cannot import torch";
   else if (st != 0) {
     out->note = "failed (python3 exited with an error)";
