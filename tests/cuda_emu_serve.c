@@ -25,7 +25,7 @@
  *       ninth waits for the oldest; four threads' calls on their own streams each read by one launch), nothing
  *       allocated by the synchronous call once the blocks exist; the runtime's own varlen launches, sync and async,
  *       run on the PTX interpreter as their stream gets there (fake_cuda_set_hook): the same bits, within fp64's
- *       limits; full
+ *       limits (full: paged prefill too); full
  *       (more kernels to compile): a good paged call too, grouped-query decode on the packed kernel (a block a KV
  *       head), and smallcache plans refuse both with their reason.
  *   cuda_emu_serve spec
@@ -805,27 +805,45 @@ static void async_threads(attn_plan *plan, fake_cuda_record_fn rec, const unsign
  * run: the same bits, each within the fp64 limits, the async call's arrays overwritten before its stream runs. */
 typedef struct run_hook {
   const ptx_module *m;
-  size_t qb, kb, vb, ob; /* bytes of q, k, v and o the batch uses */
+  size_t qb, kb, vb, ob; /* bytes of q, k, v (the pages) and o the batch uses */
   int batch, runs, fails;
 } run_hook;
+
+/* the tables a launch's parameter block points at: varlen's cu_seqlens, or paged's lengths and block table */
+static int hook_tables(const attn_cuda_kargs *a, int batch, const void *src[2], size_t bytes[2]) {
+  if (a->cu_q && a->cu_kv) {
+    src[0] = a->cu_q, src[1] = a->cu_kv, bytes[0] = bytes[1] = sizeof(int) * ((size_t)batch + 1);
+    return 1;
+  }
+  if (a->seq_kv && a->block_table) {
+    src[0] = a->seq_kv, src[1] = a->block_table;
+    bytes[0] = sizeof(int) * (size_t)batch, bytes[1] = sizeof(int) * (size_t)batch * (size_t)a->max_pages;
+    return 2;
+  }
+  return 0;
+}
 
 static void on_launch(const void *params, unsigned grid, unsigned block, unsigned smem, void *user) {
   run_hook *h = user;
   attn_cuda_kargs a;
   memcpy(&a, params, sizeof a);
-  if (!a.cu_q || !a.cu_kv) return; /* not a varlen launch */
+  const void *tab[2];
+  size_t tb[2];
+  const int kind = hook_tables(&a, h->batch, tab, tb);
+  if (!kind) return; /* not a serving layout's launch */
   char err[1024];
   ptx_machine *x = ptx_machine_new(h->m, err, sizeof err);
-  const size_t nb = sizeof(int) * ((size_t)h->batch + 1);
   uint64_t d[6] = {0};
-  const void *src[6] = {a.q, a.k, a.v, NULL, a.cu_q, a.cu_kv};
-  const size_t bytes[6] = {h->qb, h->kb, h->vb, h->ob, nb, nb};
+  const void *src[6] = {a.q, a.k, a.v, NULL, tab[0], tab[1]};
+  const size_t bytes[6] = {h->qb, h->kb, h->vb, h->ob, tb[0], tb[1]};
   int ok = x != NULL;
   for (int i = 0; ok && i < 6; i++)
     ok = (d[i] = ptx_alloc(x, bytes[i], "arg")) != 0 && (!src[i] || ptx_copy_in(x, d[i], src[i], bytes[i]) == 0);
   unsigned char *o = a.o;
   a.q = (const void *)(uintptr_t)d[0], a.k = (const void *)(uintptr_t)d[1], a.v = (const void *)(uintptr_t)d[2];
-  a.o = (void *)(uintptr_t)d[3], a.cu_q = (const int *)(uintptr_t)d[4], a.cu_kv = (const int *)(uintptr_t)d[5];
+  a.o = (void *)(uintptr_t)d[3];
+  if (kind == 1) a.cu_q = (const int *)(uintptr_t)d[4], a.cu_kv = (const int *)(uintptr_t)d[5];
+  else a.seq_kv = (const int *)(uintptr_t)d[4], a.block_table = (const int *)(uintptr_t)d[5];
   a.consts = NULL; /* the runtime's, in the fake's memory; the flash kernels do not read them */
   const ptx_launch_cfg kc = {.grid = grid, .block = block, .dyn_smem = smem, .order = opt_order};
   size_t undef = 0;
@@ -899,6 +917,80 @@ static void varlen_interpreted(attn_plan *plan, fake_cuda_record_fn rec, unsigne
   ptx_module_free(m);
 }
 
+/* varlen_interpreted's check for paged prefill on the plan (pages of 8 in shuffled order, sequences of 20 and 5
+ * keys): attn_execute_paged and attn_execute_paged_async on the interpreter, the same bits, within fp64's limits. */
+static void paged_interpreted(attn_plan *plan, fake_cuda_record_fn rec, unsigned char *q, unsigned char *k,
+                              unsigned char *v, unsigned char *o, size_t obytes, size_t kbytes) {
+  void *lib = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
+  const attn_problem *pp = &plan->p;
+  attn_spec s = plan->spec;
+  s.layout = 2; /* prefill: n = 9 query rows a sequence */
+  char err[512], label[600];
+  if (!set_hook || attn_spec_check(&s, err, sizeof err) != ATTN_OK) {
+    FAIL("paged on the interpreter: %s", set_hook ? err : "the fake driver has no fake_cuda_set_hook");
+    return;
+  }
+  attn_spec_format(&s, label, sizeof label);
+  ptx_module *m = build_ptx(&s, label);
+  if (!m) return;
+  enum { B = 2, PS = 8, MP = 3, NP = 6 };
+  const int table[B * MP] = {4, 1, 5, 0, 2, 3}, lens[B] = {20, 5};
+  const size_t H = (size_t)pp->heads, HK = (size_t)pp->heads_kv, N = (size_t)pp->n, es = es_of(pp->dtype);
+  const size_t slot_k = HK * pp->d, slot_v = HK * pp->d_v;
+  const size_t nq = B * H * N * pp->d, nk = NP * PS * slot_k, nv = NP * PS * slot_v, no = B * H * N * pp->d_v;
+  float *x = malloc(sizeof(float) * (nq + nk + nv + 2 * no));
+  unsigned char *o2 = malloc(no * es);
+  if (!x || !o2 || no * es > obytes || nk * es > kbytes || nq * es > obytes) abort();
+  float *xq = x, *xk = xq + nq, *xv = xk + nk, *f1 = xv + nv, *f2 = f1 + no;
+  attn_fill_random(xq, nq, 31), attn_fill_random(xk, nk, 32), attn_fill_random(xv, nv, 33);
+  attn_round_dtype(pp->dtype, xq, nq), attn_round_dtype(pp->dtype, xk, nk), attn_round_dtype(pp->dtype, xv, nv);
+  to_raw(pp->dtype, xq, nq, q), to_raw(pp->dtype, xk, nk, k), to_raw(pp->dtype, xv, nv, v);
+  run_hook h = {.m = m, .qb = nq * es, .kb = nk * es, .vb = nv * es, .ob = no * es, .batch = B};
+  set_hook(on_launch, &h);
+  fake_cuda_calls c;
+  rec(&c, 1);
+  memset(o, 0xff, no * es);
+  const int r1 = attn_execute_paged(plan, q, k, v, NP, PS, table, MP, lens, o);
+  memcpy(o2, o, no * es);
+  memset(o, 0xff, no * es);
+  int t2[B * MP], l2[B];
+  memcpy(t2, table, sizeof t2), memcpy(l2, lens, sizeof l2);
+  const int r2 = attn_execute_paged_async(plan, FAKE_STREAM, q, k, v, NP, PS, t2, MP, l2, o);
+  memset(t2, 0x7f, sizeof t2), memset(l2, 0x7f, sizeof l2);
+  fake_sync(FAKE_STREAM);
+  set_hook(NULL, NULL);
+  rec(&c, 1);
+  attn_from_dtype(pp->dtype, o2, no, f1), attn_from_dtype(pp->dtype, o, no, f2);
+  char what[700];
+  snprintf(what, sizeof what, "the runtime's paged launches on the interpreter (%s)", label);
+  const int same = memcmp(o, o2, no * es) == 0;
+  CHECK(r1 == ATTN_OK && r2 == ATTN_OK && h.runs == 2 && h.fails == 0 && same,
+        "%s: sync %s, async %s, %d launches run (want 2), %d failed, outputs %s", what, attn_strerror(r1),
+        attn_strerror(r2), h.runs, h.fails, same ? "the same bits" : "differ");
+  int bad = !(h.runs == 2 && !h.fails);
+  for (int b = 0; b < B && !bad; b++) { /* sequence b's keys, dense, from its pages */
+    const int lk = lens[b];
+    float *sk = malloc(HK * lk * pp->d * 4), *sv = malloc(HK * lk * pp->d_v * 4);
+    if (!sk || !sv) abort();
+    for (int t = 0; t < lk; t++)
+      for (size_t hd = 0; hd < HK; hd++) {
+        const size_t slot = (size_t)table[b * MP + t / PS] * PS + t % PS;
+        memcpy(sk + (hd * lk + t) * pp->d, xk + slot * slot_k + hd * pp->d, 4 * pp->d);
+        memcpy(sv + (hd * lk + t) * pp->d_v, xv + slot * slot_v + hd * pp->d_v, 4 * pp->d_v);
+      }
+    char w[760];
+    snprintf(w, sizeof w, "%s | sequence %d", what, b);
+    bad |= check_sequence(pp, (int)N, lk, xq + b * H * N * pp->d, sk, sv, f2 + b * H * N * pp->d_v, w) != 0;
+    free(sk), free(sv);
+  }
+  if (!bad) printf("ok %s\n", what);
+  cases++;
+  memset(q, 0, nq * es), memset(k, 0, nk * es), memset(v, 0, nv * es);
+  free(x), free(o2);
+  ptx_module_free(m);
+}
+
 static int fake_mode(const char *lib, int full) {
   if (setenv("ATTN_LIBCUDA", lib, 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
   attn_runtime *rt = NULL;
@@ -928,7 +1020,7 @@ static int fake_mode(const char *lib, int full) {
     return 1;
   }
   /* device memory is host memory in the fake driver: 16-byte aligned buffers, o poisoned with 0xab */
-  enum { QB = 2 * 4 * 9 * 16 * 2, KB = 2 * 2 * 20 * 16 * 2, OB = QB };
+  enum { QB = 2 * 4 * 9 * 16 * 2, KB = 6 * 8 * 2 * 16 * 2, OB = QB }; /* K, V: six pages of 8 keys, or 20 rows */
   unsigned char *buf = aligned_alloc(64, QB + 2 * KB + OB + 64);
   if (!buf) abort();
   unsigned char *q = buf, *k = q + QB, *v = k + KB, *o = v + KB;
@@ -995,6 +1087,7 @@ static int fake_mode(const char *lib, int full) {
           c.last_heads);
     cases++;
     async_paged(rt, plan, rec, q, k, v, o);
+    paged_interpreted(plan, rec, q, k, v, o, OB, KB);
   }
   /* destroyed with launches in flight: it waits before freeing what they use */
   rc = attn_execute_varlen_async(plan, FAKE_STREAM, cu_q, cu_kv, q, k, v, o);
