@@ -84,6 +84,9 @@ double attn_bench_sgemm_rate(int m);
 void attn_bench_ceilings(int threads, int reps, attn_peak *pk);
 int attn_bench_ceilings_again(int threads, int reps, attn_peak *pk, bench_row *all, int nall);
 /* bench_report.c */
+/* Relative Frobenius distance of a from ref (INFINITY for NaN; the absolute one when ref is 0): the agreement every
+ * bench part reports between the plan and its baseline */
+double attn_bench_rel_diff(const float *a, const float *ref, size_t cnt);
 json_t *attn_bench_num_or_null(double x);
 void attn_bench_fmt_num(char *buf, size_t len, const char *f, double x);
 void attn_bench_print_database(const attn_runtime *rt);

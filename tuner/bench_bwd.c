@@ -83,16 +83,6 @@ static void blas_backward(bwd_bufs *b) {
 }
 #endif
 
-static double rel_diff(const float *a, const float *ref, size_t cnt) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < cnt; i++) {
-    const double e = (double)a[i] - ref[i];
-    num += e * e, den += (double)ref[i] * ref[i];
-  }
-  if (num != num) return INFINITY;
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* dQ of up to 16 rows of head 0 against fp64 from the definition (lse, P, dP and D recomputed in fp64). */
 static double dq_rows_error(const bwd_bufs *b, const float *dq) {
   const attn_problem *p = b->p;
@@ -278,7 +268,8 @@ int attn_bench_point_bwd(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_
     blas_probs(&b);
     blas_backward(&b);
     b.blas = 1;
-    const double e = fmax(rel_diff(gq, b.bq, b.nq), fmax(rel_diff(gk, b.bk, b.nk), rel_diff(gv, b.bv, b.nv)));
+    const double e = fmax(attn_bench_rel_diff(gq, b.bq, b.nq),
+                          fmax(attn_bench_rel_diff(gk, b.bk, b.nk), attn_bench_rel_diff(gv, b.bv, b.nv)));
     row->rel_error = e;
   }
 #else

@@ -95,16 +95,6 @@ double attn_bench_ref_error(const attn_problem *p, const float *q, const float *
 }
 
 #ifdef ATTN_HAVE_OPENBLAS
-static double rel_diff(const float *a, const float *ref, size_t cnt) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < cnt; i++) {
-    double e = (double)a[i] - ref[i];
-    num += e * e, den += (double)ref[i] * ref[i];
-  }
-  if (num != num) return INFINITY;
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* The standard algorithm, one head at a time: S = scale Q K^T (sgemm), causal mask, row softmax, O = P V (sgemm).
  * s holds n x n_kv floats. In fp32 whatever the plan's dtype: a half-precision plan is compared with it on the same
  * (rounded) inputs. */
@@ -361,7 +351,7 @@ int attn_bench_point(attn_runtime *rt, int n, int n_kv, int d, int dv, attn_dtyp
           goto done;
         }
         attn_from_dtype(dt, ko, ocnt, o);
-        rows[i].rel_error = rel_diff(o, ob, ocnt);
+        rows[i].rel_error = attn_bench_rel_diff(o, ob, ocnt);
       }
       blas = 1;
     }

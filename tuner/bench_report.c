@@ -1,4 +1,4 @@
-/* bench_report.c: bench's output: the CPU table or JSON, and the formatting both targets share. */
+/* bench_report.c: bench's output: the CPU table or JSON, and the formatting and agreement measure its parts share. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,16 @@
 #ifdef ATTN_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+
+double attn_bench_rel_diff(const float *a, const float *ref, size_t cnt) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < cnt; i++) {
+    const double e = (double)a[i] - ref[i];
+    num += e * e, den += (double)ref[i] * ref[i];
+  }
+  if (num != num) return INFINITY;
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
 
 json_t *attn_bench_num_or_null(double x) { return x >= 0 && isfinite(x) ? json_real(x) : json_null(); }
 

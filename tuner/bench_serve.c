@@ -62,16 +62,6 @@ static int serve_time(int threads, int reps, int sides, serve_fn fn, void *ctx, 
   return r;
 }
 
-static double rel_diff(const float *a, const float *ref, size_t cnt) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < cnt; i++) {
-    const double e = (double)a[i] - ref[i];
-    num += e * e, den += (double)ref[i] * ref[i];
-  }
-  if (num != num) return INFINITY;
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* PyTorch's side: one script, one mode per call, "ms KEY VALUE" lines and "torch VERSION" (or "skip REASON"). */
 static const char torch_py[] =
     "import sys, time, statistics\n"
@@ -295,7 +285,7 @@ static int serve_paged(attn_runtime *rt, const attn_peak *pk, const bench_serve_
   memset(c.o, 0xff, nq * es); /* NaN: a row paged leaves unwritten shows */
   if (paged_fn(&c, 1, 0) == 0) {
     attn_from_dtype(dt, c.o, nq, op);
-    diff = rel_diff(op, od, nq);
+    diff = attn_bench_rel_diff(op, od, nq);
   }
   const double tol = dt == ATTN_F32 ? SERVE_TOL_F32 : SERVE_TOL_HALF;
   if (!(ref <= tol) || !(diff <= tol)) {
@@ -442,7 +432,7 @@ static int serve_varlen(attn_runtime *rt, const bench_serve_args *a, int n, int 
   if (varlen_fn(&c, 0, 0) == 0 && varlen_fn(&c, 1, 0) == 0) {
     for (int s = 0; s < c.nseq; s++) repack(seq_o, c.so[s], c.cu[s], c.lens[s], H, d, es, 1);
     attn_from_dtype(dt, c.o, nq, fo), attn_from_dtype(dt, seq_o, nq, fs);
-    diff = rel_diff(fo, fs, nq);
+    diff = attn_bench_rel_diff(fo, fs, nq);
   }
   if (!(diff <= (dt == ATTN_F32 ? SERVE_TOL_F32 : SERVE_TOL_HALF))) {
     fprintf(stderr, "attntune bench: varlen prefill at n=%d d=%d: varlen vs per-sequence calls %.3g\n", n, d, diff);
