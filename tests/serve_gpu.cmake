@@ -25,3 +25,8 @@ endif()
 add_test(NAME python_serve_stream
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/python_train.sh python_serve_stream.py $<TARGET_FILE:attn>)
 set_tests_properties(python_serve_stream PROPERTIES LABELS python TIMEOUT 60 SKIP_RETURN_CODE 77)
+# serve_gpu_model: attn_model_time_layout alone (packed GQA decode, varlen's per-sequence transfers, page runs, refusals)
+add_executable(serve_gpu_model ${CMAKE_CURRENT_LIST_DIR}/serve_gpu_model.c)
+target_link_libraries(serve_gpu_model PRIVATE attn_tuner)
+add_test(NAME serve_gpu_model COMMAND serve_gpu_model)
+set_tests_properties(serve_gpu_model PROPERTIES LABELS tuner TIMEOUT 60)
