@@ -228,10 +228,10 @@ int attn_io_measure(attn_runtime *rt, const attn_spec *s, long n, long n_kv, att
   return attn_io_measure_window(rt, s, n, n_kv, 0, io, relerr);
 }
 
-int attn_io_measure_window(attn_runtime *rt, const attn_spec *s, long n, long n_kv, long window, attn_io *io,
-                           double *relerr) {
+/* The problem a count is of, forward or backward: one head (batch 1) of spec s at n query rows and n_kv keys (<= 0:
+ * n). */
+static attn_problem one_head(const attn_spec *s, long n, long n_kv) {
   attn_problem p = {0};
-  attn_spec sw = *s;
   p.batch = 1;
   p.heads = 1;
   p.n = (int)n;
@@ -240,6 +240,13 @@ int attn_io_measure_window(attn_runtime *rt, const attn_spec *s, long n, long n_
   p.d_v = attn_spec_dv(s);
   p.dtype = s->dtype;
   p.causal = s->causal;
+  return p;
+}
+
+int attn_io_measure_window(attn_runtime *rt, const attn_spec *s, long n, long n_kv, long window, attn_io *io,
+                           double *relerr) {
+  attn_problem p = one_head(s, n, n_kv);
+  attn_spec sw = *s;
   p.tolerance = s->algo == ATTN_ALGO_LOWRANK ? 1.0 : 0.0; /* lowrank's error is measured here, not required */
   p.window = (int)window;
   /* the kernel applies a window only where it hides a key (a problem's window that hides none becomes 0) */
@@ -358,15 +365,7 @@ int attn_io_choose_bwd(attn_spec *s, long n, double M, char *err, size_t errlen)
 }
 
 int attn_io_measure_bwd(attn_runtime *rt, const attn_spec *s, long n, long n_kv, attn_io *io, double *relerr) {
-  attn_problem p0 = {0}, p;
-  p0.batch = 1;
-  p0.heads = 1;
-  p0.n = (int)n;
-  p0.n_kv = (int)(n_kv > 0 ? n_kv : n);
-  p0.d = s->d;
-  p0.d_v = attn_spec_dv(s);
-  p0.dtype = s->dtype;
-  p0.causal = s->causal;
+  attn_problem p0 = one_head(s, n, n_kv), p;
   if (s->dtype != ATTN_F32) return attn_fail(rt, ATTN_EINVAL, "the backward's count runs f32 (a count is the dtype's)");
   int rc = attn_problem_normalize(rt, &p0, &p);
   if (rc != ATTN_OK) return rc;
