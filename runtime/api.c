@@ -384,8 +384,9 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
                      .tolerance = p->tolerance, .n_kv = p->n_kv, .batch = p->batch, .heads = p->heads,
                      .heads_kv = p->heads_kv, .threads = threads, .d_v = p->d_v, .pass = pass, .variant = variant,
                      /* the Hopper template (impl=wgmma) serves only once measured on this device: a model row of it
-                      * has never been checked against fp64 on a GPU, so the best row without it serves */
-                     .unmeasured_skip = "impl=wgmma"};
+                      * has never been checked against fp64 on a GPU, so the best row without it serves (CPU rows
+                      * have no impl: no second query) */
+                     .unmeasured_skip = rt->target == ATTN_TARGET_CUDA ? "impl=wgmma" : NULL};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
