@@ -170,6 +170,10 @@ static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *wh
     snprintf(why, len, "backward: %s", err);
     return -1;
   }
+  if (c->dq && !o->nondeterministic) {
+    snprintf(why, len, "backward dq=atomic: its dQ varies from run to run (fp32 atomics), outside a deterministic space");
+    return -1;
+  }
   const int odv = o->dv > 0 ? o->dv : o->d;
   if (c->target != o->target || c->d != o->d || attn_spec_dv(c) != odv || c->causal != o->causal ||
       c->dtype != o->dtype) {
@@ -393,17 +397,18 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
   attn_spec base = base_spec(o, ATTN_ALGO_FLASH);
   int rc = 0;
   if (o->backward && o->target == ATTN_TARGET_CUDA) {
-    /* templates/flash_bwd.cu: Br and Bc apart, warps and stages */
+    /* templates/flash_bwd.cu: Br and Bc apart, warps and stages; nondeterministic: dQ by atomics too */
     static const int bbs[] = {16, 32, 64, 128}, warps[] = {2, 4, 8}, stages[] = {1, 2};
-    for (int a = 0; a < LEN(bbs); a++)
-      for (int b = 0; b < LEN(bbs); b++)
-        for (int w = 0; w < LEN(warps); w++)
-          for (int k = 0; k < LEN(stages) && !rc; k++) {
-            attn_spec c = base;
-            c.br = bbs[a], c.bc = bbs[b], c.warps = warps[w], c.stages = stages[k];
-            c.unroll = 0, c.split = 0, c.tile = 0;
-            rc = consider(sp, &v, &c);
-          }
+    for (int q = 0; q <= (o->nondeterministic ? 1 : 0); q++)
+      for (int a = 0; a < LEN(bbs); a++)
+        for (int b = 0; b < LEN(bbs); b++)
+          for (int w = 0; w < LEN(warps); w++)
+            for (int k = 0; k < LEN(stages) && !rc; k++) {
+              attn_spec c = base;
+              c.br = bbs[a], c.bc = bbs[b], c.warps = warps[w], c.stages = stages[k];
+              c.unroll = 0, c.split = 0, c.tile = 0, c.dq = q;
+              rc = consider(sp, &v, &c);
+            }
   } else if (o->backward) {
     /* Br and Bc apart; 64 x 64 is the untuned default */
     static const int bbs[] = {16, 32, 64, 128, 256};
@@ -517,7 +522,8 @@ void attn_space_free(attn_space *s) {
 }
 
 static int same_except(const attn_spec *a, const attn_spec *b, int skip) {
-  if (a->impl != b->impl) return 0; /* mma.sync and wgmma kernels of the same tiles are two configurations */
+  /* mma.sync and wgmma kernels of the same tiles are two configurations, as are the backward's two dQ sums */
+  if (a->impl != b->impl || a->dq != b->dq) return 0;
   for (int i = 0; i < ATTN_SPACE_NPARAMS; i++)
     if (i != skip && attn_space_param_get(a, i) != attn_space_param_get(b, i)) return 0;
   return 1;

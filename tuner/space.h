@@ -47,6 +47,10 @@ typedef struct attn_space_opts {
    * apply. CUDA (templates/flash_bwd.cu): Br and Bc in 16..128, 2, 4 or 8 warps, 1 or 2 stages, admitted by
    * attn_spec_check_backward_cuda within fast_mem_bytes (shared memory per block) */
   int backward;
+  /* CUDA backward: 1 admits each tile with dQ summed by fp32 atomics too (spec dq=atomic: no dQ blocks, faster, but
+   * the sum's order, and so dQ's last bits, vary from run to run); 0 (the default) the deterministic kernels only.
+   * Rows of dq=atomic points belong under a variant that no deterministic problem asks for. */
+  int nondeterministic;
 } attn_space_opts;
 
 typedef struct attn_space {

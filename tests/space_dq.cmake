@@ -1,0 +1,5 @@
+# space_dq: the CUDA backward's space holds dq=atomic tiles only when asked for (attn_space_opts.nondeterministic)
+add_executable(space_dq ${CMAKE_CURRENT_LIST_DIR}/space_dq.c)
+target_link_libraries(space_dq PRIVATE attn_tuner)
+add_test(NAME space_dq COMMAND space_dq)
+set_tests_properties(space_dq PROPERTIES LABELS tuner TIMEOUT 60)
