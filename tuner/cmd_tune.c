@@ -19,7 +19,7 @@
 static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
-    "                [--dtype LIST] [--causal 0,1] [--heads H] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
+    "                [--dtype LIST] [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
     "                [--compiled] [--shard K/N] [--pass fwd,bwd] [--page-size P | --varlen LENS]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
@@ -35,7 +35,8 @@ static const char tune_usage[] =
     "  when the budget covers the space)\n"
     "  --budget K: configurations evaluated per problem (default: CPU 24, a GPU the whole space)\n"
     "  --dtype LIST of f32, f16, bf16 (default: cpu f32, GPU f16,bf16); --causal 0,1; --heads H (cpu 2, GPU 16);\n"
-    "  --batch B (1);\n"
+    "  --heads-kv G: K/V heads (grouped-query attention: H a multiple of G; default H), tuned under their own key,\n"
+    "  which plans with the nearest ratio H/G are served; --batch B (1);\n"
     "  --reps R: at least R timed repetitions per configuration (default 5; more until the median is known within\n"
     "  2% or --time-cap S seconds are spent, default 1); the best few and the untuned default are then re-timed\n"
     "  interleaved (up to 4 S), and a configuration replaces the default only when it wins beyond the noise\n"
@@ -171,7 +172,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
-                                             "--causal", "--heads", "--batch", "--reps", "--n-kv",
+                                             "--causal", "--heads", "--heads-kv", "--batch", "--reps", "--n-kv",
                                              "--time-cap", "--shard", "--dv", "--pass", "--page-size",
                                              "--varlen"};
     int known = 0;
@@ -206,6 +207,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       if (attn_parse_int(v, 1, 64, &o.jobs)) return attn_tune_usage("--jobs %s: expected 1..64", v);
     } else if (strcmp(a, "--heads") == 0) {
       if (attn_parse_int(v, 1, 4096, &o.heads)) return attn_tune_usage("--heads %s: expected 1..4096", v);
+    } else if (strcmp(a, "--heads-kv") == 0) {
+      if (attn_parse_int(v, 1, 4096, &o.heads_kv)) return attn_tune_usage("--heads-kv %s: expected 1..4096", v);
     } else if (strcmp(a, "--batch") == 0) {
       if (attn_parse_int(v, 1, 4096, &o.batch)) return attn_tune_usage("--batch %s: expected 1..4096", v);
       batch_given = 1;
@@ -304,6 +307,9 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     if (!o.ncausal) FAIL_USAGE("--causal %s: expected 0, 1 or 0,1", causal_s);
   }
   if (!o.heads) o.heads = o.target == ATTN_TARGET_CPU ? 2 : 16;
+  if (o.heads_kv && o.heads % o.heads_kv)
+    FAIL_USAGE("--heads-kv %d: the %d query heads must be a whole multiple of it (each K/V head serves H/G query "
+               "heads)", o.heads_kv, o.heads);
   /* a GPU's layouts are ranked by the model: the tuner's measuring harness runs them on the CPU only */
   if (layout && o.target == ATTN_TARGET_CUDA && !o.force_model) {
     printf("note: %s on %s: the paged and varlen kernels are ranked by the performance model (the tuner measures "
@@ -341,13 +347,14 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     for (int di = 0; di < o.nd; di++)
       for (int vi = 0; vi < o.ndv; vi++)
         for (int ni = 0; ni < o.nn; ni++) {
-          const attn_problem p = {.batch = o.batch, .heads = o.heads, .n = o.ns[ni], .n_kv = o.kv[ni],
+          const attn_problem p = {.batch = o.batch, .heads = o.heads, .heads_kv = o.heads_kv, .n = o.ns[ni], .n_kv = o.kv[ni],
                                   .d = o.ds[di], .d_v = o.dvs ? o.dvs[vi] : 0, .dtype = ATTN_F32,
                                   .page_size = o.page_size, .varlen = o.nvl > 0};
           attn_problem norm;
           if (attn_problem_normalize(NULL, &p, &norm) != ATTN_OK)
-            FAIL_USAGE("%s (--n %d --n-kv %d --d %d --dv %d --heads %d --batch %d)", attn_last_error(NULL), p.n,
-                       p.n_kv, p.d, p.d_v ? p.d_v : p.d, p.heads, p.batch);
+            FAIL_USAGE("%s (--n %d --n-kv %d --d %d --dv %d --heads %d --heads-kv %d --batch %d)",
+                       attn_last_error(NULL), p.n, p.n_kv, p.d, p.d_v ? p.d_v : p.d, p.heads,
+                       p.heads_kv ? p.heads_kv : p.heads, p.batch);
         }
   }
 

@@ -355,7 +355,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
               attn_kres_fill(ts.kres, o->jobs);
             }
           }
-          prune_ctx pc = {.ts = &ts, .p = {.batch = o->batch, .heads = o->heads, .n = o->ns[ni], .n_kv = o->kv[ni],
+          prune_ctx pc = {.ts = &ts, .p = {.batch = o->batch, .heads = o->heads, .heads_kv = o->heads_kv,
+                                           .n = o->ns[ni], .n_kv = o->kv[ni],
                                            .d = so.d, .dtype = so.dtype, .causal = so.causal, .tolerance = o->tolerance,
                                            .d_v = dv == so.d ? 0 : dv}};
           if (ts.kres && !pa) { /* stored model rows of what the compiled kernels rule out are ruled out too */
@@ -411,7 +412,8 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
         for (int ni = 0; ni < o->nn && !attn_tune_stop; ni++) {
           attn_space *sp = &spaces[si + ni];
           if (!sp->count) continue;
-          attn_problem p = {.batch = o->batch, .heads = o->heads, .n = o->ns[ni], .n_kv = o->kv[ni], .d = o->ds[di],
+          attn_problem p = {.batch = o->batch, .heads = o->heads, .heads_kv = o->heads_kv, .n = o->ns[ni],
+                            .n_kv = o->kv[ni], .d = o->ds[di],
                             .dtype = (attn_dtype)t, .causal = o->causals[c], .tolerance = o->tolerance,
                             .d_v = dv == o->ds[di] ? 0 : dv, .page_size = o->page_size, .varlen = o->nvl > 0};
           ts.prob = p;
