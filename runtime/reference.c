@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+#include "lowrank_feat.h"
 
 void attn_visible_keys(const attn_problem *p, long i, long *lo, long *hi) {
   const long n_kv = p->n_kv > 0 ? p->n_kv : p->n, ip = i + (n_kv - p->n), w = p->window > 0 ? p->window : 0;
@@ -187,8 +188,8 @@ void attn_reference_backward(const attn_problem *p, const float *q, const float 
   free(orow);
 }
 
-/* lowrank's feature map (templates/lowrank.c) in fp64: the same Taylor table, or the same Gaussian directions (its
- * generator, rounded to float as the kernel stores them). */
+/* lowrank's feature map (templates/lowrank.c) in fp64: the same Taylor table, or the same Gaussian directions (the
+ * kernels' generator, templates/lowrank_feat.h, in float as they keep them). */
 typedef struct {
   long r, d;
   int taylor;
@@ -196,13 +197,6 @@ typedef struct {
   int *par, *var;
   double *coef; /* Taylor */
 } lr_map;
-
-static uint64_t lr_next64(uint64_t *st) {
-  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 static int lr_map_init(const attn_spec *s, long d, lr_map *m) {
   memset(m, 0, sizeof *m);
@@ -212,14 +206,7 @@ static int lr_map_init(const attn_spec *s, long d, lr_map *m) {
     m->r = s->rank;
     m->w = malloc(sizeof(float) * (size_t)(m->r * d + 1));
     if (!m->w) return -1;
-    uint64_t st = (uint64_t)s->seed * 0x2545F4914F6CDD1Dull + 1;
-    for (long i = 0; i < m->r * d; i += 2) {
-      const double u1 = ((lr_next64(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-      const double u2 = (lr_next64(&st) >> 11) * (1.0 / 9007199254740992.0);
-      const double rad = sqrt(-2.0 * log(u1));
-      m->w[i] = (float)(rad * cos(6.283185307179586 * u2));
-      if (i + 1 < m->r * d) m->w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
-    }
+    attn_lf_gauss(m->w, m->r * d, (uint64_t)s->seed);
     return 0;
   }
   m->r = attn_taylor_rank((int)d, s->degree, 1L << 16);

@@ -182,7 +182,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 #if ATTN_FEATURE == 0
   lf_taylor_table(s.par, s.var, s.coef);
 #else
-  lf_gauss(s.w, r * LR_D);
+  attn_lf_gauss(s.w, r * LR_D, ATTN_SEED);
   float c = -INFINITY; /* the keys' running constant */
 #endif
   memset(s.kv, 0, sizeof(float) * (size_t)(r * LR_DV));

@@ -161,7 +161,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   lf_taylor_table(s.par, s.var, s.coef);
   const float c = 0.0f;
 #else
-  lf_gauss(s.w, r * LB_D);
+  attn_lf_gauss(s.w, r * LB_D, ATTN_SEED);
   /* the keys' constant: their largest exponent */
   float c = -INFINITY;
   ATTN_IO_READ(io, n_kv * LB_D);

@@ -1,11 +1,34 @@
 /* lowrank_feat.h: lowrank's feature map, shared by its forward (lowrank.c) and its gradient (lowrank_bwd.c), which
  * must draw the same Taylor monomials or the same Gaussian directions, bit for bit: the gradient differentiates what
- * the forward computed. Specialised on the including template's ATTN_D, ATTN_FEATURE, ATTN_DEGREE, ATTN_RANK and
- * ATTN_SEED. gen/embed.cmake puts this text in place of the templates' #include, so that the generated source, and
- * with it the compiled kernel's cache key, holds it. */
+ * the forward computed. The directions' generator is the fp64 reference's too (runtime/reference.c); the rest is
+ * specialised on the including template's ATTN_D, ATTN_FEATURE, ATTN_DEGREE, ATTN_RANK and ATTN_SEED.
+ * gen/embed.cmake puts this text in place of the templates' #include, so that the generated source, and with it the
+ * compiled kernel's cache key, holds it. */
 #ifndef ATTN_LOWRANK_FEAT_H
 #define ATTN_LOWRANK_FEAT_H
 
+#include <math.h>
+#include <stdint.h>
+
+/* splitmix64, then Box-Muller: cnt entries of Gaussian directions from the seed, in float as the kernels keep them. */
+static inline uint64_t attn_lf_next(uint64_t *st) {
+  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static inline void attn_lf_gauss(float *w, long cnt, uint64_t seed) {
+  uint64_t st = seed * 0x2545F4914F6CDD1Dull + 1;
+  for (long i = 0; i < cnt; i += 2) {
+    double u1 = ((attn_lf_next(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (attn_lf_next(&st) >> 11) * (1.0 / 9007199254740992.0);
+    double rad = sqrt(-2.0 * log(u1));
+    w[i] = (float)(rad * cos(6.283185307179586 * u2));
+    if (i + 1 < cnt) w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
+  }
+}
+
+#ifdef ATTN_D /* a template */
 /* The feature map's defaults, for a template compiled on its own */
 #ifndef ATTN_FEATURE
 #define ATTN_FEATURE 1
@@ -75,23 +98,6 @@ static long lf_taylor_table(int *par, int *var, float *coef) {
   return cnt;
 }
 #else
-/* splitmix64, then Box-Muller: deterministic Gaussian directions from the seed. */
-static uint64_t lf_next(uint64_t *st) {
-  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static void lf_gauss(float *w, long cnt) {
-  uint64_t st = (uint64_t)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1;
-  for (long i = 0; i < cnt; i += 2) {
-    double u1 = ((lf_next(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (lf_next(&st) >> 11) * (1.0 / 9007199254740992.0);
-    double rad = sqrt(-2.0 * log(u1));
-    w[i] = (float)(rad * cos(6.283185307179586 * u2));
-    if (i + 1 < cnt) w[i + 1] = (float)(rad * sin(6.283185307179586 * u2));
-  }
-}
 /* Exponents e_t = w_t.x - |x|^2/2 of x (a row times sqrt(scale)) into f, w the r x d directions; returns their max. */
 static float lf_expo(const float *x, const float *w, long r, float *f) {
   float nrm = 0.0f;
@@ -108,5 +114,6 @@ static float lf_expo(const float *x, const float *w, long r, float *f) {
   return mx;
 }
 #endif
+#endif /* ATTN_D */
 
 #endif
