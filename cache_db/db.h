@@ -88,6 +88,9 @@ typedef struct attn_db_query {
   /* A word of the spec text (e.g. "impl=wgmma") whose rows the caller serves only once measured: its other rows are
    * left out before the ranking, so that the best row the caller can serve is found. NULL or "": none left out. */
   const char *unmeasured_skip;
+  /* A word of the spec text whose rows are never returned, measured or not (the runtime's backward: "dq=atomic",
+   * whose dQ varies from run to run, for a caller that must be deterministic). NULL or "": none. */
+  const char *exclude;
 } attn_db_query;
 
 typedef struct attn_db_best {

@@ -7,11 +7,12 @@
 /* db.h's rule. ?6..?11: the query's n, n_kv, batch, heads, heads_kv, threads (no zeros); ?12: the decode bound; ?13:
  * the query's d_v (never 0: a d_v = d problem and a d_v != d one never share a row); ?14, ?15: its pass and variant
  * (never crossed either); ?16: a word of the spec text whose unmeasured rows the caller cannot serve (NULL: none),
- * left out before the ranking so that the tie rule and the finalist's marks are those of the rows it can serve. Rows of the other regime are kept but ranked last, so that a miss can say they exist
- * (`other`). attn_logdist is a ratio, so the product of the four orders as the sum of |log| distances does. At equal
- * distance a row on the query's threads, then one that did not record them, then the smaller problem. `later`: in a
- * problem the finalist round judged, rows it did not choose (lowrank rows are not judged by it); the tie rule's
- * fastest time is taken within (problem, provenance class, later). */
+ * left out before the ranking so that the tie rule and the finalist's marks are those of the rows it can serve; ?17:
+ * a word whose rows it never takes (NULL: none), left out the same way. Rows of the other regime are kept but ranked
+ * last, so that a miss can say they exist (`other`). attn_logdist is a ratio, so the product of the four orders as
+ * the sum of |log| distances does. At equal distance a row on the query's threads, then one that did not record
+ * them, then the smaller problem. `later`: in a problem the finalist round judged, rows it did not choose (lowrank
+ * rows are not judged by it); the tie rule's fastest time is taken within (problem, provenance class, later). */
 static const char lookup_sql[] =
     "SELECT spec, n, time_ms, error, provenance, n_kv, batch, heads, heads_kv, threads, chosen, is_default, id, "
     "other FROM "
@@ -30,6 +31,7 @@ static const char lookup_sql[] =
     "AND m.pass = ?14 AND m.variant = ?15 "
     "AND m.time_ms > 0 "
     "AND (?16 IS NULL OR m.provenance = 'measured' OR instr(' ' || k.spec || ' ', ' ' || ?16 || ' ') = 0) "
+    "AND (?17 IS NULL OR instr(' ' || k.spec || ' ', ' ' || ?17 || ' ') = 0) "
     "AND (k.algo <> 'lowrank' OR (?5 > 0 AND m.error IS NOT NULL AND m.error <= ?5))))) "
     "ORDER BY other, model, dist, CASE threads WHEN ?11 THEN 0 WHEN 0 THEN 1 ELSE 2 END, "
     "n, n_kv, batch * heads, heads_kv, batch, threads, later, "
@@ -88,6 +90,7 @@ static int run_lookup(attn_db *db, const attn_db_query *q, const char *dt, const
     attn_dbi_text(s, 14, q->pass ? q->pass : "fwd");
     attn_dbi_text(s, 15, q->variant ? q->variant : "");
     attn_dbi_text(s, 16, skip);
+    attn_dbi_text(s, 17, q->exclude && q->exclude[0] ? q->exclude : NULL);
     memset(out, 0, sizeof *out);
   }
   lookup_ctx c = {db, out, n};

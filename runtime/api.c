@@ -386,7 +386,10 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
                      /* the Hopper template (impl=wgmma) serves only once measured on this device: a model row of it
                       * has never been checked against fp64 on a GPU, so the best row without it serves (CPU rows
                       * have no impl: no second query) */
-                     .unmeasured_skip = rt->target == ATTN_TARGET_CUDA ? "impl=wgmma" : NULL};
+                     .unmeasured_skip = rt->target == ATTN_TARGET_CUDA ? "impl=wgmma" : NULL,
+                     /* a backward's plan is deterministic: a row of dQ by atomics (its sum's order varies) never
+                      * serves it */
+                     .exclude = strcmp(pass, "bwd") == 0 ? "dq=atomic" : NULL};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);

@@ -6,7 +6,8 @@
  *   sm90_tune serve   on the fake driver (ATTN_LIBCUDA, FAKE_LIBCUDA=cc=90, ATTN_DB a scratch path): a stored
  *                     impl=wgmma row of provenance model is not served (the mma.sync default is, or the best
  *                     mma.sync row stored, and describe says a wgmma row was passed over), a measured one is
- *                     (its execution is refused: the fake has no cuTensorMapEncodeTiled); with cc=80 an impl=wgmma
+ *                     (its execution is refused: the fake has no cuTensorMapEncodeTiled); a backward's plan is never
+ *                     served a stored dq=atomic row (dQ by atomics); with cc=80 an impl=wgmma
  *                     spec's plan is refused with the reason */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "internal.h"
 #include "model_sm90.h"
 #include "space.h"
+#include "spec_bwd_cuda.h"
 #include "spec_sm90.h"
 #include "store.h"
 
@@ -105,8 +107,8 @@ static void space(void) {
   const int h100 = wgmma_count("H100", ATTN_BF16, 128, &cons);
   CHECK(h100 > 0 && cons == (2 | 4 | 8), "H100 bf16 d=128: %d wgmma configurations, consumers mask %d", h100, cons);
   /* 72 points fit before the deeper rings were left out, 60 now */
-  CHECK(ring_pruned > 0 && h100 + ring_pruned == 72, "H100 bf16 d=128: %d wgmma configurations, %d deeper rings left out",
-        h100, ring_pruned);
+  CHECK(ring_pruned > 0 && h100 + ring_pruned == 72,
+        "H100 bf16 d=128: %d wgmma configurations, %d deeper rings left out", h100, ring_pruned);
   CHECK(wgmma_count("H200", ATTN_F16, 72, NULL) > 0, "H200 f16 d=72: no wgmma configuration");
   CHECK(wgmma_count("H100", ATTN_F16, 256, NULL) > 0, "H100 f16 d=256: no wgmma configuration");
   CHECK(wgmma_count("A100", ATTN_BF16, 128, NULL) == 0, "A100 (sm_80) got wgmma configurations");
@@ -115,13 +117,14 @@ static void space(void) {
   CHECK(wgmma_count("H100", ATTN_F16, 60, NULL) == 0, "H100 d=60 got wgmma configurations");
 }
 
-/* Stores one row of spec s for problem p under device, with provenance prov. */
-static void store_row(const char *db, const char *device, const attn_problem *p, const attn_spec *s,
-                      const char *prov, double ms) {
+/* Stores one row of spec s for problem p under device, with provenance prov (a backward's row when bwd). */
+static void store_pass(const char *db, const char *device, const attn_problem *p, const attn_spec *s,
+                       const char *prov, double ms, int bwd) {
   attn_store *st = NULL;
   char err[512];
   CHECK(attn_store_open(db, &st, err, sizeof err) == ATTN_OK, "store: %s", err);
   if (!st) return;
+  attn_store_set_backward(st, bwd);
   CHECK(attn_store_begin(st, device, "{\"kind\": \"gpu\"}", "sm90_tune", err, sizeof err) == ATTN_OK, "begin: %s",
         err);
   attn_eval e;
@@ -135,6 +138,11 @@ static void store_row(const char *db, const char *device, const attn_problem *p,
   CHECK(attn_store_put(st, p, s, prov, &e, err, sizeof err) == ATTN_OK, "put: %s", err);
   attn_store_end(st, 0);
   attn_store_close(st);
+}
+
+static void store_row(const char *db, const char *device, const attn_problem *p, const attn_spec *s,
+                      const char *prov, double ms) {
+  store_pass(db, device, p, s, prov, ms, 0);
 }
 
 /* The plan a fresh runtime on db makes for p: its describe text in buf; the rc of attn_plan_create. */
@@ -206,7 +214,8 @@ static int serve(void) {
   m.bc = m.bc == 32 ? 64 : 32;
   store_row(db, device, &p, &m, "model", 0.0015);
   rc = plan_for(db, &p, text, sizeof text, NULL, NULL);
-  CHECK(rc == ATTN_OK && !strstr(text, "sm_90a wgmma") && strstr(text, "(model; unmeasured impl=wgmma row passed over)"),
+  CHECK(rc == ATTN_OK && !strstr(text, "sm_90a wgmma") &&
+            strstr(text, "(model; unmeasured impl=wgmma row passed over)"),
         "mma model row beside the wgmma one: rc %d: %s", rc, text);
   /* alone, a model row of mma.sync tiles is served as before */
   unlink(db);
@@ -231,6 +240,26 @@ static int serve(void) {
   }
   attn_plan_destroy(plan);
   attn_close(rt);
+  /* a backward's plan is deterministic: a stored row of dQ by atomics never serves it, however fast and measured */
+  unlink(db);
+  char err[256] = "";
+  attn_spec det;
+  CHECK(attn_spec_backward_cuda(ATTN_F16, 64, 64, 1, "sm_90", &det, err, sizeof err) == ATTN_OK, "%s", err);
+  det.bc = det.bc == 32 ? 64 : 32; /* not the default, so that describe's origin tells the row served */
+  attn_spec atomic = det;
+  atomic.dq = 1;
+  store_pass(db, device, &p, &atomic, "measured", 0.001, 1);
+  store_pass(db, device, &p, &det, "model", 0.002, 1);
+  rc = attn_open(db, ATTN_TARGET_CUDA, &rt);
+  CHECK(rc == ATTN_OK, "attn_open: %s", attn_last_error(NULL));
+  if (rc == ATTN_OK) {
+    plan = NULL;
+    rc = attn_plan_create_backward(rt, &p, &plan);
+    snprintf(text, sizeof text, "%s", rc == ATTN_OK ? attn_plan_describe(plan) : attn_last_error(rt));
+    CHECK(rc == ATTN_OK && !strstr(text, "dq=atomic") && strstr(text, "(model"), "backward: rc %d: %s", rc, text);
+    attn_plan_destroy(plan);
+    attn_close(rt);
+  }
   unlink(db);
   return 0;
 }

@@ -171,7 +171,8 @@ static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *wh
     return -1;
   }
   if (c->dq && !o->nondeterministic) {
-    snprintf(why, len, "backward dq=atomic: its dQ varies from run to run (fp32 atomics), outside a deterministic space");
+    snprintf(why, len,
+             "backward dq=atomic: its dQ varies from run to run (fp32 atomics), outside a deterministic space");
     return -1;
   }
   const int odv = o->dv > 0 ? o->dv : o->d;
