@@ -70,9 +70,11 @@ typedef struct bench_serve_args {
 } bench_serve_args;
 int attn_bench_serve(attn_runtime *rt, const attn_peak *pk, const bench_serve_args *a, const int *ns, int nn,
                      const int *nkvs, int nnkv, const int *ds, int nd, unsigned dtypes, int json);
-/* bench_python.c: runs python3 on script (written to a private temporary file named for tag, removed afterwards)
- * with args, stderr joined to stdout, handing each line of its output to line(user, text); *status: python3's as
- * pclose gives it, -1 when it did not start. -1 when the script could not be written (nothing run), else 0. */
+/* bench_python.c: runs python3 on script (written to a private temporary file named for tag, removed afterwards,
+ * after an import of sys, time, statistics, torch and torch.nn.functional as F that prints "skip torch not
+ * importable: ..." and exits 0 when torch is missing) with args, stderr joined to stdout, handing each line of its
+ * output to line(user, text); *status: python3's as pclose gives it, -1 when it did not start. -1 when the script
+ * could not be written (nothing run), else 0. */
 typedef void (*attn_bench_line_fn)(void *user, const char *text);
 int attn_bench_python(const char *script, const char *tag, const char *args, attn_bench_line_fn line, void *user,
                       int *status);

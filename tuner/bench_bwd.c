@@ -148,11 +148,6 @@ static int bwd_run(void *user, int side, int timed, double *ms, double *delay) {
 /* PyTorch's CPU SDPA backward (torch.autograd.grad of scaled_dot_product_attention), median of reps runs after one
  * warm-up on the same threads; causal aligned to the last key as attntune's (an explicit mask when n != n_kv). */
 static const char torch_py[] =
-    "import sys, time, statistics\n"
-    "try:\n"
-    "    import torch, torch.nn.functional as F\n"
-    "except Exception as e:\n"
-    "    print('skip torch not importable: %s' % type(e).__name__); sys.exit(0)\n"
     "n, nkv, d, dv, h, hk, causal, threads, reps = (int(x) for x in sys.argv[1:10])\n"
     "dt = {'f32': torch.float32, 'f16': torch.float16, 'bf16': torch.bfloat16}[sys.argv[10]]\n"
     "torch.set_num_threads(threads)\n"

@@ -64,11 +64,6 @@ static int serve_time(int threads, int reps, int sides, serve_fn fn, void *ctx, 
 
 /* PyTorch's side: one script, one mode per call, "ms KEY VALUE" lines and "torch VERSION" (or "skip REASON"). */
 static const char torch_py[] =
-    "import sys, time, statistics\n"
-    "try:\n"
-    "    import torch, torch.nn.functional as F\n"
-    "except Exception as e:\n"
-    "    print('skip torch not importable: %s' % type(e).__name__); sys.exit(0)\n"
     "mode = sys.argv[1]\n"
     "a = [int(x) for x in sys.argv[2:12]]\n"
     "b, h, hk, n, nkv, d, causal, ps, threads, reps = a\n"
