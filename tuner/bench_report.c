@@ -21,6 +21,15 @@ double attn_bench_rel_diff(const float *a, const float *ref, size_t cnt) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The baseline's threads: OpenBLAS's, 0 in a build without it. */
+static int baseline_threads(void) {
+#ifdef ATTN_HAVE_OPENBLAS
+  return openblas_get_num_threads();
+#else
+  return 0;
+#endif
+}
+
 json_t *attn_bench_num_or_null(double x) { return x >= 0 && isfinite(x) ? json_real(x) : json_null(); }
 
 static json_t *row_json(const bench_row *r) {
@@ -119,11 +128,7 @@ static void row_text_bwd(const bench_row *r) {
 int attn_bench_report_bwd(const attn_runtime *rt, const attn_peak *pk, const bench_row *all, int nall, int reps,
                           int causal, int flagged, int json) {
   if (json) return attn_bench_report(rt, pk, all, nall, reps, causal, flagged, json);
-#ifdef ATTN_HAVE_OPENBLAS
-  const int blas_threads = openblas_get_num_threads();
-#else
-  const int blas_threads = 0;
-#endif
+  const int blas_threads = baseline_threads();
   char base[160] = "none (built without OpenBLAS)";
   if (blas_threads)
     snprintf(base, sizeof base, "the standard backward on OpenBLAS (P kept from the forward; %d threads)",
@@ -165,11 +170,7 @@ int attn_bench_report(const attn_runtime *rt, const attn_peak *pk, const bench_r
                       int causal, int flagged, int json) {
   int rc = 0;
   if (!json) {
-#ifdef ATTN_HAVE_OPENBLAS
-    const int blas_threads = openblas_get_num_threads();
-#else
-    const int blas_threads = 0;
-#endif
+    const int blas_threads = baseline_threads();
     char base[128] = "none (built without OpenBLAS)";
     if (blas_threads) snprintf(base, sizeof base, "OpenBLAS sgemm + softmax + sgemm (%d threads)", blas_threads);
     printf("device %s, %d threads (%s); baseline: %s; the untuned default beside the plan; medians of at least %d "
