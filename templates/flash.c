@@ -468,22 +468,12 @@ FL_INLINE void fl_pv(const float *restrict vb, const float *restrict st, const f
   }
 }
 
-/* O = alpha * O + P V for an item of R <= FL_DOT rows: the keys all rows see, then each row's others as fl_pv_rows
- * does. */
-FL_INLINE void fl_pv_dot(const float *restrict vb, long vs, const float *restrict st, const float *restrict alpha,
-                         float *restrict o, int cols, int R, int masked, fl_vis vis) {
+/* O = alpha O for an item of R <= FL_DOT rows, before the dot kernels add P V. */
+FL_INLINE void fl_pv_dot_scale(const float *restrict alpha, float *restrict o, int R) {
   for (int r = 0; r < R; r++) {
     const fl_vf al = fl_splat(alpha[r]);
     for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + r * FL_DVP + b, fl_ld(o + r * FL_DVP + b) * al);
   }
-  int c0 = 0, c1 = cols;
-  if (masked) {
-    c0 = fl_key_begin(R - 1, vis, cols);
-    c1 = fl_key_end(0, vis, cols);
-    if (c1 < c0) c1 = c0;
-  }
-  fl_pv_dot_keys(vb, vs, st, o, c0, c1, R, 2);
-  if (masked) fl_pv_diag(vb, vs, st, o, c0, c1, cols, 0, R, vis);
 }
 
 #if ATTN_SOFTCAP || ATTN_ALIBI
@@ -584,7 +574,7 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
 }
 
-/* Cache lines of K (and of V) prefetched at a jump to another page: enough to start the hardware prefetcher's stream;
+/* Cache lines of K (or of V) prefetched at a jump to another page: enough to start the hardware prefetcher's stream;
  * a whole page at once (up to 1024 lines) stalled on the outstanding misses (two KV heads, d = 64: 0.74 of dense
  * decode with whole 128-key pages prefetched, 0.89-0.91 with 8-32 lines); 64 keeps one KV head's 16-key pages of
  * d = 64 whole (with 32 they ran about 5% slower). */
@@ -598,84 +588,152 @@ typedef struct fl_kv {
   long ks, vs;          /* elements from one key row to the next (within a page) */
   const int *table;     /* paged: the sequence's block table; NULL otherwise */
   long ps;              /* rows per page */
+  long nh;              /* KV heads read from each row: 1, or all heads_kv (a grouped item's, fl_block_heads) */
 } fl_kv;
+
+/* Key j's row in units of the row stride (its K row is k + row * ks): j itself, or paged its page's row. */
+FL_INLINE long fl_kv_row(const fl_kv *kv, long j) {
+  return kv->table ? (long)kv->table[j / kv->ps] * kv->ps + j % kv->ps : j;
+}
+
+/* The keys j .. j + len - 1 (len <= left) whose rows are evenly spaced: up to the end of j's page. */
+FL_INLINE int fl_kv_run(const fl_kv *kv, long j, int left) {
+  return kv->table && kv->ps - j % kv->ps < left ? (int)(kv->ps - j % kv->ps) : left;
+}
+
+/* Paged: the first FL_PF_LINES cache lines of K's (or V's: isv) run of keys from j, before j_end. Inlined: a call
+ * from the block loops costs more than the prefetch (their live vectors are spilled around it: one KV head's 16-key
+ * pages ran 15% slower). */
+FL_INLINE void fl_prefetch_run(const fl_kv *kv, int isv, long j, long j_end, long max_lines) {
+  if (j >= j_end) return;
+  const long es = (long)sizeof(attn_el), stride = (isv ? kv->vs : kv->ks) * es;
+  long bytes = kv->nh * (isv ? FL_DV : FL_D) * es, rows = fl_kv_run(kv, j, (int)FL_MIN(j_end - j, FL_BC));
+  const char *p = (const char *)((isv ? kv->v : kv->k) + fl_kv_row(kv, j) * (stride / es));
+  if (stride == bytes) bytes *= rows, rows = 1; /* contiguous */
+  long lines = 0;
+  for (long r = 0; r < rows && lines < max_lines; r++)
+    for (long x = 0; x < bytes && lines < max_lines; x += 64, lines++) __builtin_prefetch(p + r * stride + x);
+}
+
+/* Paged, before a pass over K's (V's: isv) rows of the block [j0, j0 + cols): the first FL_PF_HEAD lines of each of
+ * its pages after the first, so that no page's stream starts with a miss (16-key pages of two KV heads, d = 128: 0.92
+ * of dense decode's time per byte without, 0.99 with). */
+#define FL_PF_HEAD 4
+FL_INLINE void fl_prefetch_pages(const fl_kv *kv, int isv, long j0, int cols) {
+  if (kv->table)
+    for (long j = j0 + fl_kv_run(kv, j0, cols); j < j0 + cols; j += kv->ps)
+      fl_prefetch_run(kv, isv, j, j0 + cols, FL_PF_HEAD);
+}
+
+/* Paged, at the run [c, c + len) of K's (V's: isv) rows of the block [j0, j0 + cols): the rows after the next jump,
+ * fetched while these compute, since a jump to another page defeats the hardware prefetcher (it follows addresses in
+ * order: decode over shuffled pages ran at 0.6 of dense without), which takes over once the stream has started. K's
+ * next run; after K's last, the block's first V rows; after V's last, the next block's first K rows. */
+FL_INLINE void fl_prefetch_next(const fl_kv *kv, int isv, long j0, int c, int len, int cols, long j_end) {
+  if (!kv->table) return;
+  long j = j0 + c + len, end = j0 + cols;
+  if (c + len >= cols) {
+    j = isv ? j : j0;
+    end = isv ? j_end : end;
+    isv = !isv;
+  }
+  fl_prefetch_run(kv, isv, j, end, FL_PF_LINES);
+}
+
+/* The block [j0, j0 + cols) converted or gathered into staging: K rows into kc, V rows into vc (NULL: not staged);
+ * paged, the next block's first rows are fetched meanwhile. Out of line: once a block, and its copies in every
+ * inlined block loop added to the kernel's compile time. */
+static __attribute__((noinline)) void fl_stage(const fl_kv *kv, float *restrict kc, float *restrict vc, long j0,
+                                               int cols, long j_end) {
+  if (kc)
+    for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, kv->k + fl_kv_row(kv, j0 + c) * kv->ks, FL_D);
+  if (vc)
+    for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, kv->v + fl_kv_row(kv, j0 + c) * kv->vs, FL_DV);
+  if (kv->table) {
+    fl_prefetch_run(kv, 0, j0 + cols, j_end, FL_PF_LINES);
+    fl_prefetch_run(kv, 1, j0 + cols, j_end, FL_PF_LINES);
+  }
+}
 
 /* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
  * softmax, O += P V. kv: the KV head's K and V rows; kc, vc: staging (FL_STAGE_K, FL_STAGE_V, or rows the lane kernels
  * cannot read in place). dot (an item of at most FL_DOT rows, rows a constant): the dot-product kernels on qd instead
- * of the lane kernels on qt. Paged, a block ends at its page's end as well, so that its rows are evenly spaced: the
- * kernels then read each page in place (decode streams every page once per KV head, as it streams dense K and V). */
+ * of the lane kernels on qt. Paged, a block of BC keys spans pages (one softmax update for all of them): the dot
+ * kernels read it in place one page's run of evenly spaced rows at a time (decode streams every page once per KV
+ * head, as it streams dense K and V), the lane kernels from staging. Only a masked block read in place ends at its
+ * page's end, since the masked P V addresses its rows by one stride. */
 FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc, const float *restrict qt,
                          const float *restrict qd, float *restrict st, float *restrict o, float *restrict m,
                          float *restrict l, float *restrict alpha, long X0, long gp, long j_begin, long j_end,
                          long off, long w, const fl_mod *md, int rows, int nrv, int dot, attn_io *io) {
   /* fp32 V rows in place are on a vector boundary iff the block's first row is and rows are D_V apart (D_V whole
    * vectors here). The lane kernels realign them: BR rows reuse each V vector; they also take K and V from staging
-   * when rows are further apart (token-major or paged rows), as their tiles address rows by constant strides. The
-   * dot kernels read in place at any stride: their few rows make them bound by memory bandwidth, not loads (a split
-   * load costs nothing there), and a copy would add a pass over K and V. The lane kernels read K a scalar at a time
-   * (broadcasts), which no alignment slows. */
+   * when rows are further apart (token-major or paged rows) or in several pages, as their tiles address rows by
+   * constant strides. The dot kernels read in place at any stride: their few rows make them bound by memory
+   * bandwidth, not loads (a split load costs nothing there), and a copy would add a pass over K and V. The lane
+   * kernels read K a scalar at a time (broadcasts), which no alignment slows. */
   const long ks = kv->ks, vs = kv->vs;
   for (long j0 = j_begin; j0 < j_end;) {
     int cols = (int)(j_end - j0 < FL_BC ? j_end - j0 : FL_BC);
-    const attn_el *kr = kv->k, *vr = kv->v;
-    if (kv->table) {
-      const long slot = j0 % kv->ps, row = (long)kv->table[j0 / kv->ps] * kv->ps + slot;
-      if (kv->ps - slot < cols) cols = (int)(kv->ps - slot);
-      kr += row * ks;
-      vr += row * vs;
-      /* The next page's first rows (FL_PF_LINES cache lines of K and of V), fetched while this block computes: a
-       * jump to another page defeats the hardware prefetcher, which follows addresses in order (decode over shuffled
-       * pages ran at 0.6 of dense without), and takes over once the stream has started. */
-      const long jn = j0 + cols;
-      if (jn < j_end && jn % kv->ps == 0) {
-        const long nrow = (long)kv->table[jn / kv->ps] * kv->ps, nc = FL_MIN(FL_MIN(kv->ps, j_end - jn), FL_BC);
-        const char *kn = (const char *)(kv->k + nrow * ks), *vn = (const char *)(kv->v + nrow * vs);
-        long lines = 0;
-        for (long c = 0; c < nc && lines < FL_PF_LINES; c++) {
-          for (long x = 0; x < (long)(FL_D * sizeof(attn_el)); x += 64, lines++) __builtin_prefetch(kn + c * ks * (long)sizeof(attn_el) + x);
-          for (long x = 0; x < (long)(FL_DV * sizeof(attn_el)); x += 64) __builtin_prefetch(vn + c * vs * (long)sizeof(attn_el) + x);
-        }
-      }
-    } else {
-      kr += j0 * ks;
-      vr += j0 * vs;
-    }
-    ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
-    ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
-    const float *kb = (const float *)kr, *vb = (const float *)vr;
-    long kbs = ks, vbs = vs;
-    if (FL_STAGE_K || (!dot && ks != FL_D)) {
-      for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, kr + c * ks, FL_D);
-      kb = kc;
-      kbs = FL_D;
-    }
-    if (FL_STAGE_V || (!dot && (vs != FL_DV || (uintptr_t)vr % FL_VALIGN != 0))) {
-      for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, vr + c * vs, FL_DV);
-      vb = vc;
-      vbs = FL_DVP;
-    }
-    fl_vf mx[FL_NRV];
-    if (dot)
-      fl_scores_dot(kb, kbs, qd, st, mx, cols, rows, rows == 1 ? 4 : 2);
-    else
-      fl_scores(kb, qt, st, mx, cols, nrv);
-#if ATTN_SOFTCAP || ATTN_ALIBI
-    fl_mods(st, mx, cols, nrv, j0, md);
-#else
-    (void)md;
-#endif
     /* visibility of key c: rows lo + gp * c <= x < hi + gp * c (fl_vis); the block is masked when its last key is
      * hidden from the item's first row or its first key from the last row */
     const long base = gp * (j0 - off) - X0;
     const fl_vis vis = {gp, ATTN_CAUSAL ? base : ATTN_WINDOW ? base - gp * (w - 1) : -FL_FAR,
                         ATTN_WINDOW ? base + gp * w : FL_FAR};
-    const int masked = FL_MASK && (gp * (cols - 1) + vis.lo > 0 || vis.hi < rows);
+    int masked = FL_MASK && (gp * (cols - 1) + vis.lo > 0 || vis.hi < rows);
+    if (FL_MASK && masked && dot && !FL_STAGE_V) {
+      cols = fl_kv_run(kv, j0, cols);
+      masked = gp * (cols - 1) + vis.lo > 0 || vis.hi < rows;
+    }
+    const int spans = fl_kv_run(kv, j0, cols) < cols;
+    const attn_el *kr = kv->k + fl_kv_row(kv, j0) * ks, *vr = kv->v + fl_kv_row(kv, j0) * vs;
+    ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
+    ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
+    const int stage_k = FL_STAGE_K || (!dot && (ks != FL_D || spans));
+    const int stage_v = FL_STAGE_V || (!dot && (vs != FL_DV || spans || (uintptr_t)vr % FL_VALIGN != 0));
+    if (stage_k || stage_v) fl_stage(kv, stage_k ? kc : NULL, stage_v ? vc : NULL, j0, cols, j_end);
+    fl_vf mx[FL_NRV];
+    if (dot) {
+      /* a page's run of rows at a time (staged: the whole block) */
+      mx[0] = fl_splat(-__builtin_inff());
+      if (!stage_k) fl_prefetch_pages(kv, 0, j0, cols);
+      for (int c = 0, len; c < cols; c += len) {
+        len = stage_k ? cols : fl_kv_run(kv, j0 + c, cols - c);
+        if (!stage_k) fl_prefetch_next(kv, 0, j0, c, len, cols, j_end);
+        fl_vf mc;
+        fl_scores_dot(stage_k ? kc : (const float *)(kv->k + fl_kv_row(kv, j0 + c) * ks), stage_k ? FL_D : ks, qd,
+                      st + c * FL_BRP, &mc, len, rows, rows == 1 ? 4 : 2);
+        mx[0] = FL_MAX(mx[0], mc);
+      }
+    } else
+      fl_scores(stage_k ? kc : (const float *)kr, qt, st, mx, cols, nrv);
+#if ATTN_SOFTCAP || ATTN_ALIBI
+    fl_mods(st, mx, cols, nrv, j0, md);
+#else
+    (void)md;
+#endif
     fl_softmax(st, mx, m, l, alpha, cols, nrv, masked, vis);
-    if (dot)
-      fl_pv_dot(vb, vbs, st, alpha, o, cols, rows, masked, vis);
-    else
-      fl_pv(vb, st, alpha, o, cols, rows, masked, vis);
+    if (dot) {
+      /* O = alpha O + P V: the keys all rows see, a page's run at a time, then (masked) each row's others as
+       * fl_pv_rows does */
+      fl_pv_dot_scale(alpha, o, rows);
+      int c0 = 0, c1 = cols;
+      if (masked) {
+        c0 = fl_key_begin(rows - 1, vis, cols);
+        c1 = fl_key_end(0, vis, cols);
+        if (c1 < c0) c1 = c0;
+      }
+      if (!stage_v) fl_prefetch_pages(kv, 1, j0 + c0, c1 - c0);
+      for (int c = c0, len; c < c1; c += len) {
+        len = stage_v ? c1 - c : fl_kv_run(kv, j0 + c, c1 - c);
+        if (!stage_v) fl_prefetch_next(kv, 1, j0, c, len, cols, j_end);
+        fl_pv_dot_keys(stage_v ? vc + c * FL_DVP : (const float *)(kv->v + fl_kv_row(kv, j0 + c) * vs),
+                       stage_v ? FL_DVP : vs, st + c * FL_BRP, o, 0, len, rows, 2);
+      }
+      if (masked)
+        fl_pv_diag(stage_v ? vc : (const float *)vr, stage_v ? FL_DVP : vs, st, o, c0, c1, cols, 0, rows, vis);
+    } else
+      fl_pv(stage_v ? vc : (const float *)vr, st, alpha, o, cols, rows, masked, vis);
     j0 += cols;
   }
 }
@@ -833,6 +891,120 @@ static __attribute__((noinline)) void fl_blocks_dot4(const fl_kv *kv, float *kc,
   fl_blocks(kv, kc, vc, qt, qd, st, o, m, l, alpha, X0, gp, j_begin, j_end, off, w, md, FL_DOT, 1, 1, io);
 }
 
+/* The K and V rows of KV head bkv (batch * heads_kv + hk) with n_kv keys: dense [batch][heads_kv][n_kv] rows,
+ * token-major (ATTN_LAYOUT_KV_TOKENS) or paged rows, heads_kv heads wide. */
+FL_INLINE fl_kv fl_kv_of(const attn_kargs *a, long bkv, long n_kv) {
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = bkv % heads_kv, b = bkv / heads_kv;
+  fl_kv kv = {(const attn_el *)a->k + bkv * n_kv * FL_D, (const attn_el *)a->v + bkv * n_kv * FL_DV, FL_D, FL_DV,
+              NULL, 1, 1};
+  if (a->block_table) {
+    kv.k = (const attn_el *)a->k + hk * FL_D;
+    kv.v = (const attn_el *)a->v + hk * FL_DV;
+    kv.table = a->block_table + b * a->max_pages;
+    kv.ps = a->page_size;
+  } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
+    kv.k = (const attn_el *)a->k + (b * n_kv * heads_kv + hk) * FL_D;
+    kv.v = (const attn_el *)a->v + (b * n_kv * heads_kv + hk) * FL_DV;
+  }
+  if (a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS)) {
+    kv.ks = heads_kv * FL_D;
+    kv.vs = heads_kv * FL_DV;
+  }
+  return kv;
+}
+
+/* Keys visible to at least one row of item t: [*j_lo, *j_end) (the first row's window starts first, the last row sees
+ * the last key); a window's keys outside are never read. */
+FL_INLINE void fl_key_span(const fl_item *t, long off, long n_kv, long w, long *j_lo, long *j_end) {
+  const long ip0 = t->X0 / t->gp + off, ip1 = (t->X0 + t->rows - 1) / t->gp + off;
+  long lo = 0, end = n_kv;
+  if (ATTN_CAUSAL && ip1 + 1 < end) end = ip1 + 1;
+  if (ATTN_WINDOW && ip0 - w + 1 > lo) lo = ip0 - w + 1;
+  if (ATTN_WINDOW && !ATTN_CAUSAL && ip1 + w < end) end = ip1 + w;
+  if (end < lo) end = lo;
+  (void)w;
+  *j_lo = lo;
+  *j_end = end;
+}
+
+/* An item's state before its first key block: its Q rows scaled (by scale * log2(e): scores in base 2), transposed
+ * into qt and row-major into qd (rows past the item's zero), O = 0, m = -inf, l = 0, and the score modifiers' values
+ * (ALiBi's per-row slopes and positions after qd). */
+FL_INLINE void fl_item_init(const attn_kargs *a, const fl_item *t, long off, float *restrict qt, float *restrict qd,
+                            float *restrict o, float *restrict m, float *restrict l, fl_mod *md, attn_io *io) {
+  const int rows = t->rows;
+  const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
+  ATTN_IO_READ(io, (long)rows * FL_D);
+  for (int r = 0; r < rows; r++) {
+    const attn_el *qr = (const attn_el *)a->q + fl_qo(a, t, r, FL_D);
+    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
+    if (r < FL_DOT)
+      for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
+  }
+  for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
+  for (int kk = 0; kk < FL_D; kk++)
+    for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
+  memset(o, 0, sizeof(float) * FL_O_SZ);
+  for (int r = 0; r < FL_BRP; r++) {
+    m[r] = -__builtin_inff();
+    l[r] = 0.0f;
+  }
+  memset(md, 0, sizeof *md);
+  (void)off;
+#if ATTN_SOFTCAP
+  if (a->softcap > 0.0f) {
+    md->k1 = 0.69314718055994531f / a->softcap;
+    md->k2 = a->softcap * 1.4426950408889634f;
+  }
+#endif
+#if ATTN_ALIBI
+  if (a->alibi) {
+    /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
+    float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
+    for (int r = 0; r < FL_BRP; r++) {
+      const long X = t->X0 + r;
+      sl[r] = r < rows ? a->alibi[(t->qhead0 + X % t->gp) % a->heads] * 1.4426950408889634f : 0.0f;
+      pos[r] = r < rows ? (float)(X / t->gp + off) : 0.0f;
+    }
+    md->sl = sl;
+    md->pos = pos;
+  }
+#endif
+}
+
+/* An item's result: its rows of O (rows that see no key: zeros), or (split-K) its part's partial, unnormalised (the
+ * merge rescales it against the other parts' maxima); o NULL: an empty partial (O = 0, m = -inf, l = 0), so that the
+ * merge reads every part alike. block: the item's block in fl_item_of's numbering. */
+FL_INLINE void fl_item_done(const attn_kargs *a, const fl_item *t, long block, long part, long off,
+                            const float *restrict o, const float *restrict m, const float *restrict l, attn_io *io) {
+  const int rows = t->rows;
+#if ATTN_SPLIT > 1
+  (void)off;
+  float *po = (float *)a->partials + (block * ATTN_SPLIT + part) * FL_PART;
+  float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
+  if (o)
+    memcpy(po, o, sizeof(float) * (size_t)rows * FL_DVP);
+  else
+    memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
+  for (int r = 0; r < rows; r++) {
+    pm[r] = o ? m[r] : -__builtin_inff();
+    pl[r] = o ? l[r] : 0.0f;
+  }
+  ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
+#else
+  (void)block, (void)part;
+  /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
+   * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
+   * -inf) gives 0 * inf = NaN, the reference's 0/0. */
+  for (int r = 0; r < rows; r++) {
+    const float inv = fl_sees(a, (t->X0 + r) / t->gp + off) ? 1.0f / l[r] : 0.0f;
+    fl_write_row((attn_el *)a->o + fl_qo(a, t, r, FL_DV), o + r * FL_DVP, inv);
+  }
+  ATTN_IO_WRITE(io, (long)rows * FL_DV);
+  if (a->lse) fl_write_lse(a, t, m, l, rows);
+#endif
+}
+
 /* One KV head of an item: its rows, its K and V rows and its state in the thread's scratch. */
 typedef struct fl_head {
   fl_item t;
@@ -842,77 +1014,90 @@ typedef struct fl_head {
 } fl_head;
 
 #if !FL_STAGE_K && !FL_STAGE_V
-/* A grouped item's key block [j0, j0 + cols) (within one page) for all H heads at once, FL_DOT rows each (the dot
- * kernels), in place: each key's and then each V row's heads_kv·d elements are read in address order, every
- * head's share where it lands, as dense decode streams its rows. Blocks a window or the causal diagonal crosses take
- * fl_blocks head by head instead. */
-FL_INLINE void fl_block_heads(const attn_kargs *a, fl_head *hd, int H, long j0, int cols, attn_io *io) {
-  enum { R = FL_DOT }; /* one copy: rows past the item's have zero queries in qd (decode with one row a KV head
-                        * computes three rows it never writes; its bound is memory) */
-  const long ps = a->page_size, row = (long)hd[0].kv.table[j0 / ps] * ps + j0 % ps;
-  const float *kr = (const float *)a->k + row * H * FL_D, *vr = (const float *)a->v + row * H * FL_DV;
+/* A grouped item's key block [j0, j0 + cols) for all H heads at once, R rows each (the dot kernels; rows past the
+ * item's have zero queries in qd), in place, with one softmax update a head: kv holds every head's rows (nh = H), and
+ * a page's run of rows at a time each key's and then each V row's heads_kv·d elements are read in address order,
+ * every head's share where it lands, as dense decode streams its rows. Blocks a window or the causal diagonal
+ * crosses take fl_blocks head by head instead. */
+FL_INLINE void fl_block_heads(const fl_kv *kv, fl_head *hd, int H, long j0, int cols, long j_end, int R,
+                              attn_io *io) {
+  /* O += P V, KG keys at a time: two rows take four (fewer loads and stores of O), four rows two (registers) */
+  const int KG = R <= 2 ? 4 : 2;
   fl_vf mx[FL_GROUP_MAX];
   for (int h = 0; h < H; h++) {
     ATTN_IO_READ(io, (long)cols * FL_D);  /* K_j */
     ATTN_IO_READ(io, (long)cols * FL_DV); /* V_j */
     mx[h] = fl_splat(-__builtin_inff());
   }
-  for (int c = 0; c < cols; c++)
-    for (int h = 0; h < H; h++) {
-      fl_vf mc;
-      fl_scores_dot(kr + ((long)c * H + h) * FL_D, H * FL_D, hd[h].qd, hd[h].st + c * FL_BRP, &mc, 1, R,
-                    R == 1 ? 4 : 2);
-      mx[h] = FL_MAX(mx[h], mc);
-    }
+  fl_prefetch_pages(kv, 0, j0, cols);
+  for (int c = 0, len; c < cols; c += len) {
+    len = fl_kv_run(kv, j0 + c, cols - c);
+    fl_prefetch_next(kv, 0, j0, c, len, cols, j_end);
+    const float *kr = (const float *)(kv->k + fl_kv_row(kv, j0 + c) * kv->ks);
+    for (int i = 0; i < len; i++)
+      for (int h = 0; h < H; h++) {
+        fl_vf mc;
+        fl_scores_dot(kr + ((long)i * H + h) * FL_D, kv->ks, hd[h].qd, hd[h].st + (c + i) * FL_BRP, &mc, 1, R,
+                      R == 1 ? 4 : 2);
+        mx[h] = FL_MAX(mx[h], mc);
+      }
+  }
   const fl_vis vis = {1, -FL_FAR, FL_FAR};
   for (int h = 0; h < H; h++) {
 #if ATTN_SOFTCAP || ATTN_ALIBI
     fl_mods(hd[h].st, &mx[h], cols, 1, j0, &hd[h].md);
 #endif
     fl_softmax(hd[h].st, &mx[h], hd[h].m, hd[h].l, hd[h].alpha, cols, 1, 0, vis);
-    for (int r = 0; r < R; r++) {
-      const fl_vf al = fl_splat(hd[h].alpha[r]);
-      float *o = hd[h].o + r * FL_DVP;
-      for (int b = 0; b < FL_DVP; b += FL_VW) fl_st(o + b, fl_ld(o + b) * al);
-    }
+    fl_pv_dot_scale(hd[h].alpha, hd[h].o, R);
   }
-  for (int c = 0; c < cols; c += 2)
-    for (int h = 0; h < H; h++)
-      fl_pv_dot_keys(vr + h * FL_DV, H * FL_DV, hd[h].st, hd[h].o, c, FL_MIN(c + 2, cols), R, 2);
+  fl_prefetch_pages(kv, 1, j0, cols);
+  for (int c = 0, len; c < cols; c += len) {
+    len = fl_kv_run(kv, j0 + c, cols - c);
+    fl_prefetch_next(kv, 1, j0, c, len, cols, j_end);
+    const float *vr = (const float *)(kv->v + fl_kv_row(kv, j0 + c) * kv->vs);
+    for (int i = 0; i < len; i += KG)
+      for (int h = 0; h < H; h++)
+        fl_pv_dot_keys(vr + h * FL_DV, kv->vs, hd[h].st + c * FL_BRP, hd[h].o, i, FL_MIN(i + KG, len), R, KG);
+  }
 }
+/* Its copies for 2 and FL_DOT = 4 rows, out of line (compile time grows faster than the size of one function). */
+#define FL_BLOCK_HEADS(R)                                                                                              \
+  static __attribute__((noinline)) void fl_block_heads##R(const fl_kv *kv, fl_head *hd, int H, long j0, int cols,     \
+                                                          long j_end, attn_io *io) {                                   \
+    fl_block_heads(kv, hd, H, j0, cols, j_end, R, io);                                                                 \
+  }
+FL_BLOCK_HEADS(2)
+FL_BLOCK_HEADS(4)
 #endif
 
 /* attn_kernel_run's grouped items (fl_group): H KV heads, blocks item * H .. item * H + H - 1, each with its own
  * state; out of line, so that the dense path's code is what it was. */
 static __attribute__((noinline)) void fl_run_group(const attn_kargs *a, long item, long part, int H, void *scratch,
                                                    attn_io *io) {
-#if ATTN_SPLIT <= 1
-  (void)part;
-#endif
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  /* The heads of a grouped item share the sequence, the rows' queries and so the keys they see. */
+  const fl_item t = fl_item_of(a, item * H);
+  const long n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - a->n, w = fl_window(a);
+  long j_begin, j_end;
+  fl_key_span(&t, off, n_kv, w, &j_begin, &j_end);
+#if ATTN_SPLIT > 1
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_begin holding keys below j_end. */
+  const long nkb = (j_end - j_begin + FL_BC - 1) / FL_BC, j_lo = j_begin;
+  j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC;
+  const long j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
+  if (j_begin >= j_stop) {
+    for (int h = 0; h < H; h++) fl_item_done(a, &t, item * H + h, part, off, NULL, NULL, NULL, io);
+    return;
+  }
+  if (j_stop < j_end) j_end = j_stop;
+#endif
   fl_head hd[FL_GROUP_MAX];
   /* Scratch: the first head's state around the shared St, Kc and Vc, then the other heads' (FL_HEAD_SZ each). */
   float *st = (float *)scratch + FL_QT_SZ, *kc = st + FL_ST_SZ + FL_O_SZ + 3 * FL_V_SZ, *vc = kc + fl_kc_sz(a);
   for (int h = 0; h < H; h++) {
     fl_head *e = &hd[h];
     e->t = fl_item_of(a, item * H + h);
-    const long hk = e->t.bkv % heads_kv;
-    const long nk = a->seq_lens ? a->seq_lens[e->t.bkv / heads_kv] : a->n_kv;
-    e->kv = (fl_kv){(const attn_el *)a->k + e->t.bkv * nk * FL_D, (const attn_el *)a->v + e->t.bkv * nk * FL_DV, FL_D,
-                    FL_DV, NULL, 1};
-    if (a->block_table) {
-      e->kv.k = (const attn_el *)a->k + hk * FL_D;
-      e->kv.v = (const attn_el *)a->v + hk * FL_DV;
-      e->kv.ks = heads_kv * FL_D;
-      e->kv.vs = heads_kv * FL_DV;
-      e->kv.table = a->block_table + e->t.bkv / heads_kv * a->max_pages;
-      e->kv.ps = a->page_size;
-    } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
-      e->kv.k = (const attn_el *)a->k + (e->t.bkv / heads_kv * nk * heads_kv + hk) * FL_D;
-      e->kv.v = (const attn_el *)a->v + (e->t.bkv / heads_kv * nk * heads_kv + hk) * FL_DV;
-      e->kv.ks = heads_kv * FL_D;
-      e->kv.vs = heads_kv * FL_DV;
-    }
+    e->kv = fl_kv_of(a, e->t.bkv, n_kv);
     e->qt = h ? vc + FL_VC_SZ + FL_QD_SZ + FL_AL_SZ + (h - 1) * FL_HEAD_SZ : (float *)scratch;
     e->o = h ? e->qt + FL_QT_SZ : st + FL_ST_SZ;
     e->m = e->o + FL_O_SZ;
@@ -920,151 +1105,41 @@ static __attribute__((noinline)) void fl_run_group(const attn_kargs *a, long ite
     e->alpha = e->l + FL_V_SZ;
     e->qd = h ? e->alpha + FL_V_SZ : vc + FL_VC_SZ;
     e->st = h ? e->qd + FL_QD_SZ + FL_AL_SZ : st;
+    fl_item_init(a, &e->t, off, e->qt, e->qd, e->o, e->m, e->l, &e->md, io);
   }
-  /* The heads of a grouped item share the sequence, the rows' queries and so the keys they see. */
-  const fl_item t = hd[0].t;
-  const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - n;
-  const int rows = t.rows;
-  const attn_el *q = (const attn_el *)a->q;
-  attn_el *out = (attn_el *)a->o;
-  const long w = fl_window(a);
-
-  /* Keys visible to at least one row of this item: j_lo <= j < j_end (the first row's window starts first, the last
-   * row sees the last key); a window's keys outside are never read. */
-  const long ip0 = t.X0 / t.gp + off, ip1 = (t.X0 + rows - 1) / t.gp + off;
-  long j_lo = 0, j_end = n_kv;
-  if (ATTN_CAUSAL && ip1 + 1 < j_end) j_end = ip1 + 1;
-  if (ATTN_WINDOW && ip0 - w + 1 > j_lo) j_lo = ip0 - w + 1;
-  if (ATTN_WINDOW && !ATTN_CAUSAL && ip1 + w < j_end) j_end = ip1 + w;
-  if (j_end < j_lo) j_end = j_lo;
-#if ATTN_SPLIT > 1
-  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_lo holding keys below j_end. */
-  const long nkb = (j_end - j_lo + FL_BC - 1) / FL_BC;
-  const long j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC, j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
-  if (j_begin >= j_stop) {
-    /* no key block: an empty partial, so that the merge reads every part alike */
-    for (int h = 0; h < H; h++) {
-      float *po = (float *)a->partials + ((item * H + h) * ATTN_SPLIT + part) * FL_PART;
-      float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
-      memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
-      for (int r = 0; r < rows; r++) {
-        pm[r] = -__builtin_inff();
-        pl[r] = 0.0f;
-      }
-      ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
-    }
-    return;
-  }
-#else
-  const long j_begin = j_lo;
-#endif
-
-  /* Scores in base 2: fold log2(e) into the scale once, on Q. */
-  const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
   if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
-  for (int h = 0; h < H; h++) {
-    fl_head *e = &hd[h];
-    float *qt = e->qt, *qd = e->qd;
-    ATTN_IO_READ(io, (long)rows * FL_D);
-    for (int r = 0; r < rows; r++) {
-      const attn_el *qr = q + fl_qo(a, &e->t, r, FL_D);
-      for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
-      if (r < FL_DOT)
-        for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
-    }
-    for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
-    for (int kk = 0; kk < FL_D; kk++)
-      for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
-    memset(e->o, 0, sizeof(float) * FL_O_SZ);
-    for (int r = 0; r < FL_BRP; r++) {
-      e->m[r] = -__builtin_inff();
-      e->l[r] = 0.0f;
-    }
-    memset(&e->md, 0, sizeof e->md);
-#if ATTN_SOFTCAP
-    if (a->softcap > 0.0f) {
-      e->md.k1 = 0.69314718055994531f / a->softcap;
-      e->md.k2 = a->softcap * 1.4426950408889634f;
-    }
-#endif
-#if ATTN_ALIBI
-    if (a->alibi) {
-      /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
-      float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
-      for (int r = 0; r < FL_BRP; r++) {
-        const long X = t.X0 + r;
-        sl[r] = r < rows ? a->alibi[(e->t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
-        pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
-      }
-      e->md.sl = sl;
-      e->md.pos = pos;
-    }
-#endif
-  }
 
-#if ATTN_SPLIT > 1
-  if (j_stop < j_end) j_end = j_stop;
+#if !FL_STAGE_K && !FL_STAGE_V
+  /* Every head's rows of the sequence: key j's rows from k + row * heads_kv * d. */
+  fl_kv all = fl_kv_of(a, t.bkv, n_kv);
+  all.k = (const attn_el *)a->k, all.v = (const attn_el *)a->v, all.nh = H;
 #endif
-  /* One key block (BC keys, cut at a page's end) at a time, for every head. */
-  const long ps = a->page_size;
+  /* One key block (BC keys, across pages) at a time, for every head. */
   for (long c0 = j_begin; c0 < j_end;) {
-    const long c1 = c0 + FL_MIN(FL_MIN(j_end - c0, FL_BC), ps - c0 % ps);
-    /* the next page's first FL_PF_LINES lines of K and of V (every head's rows: contiguous in the page), as
-     * fl_blocks fetches one head's */
-    if (c1 < j_end && c1 % ps == 0) {
-      const long nrow = (long)hd[0].kv.table[c1 / ps] * ps, nc = FL_MIN(FL_MIN(ps, j_end - c1), FL_BC);
-      const char *kn = (const char *)((const attn_el *)a->k + nrow * heads_kv * FL_D);
-      const char *vn = (const char *)((const attn_el *)a->v + nrow * heads_kv * FL_DV);
-      const long kb = FL_MIN(nc * heads_kv * FL_D * (long)sizeof(attn_el), 64 * FL_PF_LINES);
-      const long vb = FL_MIN(nc * heads_kv * FL_DV * (long)sizeof(attn_el), 64 * FL_PF_LINES);
-      for (long x = 0; x < kb; x += 64) __builtin_prefetch(kn + x);
-      for (long x = 0; x < vb; x += 64) __builtin_prefetch(vn + x);
-    }
+    const long c1 = c0 + FL_MIN(j_end - c0, FL_BC);
 #if !FL_STAGE_K && !FL_STAGE_V
     /* every head's rows in one pass while no row's visibility changes inside the block (decode: all blocks but a
      * window's edges); the block is masked as fl_blocks masks it */
     const long base = t.gp * (c0 - off) - t.X0;
     const long lo = ATTN_CAUSAL ? base : ATTN_WINDOW ? base - t.gp * (w - 1) : -FL_FAR;
     const long hi = ATTN_WINDOW ? base + t.gp * w : FL_FAR;
-    if (!(FL_MASK && (t.gp * (c1 - c0 - 1) + lo > 0 || hi < rows))) {
-      fl_block_heads(a, hd, H, c0, (int)(c1 - c0), io);
+    if (!(FL_MASK && (t.gp * (c1 - c0 - 1) + lo > 0 || hi < t.rows))) {
+      /* one or two query heads a KV head take a two-row copy: four rows, half of them zero, took 1.4 times as long
+       * with the blocks in cache (two query heads a KV head, d = 64) */
+      if (t.rows <= 2) fl_block_heads2(&all, hd, H, c0, (int)(c1 - c0), j_end, io);
+      else fl_block_heads4(&all, hd, H, c0, (int)(c1 - c0), j_end, io);
       c0 = c1;
       continue;
     }
 #endif
-    /* head by head, the dot kernels' rows as four (the rows past `rows` have zero queries in qd and are never
+    /* head by head, the dot kernels' rows as four (the rows past the item's have zero queries in qd and are never
      * written out): half-precision or padded rows go through staging, and a window's edge blocks are masked */
     for (int h = 0; h < H; h++)
       fl_blocks_dot4(&hd[h].kv, kc, vc, hd[h].qt, hd[h].qd, st, hd[h].o, hd[h].m, hd[h].l, hd[h].alpha, t.X0, t.gp,
                      c0, c1, off, w, &hd[h].md, io);
     c0 = c1;
   }
-
-  for (int h = 0; h < H; h++) {
-    const fl_head *e = &hd[h];
-#if ATTN_SPLIT > 1
-    /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
-    (void)out;
-    float *po = (float *)a->partials + ((item * H + h) * ATTN_SPLIT + part) * FL_PART;
-    float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
-    memcpy(po, e->o, sizeof(float) * (size_t)rows * FL_DVP);
-    for (int r = 0; r < rows; r++) {
-      pm[r] = e->m[r];
-      pl[r] = e->l[r];
-    }
-    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
-#else
-    /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
-     * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
-     * -inf) gives 0 * inf = NaN, the reference's 0/0. */
-    for (int r = 0; r < rows; r++) {
-      const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / e->l[r] : 0.0f;
-      fl_write_row(out + fl_qo(a, &e->t, r, FL_DV), e->o + r * FL_DVP, inv);
-    }
-    ATTN_IO_WRITE(io, (long)rows * FL_DV);
-    if (a->lse) fl_write_lse(a, &e->t, e->m, e->l, rows);
-#endif
-  }
+  for (int h = 0; h < H; h++) fl_item_done(a, &hd[h].t, item * H + h, part, off, hd[h].o, hd[h].m, hd[h].l, io);
 }
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
@@ -1072,114 +1147,39 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
   /* the parts of one query block are adjacent items, so the dynamic schedule hands them to different threads */
   const long part = item % ATTN_SPLIT;
   item /= ATTN_SPLIT;
+#else
+  const long part = 0;
 #endif
   const long group = fl_group(a);
   if (group > 1) {
-#if ATTN_SPLIT > 1
     fl_run_group(a, item, part, (int)group, scratch, io);
-#else
-    fl_run_group(a, item, 0, (int)group, scratch, io);
-#endif
     return;
   }
   const fl_item t = fl_item_of(a, item);
-  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = t.bkv % heads_kv;
-  const long n = a->n, n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - n;
+  const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
+  const long n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - a->n, w = fl_window(a);
   const int rows = t.rows;
-  const attn_el *q = (const attn_el *)a->q;
-  fl_kv kv = {(const attn_el *)a->k + t.bkv * n_kv * FL_D, (const attn_el *)a->v + t.bkv * n_kv * FL_DV, FL_D, FL_DV,
-              NULL, 1};
-  if (a->block_table) {
-    kv.k = (const attn_el *)a->k + hk * FL_D;
-    kv.v = (const attn_el *)a->v + hk * FL_DV;
-    kv.ks = heads_kv * FL_D;
-    kv.vs = heads_kv * FL_DV;
-    kv.table = a->block_table + t.bkv / heads_kv * a->max_pages;
-    kv.ps = a->page_size;
-  } else if (a->layout & ATTN_LAYOUT_KV_TOKENS) {
-    kv.k = (const attn_el *)a->k + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_D;
-    kv.v = (const attn_el *)a->v + (t.bkv / heads_kv * n_kv * heads_kv + hk) * FL_DV;
-    kv.ks = heads_kv * FL_D;
-    kv.vs = heads_kv * FL_DV;
-  }
-  attn_el *out = (attn_el *)a->o;
-
+  const fl_kv kv = fl_kv_of(a, t.bkv, n_kv);
   float *qt = (float *)scratch, *st = qt + FL_QT_SZ, *o = st + FL_ST_SZ;
   float *m = o + FL_O_SZ, *l = m + FL_V_SZ, *alpha = l + FL_V_SZ, *kc = alpha + FL_V_SZ, *vc = kc + fl_kc_sz(a);
   float *qd = vc + FL_VC_SZ;
-  const long w = fl_window(a);
-
-  /* Keys visible to at least one row of this item: j_lo <= j < j_end (the first row's window starts first, the last
-   * row sees the last key); a window's keys outside are never read. */
-  const long ip0 = t.X0 / t.gp + off, ip1 = (t.X0 + rows - 1) / t.gp + off;
-  long j_lo = 0, j_end = n_kv;
-  if (ATTN_CAUSAL && ip1 + 1 < j_end) j_end = ip1 + 1;
-  if (ATTN_WINDOW && ip0 - w + 1 > j_lo) j_lo = ip0 - w + 1;
-  if (ATTN_WINDOW && !ATTN_CAUSAL && ip1 + w < j_end) j_end = ip1 + w;
-  if (j_end < j_lo) j_end = j_lo;
+  long j_begin, j_end;
+  fl_key_span(&t, off, n_kv, w, &j_begin, &j_end);
 #if ATTN_SPLIT > 1
-  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_lo holding keys below j_end. */
-  const long nkb = (j_end - j_lo + FL_BC - 1) / FL_BC;
-  const long j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC, j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
-  float *po = (float *)a->partials + (item * ATTN_SPLIT + part) * FL_PART;
-  float *pm = po + FL_BR * FL_DVP, *pl = pm + FL_BR;
+  /* This part's key blocks: [nkb * part / S, nkb * (part + 1) / S) of the nkb from j_begin holding keys below j_end. */
+  const long nkb = (j_end - j_begin + FL_BC - 1) / FL_BC, j_lo = j_begin;
+  j_begin = j_lo + nkb * part / ATTN_SPLIT * FL_BC;
+  const long j_stop = j_lo + nkb * (part + 1) / ATTN_SPLIT * FL_BC;
   if (j_begin >= j_stop) {
-    /* no key block: an empty partial, so that the merge reads every part alike */
-    memset(po, 0, sizeof(float) * (size_t)rows * FL_DVP);
-    for (int r = 0; r < rows; r++) {
-      pm[r] = -__builtin_inff();
-      pl[r] = 0.0f;
-    }
-    ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
+    fl_item_done(a, &t, item, part, off, NULL, NULL, NULL, io);
     return;
   }
-#else
-  const long j_begin = j_lo;
-#endif
-
-  /* Scores in base 2: fold log2(e) into the scale once, on Q. */
-  const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
-  ATTN_IO_READ(io, (long)rows * FL_D);
-  for (int r = 0; r < rows; r++) {
-    const attn_el *qr = q + fl_qo(a, &t, r, FL_D);
-    for (int kk = 0; kk < FL_D; kk++) qt[kk * FL_BRP + r] = attn_el_f32(qr[kk]) * scale;
-    if (r < FL_DOT)
-      for (int kk = 0; kk < FL_D; kk++) qd[r * FL_D + kk] = qt[kk * FL_BRP + r];
-  }
-  for (int r = rows; r < FL_DOT; r++) memset(qd + r * FL_D, 0, sizeof(float) * FL_D);
-  for (int kk = 0; kk < FL_D; kk++)
-    for (int r = rows; r < FL_BRP; r++) qt[kk * FL_BRP + r] = 0.0f;
-  memset(o, 0, sizeof(float) * FL_O_SZ);
-  if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
-  for (int r = 0; r < FL_BRP; r++) {
-    m[r] = -__builtin_inff();
-    l[r] = 0.0f;
-  }
-  fl_mod md;
-  memset(&md, 0, sizeof md);
-#if ATTN_SOFTCAP
-  if (a->softcap > 0.0f) {
-    md.k1 = 0.69314718055994531f / a->softcap;
-    md.k2 = a->softcap * 1.4426950408889634f;
-  }
-#endif
-#if ATTN_ALIBI
-  if (a->alibi) {
-    /* each row's slope (its own head's: packed rows mix heads) in base 2, and its i' */
-    float *sl = qd + FL_QD_SZ, *pos = sl + FL_V_SZ;
-    for (int r = 0; r < FL_BRP; r++) {
-      const long X = t.X0 + r;
-      sl[r] = r < rows ? a->alibi[(t.qhead0 + X % t.gp) % a->heads] * 1.4426950408889634f : 0.0f;
-      pos[r] = r < rows ? (float)(X / t.gp + off) : 0.0f;
-    }
-    md.sl = sl;
-    md.pos = pos;
-  }
-#endif
-
-#if ATTN_SPLIT > 1
   if (j_stop < j_end) j_end = j_stop;
 #endif
+  fl_mod md;
+  fl_item_init(a, &t, off, qt, qd, o, m, l, &md, io);
+  if (FL_STAGE_V) memset(vc, 0, sizeof(float) * FL_VC_SZ); /* the padding columns stay 0 */
+
   /* Only the query-row vectors that hold rows: a partial block (the last one, or decode's few rows) would otherwise
    * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
    * with a compile-time count, so that their register tiles have constant shapes. */
@@ -1194,27 +1194,7 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
     fl_blocks_dot4(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, io);
   else FL_RUN(rows, nrv, 0);
 #undef FL_RUN
-
-#if ATTN_SPLIT > 1
-  /* The partial, unnormalised: the merge rescales it against the other parts' maxima. */
-  (void)out;
-  memcpy(po, o, sizeof(float) * (size_t)rows * FL_DVP);
-  for (int r = 0; r < rows; r++) {
-    pm[r] = m[r];
-    pl[r] = l[r];
-  }
-  ATTN_IO_WRITE(io, (long)rows * (FL_DV + 2));
-#else
-  /* A row that sees no key (causal, i + n_kv - n < 0; a window) outputs zeros. A row that sees keys divides by l
-   * whatever it is, as the reference does: l = NaN (a NaN or +inf score) gives NaN, and l = 0 (every visible score
-   * -inf) gives 0 * inf = NaN, the reference's 0/0. */
-  for (int r = 0; r < rows; r++) {
-    const float inv = fl_sees(a, (t.X0 + r) / t.gp + off) ? 1.0f / l[r] : 0.0f;
-    fl_write_row(out + fl_qo(a, &t, r, FL_DV), o + r * FL_DVP, inv);
-  }
-  ATTN_IO_WRITE(io, (long)rows * FL_DV);
-  if (a->lse) fl_write_lse(a, &t, m, l, rows);
-#endif
+  fl_item_done(a, &t, item, part, off, o, m, l, io);
 }
 
 #if ATTN_SPLIT > 1

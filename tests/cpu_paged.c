@@ -1,9 +1,10 @@
 /* cpu_paged.c: attn_execute_paged (a paged KV cache, vLLM's layout, read in place by the kernels) against the fp64
  * reference on the same data laid out densely, sequence by sequence: decode (GQA packed, split-K, one query per head)
  * and prefill (flash's dot and lane kernels, smallcache), causal and not, page sizes that divide neither the tiles
- * nor the lengths (3, 5, 7) and 16, pages in shuffled order, lengths 0, 1 and odd in one batch, f32, f16 and bf16,
- * a window, softcap and ALiBi; the counting build's transfers equal dense ones (and decode's closed form); then bad
- * input, which must leave o untouched. */
+ * nor the lengths (3, 5, 7) and 16 (key tiles span pages; a window's edge tiles read in place end at a page's end),
+ * two and four query rows a KV head and one KV head, pages in shuffled order, lengths 0, 1 and odd in one batch, f32,
+ * f16 and bf16, a window, softcap and ALiBi; the counting build's transfers equal dense ones (and decode's closed
+ * form); then bad input, which must leave o untouched. */
 #include "cpu_util.h"
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -172,7 +173,7 @@ typedef struct {
   int br, bc, split; /* the spec's tiles (0: the default's) */
   int sizes[3];      /* page sizes (0: unused) */
   double tol;
-  int io;            /* also count the transfers */
+  int io;            /* also count the transfers: 1 with the argument "all", 2 always */
   int nightly;       /* only with the argument "all" (each case compiles its own kernels) */
 } pcase;
 
@@ -181,9 +182,16 @@ static void correct(attn_runtime *rt, int all) {
   static const int pre_lens[5] = {33, 0, 1, 3, 19};
   static const int long_lens[4] = {61, 2, 0, 45};
   const pcase cases[] = {
-      /* decode, GQA 8:2 (packed rows, the dot kernels): pages of 16, 7 and 5 in tiles of 16 keys */
+      /* decode, GQA 8:2 (packed rows, the dot kernels): pages of 16, 7 and 5 in tiles of 16 keys (a tile spans
+       * pages) */
       {"decode GQA", {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1}, dec_lens,
-       0, 16, 0, {16, 7, 5}, TOL, 1, 0},
+       0, 16, 0, {16, 7, 5}, TOL, 2, 0},
+      /* two query rows a KV head (fl_block_heads' two-row copy), tiles over pages of 3 */
+      {"decode GQA 4:2", {.batch = 6, .heads = 4, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1},
+       dec_lens, 0, 16, 0, {3, 16, 0}, TOL, 2, 0},
+      /* one KV head (not grouped): a tile read in place a page's run of rows at a time */
+      {"decode GQA 4:1", {.batch = 6, .heads = 4, .heads_kv = 1, .n = 1, .n_kv = 40, .d = 32, .causal = 1},
+       dec_lens, 0, 16, 0, {3, 0, 0}, TOL, 2, 0},
       /* split-K: each part's key range starts inside a page */
       {"decode GQA split 3", {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32}, dec_lens, 0, 8, 3,
        {7, 16, 0}, TOL, 0, 1},
@@ -215,7 +223,16 @@ static void correct(attn_runtime *rt, int all) {
        {.batch = 6, .heads = 8, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .window = 9,
         .softcap = 2.0f, .alibi_slopes = SLOPES},
        dec_lens, 0, 16, 0, {7, 0, 0}, TOL, 1, 1},
-      /* one query per KV head (one row of fl_block_heads' four), 4 KV heads, split-K over the batch's items */
+      /* the window's edge tiles, read in place, end at a page's end: two rows a KV head, and one KV head */
+      {"decode f32 GQA 4:2 softcap alibi window 9",
+       {.batch = 6, .heads = 4, .heads_kv = 2, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .window = 9,
+        .softcap = 2.0f, .alibi_slopes = SLOPES},
+       dec_lens, 0, 16, 0, {3, 0, 0}, TOL, 1, 1},
+      {"decode f32 GQA 4:1 softcap alibi window 9",
+       {.batch = 6, .heads = 4, .heads_kv = 1, .n = 1, .n_kv = 40, .d = 32, .causal = 1, .window = 9,
+        .softcap = 2.0f, .alibi_slopes = SLOPES},
+       dec_lens, 0, 16, 0, {3, 0, 0}, TOL, 1, 1},
+      /* one query per KV head (one row of fl_block_heads' two), 4 KV heads, split-K over the batch's items */
       {"decode MHA f32 alibi split 2",
        {.batch = 6, .heads = 4, .heads_kv = 4, .n = 1, .n_kv = 40, .d = 32, .alibi_slopes = SLOPES}, dec_lens, 0,
        8, 2, {5, 16, 0}, TOL, 1, 1},
@@ -250,7 +267,7 @@ static void correct(attn_runtime *rt, int all) {
       paged c;
       paged_setup(&c, &plan->p, pc->lens, pc->sizes[z], 100 * t + z);
       paged_check(plan, &c, pc->tol, pc->what);
-      if (pc->io && (all || t == 0)) paged_io(rt, &plan->spec, &c, pc->what); /* CI: decode's */
+      if (pc->io > 1 || (pc->io && all)) paged_io(rt, &plan->spec, &c, pc->what);
       paged_free(&c);
     }
     attn_plan_destroy(plan);
