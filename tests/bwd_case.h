@@ -251,4 +251,17 @@ __attribute__((unused)) static double bwd_check_fd(bwd_case *c, const double *rq
   return worst;
 }
 
+/* Exact attention's fp64 backward (the fp64 forward's own O: NULL) into c->rq, rk, rv, against central differences
+ * (bwd_check_fd). Returns the largest difference, INFINITY when out of memory (a failed check). */
+__attribute__((unused)) static double bwd_check_exact_fd(bwd_case *c, const char *what, double *mag) {
+  c->rq = malloc(c->nq * 8 + 8), c->rk = malloc(c->nk * 8 + 8), c->rv = malloc(c->nv * 8 + 8);
+  *mag = 0;
+  if (!c->rq || !c->rk || !c->rv) {
+    CHECK(0, "out of memory");
+    return INFINITY;
+  }
+  attn_reference_backward(&c->p, c->q, c->k, c->v, NULL, c->g, c->rq, c->rk, c->rv);
+  return bwd_check_fd(c, c->rq, c->rk, c->rv, bwd_loss_exact, NULL, what, mag);
+}
+
 #endif
