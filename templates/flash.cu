@@ -295,14 +295,25 @@ template <int NC> __device__ __forceinline__ unsigned fa_elem_off(unsigned r, un
 __shared__ const int *fa_tab;
 __shared__ int fa_ps, fa_hkv;
 #endif
+#if FA_PAGED
+/* the slot of row j of the sequence, whose page is `page` of the cache */
+__device__ __forceinline__ unsigned fa_slot(int page, int j, unsigned ps) {
+  return (unsigned)page * ps + (unsigned)j % ps;
+}
+#endif
 template <int W> struct fa_rows {
   fa_elem *p; /* row 0 (paged: page 0's slot 0) of the block's KV head */
   int s;      /* varlen: heads·W or heads_kv·W (< 2^31: the problem's limits); paged: fa_hkv·W */
   long long e;
+#if FA_PAGED
+  /* row j in its page, page the cache's index of the sequence's page j / ps */
+  __device__ __forceinline__ fa_elem *row_in(int page, int j) const {
+    return p + (long long)fa_slot(page, j, (unsigned)fa_ps) * (fa_hkv * W);
+  }
+#endif
   __device__ __forceinline__ fa_elem *row(int j) const {
 #if FA_PAGED
-    const unsigned ps = (unsigned)fa_ps, slot = (unsigned)fa_tab[(unsigned)j / ps] * ps + (unsigned)j % ps;
-    return p + (long long)slot * (fa_hkv * W);
+    return row_in(fa_tab[(unsigned)j / (unsigned)fa_ps], j);
 #else
     return p + (long long)j * s;
 #endif
@@ -373,6 +384,25 @@ template <int NC, int W> __device__ __forceinline__ void fa_load_block(unsigned 
   const int j0 = (int)(src.e / W);
   if constexpr (W % FA_VE == 0) {
     constexpr unsigned NR = W / FA_VE, N = FA_BC * NR, IT = (N + FA_T - 1) / FA_T;
+#if FA_PAGED
+    /* The block's pages (at most Bc/ps + 1 of them) from the block table in one read a warp, lane l holding the
+     * cache's index of page j0/ps + l, passed to the copies by shuffle: a table read per copy instruction would add
+     * a sector to every 16 (d = 64, 16-bit) of K and V. Pages of fewer than Bc/31 keys take the table per copy. */
+    const unsigned ps = (unsigned)fa_ps, pg0 = (unsigned)j0 / ps, lane = tid & 31u;
+    const unsigned npg = (unsigned)(j0 + (cols > 0 ? cols : 1) - 1) / ps - pg0 + 1;
+    if (npg <= 32) {
+      const int mine = lane < npg ? fa_tab[pg0 + lane] : 0;
+#pragma unroll 1
+      for (unsigned it = 0; it < IT; it++) {
+        const unsigned idx = tid + it * FA_T, r = idx / NR, c = idx % NR;
+        const bool ok = (int)r < cols;
+        const int j = j0 + (ok ? (int)r : 0);
+        const int page = __shfl_sync(0xffffffffu, mine, (unsigned)j / ps - pg0); /* every lane: before the test */
+        if (N % FA_T == 0 || idx < N) fa_cp16(dst + sw::off(r, c), src.row_in(page, j) + c * FA_VE, ok ? 16 : 0);
+      }
+      return;
+    }
+#endif
     /* rolled: an unrolled loop keeps every copy's row address live at once (spills on sm_90) */
 #pragma unroll 1
     for (unsigned it = 0; it < IT; it++) {
