@@ -34,6 +34,7 @@
 #include "launch.h"
 #include "spec_bwd_cuda.h"
 #include "bwd_util.h"
+#include "emu_util.h"
 
 static int failures, cases, quick, chain, no_nvrtc, compile_only;
 static double worst_lse; /* chain: the largest |lse - fp64 lse| / (1 + |lse|) seen */
@@ -370,32 +371,6 @@ out:
   return rc;
 }
 
-/* ATTN_EMU_TEMPLATE=FILE: FILE in place of templates/flash_bwd.cu in the generated source (a modified copy, tested
- * without rebuilding). 0, or -1 when FILE cannot be read. */
-static int substitute(char **src, const char *file) {
-  FILE *f = fopen(file, "rb");
-  char *at = strstr(*src, "#line 1 \"templates/flash_bwd.cu\"\n");
-  if (!f || !at) {
-    if (f) fclose(f);
-    return -1;
-  }
-  at = strchr(at, '\n') + 1;
-  const size_t head = (size_t)(at - *src);
-  char *n = malloc(head + (1 << 20) + 1);
-  size_t len = n ? fread(n + head, 1, 1 << 20, f) : 0;
-  const int bad = !n || ferror(f) || !feof(f);
-  fclose(f);
-  if (bad) {
-    free(n);
-    return -1;
-  }
-  memcpy(n, *src, head);
-  n[head + len] = '\0';
-  free(*src);
-  *src = n;
-  return 0;
-}
-
 /* src (freed) through NVRTC to the PTX of arch, loaded by the interpreter; NULL with a failure reported, or with
  * no_nvrtc set. */
 static ptx_module *ptx_of(char *src, const char *arch, const char *label) {
@@ -488,7 +463,7 @@ static void run_spec(const attn_spec *s) {
     return;
   }
   const char *alt = getenv("ATTN_EMU_TEMPLATE");
-  if (alt && *alt && substitute(&src, alt) != 0) {
+  if (alt && *alt && emu_substitute(&src, alt) != 0) {
     FAIL("%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
     free(src);
     return;

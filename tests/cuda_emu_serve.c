@@ -15,6 +15,13 @@
  *       every output written, rows that see no key exactly 0; and whatever the interpreter checks (out-of-bounds
  *       and uninitialised reads: the unused page slots, the table's unused entries and the rows of other sequences
  *       are never read; shared-memory races).
+ *   cuda_emu_serve traffic DTYPE [d=D] [page=P[,P...]] [n_kv=N] [heads=H/HKV] [pack=0]
+ *       grouped-query decode (default heads 8/2, two sequences of n_kv = 1000 keys) on the packed paged kernel, its
+ *       pages in shuffled order, and on the dense kernel (the query heads of a KV head as its rows: a block a KV
+ *       head) on the same data: the interpreter's global read sectors of paged within 10% of dense's (5% where a
+ *       key block's pages fit a warp's lanes), both within 1.10x the compulsory bytes (each K and V row once per KV
+ *       head, Q once; O written once), the figures printed, both outputs against fp64. pack=0: the paged kernel a
+ *       block a query head (layout 2), which reads each page G times and must fail.
  *   cuda_emu_serve compile ARCH
  *       NVRTC compiles both layouts of a spread of specs to cubin for ARCH with no spill (ptxas's report).
  *   cuda_emu_serve fake LIBCUDA [full]

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "check.h"
+#include "emu_util.h"
 #include "internal.h"
 #include "launch.h"
 #include "ptx/ptx.h"
@@ -66,41 +67,6 @@ static double lcg(unsigned long long *st) {
 
 static int no_nvrtc;
 
-/* The generated source with the template's text (after its #line) replaced by the file at path. */
-static int substitute(char **src, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  char *body = NULL;
-  size_t len = 0, cap = 0;
-  for (int c; (c = fgetc(f)) != EOF;) {
-    if (len + 2 > cap) {
-      char *b = realloc(body, cap = cap ? 2 * cap : 65536);
-      if (!b) break;
-      body = b;
-    }
-    body[len++] = (char)c;
-  }
-  fclose(f);
-  const char *mark = strstr(*src, "#line 1 \"templates/flash_sm90.cu\"\n");
-  if (!body || !mark) {
-    free(body);
-    return -1;
-  }
-  body[len] = '\0';
-  const size_t head = (size_t)(mark - *src) + strlen("#line 1 \"templates/flash_sm90.cu\"\n");
-  char *out = malloc(head + len + 1);
-  if (!out) {
-    free(body);
-    return -1;
-  }
-  memcpy(out, *src, head);
-  memcpy(out + head, body, len + 1);
-  free(body);
-  free(*src);
-  *src = out;
-  return 0;
-}
-
 static ptx_module *build(const attn_spec *s, int count_io, const char *label) {
   char err[512];
   char *src = attn_spec_source(s, count_io, err, sizeof err);
@@ -109,7 +75,7 @@ static ptx_module *build(const attn_spec *s, int count_io, const char *label) {
     return NULL;
   }
   const char *alt = getenv("ATTN_EMU_TEMPLATE"); /* a modified copy of the template (tests/ptx_mutation.sh) */
-  if (alt && *alt && substitute(&src, alt) != 0) {
+  if (alt && *alt && emu_substitute(&src, alt) != 0) {
     CHECK(0, "%s: cannot read ATTN_EMU_TEMPLATE=%s", label, alt);
     free(src);
     return NULL;
@@ -229,8 +195,8 @@ static void run_shape(const ptx_module *m, const ptx_module *cm, const attn_spec
     CHECK(lg && ptx_copy_out(x, dl, lg, nl * 4, &undef_l) == 0 && undef_l == 0, "%s: %zu bytes of lse never written",
           what, undef_l);
     attn_from_dtype(p.dtype, h, no, o);
-    const double u = p.dtype == ATTN_F16 ? 0x1p-11 : 0x1p-8, u32 = 0x1p-24;
-    const double lim = 2.0 * (u + u32 * (1.0 + fabs((double)p.scale) * sqrt((double)d)));
+    double lim, row_lim;
+    emu_limits(&p, &lim, &row_lim); /* the mma.sync template's Frobenius limit */
     const double fro = attn_rel_error(ref, o, no);
     CHECK(fro <= lim, "%s: relative error %.3g against fp64, limit %.3g", what, fro, lim);
     /* lse: log of the row's sum of exp(scale q.k) over the keys it sees */

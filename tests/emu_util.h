@@ -1,6 +1,6 @@
-/* emu_util.h: what the PTX interpreter's kernel tests share (tests/cuda_emu.c, tests/cuda_emu_serve.c): a file's
- * text, the ATTN_EMU_TEMPLATE substitution of a generated source's template (tests/ptx_mutation.sh's mutants), and
- * the error limits a kernel's output is held to against fp64. */
+/* emu_util.h: what the PTX interpreter's kernel tests share (tests/cuda_emu.c, cuda_emu_serve.c, cuda_emu_bwd.c,
+ * cuda_emu_sm90.c): a file's text, the ATTN_EMU_TEMPLATE substitution of a generated source's template
+ * (tests/ptx_mutation.sh's mutants), and the forward's error limits against fp64 (the backward's: bwd_util.h). */
 #ifndef EMU_UTIL_H
 #define EMU_UTIL_H
 
