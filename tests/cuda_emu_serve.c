@@ -18,8 +18,8 @@
  *   cuda_emu_serve traffic DTYPE [d=D] [page=P[,P...]] [n_kv=N] [heads=H/HKV] [pack=0]
  *       grouped-query decode (default heads 8/2, two sequences of n_kv = 1000 keys) on the packed paged kernel, its
  *       pages in shuffled order, and on the dense kernel (the query heads of a KV head as its rows: a block a KV
- *       head) on the same data: the interpreter's global read sectors of paged within 10% of dense's (5% where a
- *       key block's pages fit a warp's lanes), both within 1.10x the compulsory bytes (each K and V row once per KV
+ *       head) on the same data: the interpreter's global read sectors of paged within 10% of dense's (3% with
+ *       pages of 8 keys or more), both within 1.10x the compulsory bytes (each K and V row once per KV
  *       head, Q once; O written once), the figures printed, both outputs against fp64. pack=0: the paged kernel a
  *       block a query head (layout 2), which reads each page G times and must fail.
  *   cuda_emu_serve compile ARCH
@@ -629,7 +629,7 @@ static int decode_traffic(const ptx_module *m, const attn_spec *s, int B, int n_
 }
 
 /* traffic DTYPE d=D page=P[,P...] [n_kv=N] [pack=0]: paged decode (B = 2 sequences of n_kv keys, H/HK heads) reads
- * within 10% of the bytes the dense decode kernel reads on the same data (5% where a block's pages fit a warp), and
+ * within 10% of the bytes the dense decode kernel reads on the same data (3% with pages of 8 keys or more), and
  * both within TRAFFIC_FACTOR of the compulsory bytes (each key's K and V row once per KV head, Q once; O written
  * once); both outputs against fp64. pack=0 runs the paged kernel a block a query head (layout 2), which reads each
  * page G times: it must fail. */
@@ -693,11 +693,12 @@ static int traffic_mode(attn_dtype dt, int argc, char **argv) {
     TRAFFIC_CHECK(what);
     cases++;
     if (failures != f0) continue;
-    /* the issue's 10%; and 5% where the kernel reads the table once a warp for each copy of a block (a block's
-     * pages, at most (Bc + ps - 2)/ps + 1, fit in a warp's lanes): 1.6% measured with pages of 16 and 64, 3.4% with
-     * pages of 3 (the entries span two sectors), 6.4% with the table read by every copy instruction */
+    /* the issue's 10%; and 3% for pages of 8 keys or more, whose block table the kernel reads once a warp for each
+     * copy of a key block in a sector or two (f16 d = 64: 1.6% measured with pages of 16, 64 or 256, 2.5% with 8,
+     * 5.5% with 3, 8% with 1, whose 64 pages a block take the table per copy; 6.4% with the table read by every
+     * copy instruction) */
     const double ratio = (double)tp.rd / (double)td.rd;
-    const double most = (s.bc + pages[i] - 2) / pages[i] + 1 <= 32 ? 1.05 : 1.10;
+    const double most = pages[i] >= 8 ? 1.03 : 1.10;
     printf("paged decode %s d=%d page=%d%s: read %llu bytes (block table %llu; %.3fx compulsory), wrote %llu: "
            "paged/dense reads %.4f\n", attn_dtype_name(dt), d, pages[i], opt_pack ? "" : " unpacked", tp.rd, tp.meta,
            tp.rd / need_r, tp.wr, ratio);

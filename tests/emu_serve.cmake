@@ -53,8 +53,8 @@ foreach(t ${ATTN_EMU_SERVE_TESTS} ${ATTN_EMU_SERVE_NIGHTLY})
 endforeach()
 # Traffic (cuda_emu_serve traffic): GQA decode (heads 8/2, batch 2, n_kv = 1000, not a multiple of a page) on the
 # paged kernel, pages in shuffled order, against the dense kernel (a block a KV head) on the same data: the
-# interpreter's global read sectors within 10% of the dense kernel's (5% where a key block's pages fit a warp's
-# lanes: the table read once a warp a copy) and both within 1.10x of the compulsory bytes.
+# interpreter's global read sectors within 10% of the dense kernel's (3% with pages of 8 keys or more: the table read
+# once a warp for each copy of a key block) and both within 1.10x of the compulsory bytes.
 # CI: f16 d=64 with pages of 16 and 64; nightly: bf16, d=128, pages of 1 (the table read per copy), and the kernel a
 # block a query head (layout 2, each page read 4 times), which must fail.
 set(ATTN_EMU_SERVE_TRAFFIC
@@ -77,7 +77,7 @@ foreach(t ${ATTN_EMU_SERVE_TRAFFIC})
                        ENVIRONMENT "${ATTN_EMU_SERVE_ENV}")
 endforeach()
 add_test(NAME nightly_emu_serve_traffic_per_query_head
-         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh --skip77 1 "paged/dense reads 4\\.[0-9]+ .*at most 1\\.05x"
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh --skip77 1 "paged/dense reads 4\\.[0-9]+ .*at most 1\\.03x"
                  $<TARGET_FILE:cuda_emu_serve> traffic f16 d=64 page=16 pack=0)
 set_tests_properties(nightly_emu_serve_traffic_per_query_head PROPERTIES LABELS nightly TIMEOUT 600
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_EMU_SERVE_ENV}")
@@ -88,7 +88,7 @@ set(ATTN_EMU_SERVE_MUTATIONS
     "page_slot|s/\\* ps + (unsigned)j % ps/* ps + 0u/|relative error|paged f16 d=32 n=1 heads=8/2 page=16"
     "varlen_q_stride|s/fa_load_q_rows(sbase, q, heads \\* FA_D,/fa_load_q_rows(sbase, q, FA_D,/|relative error|varlen f16 d=32 causal=1 br=32 bc=32 warps=2"
     "layout_fix_dropped|/#elif FA_MASK/,+1 s/if (__any_sync(0xffffffffu, bad)) {/if (0) {/|the reference's|paged bf16 d=40 dv=24 causal=1 n=5 page=7 nan=1"
-    "table_per_copy|/one read a warp, lane l/,/^#endif/ s/if (npg <= 32) {/if (0) {/|paged/dense reads 1\\.0[4-9].*at most 1\\.05x|traffic f16 d=64 page=16"
+    "table_per_copy|/one read a warp, lane l/,/^#endif/ s/if (npg <= 32) {/if (0) {/|paged/dense reads 1\\.0[4-9].*at most 1\\.03x|traffic f16 d=64 page=16"
     "no_key_rows|s/if (n_kv == 0) ev = -FA_BR - 1/if (n_kv == 0) ev = 0/|no key has row value|paged f16 d=32 n=1 heads=8/2 page=16")
 foreach(t ${ATTN_EMU_SERVE_MUTATIONS})
   string(REPLACE "|" ";" parts "${t}")
