@@ -617,8 +617,8 @@ FL_INLINE void fl_prefetch_run(const fl_kv *kv, int isv, long j, long j_end, lon
 
 /* Paged, before a pass over K's (V's: isv) rows of the block [j0, j0 + cols): the first FL_PF_HEAD lines of each of
  * its pages after the first, so that no page's stream starts with a miss (16-key pages of two KV heads, d = 128: 0.92
- * of dense decode's time per byte without, 0.99 with). */
-#define FL_PF_HEAD 4
+ * of dense decode's speed without, 0.99 with 4 lines, 1.02-1.03 with 8 or 16). */
+#define FL_PF_HEAD 8
 FL_INLINE void fl_prefetch_pages(const fl_kv *kv, int isv, long j0, int cols) {
   if (kv->table)
     for (long j = j0 + fl_kv_run(kv, j0, cols); j < j0 + cols; j += kv->ps)
