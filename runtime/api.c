@@ -230,6 +230,8 @@ int attn_problem_normalize(attn_runtime *rt, const attn_problem *in, attn_proble
   if (!isfinite(p.scale)) return attn_fail(rt, ATTN_EINVAL, "scale must be finite (0: 1/sqrt(d))");
   if (!(p.tolerance >= 0) || !isfinite(p.tolerance))
     return attn_fail(rt, ATTN_EINVAL, "tolerance=%g must be finite and >= 0 (0: exact only)", p.tolerance);
+  if (p.nondeterministic != 0 && p.nondeterministic != 1)
+    return attn_fail(rt, ATTN_EINVAL, "nondeterministic=%d must be 0 or 1", p.nondeterministic);
   /* Rows: block counts are taken as (n + B - 1) / B in int with blocks B of up to 1024 rows (attn_spec_check), so n
    * and n_kv keep that much headroom below INT_MAX (n = INT_MAX overflowed there). */
   if (p.n > ATTN_MAX_ROWS || p.n_kv > ATTN_MAX_ROWS)

@@ -47,6 +47,10 @@ typedef struct attn_problem {
    * sequence's). Either plan still runs the other calls. */
   int page_size;
   int varlen;
+  /* 1: attn_plan_create_backward may serve a tuned row whose dQ is summed by fp32 atomics (CUDA's dq=atomic,
+   * `attntune tune --nondeterministic`: faster; dK and dV stay bitwise reproducible, dQ's last bits vary from run to
+   * run). 0: the gradients are the same bits on every run. The forward ignores it. */
+  int nondeterministic;
 } attn_problem;
 
 /* db_path NULL: $ATTN_DB, else attntune.db in the cache directory: $XDG_CACHE_HOME/attntune when XDG_CACHE_HOME is

@@ -7,7 +7,7 @@
  *                     impl=wgmma row of provenance model is not served (the mma.sync default is, or the best
  *                     mma.sync row stored, and describe says a wgmma row was passed over), a measured one is
  *                     (its execution is refused: the fake has no cuTensorMapEncodeTiled); a backward's plan is never
- *                     served a stored dq=atomic row (dQ by atomics); with cc=80 an impl=wgmma
+ *                     served a stored dq=atomic row (dQ by atomics) unless it says nondeterministic; with cc=80 an impl=wgmma
  *                     spec's plan is refused with the reason */
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +258,20 @@ static int serve(void) {
     snprintf(text, sizeof text, "%s", rc == ATTN_OK ? attn_plan_describe(plan) : attn_last_error(rt));
     CHECK(rc == ATTN_OK && !strstr(text, "dq=atomic") && strstr(text, "(model"), "backward: rc %d: %s", rc, text);
     attn_plan_destroy(plan);
+    /* a caller that accepts dQ's last bits varying (attn_problem.nondeterministic) is served the faster atomic row */
+    attn_problem pn = p;
+    pn.nondeterministic = 1;
+    plan = NULL;
+    rc = attn_plan_create_backward(rt, &pn, &plan);
+    snprintf(text, sizeof text, "%s", rc == ATTN_OK ? attn_plan_describe(plan) : attn_last_error(rt));
+    CHECK(rc == ATTN_OK && strstr(text, "dq=atomic") && strstr(text, "(tuned)"), "nondeterministic backward: rc %d: "
+          "%s", rc, text);
+    attn_plan_destroy(plan);
+    pn.nondeterministic = 2;
+    plan = NULL;
+    rc = attn_plan_create_backward(rt, &pn, &plan);
+    CHECK(rc == ATTN_EINVAL && plan == NULL && strstr(attn_last_error(rt), "nondeterministic=2"),
+          "nondeterministic=2: rc %d: %s", rc, attn_last_error(rt));
     attn_close(rt);
   }
   unlink(db);

@@ -20,7 +20,7 @@ static const char tune_usage[] =
     "usage: attntune [tune] --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST]\n"
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
-    "                [--compiled] [--shard K/N] [--pass fwd,bwd] [--page-size P | --varlen LENS]\n"
+    "                [--compiled] [--shard K/N] [--pass fwd,bwd] [--nondeterministic] [--page-size P | --varlen LENS]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
     "  with every d_v): each in 1..576 (tiles that do not fit a GPU's shared memory are left out of its space)\n"
@@ -51,6 +51,8 @@ static const char tune_usage[] =
     "  its Br and Bc tuned apart from the forward's; on the CPU each configuration checked against the fp64\n"
     "  backward; a GPU's ranked by the performance model, also with --model where it is present), or both: each\n"
     "  pass of each problem is its own problem, stored under its own key\n"
+    "  --nondeterministic: a GPU's backward space also holds dQ summed by fp32 atomics (dq=atomic: faster, dQ's last\n"
+    "  bits vary from run to run); only plans made with attn_problem.nondeterministic = 1 are served those rows\n"
     "  --page-size P: paged KV cache (attn_execute_paged, vLLM's layout): pages of P tokens in shuffled order, every\n"
     "  sequence n_kv keys (decode: --n 1); rows of variant paged=P, which serve plans made with page_size P\n"
     "  --varlen LENS: a packed variable-length batch (attn_execute_varlen): LENS a comma list of sequences, each Q\n"
@@ -170,6 +172,10 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       o.compiled = 1;
       continue;
     }
+    if (strcmp(a, "--nondeterministic") == 0) {
+      o.nondeterministic = 1;
+      continue;
+    }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--heads-kv", "--batch", "--reps", "--n-kv",
@@ -278,6 +284,9 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     FAIL_USAGE("--pass: unknown pass '%s' (fwd, bwd)", bad);
   if (attn_names_parse(algo_s, attn_algo_parse_exact, &o.algos, bad, sizeof bad))
     FAIL_USAGE("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
+  if (o.nondeterministic && (!(o.passes & 2) || o.target != ATTN_TARGET_CUDA))
+    FAIL_USAGE("--nondeterministic admits the CUDA backward's dQ summed by fp32 atomics: give a GPU and --pass bwd "
+               "(or fwd,bwd)");
   if (layout && (o.passes & 2))
     FAIL_USAGE("%s with --pass bwd: attn_execute_paged and attn_execute_varlen have no backward", layout);
   if (layout && o.target == ATTN_TARGET_CUDA && (o.algos & ATTN_ALGO_BIT(ATTN_ALGO_SMALLCACHE)))

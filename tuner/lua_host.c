@@ -149,6 +149,11 @@ static void push_cfg(lua_State *L, const attn_spec *s) {
     lua_pushstring(L, s->impl == ATTN_IMPL_WGMMA ? "wgmma" : "mma");
     lua_setfield(L, -2, "impl");
   }
+  /* the CUDA backward's dQ sum (--nondeterministic spaces hold both): a table without dq is the deterministic one */
+  if (s->dq) {
+    lua_pushstring(L, "atomic");
+    lua_setfield(L, -2, "dq");
+  }
 }
 
 /* Reads a configuration table at idx into *s: fields left out take the algorithm's defaults for this space.
@@ -193,6 +198,17 @@ static int to_cfg(lua_State *L, int idx, const attn_space *sp, attn_spec *s, cha
       }
       s->impl = strcmp(im, "wgmma") == 0 ? ATTN_IMPL_WGMMA : 0;
       if (s->impl) snprintf(s->arch, sizeof s->arch, "sm_90a");
+      lua_pop(L, 1);
+      continue;
+    }
+    if (strcmp(key, "dq") == 0) { /* "atomic" (fp32 atomics) or "deterministic" (the default) */
+      const char *dq = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      if (strcmp(dq, "atomic") && strcmp(dq, "deterministic")) {
+        snprintf(why, len, "dq must be \"atomic\" or \"deterministic\"");
+        lua_pop(L, 2);
+        return -1;
+      }
+      s->dq = strcmp(dq, "atomic") == 0;
       lua_pop(L, 1);
       continue;
     }

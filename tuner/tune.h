@@ -17,7 +17,7 @@ typedef struct tune_opts {
   unsigned algos, dtypes;
   unsigned passes;         /* --pass: bit 0 the forward, bit 1 the backward (CPU only), each its own problem */
   int causals[2], ncausal;
-  int budget, jobs, heads, heads_kv, batch, reps, force_model, remeasure, compiled;
+  int budget, jobs, heads, heads_kv, batch, nondeterministic, reps, force_model, remeasure, compiled;
   int shard_k, shard_n;    /* --shard K/N; N = 0: every problem */
   double cap_s;            /* --time-cap: timed running per configuration; the finalist round gets 4x, the
                             * confirmation 2x */

@@ -97,7 +97,9 @@ class _Problem(ctypes.Structure):
                 # score modifiers (0 / NULL: off); alibi_slopes points into _Args.slopes, which outlives the call
                 ("window", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p),
                 # serving layouts (0: dense)
-                ("page_size", ctypes.c_int), ("varlen", ctypes.c_int)]
+                ("page_size", ctypes.c_int), ("varlen", ctypes.c_int),
+                # the backward may sum dQ by atomics (tuned dq=atomic rows; CUDA)
+                ("nondeterministic", ctypes.c_int)]
 
 
 def library_path():
