@@ -59,8 +59,9 @@ static const char tune_usage[] =
     "  (Q queries and Q keys) or Q:KV, e.g. 1,17,300:1024; it sets the batch (their count), n and n_kv (their\n"
     "  maxima) in place of --batch, --n, --n-kv; rows of variant varlen, which serve plans made with varlen 1.\n"
     "  Both: forward only. --gpu cpu: flash and smallcache, each configuration measured and checked against fp64\n"
-    "  per sequence; --gpu NAME: flash, ranked by the performance model (the layout's kernel: paged decode's page\n"
-    "  runs, varlen's query tiles per sequence), also where the GPU is present\n"
+    "  per sequence; --gpu NAME: flash, measured on the GPU present (the layout's kernel on device buffers, checked\n"
+    "  against fp64 per sequence, not counted), else ranked by the performance model (the layout's kernel: paged\n"
+    "  decode's page runs, varlen's query tiles per sequence)\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 /* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
@@ -319,12 +320,10 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   if (o.heads_kv && o.heads % o.heads_kv)
     FAIL_USAGE("--heads-kv %d: the %d query heads must be a whole multiple of it (each K/V head serves H/G query "
                "heads)", o.heads_kv, o.heads);
-  /* a GPU's layouts are ranked by the model: the tuner's measuring harness runs them on the CPU only */
-  if (layout && o.target == ATTN_TARGET_CUDA && !o.force_model) {
-    printf("note: %s on %s: the paged and varlen kernels are ranked by the performance model (the tuner measures "
-           "them on the CPU only), also where the GPU is present\n", layout, o.gpu->name);
-    o.force_model = 1;
-  }
+  /* a GPU's layouts: the layout's own kernel, measured where the GPU is present (tune_run.c decides) */
+  if (layout && o.target == ATTN_TARGET_CUDA && !o.force_model)
+    printf("note: %s on %s: the layout's own kernel, measured where %s is present, else ranked by the performance "
+           "model\n", layout, o.gpu->name, o.gpu->name);
 
   /* The problems: every dtype, causal value, d, d_v, n and n_kv with every other, counted in 64 bits (each list has
    * at most ATTN_RANGE_MAX values, so the product cannot wrap) and capped before anything is allocated for them. */

@@ -241,10 +241,10 @@ static int ensure_device_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
 }
 
 /* One timed run of plan on the next input set: wall (CPU) or event (CUDA) time, and the run delay its threads
- * suffered meanwhile (-1 unknown; 0 on CUDA, whose events do not see the host's scheduler). */
+ * suffered meanwhile (-1 unknown; 0 for CUDA events, which do not see the host's scheduler). */
 static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_probe *sp, double *ms, double *delay) {
   attn_runtime *rt = c->rt;
-  if (rt->target == ATTN_TARGET_CUDA) {
+  if (rt->target == ATTN_TARGET_CUDA && !c->serve) {
     const size_t es = attn_dtype_size(c->p.dtype);
     const char *b = (const char *)c->dev_arena + (size_t)c->dev_next * c->dev_set_bytes;
     c->dev_next = (c->dev_next + 1) % c->dev_sets;
@@ -254,7 +254,8 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
   }
   const int set = c->next_set;
   c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
-  /* a serving layout times the call itself: its staging is part of what it costs */
+  /* a serving layout times the call itself: its staging is part of what it costs (on CUDA the synchronous call:
+   * its tables' copy, the launch and the wait, by the host's clock) */
   attn_kargs a = c->serve ? (attn_kargs){0} : plan->backward ? attn_meas_bwd_kargs(c, set) : kargs(c, set);
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
   int rc = c->serve ? attn_meas_serve_run(c, plan, set) : attn_cpu_run(rt, plan->cpu, &a, NULL);
@@ -285,7 +286,7 @@ static void fill_timing(attn_meas_ctx *c, const attn_timing_stats *st, attn_meas
   r->ci_rel = st->ci_rel;
   r->reps = st->reps;
   r->clean = st->clean;
-  r->method = c->rt->target == ATTN_TARGET_CUDA ? "events" : st->method;
+  r->method = c->rt->target == ATTN_TARGET_CUDA && !c->serve ? "events" : st->method;
   r->load = c->load;
 }
 
@@ -380,9 +381,9 @@ static int count_dense(attn_meas_ctx *c, const attn_plan *counting, attn_io *io)
 }
 
 /* What measuring one configuration does once its plan is checked (r->error set), the same for the dense forward,
- * the backward and the serving layouts (each passes how its counting build runs): timing (a wrong kernel is never
- * chosen, so a few repetitions show its time without spending the cap on it), the counting build of the very same
- * kernel once, and the status. Destroys plan. */
+ * the backward and the serving layouts (each passes how its counting build runs; NULL: none): timing (a wrong kernel
+ * is never chosen, so a few repetitions show its time without spending the cap on it), the counting build of the
+ * very same kernel once, and the status. Destroys plan. */
 static void measure_finish(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, int wrong, meas_count_fn count,
                            attn_meas_result *r) {
   attn_runtime *rt = c->rt;
@@ -396,7 +397,7 @@ static void measure_finish(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan
     return;
   }
   attn_plan *counting = NULL;
-  if (plan_for(c, s, 1, "counting", &counting) == ATTN_OK) {
+  if (count && plan_for(c, s, 1, "counting", &counting) == ATTN_OK) {
     attn_io io = {0, 0};
     if (count(c, counting, &io) == ATTN_OK) {
       r->reads = io.reads;
@@ -444,9 +445,10 @@ static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_plan *pl
   measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)), attn_meas_bwd_count, r);
 }
 
-/* attn_measure of a serving layout (paged, varlen; CPU): the plan run through attn_execute_paged or
+/* attn_measure of a serving layout (paged, varlen): the plan run through attn_execute_paged or
  * attn_execute_varlen, checked on set 0 per sequence against fp64 with a poisoned output, timed on the rotated sets
- * (staging included), its kernel's transfers counted per sequence (measure_serve.c). */
+ * (staging included), its kernel's transfers counted per sequence on the CPU (measure_serve.c; a CUDA plan's sets on
+ * the device, no counting build). */
 static void measure_serve(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, attn_meas_result *r) {
   char err[256];
   int rc = attn_meas_serve_check(c, plan, &r->error, err, sizeof err);
@@ -455,7 +457,8 @@ static void measure_serve(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan,
     attn_plan_destroy(plan);
     return;
   }
-  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)), attn_meas_serve_count, r);
+  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)),
+                 c->rt->target == ATTN_TARGET_CUDA ? NULL : attn_meas_serve_count, r);
 }
 
 void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
@@ -466,8 +469,14 @@ void attn_measure(attn_meas_ctx *c, const attn_spec *s, attn_meas_result *r) {
     set_status(r, "error", err);
     return;
   }
+  /* a spec whose CUDA layout kernel would not be its own is refused before its dense kernel is compiled */
+  int rc = c->serve ? attn_meas_serve_spec(c, s, err, sizeof err) : ATTN_OK;
+  if (rc != ATTN_OK) {
+    set_status(r, status_for(rc, err), err);
+    return;
+  }
   attn_plan *plan = NULL;
-  int rc = plan_for(c, s, 0, "tuning", &plan);
+  rc = plan_for(c, s, 0, "tuning", &plan);
   if (rc != ATTN_OK) {
     set_status(r, status_for(rc, attn_last_error(rt)), attn_last_error(rt));
     return;

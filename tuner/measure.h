@@ -130,6 +130,10 @@ int  attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set);
 int  attn_meas_serve_check(attn_meas_ctx *c, const attn_plan *plan, double *error, char *err, size_t errlen);
 int  attn_meas_serve_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io);
 void attn_meas_serve_free(attn_meas_ctx *c);
+/* On CUDA (device sets, host tables, the output copied back for the check; no counting build): whether the layout's
+ * kernel runs s's own tiles (cuda_serve.c builds it on flash.cu from them): ATTN_OK, or an error code with the reason
+ * (impl=wgmma and other templates have no layout kernel; tiles flash.cu's layout refuses). ATTN_OK for a CPU spec. */
+int  attn_meas_serve_spec(const attn_meas_ctx *c, const attn_spec *s, char *err, size_t errlen);
 
 /* Compiles s (and its counting build) into the runtime's cache without running it, so that a later attn_measure
  * finds it compiled; safe to call from several threads at once (each uses its own runtime copy). */

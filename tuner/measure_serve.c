@@ -4,7 +4,11 @@
  * each sequence its own query and key counts). Input sets are made in the kernel's dtype and layout and rotated as the
  * dense ones (measure.c); set 0's fp32 values, rounded through the dtype, are kept per sequence in the dense
  * [heads][len][dim] layout for the fp64 reference and the counting build, which runs on each sequence as the call
- * does (batch 1, the sequence's lengths): the kernel's transfers, not the staging copies. */
+ * does (batch 1, the sequence's lengths): the kernel's transfers, not the staging copies.
+ * On a CUDA plan the sets live on the device (rotated past the L2 cache, as the dense sets of measure.c), each laid
+ * out on the host and copied there; the tables stay on the host, as the calls take them; the checked run's output is
+ * poisoned on the device and copied back; the counting build runs on the CPU only (the tuner counts no CUDA layout). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +18,23 @@
  * causal alignment makes them a problem of their own, so the reference is exact for them) */
 #define CHECK_ALL_UP_TO 1024
 #define CHECK_ROWS 256
+/* measure.c's cap on the device's input sets */
+#define SERVE_DEV_MAX_BYTES (4.0 * 1024.0 * 1024.0 * 1024.0)
 
 typedef struct attn_meas_serve {
   int paged;
   int *lq, *lk;               /* each sequence's queries and keys */
   int *cu_q, *cu_kv;          /* varlen: cumulative, batch + 1 */
   int *table, max_pages, num_pages, page_size; /* paged: [batch][max_pages] page indices */
-  size_t q_elems, k_elems, v_elems, o_elems, set_elems; /* per set, in the kernel's layout */
+  size_t q_elems, k_elems, v_elems, o_elems; /* per set, in the kernel's layout */
+  size_t k_off, v_off, set_bytes; /* a set's k and v at these byte offsets (on the device: 256-byte aligned) */
+  int cuda;                   /* the plan's target: the sets and the output on the device */
   size_t x_elems;             /* set 0's dense per-sequence fp32 values, all sequences */
   size_t *xoff;               /* sequence b's q at x32 + xoff[b], its k and v after it */
   int sets;
-  void *arena;                /* sets of set_elems kernel-dtype elements */
-  void *out;                  /* o_elems */
+  void *arena;                /* sets of set_bytes (CPU), or the device's (CUDA) */
+  void *out;                  /* o_elems: the CPU runs' output, or the device output copied back */
+  void *dev_arena, *dev_out;  /* CUDA: the sets and the output on the device */
   float *x32;
   double *ref;                /* the checked rows' reference, sequence by sequence, [heads][rows][d_v] each */
   float *got;                 /* the same rows of the checked run */
@@ -56,7 +65,7 @@ static size_t seq_elems(const attn_problem *p, long lq, long lk) {
 /* One set's dense values (x) into the kernel's layout at dst, converted to the dtype row by row. */
 static void lay_out(const attn_meas_serve *sv, const attn_problem *p, const float *x, char *dst) {
   const size_t es = attn_dtype_size(p->dtype);
-  char *qd = dst, *kd = dst + sv->q_elems * es, *vd = kd + sv->k_elems * es;
+  char *qd = dst, *kd = dst + sv->k_off, *vd = dst + sv->v_off;
   for (int b = 0; b < p->batch; b++) {
     const long lq = sv->lq[b], lk = sv->lk[b];
     const float *q = x + sv->xoff[b], *k = q + (size_t)p->heads * lq * p->d, *v = k + (size_t)p->heads_kv * lk * p->d;
@@ -174,11 +183,30 @@ int attn_meas_serve_ensure(attn_meas_ctx *c, char *err, size_t errlen) {
     sv->v_elems = (size_t)sv->cu_kv[p->batch] * p->heads_kv * p->d_v;
     sv->o_elems = (size_t)sv->cu_q[p->batch] * p->heads * p->d_v;
   }
-  sv->set_elems = sv->q_elems + sv->k_elems + sv->v_elems;
   const size_t es = attn_dtype_size(p->dtype);
-  sv->sets = attn_meas_cold_sets((double)sv->set_elems * es);
-  /* zeroed: the slots of a last page past its sequence's keys are never read, but are defined */
-  sv->arena = calloc((size_t)sv->sets * sv->set_elems + 1, es);
+  sv->cuda = c->rt->target == ATTN_TARGET_CUDA;
+  /* on the device each tensor starts 256-byte aligned, as an allocation of its own would */
+  const size_t al = sv->cuda ? 256 : 1;
+  sv->k_off = (sv->q_elems * es + al - 1) / al * al;
+  sv->v_off = sv->k_off + (sv->k_elems * es + al - 1) / al * al;
+  sv->set_bytes = sv->v_off + (sv->v_elems * es + al - 1) / al * al;
+  if (sv->cuda) {
+    attn_cuda_info_t info;
+    if (attn_cuda_info(c->rt, &info) != ATTN_OK) {
+      snprintf(err, errlen, "no CUDA device open");
+      attn_meas_serve_free(c);
+      return ATTN_ENODEV;
+    }
+    /* as measure.c's dense device sets: the others hold 1.25x the L2 cache between two uses of one */
+    double sets = ceil(1.25 * info.l2_bytes / (double)sv->set_bytes) + 1;
+    if (sets * (double)sv->set_bytes > SERVE_DEV_MAX_BYTES) sets = floor(SERVE_DEV_MAX_BYTES / (double)sv->set_bytes);
+    sv->sets = sets < 2 ? 2 : (int)sets;
+  } else {
+    sv->sets = attn_meas_cold_sets((double)sv->set_bytes);
+  }
+  /* zeroed: the slots of a last page past its sequence's keys are never read, but are defined (on CUDA the one set
+   * laid out here is copied to each of the device's, every set writing the same slots) */
+  sv->arena = calloc(sv->cuda ? 1 : (size_t)sv->sets, sv->set_bytes + 1);
   sv->out = malloc(sv->o_elems * es + 1);
   sv->x32 = malloc(sv->x_elems * sizeof(float) + 1);
   float *tmp = malloc(sv->x_elems * sizeof(float) + 1);
@@ -186,17 +214,34 @@ int attn_meas_serve_ensure(attn_meas_ctx *c, char *err, size_t errlen) {
     free(tmp);
     goto oom;
   }
+  int rc = ATTN_OK;
+  if (sv->cuda) {
+    rc = attn_cuda_alloc(c->rt, (size_t)sv->sets * sv->set_bytes, &sv->dev_arena);
+    if (rc == ATTN_OK) rc = attn_cuda_alloc(c->rt, sv->o_elems * es + 1, &sv->dev_out);
+  }
   /* fresh values per set, seeded per problem shape and layout; set 0 rounded through the dtype for the reference */
   const unsigned long long seed = 0x6a09e667f3bcc909ULL ^ ((unsigned long long)p->n << 32) ^
                                   ((unsigned long long)p->d << 16) ^ (unsigned long long)p->n_kv ^
                                   ((unsigned long long)p->page_size << 48) ^ ((unsigned long long)p->batch << 40);
-  for (int i = 0; i < sv->sets; i++) {
+  for (int i = 0; i < sv->sets && rc == ATTN_OK; i++) {
     float *x = i == 0 ? sv->x32 : tmp;
     attn_fill_random(x, sv->x_elems, seed + (unsigned long long)i * 7919);
     if (i == 0) attn_round_dtype(p->dtype, x, sv->x_elems);
-    lay_out(sv, p, x, (char *)sv->arena + (size_t)i * sv->set_elems * es);
+    char *set = (char *)sv->arena + (sv->cuda ? 0 : (size_t)i * sv->set_bytes);
+    lay_out(sv, p, x, set);
+    if (sv->cuda) rc = attn_cuda_copy(c->rt, (char *)sv->dev_arena + (size_t)i * sv->set_bytes, set, sv->set_bytes, 1);
   }
   free(tmp);
+  if (sv->cuda) { /* the host set was the staging of the device's */
+    free(sv->arena);
+    sv->arena = NULL;
+  }
+  if (rc != ATTN_OK) {
+    snprintf(err, errlen, "device input sets (%d of %.1f MiB): %s", sv->sets, sv->set_bytes / 1048576.0,
+             attn_last_error(c->rt));
+    attn_meas_serve_free(c);
+    return rc;
+  }
   if (make_reference(sv, p) != ATTN_OK) goto oom;
   c->sets = sv->sets;
   c->next_set = 1;
@@ -209,21 +254,52 @@ oom:
 
 int attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set) {
   const attn_meas_serve *sv = c->serve;
-  const size_t es = attn_dtype_size(c->p.dtype);
-  const char *q = (const char *)sv->arena + (size_t)set * sv->set_elems * es, *k = q + sv->q_elems * es,
-             *v = k + sv->k_elems * es;
+  const char *q = (const char *)(sv->cuda ? sv->dev_arena : sv->arena) + (size_t)set * sv->set_bytes,
+             *k = q + sv->k_off, *v = q + sv->v_off;
+  void *o = sv->cuda ? sv->dev_out : sv->out;
   if (sv->paged)
-    return attn_execute_paged(plan, q, k, v, sv->num_pages, sv->page_size, sv->table, sv->max_pages, sv->lk, sv->out);
-  return attn_execute_varlen(plan, sv->cu_q, sv->cu_kv, q, k, v, sv->out);
+    return attn_execute_paged(plan, q, k, v, sv->num_pages, sv->page_size, sv->table, sv->max_pages, sv->lk, o);
+  return attn_execute_varlen(plan, sv->cu_q, sv->cu_kv, q, k, v, o);
+}
+
+int attn_meas_serve_spec(const attn_meas_ctx *c, const attn_spec *s, char *err, size_t errlen) {
+  const attn_problem *p = &c->p;
+  if (s->target != ATTN_TARGET_CUDA) return ATTN_OK;
+  const char *what = p->page_size > 0 ? "paged" : "varlen";
+  /* cuda_serve.c builds the layout's kernel from the spec's tiles on flash.cu: a spec it would not build as is
+   * runs other tiles there, which its row must not claim */
+  if (s->algo != ATTN_ALGO_FLASH || s->impl == ATTN_IMPL_WGMMA) {
+    snprintf(err, errlen, "CUDA %s has no %s kernel (flash.cu's mma.sync flash has)",
+             s->impl == ATTN_IMPL_WGMMA ? "impl=wgmma flash" : attn_algo_name(s->algo), what);
+    return ATTN_EUNSUPPORTED;
+  }
+  attn_spec l; /* the fields cuda_serve.c's serve_spec takes from the plan's spec */
+  memset(&l, 0, sizeof l);
+  l.algo = ATTN_ALGO_FLASH, l.target = ATTN_TARGET_CUDA, l.dtype = s->dtype;
+  l.d = s->d, l.dv = s->dv, l.causal = s->causal;
+  l.br = s->br, l.bc = s->bc, l.warps = s->warps, l.stages = s->stages;
+  memcpy(l.arch, s->arch, sizeof l.arch);
+  l.window = s->window, l.softcap = s->softcap, l.alibi = s->alibi;
+  l.layout = p->varlen ? 1 : p->n == 1 && p->heads > p->heads_kv ? 3 : 2;
+  char why[256];
+  if (attn_spec_check(&l, why, sizeof why) != ATTN_OK) {
+    snprintf(err, errlen, "the %s kernel of these tiles: %s", what, why);
+    return ATTN_EINVAL;
+  }
+  return ATTN_OK;
 }
 
 int attn_meas_serve_check(attn_meas_ctx *c, const attn_plan *plan, double *error, char *err, size_t errlen) {
   attn_meas_serve *sv = c->serve;
   const attn_problem *p = &c->p;
   const size_t es = attn_dtype_size(p->dtype);
+  int rc = attn_meas_serve_spec(c, &plan->spec, err, errlen);
+  if (rc != ATTN_OK) return rc;
   /* poisoned: all-ones bits are NaN in f32, f16 and bf16, so a row left unwritten is caught */
   memset(sv->out, 0xff, sv->o_elems * es);
-  int rc = attn_meas_serve_run(c, plan, 0);
+  if (sv->cuda) rc = attn_cuda_copy(c->rt, sv->dev_out, sv->out, sv->o_elems * es, 1);
+  if (rc == ATTN_OK) rc = attn_meas_serve_run(c, plan, 0);
+  if (rc == ATTN_OK && sv->cuda) rc = attn_cuda_copy(c->rt, sv->out, sv->dev_out, sv->o_elems * es, 0);
   if (rc != ATTN_OK) {
     snprintf(err, errlen, "%s", attn_last_error(c->rt));
     return rc;
@@ -242,6 +318,7 @@ int attn_meas_serve_check(attn_meas_ctx *c, const attn_plan *plan, double *error
 int attn_meas_serve_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io) {
   const attn_meas_serve *sv = c->serve;
   const attn_problem *p = &c->p;
+  if (sv->cuda || !counting->cpu) return ATTN_EUNSUPPORTED; /* the counting build runs on the CPU only */
   const size_t es = attn_dtype_size(p->dtype);
   size_t most = 0, most_o = 0;
   for (int b = 0; b < p->batch; b++) {
@@ -281,6 +358,8 @@ void attn_meas_serve_free(attn_meas_ctx *c) {
   free(sv->cu_kv);
   free(sv->table);
   free(sv->arena);
+  if (sv->dev_arena) attn_cuda_free(c->rt, sv->dev_arena);
+  if (sv->dev_out) attn_cuda_free(c->rt, sv->dev_out);
   free(sv->out);
   free(sv->x32);
   free(sv->ref);
