@@ -310,7 +310,12 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
     memcpy(plan->alibi, p.alibi_slopes, sizeof(float) * (size_t)p.heads);
     plan->p.alibi_slopes = plan->alibi;
   }
-  rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, s, count_io, &plan->cuda)
+  /* CUDA grouped-query decode packs a KV head's query heads as rows (attn_cuda_gqa_packs): causal n = 1, whose row sees
+   * every key, compiles the non-causal kernel, which the packed rows need (the plan's spec keeps causal) */
+  attn_spec ks = *s;
+  const int packs = rt->target == ATTN_TARGET_CUDA && attn_cuda_gqa_packs(&p, s);
+  if (packs) ks.causal = 0;
+  rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, &ks, count_io, &plan->cuda)
                                       : attn_cpu_load(rt, s, count_io, &plan->cpu);
   /* CUDA: the slopes on the device once; every launch of the plan reads them there */
   if (rc == ATTN_OK && plan->cuda && plan->alibi &&
@@ -321,10 +326,11 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
     free(plan);
     return rc;
   }
-  if (plan->cuda) plan->spec = *attn_cuda_kernel_spec(plan->cuda);
+  if (plan->cuda) plan->spec = *attn_cuda_kernel_spec(plan->cuda), plan->spec.causal = s->causal;
   char sum[384];
   attn_spec_summary(&plan->spec, sum, sizeof sum);
-  snprintf(plan->describe, sizeof plan->describe, "%s (%s)", sum, origin && *origin ? origin : "given");
+  snprintf(plan->describe, sizeof plan->describe, "%s%s (%s)", sum, packs ? " GQA-packed" : "",
+           origin && *origin ? origin : "given");
   /* the plan's reference keeps the runtime (threads, CUDA context) alive past attn_close; relaxed:
    * the caller holds a reference already, so the count cannot reach 0 meanwhile */
   atomic_fetch_add_explicit(&rt->refs, 1, memory_order_relaxed);

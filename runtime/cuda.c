@@ -574,6 +574,13 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
                        what, "qkvo"[i], ptrs[i]);
   int rc = make_current(rt, c);
   if (rc != ATTN_OK) return rc;
+  /* grouped-query attention packed (attn_cuda_gqa_packs): a KV head's query heads are the rows of its blocks, so K
+   * and V are read once per KV head, not once per query head. Only a kernel without the causal mask: a causal one
+   * would hide keys from all but the last of the packed rows. */
+  attn_problem pk = *p;
+  if (!k->backward && !k->spec.causal && attn_cuda_gqa_packs(p, &k->spec))
+    pk.n = p->n * (p->heads / p->heads_kv), pk.heads = p->heads_kv;
+  p = &pk;
   char err[256];
   const long long bh = (long long)p->batch * p->heads;
   if (attn_cuda_geometry(&k->spec, bh, p->n, p->n_kv, (long long)c->sms * k->blocks_per_sm, g, err, sizeof err) !=

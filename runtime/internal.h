@@ -67,6 +67,17 @@ int attn_problem_variant(const attn_problem *p, char *buf, size_t len);
 static inline int attn_problem_has_mods(const attn_problem *p) {
   return p->window > 0 || p->softcap > 0 || p->alibi_slopes != NULL;
 }
+/* Grouped-query attention on CUDA's dense flash kernel, K and V read once per KV head: q [batch][heads][n][d] is the
+ * same memory as [batch][heads_kv][G·n][d] with G = heads/heads_kv (o and lse likewise), so the kernel launched with
+ * heads' = heads_kv and n' = G·n takes a KV head's G query heads (each n rows, in order) as rows of its blocks. Valid
+ * where a row's position does not matter: no causal mask (not causal, or n = 1, whose one row sees every key: the
+ * plan then compiles the non-causal kernel), no window and no ALiBi (slopes per query head); softcap is per score.
+ * 1 when a launch of spec s for problem p (heads_kv 0: heads) runs so (runtime/cuda.c; tuner/model.c models it). */
+static inline int attn_cuda_gqa_packs(const attn_problem *p, const attn_spec *s) {
+  return s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->layout == 0 && !s->window && !s->alibi &&
+         p->heads_kv > 0 && p->heads > p->heads_kv && p->heads % p->heads_kv == 0 && (!p->causal || p->n == 1) &&
+         (long long)p->n * (p->heads / p->heads_kv) <= ATTN_MAX_ROWS;
+}
 /* A CPU kernel's arguments for problem p on q, k, v and o: its sizes, scale and score modifiers, the rest zero (lse,
  * partials and the backward's arrays are the caller's to set). */
 static inline attn_kargs attn_problem_kargs(const attn_problem *p, const void *q, const void *k, const void *v,

@@ -241,7 +241,20 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
 
 int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
                         attn_model_result *out, char *err, size_t errlen) {
-  return model_forward(g, prob, s, res, NULL, out, err, errlen);
+  attn_problem p = *prob;
+  if (p.heads_kv == 0) p.heads_kv = p.heads;
+  if (!attn_cuda_gqa_packs(&p, s)) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+  /* the runtime's grouped-query packing: the grid's problem has a KV head's query heads as its rows, unmasked, so
+   * K and V are counted once per KV head; the flops stay the problem's */
+  attn_problem k = p;
+  k.n = p.n * (p.heads / p.heads_kv), k.heads = p.heads_kv, k.causal = 0;
+  attn_spec ks = *s;
+  ks.causal = 0;
+  const int rc = model_forward(g, &k, &ks, res, NULL, out, err, errlen);
+  if (rc != ATTN_OK) return rc;
+  out->flops = 2.0 * (p.d + (p.d_v ? p.d_v : p.d)) * pairs(p.causal, p.n, p.n_kv ? p.n_kv : p.n) * (double)p.batch *
+               p.heads;
+  return ATTN_OK;
 }
 
 int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const attn_spec *s,
@@ -249,7 +262,7 @@ int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const at
                            char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   const int varlen = lay && lay->nseq > 0, paged = lay && lay->page_size > 0;
-  if (!varlen && !paged) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+  if (!varlen && !paged) return attn_model_time_res(g, prob, s, res, out, err, errlen);
   if (varlen && paged) {
     snprintf(err, errlen, "a problem is paged or varlen, not both");
     return ATTN_EINVAL;
