@@ -203,7 +203,11 @@ static void measure_case(attn_runtime *rt, const meas_case *mc) {
   c.cap_s = 0; /* one timed run: each is a launch on the interpreter */
   c.serve_lq = mc->lq, c.serve_lk = mc->lk;
   attn_cuda_info_t info;
-  attn_cuda_info(rt, &info);
+  if (attn_cuda_info(rt, &info) != ATTN_OK) {
+    CHECK(0, "%s: attn_cuda_info: %s", mc->name, attn_last_error(rt));
+    attn_meas_free(&c);
+    return;
+  }
   const attn_spec s = flash_spec(&c.p, info.arch);
   const double tol = attn_meas_exact_tolerance(c.p.dtype);
   attn_meas_result r;
@@ -247,7 +251,7 @@ static void measure_case(attn_runtime *rt, const meas_case *mc) {
         r.status, r.error);
 
   /* the fake's kernels do nothing: the poisoned output comes back */
-  install_hook(0);
+  if (install_hook(0) != 0) goto out;
   rec(&fc, 1);
   attn_measure(&c, &s, &r);
   rec(&fc, 0);
