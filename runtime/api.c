@@ -395,9 +395,9 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
                       * has never been checked against fp64 on a GPU, so the best row without it serves (CPU rows
                       * have no impl: no second query) */
                      .unmeasured_skip = rt->target == ATTN_TARGET_CUDA ? "impl=wgmma" : NULL,
-                     /* a backward's plan is deterministic: a row of dQ by atomics (its sum's order varies) never
-                      * serves it */
-                     .exclude = strcmp(pass, "bwd") == 0 ? "dq=atomic" : NULL};
+                     /* a backward's plan is deterministic unless the problem says otherwise: a row of dQ by atomics
+                      * (its sum's order varies) serves only a nondeterministic one */
+                     .exclude = strcmp(pass, "bwd") == 0 && !p->nondeterministic ? "dq=atomic" : NULL};
   attn_db_best best;
   memset(&best, 0, sizeof best);
   int rc = attn_db_lookup(rt->db, &q, &best);
