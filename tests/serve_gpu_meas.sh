@@ -48,6 +48,9 @@ interp)
     fail "varlen tune exit $?"
   grep -q "^best n=7 n_kv=9 d=64 varlen f16 causal=1: flash .*(measured, " "$out" || fail "no varlen best line"
   grep -q "^launches on the interpreter: [1-9][0-9]* run, 0 failed" "$out" || fail "varlen launches failed"
+  # the untuned default is measured as the device's point (sm_90), as the space's are, not as sm_80
+  [ "$(q "$W/s.db" "SELECT count(*) FROM kernels WHERE spec LIKE '%arch=sm_80%'")" -eq 0 ] ||
+    fail "a kernel keyed sm_80 measured on the sm_90 device"
   # every ok row checked: a real error within f16's limit, and a time
   [ "$(q "$W/s.db" "SELECT count(*) FROM measurements WHERE status = 'ok' AND provenance = 'measured' AND
        error > 0 AND error <= 1e-2 AND time_ms > 0 AND variant = 'paged=8'")" -ge 1 ] || fail "no ok paged row"

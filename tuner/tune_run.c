@@ -435,6 +435,10 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             ts.meas.serve_lk = o->vl_kv;
             if (pa) ts.default_cfg = attn_tune_backward_default(&ts.meas.p);
             else attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
+            /* the device's arch, as the space's points carry it: attn_spec_default writes sm_80, so on an sm_90
+             * device the default was a point of its own (its row keyed sm_80, never the space's twin) */
+            if (ts.default_cfg.target == ATTN_TARGET_CUDA && devinfo.arch[0])
+              snprintf(ts.default_cfg.arch, sizeof ts.default_cfg.arch, "%s", devinfo.arch);
             attn_spec_format(&ts.default_cfg, ts.default_spec, sizeof ts.default_spec);
           }
           attn_tuner tu = {.space = sp, .tolerance = o->tolerance, .stop = (volatile int *)&attn_tune_stop,
