@@ -82,6 +82,33 @@ static double stage_ms(const attn_gpu *g, int warps, int bc, int stages) {
   return r.time_ms;
 }
 
+/* The runtime packs grouped-query heads for this template as for mma.sync (attn_cuda_gqa_packs): decode with 32 query
+ * heads over 8 KV heads reads each KV head's K and V once, a quarter of what 32 KV heads read, and its FLOPs are
+ * the unpacked problem's; with ALiBi nothing is packed. */
+static void gqa_decode(void) {
+  char err[256] = "";
+  const attn_gpu *g = attn_gpu_find("H100", err, sizeof err);
+  CHECK(g != NULL, "%s", err);
+  if (!g) return;
+  attn_problem p;
+  memset(&p, 0, sizeof p);
+  p.batch = 4, p.heads = 32, p.n = 1, p.n_kv = 8192, p.d = p.d_v = 128, p.dtype = ATTN_BF16, p.causal = 1;
+  attn_spec s = attn_spec_default_sm90(ATTN_BF16, 128, 1);
+  attn_model_result mha, gqa, alibi;
+  p.heads_kv = 32;
+  CHECK(attn_model_sm90_time(g, &p, &s, &mha, err, sizeof err) == ATTN_OK, "MHA: %s", err);
+  p.heads_kv = 8;
+  CHECK(attn_model_sm90_time(g, &p, &s, &gqa, err, sizeof err) == ATTN_OK, "GQA: %s", err);
+  const double kv = 4.0 * 8 * 8192 * 256; /* K and V entries, once per KV head */
+  CHECK(gqa.reads < 1.01 * kv + 4.0 * 32 * 128 && mha.reads > 3.9 * gqa.reads && gqa.flops == mha.flops &&
+            gqa.time_ms < mha.time_ms,
+        "GQA decode: %llu entries read (K and V once per KV head: %.0f), MHA %llu; flops %g / %g; %g / %g ms",
+        gqa.reads, kv, mha.reads, gqa.flops, mha.flops, gqa.time_ms, mha.time_ms);
+  s.alibi = 1;
+  CHECK(attn_model_sm90_time(g, &p, &s, &alibi, err, sizeof err) != ATTN_OK || alibi.reads > 3.9 * gqa.reads,
+        "ALiBi packed: %llu entries read", alibi.reads);
+}
+
 static void stages(void) {
   char err[256] = "";
   const attn_gpu *g = attn_gpu_find("H100", err, sizeof err);
@@ -103,6 +130,7 @@ static void stages(void) {
 static void space(void) {
   int cons = 0;
   stages();
+  gqa_decode();
   ring_pruned = 0;
   const int h100 = wgmma_count("H100", ATTN_BF16, 128, &cons);
   CHECK(h100 > 0 && cons == (2 | 4 | 8), "H100 bf16 d=128: %d wgmma configurations, consumers mask %d", h100, cons);

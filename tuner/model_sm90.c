@@ -21,6 +21,7 @@
 #include "model_sm90.h"
 #include <stdlib.h>
 #include <string.h>
+#include "internal.h"
 #include "spec_sm90.h"
 
 static int key_blocks(const attn_spec *s, long long n, long long n_kv, long long qb) {
@@ -69,8 +70,25 @@ double attn_model_sm90_ring_wait(const attn_gpu *g, const attn_spec *s) {
   return wait;
 }
 
+static int sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out, char *err,
+                     size_t len);
+
+/* The runtime's grouped-query packing (attn_cuda_gqa_packs, runtime/cuda.c) holds for this template too: the grid is
+ * heads_kv heads of (heads / heads_kv)·n unmasked rows, so K and V are counted once per KV head. The FLOPs are the
+ * problem's either way (packing needs no mask, or n = 1, whose causal row sees every key). */
 int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out,
                          char *err, size_t len) {
+  attn_problem q = *p;
+  if (q.heads_kv == 0) q.heads_kv = q.heads;
+  if (!s || !attn_cuda_gqa_packs(&q, s)) return sm90_time(g, p, s, out, err, len);
+  q.n *= q.heads / q.heads_kv, q.heads = q.heads_kv, q.causal = 0;
+  attn_spec ks = *s;
+  ks.causal = 0;
+  return sm90_time(g, &q, &ks, out, err, len);
+}
+
+static int sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out, char *err,
+                     size_t len) {
   memset(out, 0, sizeof *out);
   if (!s || s->impl != ATTN_IMPL_WGMMA) return attn_errf(err, len, ATTN_EINVAL, "not an impl=wgmma spec");
   const int rc = attn_spec_check_sm90(s, err, len);
