@@ -5,88 +5,19 @@ attention(block_table=...) queue on torch.cuda.current_stream()'s handle and syn
 lengths and the table as int32 host arrays; without them the stream is synchronised and the synchronous call
 waits."""
 import ctypes
-import math
 import sys
-import types
 
-calls = []
-
-# --- a stand-in torch: what the binding touches for CUDA tensors --------------------------------------------------
-torch = types.ModuleType("torch")
-torch.cuda = types.ModuleType("torch.cuda")
-sys.modules["torch"], sys.modules["torch.cuda"] = torch, torch.cuda
-
-
-class device:
-    def __init__(self, type_, index=None):
-        self.type, self.index = type_, index
-
-    def __eq__(self, other):
-        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
-
-
-class dtype:
-    def __init__(self, name):
-        self.name = name
-
-
-torch.device, torch.dtype = device, dtype
-torch.float32, torch.float16, torch.bfloat16 = dtype("float32"), dtype("float16"), dtype("bfloat16")
-_next_ptr = [0x10000]
-
-
-class Tensor:
-    def __init__(self, shape, dtype, device):
-        self.shape, self.dtype, self.device = tuple(shape), dtype, device
-        self.ptr = _next_ptr[0]
-        _next_ptr[0] += 16 * (math.prod(self.shape) + 1)
-
-    def is_contiguous(self):
-        return True
-
-    def data_ptr(self):
-        return self.ptr
-
-    def detach(self):
-        return self
-
-    def numel(self):
-        return math.prod(self.shape)
-
-    def element_size(self):
-        return 2
-
-
-Tensor.__module__ = "torch"
-torch.Tensor = Tensor
-torch.empty = lambda shape, dtype, device: Tensor(shape, dtype, device)
-torch.zeros = torch.empty
-
-
-class Stream:
-    def __init__(self, handle, dev):
-        self.cuda_stream, self.device = handle, dev
-
-    def synchronize(self):
-        calls.append(("sync", self.cuda_stream))
-
-
-CUDA0 = device("cuda", 0)
-torch.cuda.Stream = Stream
-torch.cuda.current_stream = lambda dev=None: Stream(0x77, CUDA0)
-torch.cuda.synchronize = lambda dev=None: calls.append(("device sync",))
+sys.dont_write_bytecode = True  # stand_in_torch: no __pycache__ in the source tree
+from stand_in_torch import calls, check, cuda, finish, fresh  # noqa: E402
+from stand_in_torch import Lib as BaseLib  # noqa: E402
 
 
 def ints(addr, count):
     return list((ctypes.c_int32 * count).from_address(addr))
 
 
-# --- a stand-in libattn -------------------------------------------------------------------------------------------
-class Lib:
-    def attn_open(self, db, target, out):
-        out._obj.value = 0x100
-        return 0
-
+# --- a stand-in libattn: the layouts' calls -------------------------------------------------------------------------
+class Lib(BaseLib):
     def attn_plan_create(self, rt, p, out):
         p = p._obj
         calls.append(("create", p.page_size, p.varlen))
@@ -101,15 +32,6 @@ class Lib:
         calls.append(("paged", num_pages, page_size, ints(table, 2 * max_pages), ints(lens, 2)))
         return 0
 
-    def attn_plan_describe(self, plan):
-        return b"flash fake cuda f16 (default)"
-
-    def attn_plan_destroy(self, plan):
-        calls.append(("destroy",))
-
-    def attn_last_error(self, rt):
-        return b""
-
 
 class AsyncLib(Lib):
     def attn_execute_varlen_async(self, plan, stream, cu_q, cu_kv, q, k, v, o):
@@ -123,27 +45,9 @@ class AsyncLib(Lib):
 
 import attntune  # noqa: E402 - after the stand-in torch
 
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print("%s: %s" % ("ok  " if cond else "FAIL", what))
-    failures += not cond
-
-
-def cuda(*shape):
-    return Tensor(shape, torch.float16, CUDA0)
-
-
-def fresh(lib):
-    attntune._lib = lib
-    attntune._runtimes.clear()
-    del calls[:]
-
 
 def launched():
-    return [c for c in calls if c[0] not in ("create", "destroy")]
+    return [c for c in calls if c[0] not in ("open", "create", "destroy")]
 
 
 # varlen: sequences of 5 and 7 queries, 9 and 3 keys
@@ -171,6 +75,4 @@ attntune.attention(pq, kp, vp, block_table=table, seq_lens_kv=lens)
 check(launched() == [("sync", 0x77), ("paged", 6, 16, [5, 4, 3, 2, 1, 0], [40, 17])],
       "paged without the async form: the stream synchronised, then attn_execute_paged: %s" % calls)
 
-attntune._lib = None
-print("%d failures" % failures)
-sys.exit(1 if failures else 0)
+finish()
