@@ -619,10 +619,13 @@ FL_INLINE void fl_prefetch_run(const fl_kv *kv, int isv, long j, long j_end, lon
  * its pages after the first, so that no page's stream starts with a miss (16-key pages of two KV heads, d = 128: 0.92
  * of dense decode's speed without, 0.99 with 4 lines, 1.02-1.03 with 8 or 16). */
 #define FL_PF_HEAD 8
+static __attribute__((noinline)) void fl_prefetch_pages_of(const fl_kv *kv, int isv, long j0, int cols) {
+  for (long j = j0 + fl_kv_run(kv, j0, cols); j < j0 + cols; j += kv->ps)
+    fl_prefetch_run(kv, isv, j, j0 + cols, FL_PF_HEAD);
+}
+/* Out of line (once a pass; its inlined copies added to the compile time), called only where the block spans pages. */
 FL_INLINE void fl_prefetch_pages(const fl_kv *kv, int isv, long j0, int cols) {
-  if (kv->table)
-    for (long j = j0 + fl_kv_run(kv, j0, cols); j < j0 + cols; j += kv->ps)
-      fl_prefetch_run(kv, isv, j, j0 + cols, FL_PF_HEAD);
+  if (kv->table && fl_kv_run(kv, j0, cols) < cols) fl_prefetch_pages_of(kv, isv, j0, cols);
 }
 
 /* Paged, at the run [c, c + len) of K's (V's: isv) rows of the block [j0, j0 + cols): the rows after the next jump,
