@@ -64,14 +64,6 @@ static attn_runtime *cpu_rt;
 static ptx_module *mod;       /* the spec's kernel as users run it */
 static ptx_module *count_mod; /* its counting build (io mode) */
 
-#define FAIL(...)                 \
-  do {                            \
-    printf("FAIL ");              \
-    printf(__VA_ARGS__);          \
-    printf("\n");                 \
-    failures++;                   \
-  } while (0)
-
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -123,18 +115,7 @@ static ptx_module *build_one(const attn_spec *s, int count_io, const char *label
     if (ptx && write_file(name, ptx, strlen(ptx))) FAIL("%s: cannot write into %s", label, workdir);
   }
   free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) {
-    no_nvrtc = 1;
-    printf("SKIP: %s\n", log ? log : "no NVRTC");
-  } else if (rc != ATTN_OK) {
-    FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
-  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
-    FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
-  }
-  free(ptx);
-  free(log);
-  return m;
+  return emu_load_ptx(rc, ptx, log, label, &no_nvrtc, &failures);
 }
 
 static int build(const attn_spec *s, const char *label) {

@@ -42,14 +42,6 @@ static unsigned long long smem_waves, smem_ideal; /* the backward's shared-memor
 static unsigned long long ldsm_waves, ldsm_ideal; /* the same of its ldmatrix fragment loads */
 static double worst_u[ATTN_BF16 + 1];
 
-#define FAIL(...)        \
-  do {                   \
-    printf("FAIL ");     \
-    printf(__VA_ARGS__); \
-    printf("\n");        \
-    failures++;          \
-  } while (0)
-
 typedef struct {
   int batch, heads, heads_kv, n, n_kv;
   float scale; /* 0: 1/sqrt(d) */
@@ -374,21 +366,10 @@ out:
 /* src (freed) through NVRTC to the PTX of arch, loaded by the interpreter; NULL with a failure reported, or with
  * no_nvrtc set. */
 static ptx_module *ptx_of(char *src, const char *arch, const char *label) {
-  char err[512], *ptx = NULL, *log = NULL;
+  char *ptx = NULL, *log = NULL;
   const int rc = attn_nvrtc_ptx(src, "attn.cu", arch, &ptx, &log);
   free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) {
-    no_nvrtc = 1;
-    printf("SKIP: %s\n", log ? log : "no NVRTC");
-  } else if (rc != ATTN_OK) {
-    FAIL("%s: NVRTC does not compile it:\n%s", label, log ? log : "(no log)");
-  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
-    FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
-  }
-  free(ptx);
-  free(log);
-  return m;
+  return emu_load_ptx(rc, ptx, log, label, &no_nvrtc, &failures);
 }
 
 /* --compile: src (freed) through NVRTC to a cubin of the spec's arch: every entry compiled (attn_bwd_post with

@@ -52,14 +52,6 @@
 #include "ptx/ptx.h"
 
 static int failures, cases, no_nvrtc;
-#define FAIL(...)                 \
-  do {                            \
-    printf("FAIL ");              \
-    printf(__VA_ARGS__);          \
-    printf("\n");                 \
-    failures++;                   \
-  } while (0)
-
 /* ---- options ---- */
 static int layout, opt_nan, nan_seen, opt_window, opt_alibi, opt_heads = 4, opt_heads_kv = 2, opt_n = 5, npages;
 static int opt_pack = 1, opt_nkv = 1000; /* traffic: pack=0 (layout 2), n_kv= */
@@ -89,18 +81,7 @@ static ptx_module *build_ptx(const attn_spec *s, const char *label) {
   char *ptx = NULL, *log = NULL;
   const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
   free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) {
-    no_nvrtc = 1;
-    printf("SKIP: %s\n", log ? log : "no NVRTC");
-  } else if (rc != ATTN_OK) {
-    FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
-  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
-    FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
-  }
-  free(ptx);
-  free(log);
-  return m;
+  return emu_load_ptx(rc, ptx, log, label, &no_nvrtc, &failures);
 }
 
 static size_t es_of(attn_dtype t) { return attn_dtype_size(t); }

@@ -24,14 +24,6 @@
 #include "ptx/ptx.h"
 
 static int failures, cases;
-#define FAIL(...)        \
-  do {                   \
-    printf("FAIL ");     \
-    printf(__VA_ARGS__); \
-    printf("\n");        \
-    failures++;          \
-  } while (0)
-
 /* The launch hook: the plan's kernel (the spec it was compiled with) run on a fresh interpreter machine with the
  * launch's parameter block, q, k, v (and the slopes) copied in from the fake's device memory (host memory), o and lse
  * copied back; K's and V's read sectors kept. */
@@ -95,12 +87,7 @@ static ptx_module *build_ptx(const attn_spec *s, const char *label, int *no_nvrt
   char *ptx = NULL, *log = NULL;
   const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
   free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) *no_nvrtc = 1;
-  else if (rc != ATTN_OK) FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
-  else if (!(m = ptx_parse(ptx, err, sizeof err))) FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
-  free(ptx);
-  free(log);
+  ptx_module *m = emu_load_ptx(rc, ptx, log, label, no_nvrtc, &failures);
   if (m) snprintf(kept_label, sizeof kept_label, "%s", label), kept = m;
   return m;
 }

@@ -1,6 +1,7 @@
 /* emu_util.h: what the PTX interpreter's kernel tests share (tests/cuda_emu.c, cuda_emu_serve.c, cuda_emu_bwd.c,
- * cuda_emu_sm90.c): a file's text, the ATTN_EMU_TEMPLATE substitution of a generated source's template
- * (tests/ptx_mutation.sh's mutants), and the forward's error limits against fp64 (the backward's: bwd_util.h). */
+ * cuda_emu_sm90.c, cuda_gqa_decode.c, serve_gpu_meas.c): FAIL, NVRTC's PTX loaded by the interpreter, a file's text,
+ * the ATTN_EMU_TEMPLATE substitution of a generated source's template (tests/ptx_mutation.sh's mutants), and the
+ * forward's error limits against fp64 (the backward's: bwd_util.h). */
 #ifndef EMU_UTIL_H
 #define EMU_UTIL_H
 
@@ -9,6 +10,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+#include "ptx/ptx.h"
+
+/* A line "FAIL ...", counted in the including test's own `failures`. */
+#define FAIL(...)        \
+  do {                   \
+    printf("FAIL ");     \
+    printf(__VA_ARGS__); \
+    printf("\n");        \
+    failures++;          \
+  } while (0)
+
+/* attn_nvrtc_ptx's answer (rc, ptx, log: both freed here) loaded by the interpreter: the module; else NULL, with a
+ * line "SKIP: ..." and *no_nvrtc set where there is no NVRTC, or a line "FAIL label: ..." counted in *failures. */
+__attribute__((unused)) static ptx_module *emu_load_ptx(int rc, char *ptx, char *log, const char *label,
+                                                        int *no_nvrtc, int *failures) {
+  char err[512];
+  ptx_module *m = NULL;
+  if (rc == ATTN_ENODEV) {
+    *no_nvrtc = 1;
+    printf("SKIP: %s\n", log ? log : "no NVRTC");
+  } else if (rc != ATTN_OK) {
+    printf("FAIL %s: NVRTC does not compile the kernel:\n%s\n", label, log ? log : "(no log)");
+    ++*failures;
+  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
+    printf("FAIL %s: the PTX interpreter refuses NVRTC's PTX: %s\n", label, err);
+    ++*failures;
+  }
+  free(ptx);
+  free(log);
+  return m;
+}
 
 /* The whole file at p, NUL-terminated and malloc'd; NULL when it cannot be read. */
 __attribute__((unused)) static char *emu_read_text(const char *p) {

@@ -2,20 +2,10 @@
  * deterministic kernel's on the same tiles, and the untuned backward never choosing atomics. Exit 1 on a failure. */
 #include <stdio.h>
 #include <string.h>
+#include "check.h"
 #include "gpus.h"
 #include "model.h"
 #include "spec_bwd_cuda.h"
-
-static int failures;
-#define CHECK(c, ...)                \
-  do {                               \
-    if (!(c)) {                      \
-      printf("FAIL ");               \
-      printf(__VA_ARGS__);           \
-      printf("\n");                  \
-      failures++;                    \
-    }                                \
-  } while (0)
 
 int main(void) {
   char err[512];

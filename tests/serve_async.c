@@ -6,19 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "internal.h"
-
-static int failures, checks;
-#define CHECK(cond, ...)          \
-  do {                            \
-    checks++;                     \
-    if (!(cond)) {                \
-      printf("FAIL ");            \
-      printf(__VA_ARGS__);        \
-      printf("\n");               \
-      failures++;                 \
-    }                             \
-  } while (0)
 
 static void poison(float *o, size_t n) {
   for (size_t i = 0; i < n; i++) o[i] = NAN;

@@ -21,23 +21,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "cmds.h"
+#include "emu_util.h"
 #include "fake_libcuda.h"
 #include "internal.h"
 #include "kernel_abi_cuda.h"
 #include "measure.h"
 #include "ptx/ptx.h"
 
-static int failures, no_nvrtc;
-#define CHECK(cond, ...)   \
-  do {                     \
-    if (!(cond)) {         \
-      printf("FAIL ");     \
-      printf(__VA_ARGS__); \
-      printf("\n");        \
-      failures++;          \
-    }                      \
-  } while (0)
+static int no_nvrtc;
 
 /* ---- the layouts' kernels on the interpreter ---- */
 
@@ -58,26 +51,13 @@ static ptx_module *module_of(const attn_spec *s) {
   char err[512];
   char *src = attn_spec_source(s, 0, err, sizeof err);
   if (!src) {
-    printf("FAIL %s: %s\n", text, err);
-    failures++;
+    FAIL("%s: %s", text, err);
     return NULL;
   }
   char *ptx = NULL, *log = NULL;
   const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
   free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) {
-    no_nvrtc = 1;
-    printf("SKIP: %s\n", log ? log : "no NVRTC");
-  } else if (rc != ATTN_OK) {
-    printf("FAIL %s: NVRTC: %s\n", text, log ? log : "(no log)");
-    failures++;
-  } else if (!(m = ptx_parse(ptx, err, sizeof err))) {
-    printf("FAIL %s: the PTX interpreter refuses NVRTC's PTX: %s\n", text, err);
-    failures++;
-  }
-  free(ptx);
-  free(log);
+  ptx_module *m = emu_load_ptx(rc, ptx, log, text, &no_nvrtc, &failures);
   if (m) {
     snprintf(modules[n_modules].text, sizeof modules[n_modules].text, "%s", text);
     modules[n_modules++].m = m;
@@ -169,8 +149,7 @@ static int install_hook(int on) {
   fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
   rec = lib ? (fake_cuda_record_fn)dlsym(lib, "fake_cuda_record") : NULL;
   if (!set_hook || !rec) {
-    printf("FAIL the fake driver (ATTN_LIBCUDA) was not loaded, or has no fake_cuda_set_hook\n");
-    failures++;
+    FAIL("the fake driver (ATTN_LIBCUDA) was not loaded, or has no fake_cuda_set_hook");
     return -1;
   }
   set_hook(on ? on_launch : NULL, NULL);

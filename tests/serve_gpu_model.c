@@ -5,20 +5,9 @@
  * smallcache, both layouts at once). */
 #include <stdio.h>
 #include <string.h>
+#include "check.h"
 #include "io_theory.h"
 #include "model.h"
-
-static int failures, checks;
-#define CHECK(cond, ...)   \
-  do {                     \
-    checks++;              \
-    if (!(cond)) {         \
-      printf("FAIL ");     \
-      printf(__VA_ARGS__); \
-      printf("\n");        \
-      failures++;          \
-    }                      \
-  } while (0)
 
 int main(void) {
   char err[512];
