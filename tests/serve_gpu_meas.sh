@@ -8,13 +8,9 @@
 #           f16's limit) and a time, impl=wgmma rows invalid with the reason, one chosen row per layout
 set -u
 case_=$1 T=$2 W=$3 MEAS=$4
-rm -rf "$W"
-mkdir -p "$W"
-out=$W/out.txt
-fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
-q() { sqlite3 "$1" "$2" 2>/dev/null || echo -1; }
-printf 'return function(space, tune) tune.evaluate({}) end\n' >"$W/default.lua"
-quick="--strategy $W/default.lua --budget 1 --reps 1 --time-cap 0.02"
+# shellcheck source-path=SCRIPTDIR source=sh_util.sh
+. "$(dirname "$0")/sh_util.sh"
+default_only
 paged="--gpu H100 --d 64 --n 1 --n-kv 13 --heads 4 --heads-kv 2 --batch 2 --dtype f16 --causal 0 --page-size 8"
 varlen="--gpu H100 --d 64 --heads 2 --heads-kv 1 --dtype f16 --causal 1 --varlen 1,7:9,3:0,0:5"
 

@@ -5,11 +5,8 @@
 #   usage: bad --pass values exit 2 with one line, before anything is stored (the backward on a GPU: tune_bwd_gpu.sh)
 set -u
 case_=$1 T=$2 W=$3 PLAN=${4:-}
-rm -rf "$W"
-mkdir -p "$W"
-out=$W/out.txt
-fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
-q() { sqlite3 "$1" "$2" 2>/dev/null || echo -1; }
+# shellcheck source-path=SCRIPTDIR source=sh_util.sh
+. "$(dirname "$0")/sh_util.sh"
 
 case $case_ in
 run)

@@ -7,15 +7,11 @@
 #   usage: the layouts' bad arguments exit 2 with one line, before anything is stored
 set -u
 case_=$1 T=$2 W=$3 PLAN=${4:-}
-rm -rf "$W"
-mkdir -p "$W"
-out=$W/out.txt
-fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
-q() { sqlite3 "$1" "$2" 2>/dev/null || echo -1; }
-# one configuration, the untuned default (a Lua table of no fields), shared by both problems and by the other tuner
-# tests at d = 64: at most two compiles
-printf 'return function(space, tune) tune.evaluate({}) end\n' >"$W/default.lua"
-quick="--strategy $W/default.lua --budget 1 --reps 1 --time-cap 0.02"
+# shellcheck source-path=SCRIPTDIR source=sh_util.sh
+. "$(dirname "$0")/sh_util.sh"
+# one configuration, the untuned default, shared by both problems and by the other tuner tests at d = 64: at most two
+# compiles
+default_only
 
 case $case_ in
 run)

@@ -3,10 +3,8 @@
 set -u
 case_=$1 T=$2 W=$3 PLAN=${4:-}
 LUA=$(dirname "$0")/lua
-rm -rf "$W"
-mkdir -p "$W"
-out=$W/out.txt
-fail() { echo "FAIL ($case_): $*" >&2; echo "--- output:" >&2; cat "$out" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=sh_util.sh
+. "$(dirname "$0")/sh_util.sh"
 rows() { sqlite3 "$1" "SELECT COUNT(*) FROM measurements" 2>/dev/null || echo -1; }
 
 case $case_ in
