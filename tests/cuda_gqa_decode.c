@@ -78,16 +78,7 @@ static ptx_module *build_ptx(const attn_spec *s, const char *label, int *no_nvrt
   if (kept && !strcmp(label, kept_label)) return kept;
   if (kept) ptx_module_free(kept);
   kept = NULL;
-  char err[512];
-  char *src = attn_spec_source(s, 0, err, sizeof err);
-  if (!src) {
-    FAIL("%s: %s", label, err);
-    return NULL;
-  }
-  char *ptx = NULL, *log = NULL;
-  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
-  free(src);
-  ptx_module *m = emu_load_ptx(rc, ptx, log, label, no_nvrtc, &failures);
+  ptx_module *m = emu_spec_ptx(s, label, no_nvrtc, &failures);
   if (m) snprintf(kept_label, sizeof kept_label, "%s", label), kept = m;
   return m;
 }

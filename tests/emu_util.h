@@ -42,6 +42,23 @@ __attribute__((unused)) static ptx_module *emu_load_ptx(int rc, char *ptx, char 
   return m;
 }
 
+/* The kernel of spec s as users run it (no I/O counting) through NVRTC, loaded by the interpreter: as emu_load_ptx,
+ * with a "FAIL label: ..." line too where s has no source. */
+__attribute__((unused)) static ptx_module *emu_spec_ptx(const attn_spec *s, const char *label, int *no_nvrtc,
+                                                        int *failures) {
+  char err[512];
+  char *src = attn_spec_source(s, 0, err, sizeof err);
+  if (!src) {
+    printf("FAIL %s: %s\n", label, err);
+    ++*failures;
+    return NULL;
+  }
+  char *ptx = NULL, *log = NULL;
+  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
+  free(src);
+  return emu_load_ptx(rc, ptx, log, label, no_nvrtc, failures);
+}
+
 /* The whole file at p, NUL-terminated and malloc'd; NULL when it cannot be read. */
 __attribute__((unused)) static char *emu_read_text(const char *p) {
   FILE *f = fopen(p, "rb");

@@ -48,16 +48,7 @@ static ptx_module *module_of(const attn_spec *s) {
   for (int i = 0; i < n_modules; i++)
     if (strcmp(modules[i].text, text) == 0) return modules[i].m;
   if (n_modules == MAX_MODULES) return NULL;
-  char err[512];
-  char *src = attn_spec_source(s, 0, err, sizeof err);
-  if (!src) {
-    FAIL("%s: %s", text, err);
-    return NULL;
-  }
-  char *ptx = NULL, *log = NULL;
-  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
-  free(src);
-  ptx_module *m = emu_load_ptx(rc, ptx, log, text, &no_nvrtc, &failures);
+  ptx_module *m = emu_spec_ptx(s, text, &no_nvrtc, &failures);
   if (m) {
     snprintf(modules[n_modules].text, sizeof modules[n_modules].text, "%s", text);
     modules[n_modules++].m = m;
