@@ -267,6 +267,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: serve_gpu_meas measure | tune ARGS...\n");
     return 2;
   }
+  /* without NVRTC the runtime's compiles fail before any hook runs: skip as the other interpreter tests do */
+  char why[256];
+  int major = 0, minor = 0;
+  if (attn_nvrtc_version(&major, &minor, why, sizeof why) == ATTN_ENODEV) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
   int rc = 0;
   if (strcmp(argv[1], "measure") == 0) {
     rc = measure();
