@@ -31,6 +31,17 @@ int attn_cuda_geometry(const attn_spec *s, long long bh, long long n, long long 
   switch (s->algo) {
   case ATTN_ALGO_FLASH:
     g->items = grid = qblocks * bh;
+    if (s->split > 1) {
+      /* S parts of each item's key blocks; the scratch holds each part's O (d_v fp32 a row), m and l for every
+       * row, and attn_combine takes one entry of O a thread */
+      const long long rows = bh * n, entries = rows * attn_spec_dv(s);
+      grid = g->items * s->split;
+      g->scratch = (long long)s->split * rows * (attn_spec_dv(s) + 2) * 4;
+      g->combine_block = 256;
+      if ((entries + 255) / 256 > 0x7fffffffLL)
+        return attn_errf(err, len, ATTN_EUNSUPPORTED, "%lld entries of O exceed one combine launch", entries);
+      g->combine_grid = (unsigned)((entries + 255) / 256);
+    }
     break;
   case ATTN_ALGO_SMALLCACHE: {
     /* Each resident block owns a Br x n_kv fp32 slice of S in slow memory and loops over work items. */

@@ -14,6 +14,9 @@ typedef struct attn_cuda_geom {
   long long consts;            /* per-plan constant bytes written by attn_init (0: the module has no attn_init) */
   unsigned init_grid, init_block;
   long long items;             /* work items; grid < items when blocks loop over them */
+  /* split-KV flash (spec split = S > 1): grid = items x S parts writing fp32 partials to the scratch, then
+   * attn_combine's launch of combine_grid blocks of combine_block threads (0: no combine) */
+  unsigned combine_grid, combine_block;
 } attn_cuda_geom;
 
 /* bh = batch * heads. max_resident: blocks the device runs at once (SMs x blocks per SM; 0: unknown), which caps the

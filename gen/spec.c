@@ -276,12 +276,18 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
   if (s->split < 0 || s->split > 64)
     return attn_errf(err, len, ATTN_EINVAL, "split=%d must be in 0..64 (key-range parts per query block; 0, 1: none)",
                      s->split);
-  /* only the CPU flash template has the partials and the merge; CUDA keys never carry the field */
-  if (s->target == ATTN_TARGET_CUDA && s->split != 0)
-    return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to cpu flash kernels only (cuda specs keep split=0)",
-                     s->split);
+  /* CUDA split-KV (templates/flash.cu: partials in the scratch, then attn_combine): dense, unmasked mma.sync flash;
+   * split=1 would be a second key for the kernel without split */
+  if (s->target == ATTN_TARGET_CUDA && s->split == 1)
+    return attn_errf(err, len, ATTN_EINVAL, "split=1 is no split: cuda specs keep split=0 for that");
+  if (s->target == ATTN_TARGET_CUDA && s->split > 1 &&
+      (s->algo != ATTN_ALGO_FLASH || s->causal || s->window || s->layout || s->impl == ATTN_IMPL_WGMMA))
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "split=%d on cuda is for dense flash without causal, window, layout or impl=wgmma (this is %s%s%s%s%s)",
+                     s->split, attn_algo_name(s->algo), s->causal ? " causal" : "", s->window ? " window" : "",
+                     s->layout ? " layout" : "", s->impl == ATTN_IMPL_WGMMA ? " impl=wgmma" : "");
   if (s->split > 1 && s->algo != ATTN_ALGO_FLASH)
-    return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to cpu flash kernels only, not %s", s->split,
+    return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to flash kernels only, not %s", s->split,
                      attn_algo_name(s->algo));
   if ((unsigned)s->window > 1 || (unsigned)s->softcap > 1 || (unsigned)s->alibi > 1)
     return attn_errf(err, len, ATTN_EINVAL,

@@ -93,6 +93,7 @@ struct attn_cuda_kernel {
   CUfunction fn;
   CUfunction pre;           /* a backward module's attn_bwd_pre (templates/flash_bwd.cu); NULL in a forward's */
   CUfunction post;          /* a dq=atomic backward's attn_bwd_post (dq from the fp32 scratch); NULL otherwise */
+  CUfunction combine;       /* a split-KV forward's attn_combine (O from the parts in the scratch); NULL otherwise */
   int backward;
   attn_spec spec;           /* as compiled: arch is the device's */
   long long smem;
@@ -371,6 +372,10 @@ static int sm90_encode(void *ctx, attn_cuda_tmap *map, const attn_sm90_tmap_para
 static int launch_forward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_cuda_geom *g, attn_cuda_kargs *a,
                           CUstream s) {
   attn_cuda *c = k->cu;
+  if (k->combine) { /* split-KV: the parts, then their merge, in the stream's order (the scratch is the call's) */
+    const int rc = launch(rt, c, k->fn, g->grid, g->block, (unsigned)k->smem, a, s, "attn_kernel");
+    return rc != ATTN_OK ? rc : launch(rt, c, k->combine, g->combine_grid, g->combine_block, 0, a, s, "attn_combine");
+  }
   if (k->spec.impl != ATTN_IMPL_WGMMA) return launch(rt, c, k->fn, g->grid, g->block, (unsigned)k->smem, a, s,
                                                      "attn_kernel");
   attn_cuda_sm90_kargs ka;
@@ -432,6 +437,9 @@ static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int b
   CUresult r = 0;
   if (rc == ATTN_OK && (r = c->cuModuleGetFunction(&k->fn, k->mod, "attn_kernel")) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_kernel: %s", label, cu_err(c, r));
+  if (rc == ATTN_OK && !backward && k->spec.split > 1 &&
+      (r = c->cuModuleGetFunction(&k->combine, k->mod, "attn_combine")) != 0)
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_combine: %s", label, cu_err(c, r));
   if (rc == ATTN_OK && backward && (r = c->cuModuleGetFunction(&k->pre, k->mod, "attn_bwd_pre")) != 0)
     rc = attn_fail(rt, ATTN_ERUNTIME, "%s has no attn_bwd_pre: %s", label, cu_err(c, r));
   if (rc == ATTN_OK && backward && k->spec.dq && (r = c->cuModuleGetFunction(&k->post, k->mod, "attn_bwd_post")) != 0)
@@ -620,7 +628,7 @@ static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_prob
   CUdeviceptr scratch = 0, counters = 0;
   CUevent ev[2] = {NULL, NULL};
   CUresult r = 0;
-  /* Scratch per call: a plan may run in several threads at once, and only smallcache needs any. */
+  /* Scratch per call: a plan may run in several threads at once (smallcache and split-KV flash need it). */
   if (g.scratch > 0 && (r = c->cuMemAlloc_v2(&scratch, (size_t)g.scratch)) != 0) {
     rc = attn_fail(rt, ATTN_ENOMEM, "%lld bytes of device scratch: %s", g.scratch, cu_err(c, r));
     goto done;
@@ -699,8 +707,8 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
   if (g.scratch > 0 && !c->pools) return run_sync(rt, k, p, s, q, kk, v, o, NULL, NULL, NULL, "attn_execute_async");
   CUdeviceptr scratch = 0;
   CUresult r = 0;
-  /* Scratch per launch (smallcache's), allocated and freed in the stream's order: a plan may be queued on several
-   * streams at once, and the memory is reused only after this launch has finished with it. */
+  /* Scratch per launch (smallcache's, split-KV's parts), allocated and freed in the stream's order: a plan may be
+   * queued on several streams at once, and the memory is reused only after this launch has finished with it. */
   if (g.scratch > 0 && (r = c->cuMemAllocAsync(&scratch, (size_t)g.scratch, s)) != 0)
     return attn_fail(rt, ATTN_ENOMEM, "%lld bytes of device scratch: cuMemAllocAsync: %s", g.scratch, cu_err(c, r));
   a.scratch = (void *)(uintptr_t)scratch;

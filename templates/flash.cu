@@ -107,6 +107,23 @@
 #else
 #define FA_OS FA_DV
 #endif
+/* split-KV (gen/spec.c defines ATTN_SPLIT > 1 for the specs that have it; dense, unmasked kernels only): the grid is
+ * the work items times S, block b taking item b % items and part b / items of its key blocks; each part writes its
+ * unnormalised fp32 O, m and l to the scratch, and attn_combine merges the parts */
+#ifndef ATTN_SPLIT
+#define ATTN_SPLIT 1
+#endif
+#define FA_SPLIT (ATTN_SPLIT > 1)
+#if FA_SPLIT && (FA_MASK || ATTN_LAYOUT)
+#error "split-KV is for dense kernels without causal mask or window"
+#endif
+#if FA_SPLIT
+#define FA_BID (blockIdx.x % (unsigned)a.grid_items)
+#define FA_BLOCKS ((long long)a.grid_items * ATTN_SPLIT)
+#else
+#define FA_BID blockIdx.x
+#define FA_BLOCKS a.grid_items
+#endif
 
 static_assert(FA_BC % 16 == 0 && FA_S >= 1, "Bc must be a multiple of 16");
 static_assert(FA_W % FA_VS == 0 && FA_DVW % 16 == 0, "d_v's split must give each warp whole 16-column tiles");
@@ -794,6 +811,36 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, unsigned char *smem, f
   return bad;
 }
 
+#if FA_SPLIT
+/* split-KV: the part's unnormalised O (fp32, d_v columns a row), running max m (base 2) and sum l of each row to the
+ * scratch; every lane of a row stores its m and l (the same bits), as the epilogue's lse */
+__device__ __forceinline__ void fa_partial(fa_state &st, float *po, float *pm, float *pl, int rows, int wr0, int lane,
+                                           int cg) {
+  const int g = lane >> 2, t = lane & 3;
+  fa_wait<0>();
+#pragma unroll
+  for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float l = st.l[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int r = wr0 + 16 * mt + 8 * h + g;
+      if (r < rows) {
+        pm[r] = st.m[mt][h];
+        pl[r] = l;
+#pragma unroll
+        for (int dt = 0; dt < FA_DT; dt++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int c = cg * FA_DVW + 8 * dt + 2 * t + e;
+            if (FA_DVP == FA_DV || c < FA_DV) po[(long long)r * FA_DV + c] = st.o[mt][dt][2 * h + e];
+          }
+      }
+    }
+}
+#endif
+
 #else
 /* ======================= f32: CUDA cores ======================= */
 #define FA_CL (FA_NC % 8 == 0 && FA_NCV % 8 == 0 ? 8 : 4) /* lanes sharing a row: its keys and chunks of d_v */
@@ -963,6 +1010,31 @@ __device__ __forceinline__ bool fa_epilogue(fa_state &st, fa_elem *o, int rows, 
   }
   return bad;
 }
+
+#if FA_SPLIT
+/* split-KV: as the tensor cores' fa_partial */
+__device__ __forceinline__ void fa_partial(fa_state &st, float *po, float *pm, float *pl, int rows, int wr0) {
+#pragma unroll
+  for (int i = 0; i < FA_TM; i++) {
+    float l = st.l[i];
+#pragma unroll
+    for (int x = 1; x < FA_CL; x *= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
+    const int r = wr0 + st.ry + FA_RL * i;
+    if (r < rows) {
+      pm[r] = st.m[i];
+      pl[r] = l;
+#pragma unroll
+      for (int j = 0; j < FA_TO; j++) {
+        const int c = 4 * (st.cx + FA_CL * j);
+        const float x[4] = {st.o[i][j].x, st.o[i][j].y, st.o[i][j].z, st.o[i][j].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          if (FA_DVP == FA_DV || c + e < FA_DV) po[(long long)r * FA_DV + c + e] = x[e];
+      }
+    }
+  }
+}
+#endif
 #endif
 
 /* Key block jb of n_kv keys: its first key and its number of rows. n_kv < 2^31 (gen/launch.c), so ints hold them. */
@@ -1169,13 +1241,13 @@ __device__ __forceinline__ bool fa_block_masks(int j0, int diag, int lw0, int e,
 extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_kargs a) {
   ATTN_CIO_DECL;
   extern __shared__ __align__(16) unsigned char attn_smem[];
-  if ((long long)blockIdx.x < a.grid_items) {
+  if ((long long)blockIdx.x < FA_BLOCKS) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #if ATTN_LAYOUT == 0
     const int n = (int)a.n, n_kv = (int)a.n_kv; /* both < 2^31 (gen/launch.c) */
     const int nqb = (n - 1) / FA_BR + 1; /* n >= 1; n + Br - 1 could overflow */
-    const long long bh = blockIdx.x / nqb;
-    int qb = blockIdx.x % nqb;
+    const long long bh = FA_BID / nqb;
+    int qb = FA_BID % nqb;
     if (ATTN_CAUSAL) qb = nqb - 1 - qb; /* heaviest first */
     const int i0 = qb * FA_BR;
     const int rows = n - i0 < FA_BR ? n - i0 : FA_BR;
@@ -1249,7 +1321,14 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       L = e < 0 ? 0 : e < n_kv ? (int)e : n_kv;
     }
 #endif
+#if FA_SPLIT
+    /* part p of S: key blocks [jk0 + nk p / S, jk0 + nk (p + 1) / S) of the block's nk; a part may have none */
+    const int jk0 = jlo / FA_BC, nk = (L > jlo ? (L - 1) / FA_BC + 1 : jk0) - jk0;
+    const long long part = blockIdx.x / (unsigned)a.grid_items;
+    const int jb0 = jk0 + (int)(nk * part / ATTN_SPLIT), nb = jk0 + (int)(nk * (part + 1) / ATTN_SPLIT);
+#else
     const int jb0 = jlo / FA_BC, nb = L > jlo ? (L - 1) / FA_BC + 1 : jb0;
+#endif
     /* Last key visible to the warp's first row, clamped to [-RW-1, n_kv-1] (the same masks, and 32 bits): key
      * block j0 hides a key from some row of the warp above the row's keys iff j0 > diag - Bc + 1 (the first row sees
      * the lowest last key; with diag = n_kv - 1 that is the block cut by n_kv). Windowed: key j0 + c is below row
@@ -1390,6 +1469,20 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     }
 #endif
 
+#if FA_SPLIT
+    {
+      /* the part's rows in the scratch: O [S][R][d_v], then m [S][R] and l [S][R], R = batch*heads*n rows */
+      const long long R = a.batch * a.heads * a.n, r0 = part * R + bh * n + i0;
+      float *po = (float *)a.scratch, *pm = po + ATTN_SPLIT * R * FA_DV, *pl = pm + ATTN_SPLIT * R;
+#if ATTN_DTYPE == 0
+      fa_wait<0>();
+      fa_partial(st, po + r0 * FA_DV, pm + r0, pl + r0, rows, wr0);
+#else
+      fa_partial(st, po + r0 * FA_DV, pm + r0, pl + r0, rows, wr0, lane, cg);
+#endif
+      ATTN_CIO_WRITE((long long)rows * (FA_DV + 2));
+    }
+#else
 #if ATTN_LAYOUT == 1
     fa_elem *o = (fa_elem *)a.o + (((long long)q0 + i0) * heads + bh % heads) * FA_DV; /* [total_q][heads][d_v] */
 #else
@@ -1426,6 +1519,44 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
 #else
     (void)bad;
 #endif
+#endif
   }
   ATTN_CIO_FLUSH(a);
 }
+
+#if FA_SPLIT
+/* split-KV's merge: entry (r, c) of O, r of the R = batch*heads*n rows, from the S parts' O, m and l in the scratch
+ * (attn_kernel's layout), in part order (the same bits run to run): M = max m_s, w_s = 2^(m_s - M), O = sum w_s O_s
+ * / sum w_s l_s. A part without keys (m = -inf) weighs 0; every row sees some key (no mask), so the dense kernel's
+ * rules follow: all scores -inf gives l = 0 and O = 0 * inf = NaN, a NaN or +inf score NaN. One thread an entry;
+ * the grid is gen/launch.c's combine_grid. */
+__device__ __forceinline__ fa_elem fa_round(float x) {
+#if ATTN_DTYPE == 0
+  return x;
+#else
+  return (fa_elem)(fa_pack(x, 0.0f) & 0xffffu);
+#endif
+}
+extern "C" __global__ void attn_combine(attn_cuda_kargs a) {
+  const long long R = a.batch * a.heads * a.n;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx < R * FA_DV) {
+    const long long r = idx / FA_DV;
+    const int c = (int)(idx % FA_DV);
+    const float *po = (const float *)a.scratch, *pm = po + ATTN_SPLIT * R * FA_DV, *pl = pm + ATTN_SPLIT * R;
+    float mx = FA_NEG_INF;
+#pragma unroll
+    for (int s = 0; s < ATTN_SPLIT; s++) mx = fmaxf(mx, pm[s * R + r]);
+    const float mu = mx == FA_NEG_INF ? 0.0f : mx; /* no part saw a finite score: -inf - -inf never occurs */
+    float l = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int s = 0; s < ATTN_SPLIT; s++) {
+      const float w = fa_ex2(pm[s * R + r] - mu);
+      l = fmaf(pl[s * R + r], w, l);
+      acc = fmaf(po[(s * R + r) * FA_DV + c], w, acc);
+    }
+    ((fa_elem *)a.o)[r * FA_DV + c] = fa_round(acc * (1.0f / l));
+    if (a.lse && c == 0) a.lse[r] = fa_lse(mx, l, true);
+  }
+}
+#endif

@@ -8,7 +8,10 @@
  *                                                   memory as attn_cuda_geometry (gen/launch.h) says
  *   __global__ void attn_init(attn_cuda_kargs a)    only when the geometry has consts > 0: fills a.consts (per-plan
  *                                                   constants, e.g. lowrank's random directions) once at load;
- *                                                   q, k, v, o, scratch, io are NULL then */
+ *                                                   q, k, v, o, scratch, io are NULL then
+ *   __global__ void attn_combine(attn_cuda_kargs a) only in a split-KV flash module (spec split > 1): merges the
+ *                                                   parts attn_kernel left in a.scratch into a.o (and a.lse), launched
+ *                                                   after it with the geometry's combine_grid and combine_block */
 #ifndef ATTN_KERNEL_ABI_CUDA_H
 #define ATTN_KERNEL_ABI_CUDA_H
 

@@ -1,0 +1,372 @@
+/* cuda_splitkv: split-KV CUDA flash (spec split = S > 1: templates/flash.cu's parts, then attn_combine) on the
+ * runtime's launch path, on the fake driver (tests/fake_libcuda.c) whose launch hook runs each launch on the PTX
+ * interpreter (tests/ptx), as tests/cuda_gqa_decode.c does for dense decode.
+ *   cuda_splitkv LIBCUDA DTYPE [d=D] [dv=DV] [n=N] [n_kv=N,N,...] [heads=H/HKV] [batch=B] [softcap=C] S...
+ *       defaults d = 64, n = 1, n_kv = 37, heads 4/2 (GQA, packed by the runtime), batch 1. For each n_kv and each
+ *       S: a plan by attn_plan_create_spec with the default tiles and split = S, run by attn_execute, by
+ *       attn_execute_lse and by attn_execute_async (stream-ordered scratch) on the interpreter. Checked: each call is
+ *       two launches (the parts on a grid of S times the dense one's items, then attn_combine), O of the three calls
+ *       the same bits and every entry written, within tests/cuda_emu.c's limits of fp64 (each entry within 8 times
+ *       the Frobenius limit), lse within 16 fp32 ulps of the logits' size of fp64's. nan: NaN in one V entry and +inf
+ *       in one Q entry; O's and lse's NaN exactly where fp64's are, the rest as above. alibi: slopes of both signs
+ *       (a block a query head: ALiBi is never packed).
+ * ATTN_EMU_TEMPLATE=FILE compiles FILE in place of templates/flash.cu (tests/ptx_mutation.sh's mutants).
+ * Exit 77 (skipped) without NVRTC. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "emu_util.h"
+#include "fake_libcuda.h"
+#include "internal.h"
+#include "kernel_abi_cuda.h"
+#include "launch.h"
+#include "ptx/ptx.h"
+
+static int failures, cases;
+#define FAIL(...)        \
+  do {                   \
+    printf("FAIL ");     \
+    printf(__VA_ARGS__); \
+    printf("\n");        \
+    failures++;          \
+  } while (0)
+
+/* The launch hook: launches alternate between the parts (attn_kernel: q, k, v in, the scratch out to the fake's
+ * device memory, which is host memory) and attn_combine (the scratch in, o and lse out), each on a fresh machine. */
+typedef struct hook_state {
+  const ptx_module *m;
+  const attn_spec *s;
+  size_t qb, kb, vb, ob, lb; /* bytes of q, k, v, o, lse */
+  int runs, fails;
+  unsigned grid[2];          /* the last parts' and combine's grids */
+} hook_state;
+
+static void on_launch(const void *params, unsigned grid, unsigned block, unsigned smem, void *user) {
+  hook_state *h = user;
+  attn_cuda_kargs a;
+  memcpy(&a, params, sizeof a);
+  const int combine = h->runs % 2;
+  char err[1024] = "";
+  ptx_machine *x = ptx_machine_new(h->m, err, sizeof err);
+  const size_t sb = (size_t)h->s->split * (size_t)(a.batch * a.heads * a.n) * (size_t)(attn_spec_dv(h->s) + 2) * 4;
+  uint64_t d[7] = {0};
+  const void *src[7] = {a.q, a.k, a.v, NULL, NULL, combine ? a.scratch : NULL, a.alibi};
+  /* ALiBi is never packed: a.heads is the problem's, a slope each */
+  const size_t bytes[7] = {combine ? 0 : h->qb, combine ? 0 : h->kb, combine ? 0 : h->vb, combine ? h->ob : 0,
+                           combine && a.lse ? h->lb : 0, sb, !combine && a.alibi ? sizeof(float) * (size_t)a.heads : 0};
+  static const char *names[7] = {"q", "k", "v", "o", "lse", "scratch", "alibi"};
+  int ok = x != NULL && a.scratch != NULL;
+  for (int i = 0; ok && i < 7; i++)
+    if (bytes[i])
+      ok = (d[i] = ptx_alloc(x, bytes[i], names[i])) != 0 && (!src[i] || ptx_copy_in(x, d[i], src[i], bytes[i]) == 0);
+  unsigned char *o = a.o, *scratch = a.scratch;
+  float *lse = a.lse;
+  a.q = (const void *)(uintptr_t)d[0], a.k = (const void *)(uintptr_t)d[1], a.v = (const void *)(uintptr_t)d[2];
+  a.o = (void *)(uintptr_t)d[3], a.lse = (float *)(uintptr_t)d[4], a.scratch = (void *)(uintptr_t)d[5];
+  a.alibi = (const float *)(uintptr_t)d[6];
+  a.consts = NULL, a.io = NULL;
+  const ptx_launch_cfg kc = {.grid = grid, .block = block, .dyn_smem = smem};
+  ok = ok && ptx_launch(x, combine ? "attn_combine" : "attn_kernel", &kc, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err,
+                        sizeof err) == 0;
+  if (ok && combine)
+    ok = ptx_copy_out(x, d[3], o, h->ob, NULL) == 0 && (!lse || ptx_copy_out(x, d[4], lse, h->lb, NULL) == 0);
+  else if (ok)
+    ok = ptx_copy_out(x, d[5], scratch, sb, NULL) == 0;
+  if (!ok) printf("FAIL the runtime's %s launch on the interpreter: %s\n", combine ? "combine" : "parts",
+                  x ? (a.scratch ? err : "no scratch") : "no machine");
+  h->fails += !ok;
+  h->grid[combine] = grid;
+  h->runs++;
+  ptx_machine_free(x);
+}
+
+/* The spec's module; ATTN_EMU_TEMPLATE replaces the template's text after its #line marker */
+static ptx_module *build_ptx(const attn_spec *s, const char *label, int *no_nvrtc) {
+  char err[512];
+  char *src = attn_spec_source(s, 0, err, sizeof err);
+  if (!src) {
+    FAIL("%s: %s", label, err);
+    return NULL;
+  }
+  const char *alt = getenv("ATTN_EMU_TEMPLATE");
+  if (alt && *alt) {
+    static const char mark[] = "#line 1 \"templates/flash.cu\"\n";
+    char *at = strstr(src, mark);
+    FILE *f = fopen(alt, "rb");
+    char *text = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)len + 1)) && fread(text, 1, (size_t)len, f) == (size_t)len) {
+      text[len] = '\0';
+    } else {
+      free(text);
+      text = NULL;
+    }
+    if (f) fclose(f);
+    char *joined = at && text ? malloc((size_t)(at - src) + sizeof mark + (size_t)len + 1) : NULL;
+    if (!joined) {
+      FAIL("%s: cannot read %s in place of templates/flash.cu", label, alt);
+      free(src), free(text);
+      return NULL;
+    }
+    sprintf(joined, "%.*s%s%s", (int)(at - src), src, mark, text);
+    free(src), free(text);
+    src = joined;
+  }
+  char *ptx = NULL, *log = NULL;
+  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
+  free(src);
+  ptx_module *m = NULL;
+  if (rc == ATTN_ENODEV) *no_nvrtc = 1;
+  else if (rc != ATTN_OK) FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
+  else if (!(m = ptx_parse(ptx, err, sizeof err))) FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
+  free(ptx);
+  free(log);
+  return m;
+}
+
+/* fp64 lse [batch][heads][n] of p on q, k (no mask: every row sees every key) */
+static void ref_lse(const attn_problem *p, const float *q, const float *k, double *out) {
+  const long n = p->n, nkv = p->n_kv, d = p->d, G = p->heads / p->heads_kv;
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
+    const long b = bh / p->heads, h = bh % p->heads;
+    const float *kh = k + (b * p->heads_kv + h / G) * nkv * d;
+    for (long i = 0; i < n; i++) {
+      const float *qi = q + (bh * n + i) * d;
+      double mx = -INFINITY, sum = 0;
+      for (int pass = 0; pass < 2; pass++)
+        for (long j = 0; j < nkv; j++) {
+          double acc = 0;
+          for (long c = 0; c < d; c++) acc += (double)qi[c] * kh[j * d + c];
+          const double s = attn_score_mod(p, acc * p->scale, h, i, j);
+          if (pass == 0) mx = s > mx ? s : mx;
+          else sum += exp(s - mx);
+        }
+      out[bh * n + i] = mx + log(sum);
+    }
+  }
+}
+
+typedef struct opts {
+  attn_dtype dtype;
+  int d, dv, n, n_kv, heads, heads_kv, batch;
+  float softcap;
+  int nan;   /* NaN in V (a column of one KV head) and +inf in one query row's Q */
+  int alibi; /* slopes of both signs */
+} opts;
+
+typedef int (*ctx_sync_fn)(void);
+
+static void run_case(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, ctx_sync_fn ctx_sync, const opts *op,
+                     int split, int *no_nvrtc) {
+  attn_problem p = {.batch = op->batch, .heads = op->heads, .heads_kv = op->heads_kv, .n = op->n, .n_kv = op->n_kv,
+                    .d = op->d, .d_v = op->dv, .dtype = op->dtype, .algo = ATTN_ALGO_FLASH, .softcap = op->softcap};
+  float slopes[256];
+  for (int h = 0; h < op->heads && h < 256; h++) slopes[h] = (h % 2 ? -1.0f : 1.0f) * exp2f(-(float)(h + 1) / 2);
+  if (op->alibi) p.alibi_slopes = slopes;
+  char what[256];
+  snprintf(what, sizeof what, "split=%d %s d=%d dv=%d n=%d n_kv=%d heads=%d/%d batch=%d%s%s", split,
+           attn_dtype_name(p.dtype), p.d, p.d_v, p.n, p.n_kv, p.heads, p.heads_kv, p.batch,
+           p.softcap > 0 ? " softcap" : "", op->alibi ? " alibi" : "");
+  cases++;
+  const int failed_before = failures;
+  char err[512];
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p.dtype, p.d, 0);
+  s.dv = p.d_v != p.d ? p.d_v : 0;
+  s.softcap = p.softcap > 0;
+  s.alibi = op->alibi;
+  if (attn_spec_fit(&s, err, sizeof err) != ATTN_OK) {
+    FAIL("%s: attn_spec_fit: %s", what, err);
+    return;
+  }
+  s.split = split;
+  attn_plan *plan = NULL;
+  int rc = attn_plan_create_spec(rt, &p, &s, 0, "test", &plan);
+  if (rc == ATTN_ECOMPILE && strstr(attn_last_error(rt), "NVRTC is not available")) {
+    *no_nvrtc = 1;
+    return;
+  }
+  if (rc != ATTN_OK) {
+    FAIL("%s: attn_plan_create_spec: %s: %s", what, attn_strerror(rc), attn_last_error(rt));
+    return;
+  }
+  const attn_spec *ks = attn_cuda_kernel_spec(plan->cuda);
+  char label[600];
+  attn_spec_format(ks, label, sizeof label);
+  ptx_module *m = build_ptx(ks, label, no_nvrtc);
+  const size_t es = attn_dtype_size(p.dtype), H = (size_t)p.batch * p.heads, HK = (size_t)p.batch * p.heads_kv;
+  const size_t nq = H * p.n * p.d, nk = HK * p.n_kv * p.d, nv = HK * p.n_kv * p.d_v, no = H * p.n * p.d_v,
+               nl = H * p.n;
+  float *x = malloc(sizeof(float) * (nq + nk + nv + no + nl));
+  double *ref = malloc(sizeof(double) * (no + nl));
+  unsigned char *raw = malloc((nq + nk + nv) * es), *o[3] = {malloc(no * es), malloc(no * es), malloc(no * es)};
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dob = NULL, *dl = NULL;
+  if (!x || !ref || !raw || !o[0] || !o[1] || !o[2]) abort();
+  if (!m) goto out;
+  float *xq = x, *xk = xq + nq, *xv = xk + nk, *f = xv + nv, *lse = f + no;
+  attn_fill_random(xq, nq, 51), attn_fill_random(xk, nk, 52), attn_fill_random(xv, nv, 53);
+  attn_round_dtype(p.dtype, xq, nq), attn_round_dtype(p.dtype, xk, nk), attn_round_dtype(p.dtype, xv, nv);
+  if (op->nan) xv[(size_t)(p.n_kv / 2) * p.d_v + 1 % p.d_v] = NAN, xq[nq - p.d] = INFINITY;
+  attn_to_dtype(p.dtype, xq, nq, raw), attn_to_dtype(p.dtype, xk, nk, raw + nq * es);
+  attn_to_dtype(p.dtype, xv, nv, raw + (nq + nk) * es);
+  if (attn_cuda_alloc(rt, nq * es, &dq) || attn_cuda_alloc(rt, nk * es, &dk) || attn_cuda_alloc(rt, nv * es, &dv) ||
+      attn_cuda_alloc(rt, no * es, &dob) || attn_cuda_alloc(rt, nl * 4, &dl) ||
+      attn_cuda_copy(rt, dq, raw, nq * es, 1) || attn_cuda_copy(rt, dk, raw + nq * es, nk * es, 1) ||
+      attn_cuda_copy(rt, dv, raw + (nq + nk) * es, nv * es, 1)) {
+    FAIL("%s: device memory on the fake: %s", what, attn_last_error(rt));
+    goto out;
+  }
+  hook_state h = {.m = m, .s = ks, .qb = nq * es, .kb = nk * es, .vb = nv * es, .ob = no * es, .lb = nl * 4};
+  set_hook(on_launch, &h);
+  int r[3];
+  memset(dob, 0xff, no * es); /* the fake's device memory is host memory: poisoned in place */
+  r[0] = attn_execute(plan, dq, dk, dv, dob);
+  const int runs1 = h.runs;
+  memcpy(o[0], dob, no * es);
+  memset(dob, 0xff, no * es);
+  memset(dl, 0xff, nl * 4); /* NaN */
+  r[1] = attn_execute_lse(plan, dq, dk, dv, dob, dl);
+  memcpy(o[1], dob, no * es);
+  memcpy(lse, dl, nl * 4);
+  memset(dob, 0xff, no * es);
+  r[2] = attn_execute_async(plan, NULL, dq, dk, dv, dob);
+  if (r[2] == ATTN_OK && ctx_sync() != 0) FAIL("%s: cuCtxSynchronize failed on the fake", what);
+  memcpy(o[2], dob, no * es);
+  set_hook(NULL, NULL);
+  if (r[0] != ATTN_OK || r[1] != ATTN_OK || r[2] != ATTN_OK || runs1 != 2 || h.runs != 6 || h.fails) {
+    FAIL("%s: attn_execute %s, attn_execute_lse %s, attn_execute_async %s (%s), %d then %d launches run (want 2, 6), "
+         "%d failed", what, attn_strerror(r[0]), attn_strerror(r[1]), attn_strerror(r[2]), attn_last_error(rt),
+         runs1, h.runs, h.fails);
+    goto out;
+  }
+  /* the parts' grid: S times the dense launch's items (the runtime's packing: heads_kv heads of G n rows) */
+  attn_cuda_geom g;
+  const int packs = attn_cuda_gqa_packs(&p, ks);
+  const long long G = p.heads / p.heads_kv, bh = (long long)p.batch * (packs ? p.heads_kv : p.heads);
+  if (attn_cuda_geometry(ks, bh, packs ? G * p.n : p.n, p.n_kv, 0, &g, err, sizeof err) != ATTN_OK ||
+      h.grid[0] != (unsigned)(g.items * split) || h.grid[1] != g.combine_grid)
+    FAIL("%s: grids %u and %u, want %lld x %d and %u (%s)", what, h.grid[0], h.grid[1], g.items, split,
+         g.combine_grid, err);
+  size_t unwritten = 0;
+  for (size_t i = 0; i < no; i++) {
+    size_t ones = 0;
+    while (ones < es && o[0][i * es + ones] == 0xff) ones++;
+    unwritten += ones == es;
+  }
+  if (unwritten) FAIL("%s: %zu entries of o never written", what, unwritten);
+  if (memcmp(o[0], o[1], no * es) || memcmp(o[0], o[2], no * es))
+    FAIL("%s: attn_execute's, attn_execute_lse's and attn_execute_async's o differ", what);
+  attn_from_dtype(p.dtype, o[0], no, f);
+  attn_problem pr = plan->p; /* normalised: scale */
+  attn_reference(&pr, xq, xk, xv, ref);
+  ref_lse(&pr, xq, xk, ref + no);
+  /* non-finite inputs: the NaN pattern (O and lse) exactly the reference's, then those entries set aside */
+  size_t nans = 0, mismatched = 0;
+  for (size_t i = 0; i < no + nl; i++) {
+    float *got = i < no ? &f[i] : &lse[i - no];
+    if (isnan(ref[i]) != isnan(*got)) mismatched++;
+    if (isnan(ref[i])) nans++, ref[i] = 0, *got = 0;
+  }
+  if (mismatched) FAIL("%s: %zu entries NaN in one of fp64's and the kernel's output only", what, mismatched);
+  if (op->nan && !nans) FAIL("%s: NaN and inf in the inputs gave no NaN", what);
+  double fro, row;
+  emu_limits(&pr, &fro, &row);
+  const double e = attn_rel_error(ref, f, no);
+  if (!(e <= fro)) FAIL("%s: relative error %.3g > %.3g", what, e, fro);
+  for (size_t i = 0; i < no; i++)
+    if (!(fabs(f[i] - ref[i]) <= 8 * fro)) {
+      FAIL("%s: o entry %zu is %.6g, fp64's %.6g", what, i, (double)f[i], ref[i]);
+      break;
+    }
+  /* the logits' size: |scale| sqrt(d) for these inputs, and ALiBi's slopes (at most 0.71) times the distance */
+  const double ltol = 16 * 0x1p-24 * (1.0 + fabs((double)pr.scale) * sqrt((double)pr.d) + (op->alibi ? p.n_kv : 0));
+  double lerr = 0;
+  for (size_t i = 0; i < nl; i++) {
+    const double want = ref[no + i], le = fabs((double)lse[i] - want) / (1.0 + fabs(want));
+    if (!(le <= ltol)) {
+      FAIL("%s: lse of row %zu is %.9g, fp64's %.9g", what, i, (double)lse[i], want);
+      break;
+    }
+    lerr = le > lerr ? le : lerr;
+  }
+  printf("%s %s: %s, grids %u + %u; o error %.2e (limit %.2e), lse %.2e (%.2e), %zu NaN as fp64's\n",
+         failures > failed_before ? "...." : "ok  ", what, packs ? "packed" : "a block a query head", h.grid[0],
+         h.grid[1], e, fro, lerr, ltol, nans);
+out:
+  attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv), attn_cuda_free(rt, dob);
+  attn_cuda_free(rt, dl);
+  attn_plan_destroy(plan);
+  if (m) ptx_module_free(m);
+  free(x), free(ref), free(raw), free(o[0]), free(o[1]), free(o[2]);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const int t = argc >= 3 ? attn_dtype_parse(argv[2]) : -1;
+  if (t < 0) {
+    fprintf(stderr, "usage: cuda_splitkv LIBCUDA DTYPE [d=D] [dv=DV] [n=N] [n_kv=N,N,...] [heads=H/HKV] [batch=B] "
+                    "[softcap=C] [nan] [alibi] S ...\n");
+    return 2;
+  }
+  opts op = {.dtype = (attn_dtype)t, .d = 64, .n = 1, .heads = 4, .heads_kv = 2, .batch = 1};
+  int nkv[16], nnkv = 0, splits[16], nsplits = 0;
+  for (int i = 3; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strncmp(a, "d=", 2)) op.d = atoi(a + 2);
+    else if (!strncmp(a, "dv=", 3)) op.dv = atoi(a + 3);
+    else if (!strncmp(a, "n=", 2)) op.n = atoi(a + 2);
+    else if (!strncmp(a, "batch=", 6)) op.batch = atoi(a + 6);
+    else if (!strncmp(a, "softcap=", 8)) op.softcap = (float)atof(a + 8);
+    else if (!strcmp(a, "nan")) op.nan = 1;
+    else if (!strcmp(a, "alibi")) op.alibi = 1;
+    else if (!strncmp(a, "n_kv=", 5)) {
+      for (const char *c = a + 5; *c && nnkv < 16; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") nkv[nnkv++] = atoi(c);
+    } else if (!strncmp(a, "heads=", 6)) {
+      if (sscanf(a + 6, "%d/%d", &op.heads, &op.heads_kv) != 2) op.heads_kv = 0;
+    } else if (strchr(a, '=') || atoi(a) < 2 || nsplits == 16) {
+      fprintf(stderr, "cuda_splitkv: bad argument '%s' (options, then splits S >= 2)\n", a);
+      return 2;
+    } else splits[nsplits++] = atoi(a);
+  }
+  if (op.dv == 0) op.dv = op.d;
+  if (nnkv == 0) nkv[nnkv++] = 37;
+  int bad_kv = 0;
+  for (int i = 0; i < nnkv; i++) bad_kv |= nkv[i] < 1;
+  if (op.d < 1 || op.n < 1 || bad_kv || op.batch < 1 || op.heads_kv < 1 || op.heads % op.heads_kv || !nsplits ||
+      op.heads > 256) {
+    fprintf(stderr, "cuda_splitkv: d, n, n_kv, batch >= 1, heads (at most 256) a multiple of heads_kv, and a split are "
+                    "needed\n");
+    return 2;
+  }
+  if (setenv("ATTN_LIBCUDA", argv[1], 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
+  attn_runtime *rt = NULL;
+  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
+  if (rc != ATTN_OK) {
+    printf("FAIL attn_open on the fake driver %s: %s\n", argv[1], attn_last_error(NULL));
+    return 1;
+  }
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+  fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
+  ctx_sync_fn ctx_sync = lib ? (ctx_sync_fn)dlsym(lib, "cuCtxSynchronize") : NULL;
+  if (!set_hook || !ctx_sync) {
+    printf("FAIL the fake driver %s has no fake_cuda_set_hook or cuCtxSynchronize\n", argv[1]);
+    attn_close(rt);
+    return 1;
+  }
+  int no_nvrtc = 0;
+  for (int i = 0; i < nnkv && !no_nvrtc; i++)
+    for (int j = 0; j < nsplits && !no_nvrtc; j++) {
+      op.n_kv = nkv[i];
+      run_case(rt, set_hook, ctx_sync, &op, splits[j], &no_nvrtc);
+    }
+  attn_close(rt);
+  if (no_nvrtc) {
+    printf("SKIP: no NVRTC to compile the kernels\n");
+    return 77;
+  }
+  printf("%d cases, %d failures\n", cases, failures);
+  return failures ? 1 : 0;
+}
