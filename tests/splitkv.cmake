@@ -42,3 +42,13 @@ add_test(NAME cuda_splitkv_mutation_no_rescale
                  $<TARGET_FILE:fake_libcuda> f16 n_kv=200 2)
 set_tests_properties(cuda_splitkv_mutation_no_rescale PROPERTIES LABELS cuda TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${ATTN_SPLITKV_ENV}")
+# The tuner's CUDA space offers split for decode (n <= 16, not causal) where the query blocks leave SMs idle, and the
+# model ranks it: one sequence of 8 heads, n = 1, 8192 keys on an H100 (8 blocks for 132 SMs) picks a split.
+if(TARGET attntune)
+  set(splitkv_db ${CMAKE_BINARY_DIR}/test-splitkv-tune.db)
+  add_test(NAME cuda_splitkv_tune_h100_decode
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh 0 "^best n=1 n_kv=8192 .* split=[0-9]+ cuda"
+                   sh -c "rm -f '${splitkv_db}' && ATTN_DB='${splitkv_db}' \"$1\" tune --gpu H100 --n 1 --n-kv 8192 --heads 8 --d 128 --dtype bf16"
+                   sh $<TARGET_FILE:attntune>)
+  set_tests_properties(cuda_splitkv_tune_h100_decode PROPERTIES LABELS cuda TIMEOUT 60)
+endif()

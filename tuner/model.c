@@ -397,7 +397,13 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
     return ATTN_EINVAL;
   }
   const long nqb = (long)ceil(n / s->br);
-  const double blocks = (double)nqb * bh;
+  /* split-KV (split = S > 1, templates/flash.cu): S blocks a query block, each over its share of the key blocks (the
+   * largest share, part_kv keys, sets the block's time); then attn_combine, a second launch, which writes and reads
+   * the parts' fp32 O, m and l once each through L2 */
+  const double nsplit = s->split > 1 && !varlen ? s->split : 1;
+  const double part_kv = nsplit > 1 ? fmin(n_kv, ceil(ceil(n_kv / s->bc) / nsplit) * s->bc) : n_kv;
+  const double partials = nsplit > 1 ? 2.0 * nsplit * bh * n * (dv + 2) * 4 : 0;
+  const double blocks = (double)nqb * bh * nsplit;
   /* the blocks that work (varlen: the sequences' own query blocks; the others exit at once) */
   const double working = varlen ? work_qb : blocks;
   const long slots = (long)g->sms * bps;
@@ -418,7 +424,7 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
   const double hit = out->l2_resident_bytes <= l2 ? 1.0 : l2 / out->l2_resident_bytes;
   const double bw = g->bandwidth_tbs * 1e12;
   out->t_dram_ms = (compulsory + rereads * (1 - hit)) / (bw * DRAM_EFF) * 1e3;
-  out->t_l2_ms = total / (bw * L2_OVER_HBM) * 1e3;
+  out->t_l2_ms = (total + partials) / (bw * L2_OVER_HBM) * 1e3;
   if (lay && lay->page_size > 0) { /* K/V in page runs: their DRAM bytes and L2 sectors (paged_factors) */
     const model_paged f = paged_factors(&p, s, lay->page_size);
     const double kv = (bh / group) * n_kv * (d + dv) * esize, qo = bh * n * (d + dv) * esize;
@@ -455,7 +461,7 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
     double ideal = 0;
     const double makespan =
         varlen ? schedule_varlen(s, p.causal, lay, p.heads, nqb, slots, per_kb, BLOCK_LATENCY_CYC, &ideal)
-               : schedule(s, p.causal, bh, n, n_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
+               : schedule(s, p.causal, bh * nsplit, n, part_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
     out->t_compute_ms = makespan / clk * 1e3;
     /* the schedule (few blocks, the last wave's tail) or exposed latency cost more than the units: occupancy */
     const double units_only = ideal * (share / per_kb);
@@ -475,7 +481,7 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
     out->t_compute_ms = flops / (rate * eff) * (ceil(blocks / slots) * slots / blocks) * 1e3;
     cbound = s->dtype == ATTN_F32 ? "fp32_alu" : "tensor_cores";
   }
-  out->t_overhead_ms = LAUNCH_MS;
+  out->t_overhead_ms = LAUNCH_MS * (nsplit > 1 ? 2 : 1); /* split-KV: attn_combine's launch too */
   out->time_ms = fmax(out->t_compute_ms, out->t_memory_ms) + out->t_overhead_ms;
   if (out->t_overhead_ms > fmax(out->t_compute_ms, out->t_memory_ms)) out->bound = "launch";
   else if (out->t_memory_ms > out->t_compute_ms) out->bound = out->t_dram_ms >= out->t_l2_ms ? "dram" : "l2";

@@ -231,7 +231,21 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     snprintf(why, len, "smallcache tile=%d must divide Br=%d", c->tile, c->br);
     return -1;
   }
-  if (c->split > 1 && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->threads > 0) {
+  if (c->split > 1 && o->target == ATTN_TARGET_CUDA && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->gpu) {
+    /* split-KV (templates/flash.cu) pays for its partials and the combine's launch only where the query blocks
+     * leave SMs idle: decode */
+    const long items = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
+    if (o->n > 16 || items >= o->gpu->sms) {
+      snprintf(why, len, "split=%d: n=%ld and %ld query blocks of Br=%d on %d SMs are not decode that leaves SMs idle",
+               c->split, o->n, items, c->br, o->gpu->sms);
+      return -1;
+    }
+    if (c->split > kblocks) {
+      snprintf(why, len, "split=%d: more parts than the %ld key blocks of Bc=%d", c->split, kblocks, c->bc);
+      return -1;
+    }
+  }
+  if (c->split > 1 && o->target == ATTN_TARGET_CPU && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->threads > 0) {
     /* split-K pays for its partials only by filling threads the query blocks leave idle, and a part without a key
      * block is pure overhead */
     const long blocks = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
@@ -457,6 +471,19 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
               c.br = brs[a], c.bc = bcs[b], c.warps = warps[w], c.stages = stages[s];
               rc = consider(sp, &v, &c);
             }
+    /* split-KV for decode (n <= 16, not causal): attn_space_admit keeps the splits where the query blocks leave SMs
+     * idle and every part gets a key block */
+    static const int csplits[] = {2, 4, 8, 16, 32};
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && o->n > 0 && o->n <= 16 && !o->causal)
+      for (int a = 0; a < LEN(brs); a++)
+        for (int b = 0; b < LEN(bcs); b++)
+          for (int w = 0; w < LEN(warps); w++)
+            for (int s = 0; s < LEN(stages); s++)
+              for (int k = 0; k < LEN(csplits) && !rc; k++) {
+                attn_spec c = base;
+                c.br = brs[a], c.bc = bcs[b], c.warps = warps[w], c.stages = stages[s], c.split = csplits[k];
+                rc = consider(sp, &v, &c);
+              }
     if (have_fit && !rc) { /* a default on the grid whose grid neighbours are all ruled out (d_v = 512): its own */
       attn_space sofar = {.cfg = v.v, .count = v.n};
       int nb[2 * ATTN_SPACE_NPARAMS];
