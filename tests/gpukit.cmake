@@ -16,11 +16,12 @@ endforeach()
 add_test(NAME gpukit_fakegpu COMMAND ${CMAKE_CURRENT_LIST_DIR}/gpukit.sh fakegpu ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 set_tests_properties(gpukit_fakegpu PROPERTIES LABELS nightly TIMEOUT 300 SKIP_RETURN_CODE 77)
 # gpukit_check: the CUDA code validate.sh checks first on a GPU (the sm_90a template against fp64 and its speed, the
-# backward's tile variants, varlen and paged), one gpu-labelled test a mode; exit 77 with the reason without a device.
+# backward's tile variants, varlen and paged, decode's split-KV and GQA-packed plans and an async paged call), one
+# gpu-labelled test a mode; exit 77 with the reason without a device.
 add_executable(gpukit_check ${PROJECT_SOURCE_DIR}/scripts/gpu/gpukit_check.c)
 target_include_directories(gpukit_check PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(gpukit_check PRIVATE attn_core m)
-foreach(mode sm90 sm90-time bwd serve)
+target_link_libraries(gpukit_check PRIVATE attn_core attn_tuner Threads::Threads ${CMAKE_DL_LIBS} m)
+foreach(mode sm90 sm90-time bwd serve decode)
   string(REPLACE "-" "_" name "gpu_check_${mode}")
   add_test(NAME ${name} COMMAND gpukit_check ${mode})
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "${ATTN_CUDA_ENV}")

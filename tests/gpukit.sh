@@ -5,8 +5,8 @@
 #   pack:  pack.sh into a copy of the kit's scripts at another path; the packed CLI and libattn resolve every library
 #          (ldd, the pack's own first) and run from there; validate.sh in that copy finds the pack by itself (.gpu-pack)
 #          and gets to the same "no GPU" end
-#   refuse: gpukit_check's modes (validate.sh's sm90, sm90-speed, backward and serve steps) exit 77 with the reason
-#          where there is no driver, sm90 on an sm_80 device too; a mode it does not know is a usage error (2)
+#   refuse: gpukit_check's modes (validate.sh's sm90, sm90-speed, backward, serve and decode steps) exit 77 with the
+#          reason where there is no driver, sm90 on an sm_80 device too; a mode it does not know is a usage error (2)
 #   hang:  validate.sh on the fake driver (sm_90) whose first kernel never ends (hang=1): the serve step is killed at
 #          its time limit and reported as a failure naming the case that hung, the steps after it are still reported,
 #          and the whole run ends within its budget (ATTN_VALIDATE_BUDGET)
@@ -85,7 +85,7 @@ case $mode in
     ;;
   refuse)
     chk=$build/tests/gpukit_check
-    for m in sm90 sm90-time bwd serve; do
+    for m in sm90 sm90-time bwd serve decode; do
       out=$(ATTN_LIBCUDA=/nonexistent/libcuda.so.1 "$chk" $m 2>&1)
       rc=$?
       [ "$rc" = 77 ] && echo "$out" | grep -q '^SKIP: no CUDA device' || fail "gpukit_check $m without a driver: exit $rc: $out"
@@ -112,7 +112,7 @@ case $mode in
   hang)
     s=$(date +%s)
     ATTN_LIBCUDA="$build/tests/fake_libcuda.so" FAKE_LIBCUDA=cc=90,hang=1 ATTN_VALIDATE_BUDGET=45 \
-      ATTN_VALIDATE_SKIP='^(sm90|sm90-speed|backward|gpu-tests|sanitizers|dram|tune)$' \
+      ATTN_VALIDATE_SKIP='^(sm90|sm90-speed|backward|decode|gpu-tests|sanitizers|dram|tune)$' \
       "$src/scripts/gpu/validate.sh" "$tmp/out" --build "$build" >"$tmp/log" 2>&1
     rc=$? took=$(($(date +%s) - s))
     cat "$tmp/log"
@@ -143,7 +143,7 @@ EOF
     mkdir "$tmp/c" && echo junk >"$tmp/c/0000000000000000-sm_90.cubin" &&
       tar -C "$tmp/c" -cJf "$tmp/tree/.gpu-pack/cubins.tar.xz" 0000000000000000-sm_90.cubin || fail "making cubins.tar.xz"
     ATTN_LIBCUDA="$build/tests/fake_libcuda.so" FAKE_LIBCUDA=cc=90 ATTN_VALIDATE_TESTS='^cuda_correct_api$' \
-      ATTN_VALIDATE_SKIP='^(sm90|sm90-speed|backward|serve)$' ATTN_VALIDATE_BUDGET=100 "$tmp/tree/scripts/gpu/validate.sh" "$tmp/out" >"$tmp/log" 2>&1
+      ATTN_VALIDATE_SKIP='^(sm90|sm90-speed|backward|serve|decode)$' ATTN_VALIDATE_BUDGET=100 "$tmp/tree/scripts/gpu/validate.sh" "$tmp/out" >"$tmp/log" 2>&1
     rc=$?
     cat "$tmp/log"
     [ "$rc" = 1 ] || fail "validate.sh exited $rc, expected 1 (bench's outputs are wrong on the fake driver)"

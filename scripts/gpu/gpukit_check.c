@@ -15,11 +15,22 @@
  *                           1, odd, no keys, GQA, causal, pages shuffled); then paged decode against dense decode of
  *                           the same keys at bf16 d = 128, 8 sequences of 8192 keys, 32/8 heads: outputs within 1e-2,
  *                           times and KV bandwidth
+ *   gpukit_check decode     dense decode (n = 1) at f16 and bf16, d = 128 (and 64 at n_kv = 4096), n_kv = 4096 and
+ *                           32768, batch/heads/heads_kv 1/32/8, 8/32/8, 1/16/16, causal both ways: the default plan
+ *                           (GQA-packed where it applies), split-KV S = 4 and 16 (what attn_spec_check refuses is
+ *                           printed, not run) and the S the tuner's model picks, each against fp64 on the host,
+ *                           against the default plan's output, and the same bits on a second run; times by CUDA
+ *                           events on a stream (median of 20 after 3 warm-ups) and the DRAM bandwidth of K and V once
+ *                           per KV head plus Q and O, as a fraction of tuner/gpus.json's for the device; then
+ *                           attn_execute_paged_async on a non-default stream with the host block table overwritten
+ *                           right after the call: the same bits as attn_execute_paged
  * Each case is printed ("case ...") before its kernels are compiled and "run" before its first launch, so that a run
  * killed by its time limit names the case, and whether it hung on the device or was still compiling.
  * Figures: one line "RESULT {json}" each (validate.sh gathers them). Exit 0 ok, 1 a failure, 2 usage, 77 no CUDA
  * device (sm90 modes: a device that is not sm_90), with the reason. */
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +40,8 @@
 #include "bwd_util.h"
 #include "spec_bwd_cuda.h"
 #include "spec_sm90.h"
+#include "gpus.h"
+#include "model.h"
 
 static attn_runtime *rt;
 static attn_cuda_info_t info;
@@ -711,14 +724,351 @@ static int serve_mode(void) {
   return 0;
 }
 
+/* ---- decode: dense decode's plans (default, split-KV, the model's pick) against fp64, each other and themselves */
+/* The driver calls the timing and the async check need (streams, events), from the library the runtime opened. */
+static struct {
+  void *lib;
+  int (*stream_create)(void **, unsigned);
+  int (*stream_sync)(void *);
+  int (*stream_destroy)(void *);
+  int (*event_create)(void **, unsigned);
+  int (*event_record)(void *, void *);
+  int (*event_sync)(void *);
+  int (*event_elapsed)(float *, void *, void *);
+  int (*event_destroy)(void *);
+} cu;
+
+static int cu_load(void) {
+  if (cu.lib) return 0;
+  const char *name = getenv("ATTN_LIBCUDA");
+  cu.lib = dlopen(name && *name ? name : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!cu.lib) return -1;
+#define SYM(f, s) (*(void **)&cu.f = dlsym(cu.lib, s)) != NULL
+  /* streams optional: the fake driver (pack.sh --precompile runs this mode there) has none */
+  if (!(SYM(stream_create, "cuStreamCreate")) || !(SYM(stream_destroy, "cuStreamDestroy_v2")))
+    cu.stream_create = NULL, cu.stream_destroy = NULL;
+  return SYM(stream_sync, "cuStreamSynchronize") && SYM(event_create, "cuEventCreate") &&
+                 SYM(event_record, "cuEventRecord") && SYM(event_sync, "cuEventSynchronize") &&
+                 SYM(event_elapsed, "cuEventElapsedTime") && SYM(event_destroy, "cuEventDestroy_v2")
+             ? 0
+             : -1;
+#undef SYM
+}
+
+/* fp64 reference of a normalised dense problem, one thread per (batch, KV head) slice (the host has many cores and
+ * the largest case is 8 x 8 slices of 32768 keys) */
+typedef struct {
+  const attn_problem *p;
+  const float *q, *k, *v;
+  double *o;
+  int next;
+  pthread_mutex_t mu;
+} ref_job;
+
+static void *ref_worker(void *arg) {
+  ref_job *j = arg;
+  const attn_problem *p = j->p;
+  const int g = p->heads / p->heads_kv;
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    const int s = j->next++;
+    pthread_mutex_unlock(&j->mu);
+    if (s >= p->batch * p->heads_kv) return NULL;
+    attn_problem sp = *p;
+    sp.batch = 1, sp.heads = g, sp.heads_kv = 1;
+    const size_t qs = (size_t)s * g * p->n, ks = (size_t)s * p->n_kv;
+    attn_reference(&sp, j->q + qs * p->d, j->k + ks * p->d, j->v + ks * p->d_v, j->o + qs * p->d_v);
+  }
+}
+
+static void reference_mt(const attn_problem *p, const float *q, const float *k, const float *v, double *o) {
+  ref_job j = {.p = p, .q = q, .k = k, .v = v, .o = o};
+  pthread_t th[32];
+  int nt = 0;
+  pthread_mutex_init(&j.mu, NULL);
+  for (; nt < 32 && nt < p->batch * p->heads_kv; nt++)
+    if (pthread_create(&th[nt], NULL, ref_worker, &j) != 0) break;
+  ref_worker(&j);
+  for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&j.mu);
+}
+
+/* raw device bytes of the output (for the same-bits checks) */
+static unsigned char *raw_of(const void *d, size_t bytes) {
+  unsigned char *h = malloc(bytes + 1);
+  if (h && attn_cuda_copy(rt, h, d, bytes, 0) != ATTN_OK) {
+    free(h);
+    h = NULL;
+  }
+  return h;
+}
+
+/* ms by CUDA events around one attn_execute_async on stream (both launches of a split plan and its scratch); the
+ * median of reps after 3 warm-ups; NAN when a call fails */
+static double plan_ms(const attn_plan *plan, void *stream, const void *q, const void *k, const void *v, void *o,
+                      int reps) {
+  double t[32];
+  void *e0 = NULL, *e1 = NULL;
+  if (cu.event_create(&e0, 0) || cu.event_create(&e1, 0)) return NAN;
+  int ok = 1;
+  for (int r = -3; r < reps && ok; r++) {
+    float ms = 0;
+    ok = !cu.event_record(e0, stream) && attn_execute_async(plan, stream, q, k, v, o) == ATTN_OK &&
+         !cu.event_record(e1, stream) && !cu.event_sync(e1) && !cu.event_elapsed(&ms, e0, e1);
+    if (r >= 0) t[r] = ms;
+  }
+  cu.event_destroy(e0), cu.event_destroy(e1);
+  return ok ? median(t, reps) : NAN;
+}
+
+static double rel_diff(const float *a, const float *b, size_t count) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < count; i++) e2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r2 += (double)b[i] * b[i];
+  return r2 > 0 ? sqrt(e2 / r2) : INFINITY;
+}
+
+static const attn_gpu *gpu; /* tuner/gpus.json's row for this device; NULL: unknown (no fraction, no model pick) */
+
+/* The split the model picks for p with the default tiles: 0 (none) or S in 2..32 that attn_spec_check admits */
+static int model_split(const attn_problem *p) {
+  static const int cand[] = {0, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+  int best = -1;
+  double bt = INFINITY;
+  for (size_t i = 0; gpu && i < sizeof cand / sizeof cand[0]; i++) {
+    char err[256];
+    attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
+    if (attn_spec_fit(&s, err, sizeof err) != ATTN_OK) return -1;
+    s.split = cand[i];
+    attn_model_result r;
+    if (attn_spec_check(&s, err, sizeof err) != ATTN_OK || attn_model_time(gpu, p, &s, &r, err, sizeof err) != ATTN_OK)
+      continue;
+    if (r.time_ms < bt) bt = r.time_ms, best = cand[i];
+  }
+  return best;
+}
+
+/* One problem's plans on inputs already on the device (dq, dk, dv; q, k, v their host copies). */
+static void decode_case(const attn_problem *p, void *stream, const float *q, const float *k, const float *v, void *dq,
+                        void *dk, void *dv) {
+  char what[256];
+  what_of(p, what, sizeof what);
+  printf("case decode %s\n", what);
+  const size_t co = (size_t)p->batch * p->heads * p->n * p->d_v, es = attn_dtype_size(p->dtype);
+  double *ref = malloc(co * sizeof *ref + 1);
+  float *o = malloc(co * sizeof *o + 1), *o0 = malloc(co * sizeof *o0 + 1);
+  void *dout = NULL;
+  if (!ref || !o || !o0) {
+    CHECK(0, "%s: memory: %s", what, attn_last_error(rt));
+    goto out;
+  }
+  int have_ref = 0; /* made once an output is all written (not on the fake driver, where no kernel runs) */
+  const int ms = model_split(p);
+  const int splits[4] = {1, 4, 16, ms};
+  int have0 = 0;
+  for (int si = 0; si < 4; si++) {
+    const int S = splits[si];
+    if (si == 3 && (S < 0 || S == 4 || S == 16)) continue; /* none, or run above (model_split names it) */
+    const char *label = si == 0 ? "default" : si == 3 ? "model" : "split";
+    attn_plan *plan = NULL;
+    int rc;
+    if (si == 0) {
+      rc = attn_plan_create(rt, p, &plan);
+    } else {
+      char err[256];
+      attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p->dtype, p->d, p->causal);
+      rc = attn_spec_fit(&s, err, sizeof err);
+      s.split = S;
+      if (rc == ATTN_OK && attn_spec_check(&s, err, sizeof err) != ATTN_OK) {
+        printf("refused %s %s split=%d: %s\n", what, label, S, err);
+        continue;
+      }
+      CHECK(rc == ATTN_OK, "%s: no default flash spec: %s", what, err);
+      if (rc == ATTN_OK) rc = attn_plan_create_spec(rt, p, &s, 0, "gpukit", &plan);
+    }
+    CHECK(rc == ATTN_OK, "%s %s split=%d: plan: %s", what, label, S, attn_last_error(rt));
+    if (rc != ATTN_OK) continue;
+    const char *desc = attn_plan_describe(plan);
+    puts("run");
+    unsigned char *b1 = NULL, *b2 = NULL;
+    attn_cuda_free(rt, dout);
+    dout = dev_of(p->dtype, NULL, co); /* poisoned before each plan's first run */
+    rc = dout ? ATTN_OK : ATTN_ENOMEM;
+    if (rc == ATTN_OK) rc = attn_execute(plan, dq, dk, dv, dout);
+    CHECK(rc == ATTN_OK, "%s [%s]: attn_execute: %s", what, desc, dout ? attn_last_error(rt) : "no device memory");
+    const long un = rc == ATTN_OK ? host_of(p->dtype, dout, co, o) : -1;
+    if (rc == ATTN_OK) b1 = raw_of(dout, co * es);
+    if (rc == ATTN_OK) rc = attn_execute(plan, dq, dk, dv, dout);
+    if (rc == ATTN_OK) b2 = raw_of(dout, co * es);
+    const int same = b1 && b2 && memcmp(b1, b2, co * es) == 0;
+    if (un == 0 && !have_ref) reference_mt(p, q, k, v, ref), have_ref = 1;
+    const double e = un == 0 ? attn_rel_error(ref, o, co) : INFINITY;
+    double ed = NAN;
+    if (si == 0 && un == 0) memcpy(o0, o, co * sizeof *o), have0 = 1;
+    if (si > 0 && have0 && un == 0) ed = rel_diff(o, o0, co);
+    CHECK(un == 0, "%s [%s]: %ld of %zu outputs never written", what, desc, un, co);
+    CHECK(e <= 1e-2, "%s [%s]: relative error %.3e against fp64 > 1e-2", what, desc, e);
+    CHECK(same, "%s [%s]: two runs differ in their bits", what, desc);
+    CHECK(si == 0 || !have0 || ed <= 1e-2, "%s [%s]: %.3e from the default plan's output > 1e-2", what, desc, ed);
+    const double t = rc == ATTN_OK ? plan_ms(plan, stream, dq, dk, dv, dout, 20) : NAN;
+    CHECK(rc != ATTN_OK || t > 0, "%s [%s]: a timed run failed: %s", what, desc, attn_last_error(rt));
+    const double bytes = ((double)p->batch * p->heads_kv * p->n_kv * (p->d + p->d_v) +
+                          (double)p->batch * p->heads * p->n * (p->d + p->d_v)) * (double)es;
+    const double gbs = bytes / (t * 1e-3) / 1e9;
+    const double frac = gpu && gpu->bandwidth_tbs > 0 ? gbs / (gpu->bandwidth_tbs * 1e3) : NAN;
+    printf("RESULT {\"kind\": \"decode\", \"dtype\": \"%s\", \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, "
+           "\"n_kv\": %d, \"d\": %d, \"causal\": %d, \"variant\": \"%s\", \"split\": %d, \"plan\": \"%s\", "
+           "\"ms\": %s, \"gbs\": %s, \"bw_fraction\": %s, \"err_fp64\": %s, \"err_vs_default\": %s, "
+           "\"model_split\": %d, \"same_bits\": %s, \"ok\": %s}\n",
+           attn_dtype_name(p->dtype), p->batch, p->heads, p->heads_kv, p->n_kv, p->d, p->causal, label,
+           si == 0 ? 0 : S, desc, JN(t, "%.4f"), JN(gbs, "%.0f"), JN(frac, "%.3f"), JN(e, "%.3e"), JN(ed, "%.3e"),
+           ms, same ? "true" : "false",
+           un == 0 && e <= 1e-2 && same && (si == 0 || !have0 || ed <= 1e-2) ? "true" : "false");
+    free(b1), free(b2);
+    attn_plan_destroy(plan);
+  }
+out:
+  attn_cuda_free(rt, dout);
+  free(ref), free(o), free(o0);
+}
+
+static void decode_dtype(attn_dtype t, int d, int nkv, int B, int H, int HKV, void *stream, const float *q,
+                         const float *k, const float *v);
+/* count floats of x rounded to dtype t, in y */
+static float *rounded(const float *x, size_t count, attn_dtype t, float *y) {
+  if (x && y) memcpy(y, x, count * sizeof *y), attn_round_dtype(t, y, count);
+  return x && y ? y : NULL;
+}
+
+/* One (d, n_kv, shape): random inputs made once (the largest are 2 x 268M floats), rounded to each dtype, both causal
+ * settings on each */
+static void decode_shape(int d, int nkv, int B, int H, int HKV, void *stream) {
+  const size_t nq = (size_t)B * H * d, nk = (size_t)B * HKV * nkv * d;
+  const unsigned long long seed = test_seed() + 7ull * (unsigned long long)nkv + (unsigned long long)(d + B + H);
+  float *q0 = random_of(nq, ATTN_F32, seed + 1), *k0 = random_of(nk, ATTN_F32, seed + 2);
+  float *v0 = random_of(nk, ATTN_F32, seed + 3), *q = malloc(nq * 4 + 1), *k = malloc(nk * 4 + 1);
+  float *v = malloc(nk * 4 + 1);
+  for (int ti = 0; ti < 2; ti++)
+    decode_dtype(ti ? ATTN_F16 : ATTN_BF16, d, nkv, B, H, HKV, stream, rounded(q0, nq, ti ? ATTN_F16 : ATTN_BF16, q),
+                 rounded(k0, nk, ti ? ATTN_F16 : ATTN_BF16, k), rounded(v0, nk, ti ? ATTN_F16 : ATTN_BF16, v));
+  free(q0), free(k0), free(v0), free(q), free(k), free(v);
+}
+
+static void decode_dtype(attn_dtype t, int d, int nkv, int B, int H, int HKV, void *stream, const float *q,
+                         const float *k, const float *v) {
+  const size_t nq = (size_t)B * H * d, nk = (size_t)B * HKV * nkv * d;
+  void *dq = q ? dev_of(t, q, nq) : NULL, *dk = k ? dev_of(t, k, nk) : NULL, *dv = v ? dev_of(t, v, nk) : NULL;
+  if (!dq || !dk || !dv) {
+    CHECK(0, "decode %s d=%d n_kv=%d %d/%d/%d: memory: %s", attn_dtype_name(t), d, nkv, B, H, HKV,
+          attn_last_error(rt));
+  } else {
+    for (int causal = 0; causal < 2; causal++) {
+      attn_problem p0 = {.batch = B, .heads = H, .heads_kv = HKV, .n = 1, .n_kv = nkv, .d = d, .dtype = t,
+                         .causal = causal}, p;
+      if (attn_problem_normalize(rt, &p0, &p) != ATTN_OK) {
+        CHECK(0, "decode: %s", attn_last_error(rt));
+        continue;
+      }
+      decode_case(&p, stream, q, k, v, dq, dk, dv);
+    }
+  }
+  attn_cuda_free(rt, dq), attn_cuda_free(rt, dk), attn_cuda_free(rt, dv);
+}
+
+/* attn_execute_paged_async on stream, the host block table overwritten right after the call: the same bits as
+ * attn_execute_paged (the call reads its host arrays before it returns) */
+static void paged_async_check(void *stream) {
+  enum { B = 8, H = 32, HKV = 8, D = 128, NKV = 4096, PS = 16 };
+  const attn_dtype t = ATTN_BF16;
+  attn_problem p0 = {.batch = B, .heads = H, .heads_kv = HKV, .n = 1, .n_kv = NKV, .d = D, .dtype = t,
+                     .page_size = PS}, p;
+  if (attn_problem_normalize(rt, &p0, &p) != ATTN_OK) return;
+  printf("case decode paged-async bf16 batch=%d heads=%d/%d n_kv=%d d=%d page_size=%d\n", B, H, HKV, NKV, D, PS);
+  int lens[B];
+  for (int b = 0; b < B; b++) lens[b] = NKV - 97 * b;
+  const size_t nq = (size_t)B * H * D, nk = (size_t)B * HKV * NKV * D, es = attn_dtype_size(t);
+  float *q = random_of(nq, t, test_seed() + 51), *k = random_of(nk, t, test_seed() + 52);
+  float *v = random_of(nk, t, test_seed() + 53), *kp = NULL, *vp = NULL;
+  int *table = NULL, num_pages = 0, max_pages = 0;
+  void *dq = NULL, *dkp = NULL, *dvp = NULL, *ds = NULL, *da = NULL;
+  unsigned char *bs = NULL, *ba = NULL;
+  attn_plan *plan = NULL;
+  if (!q || !k || !v || make_pages(B, HKV, NKV, D, PS, lens, k, v, &kp, &vp, &table, &num_pages, &max_pages)) {
+    CHECK(0, "paged-async: out of host memory");
+    goto out;
+  }
+  const size_t np = (size_t)num_pages * PS * HKV * D;
+  dq = dev_of(t, q, nq), dkp = dev_of(t, kp, np), dvp = dev_of(t, vp, np);
+  ds = dev_of(t, NULL, nq), da = dev_of(t, NULL, nq);
+  if (!dq || !dkp || !dvp || !ds || !da) {
+    CHECK(0, "paged-async: device memory: %s", attn_last_error(rt));
+    goto out;
+  }
+  int rc = attn_plan_create(rt, &p, &plan);
+  CHECK(rc == ATTN_OK, "paged-async: plan: %s", attn_last_error(rt));
+  if (rc != ATTN_OK) goto out;
+  puts("run");
+  rc = attn_execute_paged(plan, dq, dkp, dvp, num_pages, PS, table, max_pages, lens, ds);
+  CHECK(rc == ATTN_OK, "paged-async: attn_execute_paged: %s", attn_last_error(rt));
+  if (rc == ATTN_OK) {
+    rc = attn_execute_paged_async(plan, stream, dq, dkp, dvp, num_pages, PS, table, max_pages, lens, da);
+    /* every page index made 0 (still in range): a late read of the table gives another output */
+    memset(table, 0, (size_t)B * max_pages * sizeof *table);
+    CHECK(rc == ATTN_OK, "paged-async: attn_execute_paged_async: %s", attn_last_error(rt));
+  }
+  const int sync_rc = cu.stream_sync(stream);
+  CHECK(sync_rc == 0, "paged-async: cuStreamSynchronize: error %d", sync_rc);
+  if (rc == ATTN_OK && sync_rc == 0) bs = raw_of(ds, nq * es), ba = raw_of(da, nq * es);
+  long unwritten = -1;
+  if (bs) { /* the synchronous output, all written (two unwritten outputs would be the same bits too) */
+    float *o = malloc(nq * sizeof *o + 1);
+    unwritten = o ? host_of(t, ds, nq, o) : -1;
+    free(o);
+  }
+  const int same = bs && ba && memcmp(bs, ba, nq * es) == 0, ok = same && unwritten == 0;
+  CHECK(unwritten == 0, "paged-async: %ld of %zu synchronous outputs never written", unwritten, nq);
+  CHECK(same, "paged-async: the async output differs from the synchronous one's bits");
+  printf("RESULT {\"kind\": \"decode_async\", \"case\": \"paged bf16 batch=%d heads=%d/%d n_kv=%d d=%d page_size=%d\", "
+         "\"plan\": \"%s\", \"same_bits\": %s, \"ok\": %s}\n",
+         B, H, HKV, NKV, D, PS, attn_plan_describe(plan), same ? "true" : "false", ok ? "true" : "false");
+out:
+  attn_plan_destroy(plan);
+  attn_cuda_free(rt, dq), attn_cuda_free(rt, dkp), attn_cuda_free(rt, dvp), attn_cuda_free(rt, ds);
+  attn_cuda_free(rt, da);
+  free(q), free(k), free(v), free(kp), free(vp), free(table), free(bs), free(ba);
+}
+
+static int decode_mode(void) {
+  char fam[64] = "", err[256] = "";
+  if (cu_load() != 0) {
+    printf("FAIL: the driver's stream and event calls: %s\n", dlerror());
+    return 1;
+  }
+  if (attn_cuda_family(info.name, fam, sizeof fam) == 0) gpu = attn_gpu_find(fam, err, sizeof err);
+  if (!gpu) printf("note: %s is not in tuner/gpus.json: no bandwidth fraction, no model pick\n", info.name);
+  void *stream = NULL;
+  if (!cu.stream_create) printf("note: the driver has no cuStreamCreate: the legacy default stream instead\n");
+  const int src = cu.stream_create ? cu.stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */) : 0;
+  CHECK(src == 0, "cuStreamCreate: error %d", src);
+  if (src != 0) return 1;
+  static const int shapes[3][3] = {{1, 32, 8}, {8, 32, 8}, {1, 16, 16}};
+  for (int nkv = 4096; nkv <= 32768; nkv *= 8)
+    for (int d = 128; d >= 64; d /= 2) {
+      if (d == 64 && nkv > 4096) continue; /* d = 64 at the short context only: the budget */
+      for (int si = 0; si < 3; si++) decode_shape(d, nkv, shapes[si][0], shapes[si][1], shapes[si][2], stream);
+    }
+  paged_async_check(stream);
+  if (cu.stream_destroy) cu.stream_destroy(stream);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  static const char *const modes[] = {"sm90", "sm90-time", "bwd", "serve"};
+  static const char *const modes[] = {"sm90", "sm90-time", "bwd", "serve", "decode"};
   int m = -1;
-  for (int i = 0; argc == 2 && i < 4; i++)
+  for (int i = 0; argc == 2 && i < 5; i++)
     if (strcmp(argv[1], modes[i]) == 0) m = i;
   if (m < 0) {
-    fprintf(stderr, "usage: gpukit_check sm90 | sm90-time | bwd | serve\n");
+    fprintf(stderr, "usage: gpukit_check sm90 | sm90-time | bwd | serve | decode\n");
     return 2;
   }
   int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
@@ -736,7 +1086,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("device %s %s\n", info.name, info.arch);
-  rc = m == 0 ? sm90_mode() : m == 1 ? sm90_time_mode() : m == 2 ? bwd_mode() : serve_mode();
+  rc = m == 0   ? sm90_mode()
+       : m == 1 ? sm90_time_mode()
+       : m == 2 ? bwd_mode()
+       : m == 3 ? serve_mode()
+                : decode_mode();
   attn_close(rt);
   if (rc) return rc;
   printf("gpukit_check %s: %d checks, %d failures\n", modes[m], checks, failures);

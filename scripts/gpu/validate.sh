@@ -11,8 +11,8 @@
 # Exit: 0 every check passed; 1 a correctness check failed; 2 usage; 3 the kit cannot run here (no build, a library
 # unresolved, no NVRTC); 4 nothing failed but a step errored or ran out of time; 77 no GPU (every step before the
 # first GPU step passed). Budgets: $ATTN_VALIDATE_BUDGET seconds in all (default 470), split among the steps, the
-# newest code's first (gpukit_check: the sm_90a template, the backward's variants, varlen and paged); a step whose
-# kernel never ends is killed at its limit and reported, and the rest still run. $ATTN_VALIDATE_SKIP: a grep -E
+# newest code's first (gpukit_check: the sm_90a template, the backward's variants, varlen and paged, decode); a step
+# whose kernel never ends is killed at its limit and reported, and the rest still run. $ATTN_VALIDATE_SKIP: a grep -E
 # pattern of step ids after the device step to leave out (reported as not run).
 set -u
 usage() { echo "usage: validate.sh OUTDIR [--build DIR] [--db DB] [--gpu NAME]" >&2; exit 2; }
@@ -122,7 +122,7 @@ meanings = {0: "every check passed", 1: "a correctness check failed", 3: "the ki
             4: "no check failed, but a step errored or ran out of time", 77: "no GPU found: the steps that need one did not run"}
 rep = {"exit_code": code, "verdict": meanings.get(code, "?"), "facts": facts, "steps": steps,
        "speed": load("speed.json"), "dram": load("dram.json"), "tests": load("gpu-tests.json"),
-       "checks": {k: load(k + ".json") for k in ("sm90", "sm90-speed", "backward", "serve") if load(k + ".json")}}
+       "checks": {k: load(k + ".json") for k in ("sm90", "sm90-speed", "backward", "serve", "decode") if load(k + ".json")}}
 json.dump(rep, open(os.path.join(out, "report.json"), "w"), indent=2)
 L = ["# attntune GPU validation", "", "Verdict: **%s** (exit %d)." % (rep["verdict"], code), ""]
 for k in ("gpu", "device", "driver", "nvrtc", "nvcc", "torch", "compute_sanitizer", "ncu", "build", "mode", "cubins",
@@ -183,6 +183,33 @@ if ck.get("serve"):
     L += ["| %d | %s | %s | %s | %s | %s | %s |" % (r["page_size"], g(r["dense_ms"], "%.3f"), g(r["paged_ms"], "%.3f"),
           g(r["dense_gbs"], "%.0f"), g(r["paged_gbs"], "%.0f"), g(r["paged_over_dense"], "%.2f"),
           g(r["err_vs_dense"], "%.1e")) for r in ck["serve"] if r.get("kind") == "decode_time"]
+if ck.get("decode"):
+    rs = [r for r in ck["decode"] if r.get("kind") == "decode"]
+    L += ["", "## Decode (n = 1): the default plan, split-KV and the model's split against fp64", "",
+          "ms by CUDA events (median of 20); GB/s: K and V once per KV head, Q and O; fraction: of the GPU's datasheet "
+          "bandwidth (tuner/gpus.json). Cells: ms / fraction; \"refused\": attn_spec_check refuses the split; model: the split "
+          "the performance model picks for the default tiles (0: none).", "",
+          "| dtype | batch | heads | n_kv | d | causal | default | split 4 | split 16 | model (S) | worst err fp64 | worst vs default | all ok |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    probs = []
+    for r in rs:
+        key = (r["dtype"], r["batch"], r["heads"], r["heads_kv"], r["n_kv"], r["d"], r["causal"])
+        if key not in probs:
+            probs.append(key)
+    for key in probs:
+        pr = [r for r in rs if (r["dtype"], r["batch"], r["heads"], r["heads_kv"], r["n_kv"], r["d"], r["causal"]) == key]
+        cell = lambda r: "%s / %s" % (g(r["ms"], "%.3f"), g(r["bw_fraction"], "%.2f")) if r else "refused"
+        pick = lambda v, sp=None: next((r for r in pr if r["variant"] == v and (sp is None or r["split"] == sp)), None)
+        ms = pr[0].get("model_split", -1)  # the model's S: its own row, or the split row it names
+        m = pick("model") or (pick("split", ms) if ms > 1 else None)
+        errs = [r["err_fp64"] for r in pr if r["err_fp64"] is not None]
+        eds = [r["err_vs_default"] for r in pr if r["err_vs_default"] is not None]
+        L.append("| %s | %d | %d/%d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (key[0], key[1], key[2],
+                 key[3], key[4], key[5], key[6], cell(pick("default")), cell(pick("split", 4)), cell(pick("split", 16)),
+                 "%s (%d)" % (cell(m), ms) if m else "-", g(max(errs, default=None), "%.1e"),
+                 g(max(eds, default=None), "%.1e"), all(r["ok"] for r in pr)))
+    L += ["- async: %s: same bits as the synchronous call: %s" % (r["case"], r["same_bits"])
+          for r in ck["decode"] if r.get("kind") == "decode_async"]
 if rep["speed"]:
     L += ["", "## Speed (TFLOP/s; model: the performance model's best configuration for this GPU)", "",
           "| source | dtype | batch | n | d | causal | plan | stream-ordered | plan TF | model TF | flash TF | cudnn TF | efficient TF | best SDPA ms / plan ms | err fp64 |",
@@ -292,13 +319,13 @@ rc=$?
 echo "$info" >"$logs/device.log"
 if [ "$rc" = 77 ]; then
   step device "not run" $(($(now) - t0)) "no GPU found: $(echo "$info" | sed -n 's/^SKIP: //p' | head -1)"
-  for s in sm90 sm90-speed backward serve gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "no GPU"; done
+  for s in sm90 sm90-speed backward serve decode gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "no GPU"; done
   code=$(verdict)
   [ "$code" = 0 ] && code=77
   finish "$code"
 elif [ "$rc" != 0 ]; then
   step device fail $(($(now) - t0)) "the device does not open: $(echo "$info" | tail -1)"
-  for s in sm90 sm90-speed backward serve gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "the device does not open"; done
+  for s in sm90 sm90-speed backward serve decode gpu-tests sanitizers dram tune bench speed; do step "$s" "not run" 0 "the device does not open"; done
   finish 1
 fi
 step device pass $(($(now) - t0)) "$info"
@@ -337,7 +364,7 @@ in_time() {
 
 # ---- 5-8. the newest CUDA code first, each mode of gpukit_check under its own time limit (a kernel that never
 # ends is killed and reported, the steps after it still run): the sm_90a template against fp64, its speed against
-# the mma.sync flash and SDPA, the backward's tile variants, varlen and paged
+# the mma.sync flash and SDPA, the backward's tile variants, varlen and paged, decode's split-KV and GQA-packed plans
 checker=$build/tests/gpukit_check
 # guarded ID MODE SECONDS: gpukit_check MODE, its RESULT lines appended to $work/ID.jsonl; g_st and g_why say how it
 # ended: pass; fail (a wrong result, a crash, or a kernel still running at the time limit: "hung"); skipped (77, the
@@ -409,9 +436,17 @@ elif sid == "serve":
     print("%d layouts run, worst error %s; %s" % (len(c), f(max([r["err_fp64"] for r in c if r["err_fp64"] is not None],
           default=None), "%.1e"), "; ".join("decode pages of %d: %s GB/s, dense %s GB/s" % (r["page_size"],
           f(r["paged_gbs"]), f(r["dense_gbs"])) for r in t) or "no decode times"), end="")
+elif sid == "decode":
+    c, a = k("decode"), k("decode_async")
+    errs = [r["err_fp64"] for r in c if r["err_fp64"] is not None]
+    fr = [r["bw_fraction"] for r in c if r["bw_fraction"] is not None]
+    print("%d of %d plans within 1e-2 of fp64 and the default plan, the same bits twice; worst error %s; best %s of "
+          "the DRAM bandwidth; async paged %s" % (sum(1 for r in c if r["ok"]), len(c), f(max(errs, default=None), "%.1e"),
+          f(max(fr, default=None), "%.2f"), "the same bits" if a and all(r["ok"] for r in a) else "NOT checked or differs"),
+          end="")
 EOF2
 }
-for id in sm90 sm90-speed backward serve; do : >"$work/$id.jsonl"; done
+for id in sm90 sm90-speed backward serve decode; do : >"$work/$id.jsonl"; done
 t0=$(now)
 if in_time sm90; then
   guarded sm90 sm90 90
@@ -433,6 +468,11 @@ t0=$(now)
 if in_time serve; then
   guarded serve serve 60
   step serve "$g_st" $(($(now) - t0)) "$(rows serve): $g_why"
+fi
+t0=$(now)
+if in_time decode; then
+  guarded decode decode 60
+  step decode "$g_st" $(($(now) - t0)) "$(rows decode): $g_why"
 fi
 
 # ---- 9. every other gpu-labelled test, $jobs at a time (they compile with NVRTC on the CPU cores)
