@@ -277,14 +277,15 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     return attn_errf(err, len, ATTN_EINVAL, "split=%d must be in 0..64 (key-range parts per query block; 0, 1: none)",
                      s->split);
   /* CUDA split-KV (templates/flash.cu: partials in the scratch, then attn_combine): dense, unmasked mma.sync flash;
-   * split=1 would be a second key for the kernel without split */
+   * split=1 would be a second key for the kernel without split. Causal is the plan's: a causal n = 1 plan, whose row
+   * sees every key, builds the kernel without causal (attn_cuda_decode_unmasked); other causal plans refuse split */
   if (s->target == ATTN_TARGET_CUDA && s->split == 1)
     return attn_errf(err, len, ATTN_EINVAL, "split=1 is no split: cuda specs keep split=0 for that");
   if (s->target == ATTN_TARGET_CUDA && s->split > 1 &&
-      (s->algo != ATTN_ALGO_FLASH || s->causal || s->window || s->layout || s->impl == ATTN_IMPL_WGMMA))
+      (s->algo != ATTN_ALGO_FLASH || s->window || s->layout || s->impl == ATTN_IMPL_WGMMA))
     return attn_errf(err, len, ATTN_EUNSUPPORTED,
-                     "split=%d on cuda is for dense flash without causal, window, layout or impl=wgmma (this is %s%s%s%s%s)",
-                     s->split, attn_algo_name(s->algo), s->causal ? " causal" : "", s->window ? " window" : "",
+                     "split=%d on cuda is for dense flash without window, layout or impl=wgmma (this is %s%s%s%s)",
+                     s->split, attn_algo_name(s->algo), s->window ? " window" : "",
                      s->layout ? " layout" : "", s->impl == ATTN_IMPL_WGMMA ? " impl=wgmma" : "");
   if (s->split > 1 && s->algo != ATTN_ALGO_FLASH)
     return attn_errf(err, len, ATTN_EINVAL, "split=%d applies to flash kernels only, not %s", s->split,

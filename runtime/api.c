@@ -310,11 +310,18 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
     memcpy(plan->alibi, p.alibi_slopes, sizeof(float) * (size_t)p.heads);
     plan->p.alibi_slopes = plan->alibi;
   }
-  /* CUDA grouped-query decode packs a KV head's query heads as rows (attn_cuda_gqa_packs): causal n = 1, whose row sees
-   * every key, compiles the non-causal kernel, which the packed rows need (the plan's spec keeps causal) */
+  /* CUDA: causal n = 1, whose row sees every key, compiles the non-causal kernel (attn_cuda_decode_unmasked; the plan's
+   * spec keeps causal), which grouped-query packing (attn_cuda_gqa_packs) and split-KV need */
   attn_spec ks = *s;
   const int packs = rt->target == ATTN_TARGET_CUDA && attn_cuda_gqa_packs(&p, s);
-  if (packs) ks.causal = 0;
+  if (rt->target == ATTN_TARGET_CUDA && (packs || attn_cuda_decode_unmasked(&p, s))) ks.causal = 0;
+  if (rt->target == ATTN_TARGET_CUDA && ks.causal && ks.split > 1) {
+    free(plan->alibi);
+    free(plan);
+    return attn_fail(rt, ATTN_EUNSUPPORTED,
+                     "attn_plan_create: split=%d with causal needs n = 1 (this is n=%d): the split kernel has no causal "
+                     "mask", s->split, p.n);
+  }
   rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, &ks, count_io, &plan->cuda)
                                       : attn_cpu_load(rt, s, count_io, &plan->cpu);
   /* CUDA: the slopes on the device once; every launch of the plan reads them there */

@@ -394,6 +394,10 @@ static int load_kernel(attn_runtime *rt, const attn_spec *s, int count_io, int b
   *out = NULL;
   attn_cuda *c = rt->cuda;
   if (!c) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  /* the split kernel has no causal mask: a causal n = 1 plan loads it without causal (attn_cuda_decode_unmasked) */
+  if (s->split > 1 && s->causal)
+    return attn_fail(rt, ATTN_EUNSUPPORTED, "split=%d: no causal split kernel (causal split-KV is n = 1's, built "
+                     "without causal)", s->split);
   attn_cuda_kernel *k = calloc(1, sizeof *k);
   if (!k) return attn_fail(rt, ATTN_ENOMEM, "out of memory loading a CUDA kernel");
   k->cu = c;

@@ -78,6 +78,12 @@ static inline int attn_cuda_gqa_packs(const attn_problem *p, const attn_spec *s)
          p->heads_kv > 0 && p->heads > p->heads_kv && p->heads % p->heads_kv == 0 && (!p->causal || p->n == 1) &&
          (long long)p->n * (p->heads / p->heads_kv) <= ATTN_MAX_ROWS;
 }
+/* A causal CUDA flash plan with n = 1 (its row sees every key at the bottom right) builds the kernel without causal,
+ * its spec keeping causal: the same kernel serves causal and non-causal decode, split-KV included. */
+static inline int attn_cuda_decode_unmasked(const attn_problem *p, const attn_spec *s) {
+  return s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->causal && p->causal && p->n == 1 &&
+         !s->window && s->layout == 0;
+}
 /* A CPU kernel's arguments for problem p on q, k, v and o: its sizes, scale and score modifiers, the rest zero (lse,
  * partials and the backward's arrays are the caller's to set). */
 static inline attn_kargs attn_problem_kargs(const attn_problem *p, const void *q, const void *k, const void *v,

@@ -9,7 +9,8 @@
  *       the same bits and every entry written, within tests/cuda_emu.c's limits of fp64 (each entry within 8 times
  *       the Frobenius limit), lse within 16 fp32 ulps of the logits' size of fp64's. nan: NaN in one V entry and +inf
  *       in one Q entry; O's and lse's NaN exactly where fp64's are, the rest as above. alibi: slopes of both signs
- *       (a block a query head: ALiBi is never packed).
+ *       (a block a query head: ALiBi is never packed). causal: a causal plan; at n = 1 its kernel is the one without
+ *       causal (the plan's spec keeps causal), checked as above; at n > 1 the plan must be refused with the reason.
  * ATTN_EMU_TEMPLATE=FILE compiles FILE in place of templates/flash.cu (tests/ptx_mutation.sh's mutants).
  * Exit 77 (skipped) without NVRTC. */
 #include <dlfcn.h>
@@ -156,6 +157,7 @@ typedef struct opts {
   float softcap;
   int nan;   /* NaN in V (a column of one KV head) and +inf in one query row's Q */
   int alibi; /* slopes of both signs */
+  int causal;
 } opts;
 
 typedef int (*ctx_sync_fn)(void);
@@ -163,18 +165,19 @@ typedef int (*ctx_sync_fn)(void);
 static void run_case(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, ctx_sync_fn ctx_sync, const opts *op,
                      int split, int *no_nvrtc) {
   attn_problem p = {.batch = op->batch, .heads = op->heads, .heads_kv = op->heads_kv, .n = op->n, .n_kv = op->n_kv,
-                    .d = op->d, .d_v = op->dv, .dtype = op->dtype, .algo = ATTN_ALGO_FLASH, .softcap = op->softcap};
+                    .d = op->d, .d_v = op->dv, .dtype = op->dtype, .algo = ATTN_ALGO_FLASH, .softcap = op->softcap,
+                    .causal = op->causal};
   float slopes[256];
   for (int h = 0; h < op->heads && h < 256; h++) slopes[h] = (h % 2 ? -1.0f : 1.0f) * exp2f(-(float)(h + 1) / 2);
   if (op->alibi) p.alibi_slopes = slopes;
   char what[256];
-  snprintf(what, sizeof what, "split=%d %s d=%d dv=%d n=%d n_kv=%d heads=%d/%d batch=%d%s%s", split,
+  snprintf(what, sizeof what, "split=%d %s d=%d dv=%d n=%d n_kv=%d heads=%d/%d batch=%d%s%s%s", split,
            attn_dtype_name(p.dtype), p.d, p.d_v, p.n, p.n_kv, p.heads, p.heads_kv, p.batch,
-           p.softcap > 0 ? " softcap" : "", op->alibi ? " alibi" : "");
+           p.softcap > 0 ? " softcap" : "", op->alibi ? " alibi" : "", op->causal ? " causal" : "");
   cases++;
   const int failed_before = failures;
   char err[512];
-  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p.dtype, p.d, 0);
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CUDA, p.dtype, p.d, op->causal);
   s.dv = p.d_v != p.d ? p.d_v : 0;
   s.softcap = p.softcap > 0;
   s.alibi = op->alibi;
@@ -189,11 +192,23 @@ static void run_case(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, ctx_sync_
     *no_nvrtc = 1;
     return;
   }
+  if (op->causal && p.n > 1) { /* the split kernel has no causal mask: only causal n = 1 builds it without causal */
+    if (rc == ATTN_OK) FAIL("%s: a causal n > 1 plan got a split kernel", what);
+    else if (rc != ATTN_EUNSUPPORTED || !strstr(attn_last_error(rt), "causal needs n = 1"))
+      FAIL("%s: refused with %s: %s (want unsupported, 'causal needs n = 1')", what, attn_strerror(rc),
+           attn_last_error(rt));
+    else printf("ok   %s: refused (%s)\n", what, attn_last_error(rt));
+    attn_plan_destroy(plan);
+    return;
+  }
   if (rc != ATTN_OK) {
     FAIL("%s: attn_plan_create_spec: %s: %s", what, attn_strerror(rc), attn_last_error(rt));
     return;
   }
   const attn_spec *ks = attn_cuda_kernel_spec(plan->cuda);
+  if (ks->causal || plan->spec.causal != op->causal || ks->split != split)
+    FAIL("%s: kernel causal=%d split=%d, plan's spec causal=%d (want 0, %d, %d)", what, ks->causal, ks->split,
+         plan->spec.causal, split, op->causal);
   char label[600];
   attn_spec_format(ks, label, sizeof label);
   ptx_module *m = build_ptx(ks, label, no_nvrtc);
@@ -308,7 +323,7 @@ int main(int argc, char **argv) {
   const int t = argc >= 3 ? attn_dtype_parse(argv[2]) : -1;
   if (t < 0) {
     fprintf(stderr, "usage: cuda_splitkv LIBCUDA DTYPE [d=D] [dv=DV] [n=N] [n_kv=N,N,...] [heads=H/HKV] [batch=B] "
-                    "[softcap=C] [nan] [alibi] S ...\n");
+                    "[softcap=C] [nan] [alibi] [causal] S ...\n");
     return 2;
   }
   opts op = {.dtype = (attn_dtype)t, .d = 64, .n = 1, .heads = 4, .heads_kv = 2, .batch = 1};
@@ -322,6 +337,7 @@ int main(int argc, char **argv) {
     else if (!strncmp(a, "softcap=", 8)) op.softcap = (float)atof(a + 8);
     else if (!strcmp(a, "nan")) op.nan = 1;
     else if (!strcmp(a, "alibi")) op.alibi = 1;
+    else if (!strcmp(a, "causal")) op.causal = 1;
     else if (!strncmp(a, "n_kv=", 5)) {
       for (const char *c = a + 5; *c && nnkv < 16; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") nkv[nnkv++] = atoi(c);
     } else if (!strncmp(a, "heads=", 6)) {

@@ -159,8 +159,16 @@ int main(void) {
   expect_bad("flash cpu f32 d=64 br=64 bc=128 split=65", ATTN_EINVAL, "split=65 must be in 0..64");
   expect_bad("flash cpu f32 d=64 br=64 bc=128 split=-1", ATTN_EINVAL, "split=-1 must be in 0..64");
   expect_bad("flash cpu f32 d=64 br=64 bc=128 split=two", ATTN_EINVAL, "split=two is not an integer");
-  expect_bad("flash cuda f16 d=64 br=64 bc=64 causal=1 warps=4 stages=2 arch=sm_80 split=2", ATTN_EUNSUPPORTED,
-             "split=2 on cuda is for dense flash without causal");
+  expect_bad("flash cuda f16 d=64 br=64 bc=64 window=1 warps=4 stages=2 arch=sm_80 split=2", ATTN_EUNSUPPORTED,
+             "split=2 on cuda is for dense flash without window");
+  { /* causal split is a causal n = 1 plan's (its kernel built without causal): the spec itself is valid */
+    attn_spec cs;
+    char e[256];
+    CHECK(attn_spec_parse("flash cuda f16 d=64 br=64 bc=64 causal=1 warps=4 stages=2 arch=sm_80 split=2", &cs, e,
+                          sizeof e) == ATTN_OK &&
+              cs.split == 2 && cs.causal == 1,
+          "causal split=2 spec refused: %s", e);
+  }
   expect_bad("flash cuda f16 d=64 br=64 bc=64 warps=4 stages=2 arch=sm_80 split=1", ATTN_EINVAL, "cuda specs keep");
   expect_bad("smallcache cpu f32 d=64 br=64 bc=64 tile=32 split=4", ATTN_EINVAL, "not smallcache");
 

@@ -3,7 +3,8 @@
 # interpreter through fake_cuda_set_hook; O and lse against fp64, the same bits from attn_execute, attn_execute_lse and
 # attn_execute_async. CI: f16 decode (heads 4/2, packed) on 37 and 200 keys with S = 2, 3 and 8 (S past the key
 # blocks: parts without keys), NaN in V and +inf in Q (the NaN pattern exactly fp64's) with ALiBi (unpacked), and the
-# combine without the rescale of its parts (a mutant that must fail); nightly: bf16 n = 3, f32, d_v != d, softcap,
+# combine without the rescale of its parts (a mutant that must fail), causal n = 1 (packed, and MHA with ALiBi: the
+# kernel built without causal) and causal n = 3 (refused: no causal split kernel); nightly: bf16 n = 3, f32, d_v != d, softcap,
 # 1000 keys, NaN, ALiBi. Without NVRTC these tests exit 77 (skipped).
 add_executable(cuda_splitkv ${CMAKE_CURRENT_LIST_DIR}/cuda_splitkv.c)
 target_include_directories(cuda_splitkv PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -12,7 +13,10 @@ set(ATTN_SPLITKV_ENV "ATTN_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-emu"
     "ATTN_DB=${CMAKE_BINARY_DIR}/test-cache-emu/no-database.db" "ATTN_THREADS=1")
 set(ATTN_SPLITKV_TESTS
     "f16|f16 n_kv=37,200 2 3 8"
-    "f16_nan_alibi|f16 nan alibi n_kv=200 3")
+    "f16_nan_alibi|f16 nan alibi n_kv=200 3"
+    "f16_causal|f16 causal n_kv=200 3"
+    "f16_causal_mha_alibi|f16 causal alibi heads=2/2 n_kv=37 2"
+    "f16_causal_n3_refused|f16 causal n=3 2")
 set(ATTN_SPLITKV_NIGHTLY
     "nightly_bf16_n3|bf16 n=3 n_kv=1,37,1000 2 3 8"
     "nightly_f32|f32 n_kv=1,37,1000 2 3 8"
@@ -51,4 +55,14 @@ if(TARGET attntune)
                    sh -c "rm -f '${splitkv_db}' && ATTN_DB='${splitkv_db}' \"$1\" tune --gpu H100 --n 1 --n-kv 8192 --heads 8 --d 128 --dtype bf16"
                    sh $<TARGET_FILE:attntune>)
   set_tests_properties(cuda_splitkv_tune_h100_decode PROPERTIES LABELS cuda TIMEOUT 60)
+  # causal decode too (n = 1: its kernel is built without causal), and never a split for causal n = 2
+  add_test(NAME cuda_splitkv_tune_h100_causal_decode
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/expect_exit.sh 0 "^best n=1 n_kv=8192 .*causal=1: .* split=[0-9]+ cuda"
+                   sh -c "rm -f '${splitkv_db}.causal' && ATTN_DB='${splitkv_db}.causal' \"$1\" tune --gpu H100 --n 1 --n-kv 8192 --heads 8 --d 128 --dtype bf16 --causal 1"
+                   sh $<TARGET_FILE:attntune>)
+  add_test(NAME cuda_splitkv_tune_h100_causal_n2
+           COMMAND sh -c "rm -f '${splitkv_db}.n2' && ATTN_DB='${splitkv_db}.n2' \"$1\" tune --gpu H100 --n 2 --n-kv 8192 --heads 8 --d 128 --dtype bf16 --causal 1 > '${splitkv_db}.n2.out' 2>&1 && grep -q '^best n=2 ' '${splitkv_db}.n2.out' && ! grep -q 'split=' '${splitkv_db}.n2.out'"
+                   sh $<TARGET_FILE:attntune>)
+  set_tests_properties(cuda_splitkv_tune_h100_causal_decode cuda_splitkv_tune_h100_causal_n2 PROPERTIES LABELS cuda
+                       TIMEOUT 60)
 endif()

@@ -243,7 +243,14 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
                         attn_model_result *out, char *err, size_t errlen) {
   attn_problem p = *prob;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
-  if (!attn_cuda_gqa_packs(&p, s)) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+  if (!attn_cuda_gqa_packs(&p, s)) {
+    if (!attn_cuda_decode_unmasked(&p, s)) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+    /* causal n = 1 runs the kernel without causal (its row sees every key): the same grid, split-KV's included */
+    attn_problem k = p;
+    attn_spec ks = *s;
+    k.causal = ks.causal = 0;
+    return model_forward(g, &k, &ks, res, NULL, out, err, errlen);
+  }
   /* the runtime's grouped-query packing: the grid's problem has a KV head's query heads as its rows, unmasked, so
    * K and V are counted once per KV head; the flops stay the problem's */
   attn_problem k = p;

@@ -235,6 +235,10 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
     /* split-KV (templates/flash.cu) pays for its partials and the combine's launch only where the query blocks
      * leave SMs idle: decode */
     const long items = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
+    if (c->causal && o->n != 1) {
+      snprintf(why, len, "split=%d: causal n=%ld (only causal n = 1 builds its kernel without causal)", c->split, o->n);
+      return -1;
+    }
     if (o->n > 16 || items >= o->gpu->sms) {
       snprintf(why, len, "split=%d: n=%ld and %ld query blocks of Br=%d on %d SMs are not decode that leaves SMs idle",
                c->split, o->n, items, c->br, o->gpu->sms);
@@ -471,10 +475,10 @@ int attn_space_build(const attn_space_opts *o, attn_space *sp, char *err, size_t
               c.br = brs[a], c.bc = bcs[b], c.warps = warps[w], c.stages = stages[s];
               rc = consider(sp, &v, &c);
             }
-    /* split-KV for decode (n <= 16, not causal): attn_space_admit keeps the splits where the query blocks leave SMs
-     * idle and every part gets a key block */
+    /* split-KV for decode (n <= 16, not causal; causal n = 1, whose kernel is built without causal): attn_space_admit
+     * keeps the splits where the query blocks leave SMs idle and every part gets a key block */
     static const int csplits[] = {2, 4, 8, 16, 32};
-    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && o->n > 0 && o->n <= 16 && !o->causal)
+    if (o->algos & ATTN_ALGO_BIT(ATTN_ALGO_FLASH) && o->n > 0 && o->n <= 16 && (!o->causal || o->n == 1))
       for (int a = 0; a < LEN(brs); a++)
         for (int b = 0; b < LEN(bcs); b++)
           for (int w = 0; w < LEN(warps); w++)
