@@ -574,7 +574,7 @@ FL_INLINE void fl_softmax(float *restrict st, fl_vf *restrict mx, float *restric
     fl_st(l + rv * FL_VW, FL_FMA(fl_ld(l + rv * FL_VW), fl_ld(alpha + rv * FL_VW), sum[rv]));
 }
 
-/* Cache lines of K (or of V) prefetched at a jump to another page: enough to start the hardware prefetcher's stream;
+/* Cache lines of the next block's K (and V) fetched while staging one: enough to start the hardware prefetcher;
  * a whole page at once (up to 1024 lines) stalled on the outstanding misses (two KV heads, d = 64: 0.74 of dense
  * decode with whole 128-key pages prefetched, 0.89-0.91 with 8-32 lines); 64 keeps one KV head's 16-key pages of
  * d = 64 whole (with 32 they ran about 5% slower). */
@@ -628,19 +628,46 @@ FL_INLINE void fl_prefetch_pages(const fl_kv *kv, int isv, long j0, int cols) {
   if (kv->table && fl_kv_run(kv, j0, cols) < cols) fl_prefetch_pages_of(kv, isv, j0, cols);
 }
 
-/* Paged, at the run [c, c + len) of K's (V's: isv) rows of the block [j0, j0 + cols): the rows after the next jump,
+/* Paged, at the run [c, c + len) of K's (V's: isv) rows of the block [j0, j0 + cols): the run after the next jump,
  * fetched while these compute, since a jump to another page defeats the hardware prefetcher (it follows addresses in
- * order: decode over shuffled pages ran at 0.6 of dense without), which takes over once the stream has started. K's
- * next run; after K's last, the block's first V rows; after V's last, the next block's first K rows. */
-FL_INLINE void fl_prefetch_next(const fl_kv *kv, int isv, long j0, int c, int len, int cols, long j_end) {
-  if (!kv->table) return;
+ * order: decode over shuffled pages ran at 0.6 of dense without). K's next run; after K's last, the block's first V
+ * rows; after V's last, the next block's first K rows (rows = 0: none). The dot loops fetch it a row for each row
+ * they compute (FL_PF_STEP rows at a time): 16-key pages of d = 64 are 4 KiB of K, where the hardware prefetcher
+ * stops, and its first 64 lines at each jump waited on the outstanding misses (one KV head: 0.78 of dense decode's
+ * speed, 0.95 a row at a time; two KV heads 0.93 and 0.97). */
+#define FL_PF_STEP 4
+/* Row bytes up to which it does so: d = 128's 16-key pages of two KV heads (1 KiB rows) ran 3-5% slower. */
+#define FL_PF_ROW 512
+typedef struct fl_pf {
+  const char *p;      /* the run's first row */
+  long stride, bytes; /* from one row to the next; read of each */
+  int rows;
+} fl_pf;
+FL_INLINE fl_pf fl_next_run(const fl_kv *kv, int isv, long j0, int c, int len, int cols, long j_end) {
+  fl_pf nx = {0, 0, 0, 0};
+  if (!kv->table) return nx;
   long j = j0 + c + len, end = j0 + cols;
   if (c + len >= cols) {
     j = isv ? j : j0;
     end = isv ? j_end : end;
     isv = !isv;
   }
-  fl_prefetch_run(kv, isv, j, end, FL_PF_LINES);
+  if (j >= end) return nx;
+  const long es = (long)sizeof(attn_el);
+  nx.stride = (isv ? kv->vs : kv->ks) * es;
+  nx.bytes = kv->nh * (isv ? FL_DV : FL_D) * es;
+  nx.rows = fl_kv_run(kv, j, (int)FL_MIN(end - j, FL_BC));
+  nx.p = (const char *)((isv ? kv->v : kv->k) + fl_kv_row(kv, j) * (nx.stride / es));
+  return nx;
+}
+/* The next run's rows [r0, r1) (those it has): a row per row computed, the rest with the last. */
+FL_INLINE void fl_prefetch_rows(const fl_pf *nx, int r0, int r1) {
+  if (nx->bytes > FL_PF_ROW) { /* wider rows: the run's first FL_PF_LINES lines at its start, as a jump did */
+    if (r0) return;
+    r1 = (int)(FL_PF_LINES * 64 / nx->bytes);
+  }
+  for (int r = r0; r < r1 && r < nx->rows; r++)
+    for (long x = 0; x < nx->bytes; x += 64) __builtin_prefetch(nx->p + r * nx->stride + x);
 }
 
 /* The block [j0, j0 + cols) converted or gathered into staging: K rows into kc, V rows into vc (NULL: not staged);
@@ -702,11 +729,17 @@ FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc
       if (!stage_k) fl_prefetch_pages(kv, 0, j0, cols);
       for (int c = 0, len; c < cols; c += len) {
         len = stage_k ? cols : fl_kv_run(kv, j0 + c, cols - c);
-        if (!stage_k) fl_prefetch_next(kv, 0, j0, c, len, cols, j_end);
-        fl_vf mc;
-        fl_scores_dot(stage_k ? kc : (const float *)(kv->k + fl_kv_row(kv, j0 + c) * ks), stage_k ? FL_D : ks, qd,
-                      st + c * FL_BRP, &mc, len, rows, rows == 1 ? 4 : 2);
-        mx[0] = FL_MAX(mx[0], mc);
+        /* paged: FL_PF_STEP rows at a time, the next run's as many rows fetched before each (dense: one step) */
+        const int pg = kv->table && !stage_k, step = pg ? FL_PF_STEP : len;
+        const fl_pf nx = pg ? fl_next_run(kv, 0, j0, c, len, cols, j_end) : (fl_pf){0, 0, 0, 0};
+        const float *kb = stage_k ? kc : (const float *)(kv->k + fl_kv_row(kv, j0 + c) * ks);
+        for (int i = 0; i < len; i += step) {
+          if (pg) fl_prefetch_rows(&nx, i, i + step < len ? i + step : nx.rows);
+          fl_vf mc;
+          fl_scores_dot(kb + i * (stage_k ? FL_D : ks), stage_k ? FL_D : ks, qd, st + (c + i) * FL_BRP, &mc,
+                        FL_MIN(step, len - i), rows, rows == 1 ? 4 : 2);
+          mx[0] = FL_MAX(mx[0], mc);
+        }
       }
     } else
       fl_scores(stage_k ? kc : (const float *)kr, qt, st, mx, cols, nrv);
@@ -729,9 +762,13 @@ FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc
       if (!stage_v) fl_prefetch_pages(kv, 1, j0 + c0, c1 - c0);
       for (int c = c0, len; c < c1; c += len) {
         len = stage_v ? c1 - c : fl_kv_run(kv, j0 + c, c1 - c);
-        if (!stage_v) fl_prefetch_next(kv, 1, j0, c, len, cols, j_end);
-        fl_pv_dot_keys(stage_v ? vc + c * FL_DVP : (const float *)(kv->v + fl_kv_row(kv, j0 + c) * vs),
-                       stage_v ? FL_DVP : vs, st + c * FL_BRP, o, 0, len, rows, 2);
+        const int pg = kv->table && !stage_v, step = pg ? FL_PF_STEP : len;
+        const fl_pf nx = pg ? fl_next_run(kv, 1, j0, c, len, cols, j_end) : (fl_pf){0, 0, 0, 0};
+        const float *vb = stage_v ? vc + c * FL_DVP : (const float *)(kv->v + fl_kv_row(kv, j0 + c) * vs);
+        for (int i = 0; i < len; i += step) {
+          if (pg) fl_prefetch_rows(&nx, i, i + step < len ? i + step : nx.rows);
+          fl_pv_dot_keys(vb, stage_v ? FL_DVP : vs, st + c * FL_BRP, o, i, FL_MIN(i + step, len), rows, 2);
+        }
       }
       if (masked)
         fl_pv_diag(stage_v ? vc : (const float *)vr, stage_v ? FL_DVP : vs, st, o, c0, c1, cols, 0, rows, vis);
@@ -1035,15 +1072,17 @@ FL_INLINE void fl_block_heads(const fl_kv *kv, fl_head *hd, int H, long j0, int 
   fl_prefetch_pages(kv, 0, j0, cols);
   for (int c = 0, len; c < cols; c += len) {
     len = fl_kv_run(kv, j0 + c, cols - c);
-    fl_prefetch_next(kv, 0, j0, c, len, cols, j_end);
+    const fl_pf nx = fl_next_run(kv, 0, j0, c, len, cols, j_end);
     const float *kr = (const float *)(kv->k + fl_kv_row(kv, j0 + c) * kv->ks);
-    for (int i = 0; i < len; i++)
+    for (int i = 0; i < len; i++) {
+      fl_prefetch_rows(&nx, i, i + 1 < len ? i + 1 : nx.rows);
       for (int h = 0; h < H; h++) {
         fl_vf mc;
         fl_scores_dot(kr + ((long)i * H + h) * FL_D, kv->ks, hd[h].qd, hd[h].st + (c + i) * FL_BRP, &mc, 1, R,
                       R == 1 ? 4 : 2);
         mx[h] = FL_MAX(mx[h], mc);
       }
+    }
   }
   const fl_vis vis = {1, -FL_FAR, FL_FAR};
   for (int h = 0; h < H; h++) {
@@ -1056,11 +1095,13 @@ FL_INLINE void fl_block_heads(const fl_kv *kv, fl_head *hd, int H, long j0, int 
   fl_prefetch_pages(kv, 1, j0, cols);
   for (int c = 0, len; c < cols; c += len) {
     len = fl_kv_run(kv, j0 + c, cols - c);
-    fl_prefetch_next(kv, 1, j0, c, len, cols, j_end);
+    const fl_pf nx = fl_next_run(kv, 1, j0, c, len, cols, j_end);
     const float *vr = (const float *)(kv->v + fl_kv_row(kv, j0 + c) * kv->vs);
-    for (int i = 0; i < len; i += KG)
+    for (int i = 0; i < len; i += KG) {
+      fl_prefetch_rows(&nx, i, i + KG < len ? i + KG : nx.rows);
       for (int h = 0; h < H; h++)
         fl_pv_dot_keys(vr + h * FL_DV, kv->vs, hd[h].st + c * FL_BRP, hd[h].o, i, FL_MIN(i + KG, len), R, KG);
+    }
   }
 }
 /* Its copies for 2 and FL_DOT = 4 rows, out of line (compile time grows faster than the size of one function). */
