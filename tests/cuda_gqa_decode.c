@@ -83,30 +83,6 @@ static ptx_module *build_ptx(const attn_spec *s, const char *label, int *no_nvrt
   return m;
 }
 
-/* fp64 lse [batch][heads][n] of p on q, k, with attn.h's mask and modifiers (-inf for a row that sees no key) */
-static void ref_lse(const attn_problem *p, const float *q, const float *k, double *out) {
-  const long n = p->n, nkv = p->n_kv, d = p->d, G = p->heads / p->heads_kv;
-  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
-    const long b = bh / p->heads, h = bh % p->heads;
-    const float *kh = k + (b * p->heads_kv + h / G) * nkv * d;
-    for (long i = 0; i < n; i++) {
-      const float *qi = q + (bh * n + i) * d;
-      long lo, hi;
-      attn_visible_keys(p, i, &lo, &hi);
-      double mx = -INFINITY, sum = 0;
-      for (int pass = 0; pass < 2; pass++)
-        for (long j = lo; j < hi; j++) {
-          double acc = 0;
-          for (long c = 0; c < d; c++) acc += (double)qi[c] * kh[j * d + c];
-          const double s = attn_score_mod(p, acc * p->scale, h, i, j);
-          if (pass == 0) mx = s > mx ? s : mx;
-          else sum += exp(s - mx);
-        }
-      out[bh * n + i] = hi > lo ? mx + log(sum) : -INFINITY;
-    }
-  }
-}
-
 typedef struct opts {
   attn_dtype dtype;
   int d, dv, n, n_kv, heads, heads_kv, batch;
@@ -221,7 +197,7 @@ static void run_case(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, const opt
       FAIL("%s: o entry %zu is %.6g, fp64's %.6g", what, i, (double)f1[i], ref[i]);
       break;
     }
-  ref_lse(&pr, xq, xk, ref + no);
+  emu_ref_lse(&pr, xq, xk, ref + no);
   /* the logits' size: |scale| sqrt(d) for these inputs, and ALiBi's slopes (at most 0.71) times the distance */
   const double ltol = 16 * 0x1p-24 * (1.0 + fabs((double)pr.scale) * sqrt((double)pr.d) + (p.alibi_slopes ? p.n_kv : 0));
   double lerr = 0;

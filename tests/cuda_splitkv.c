@@ -84,71 +84,9 @@ static void on_launch(const void *params, unsigned grid, unsigned block, unsigne
   ptx_machine_free(x);
 }
 
-/* The spec's module; ATTN_EMU_TEMPLATE replaces the template's text after its #line marker */
+/* The spec's module (emu_spec_ptx: ATTN_EMU_TEMPLATE replaces the template's text) */
 static ptx_module *build_ptx(const attn_spec *s, const char *label, int *no_nvrtc) {
-  char err[512];
-  char *src = attn_spec_source(s, 0, err, sizeof err);
-  if (!src) {
-    FAIL("%s: %s", label, err);
-    return NULL;
-  }
-  const char *alt = getenv("ATTN_EMU_TEMPLATE");
-  if (alt && *alt) {
-    static const char mark[] = "#line 1 \"templates/flash.cu\"\n";
-    char *at = strstr(src, mark);
-    FILE *f = fopen(alt, "rb");
-    char *text = NULL;
-    long len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (text = malloc((size_t)len + 1)) && fread(text, 1, (size_t)len, f) == (size_t)len) {
-      text[len] = '\0';
-    } else {
-      free(text);
-      text = NULL;
-    }
-    if (f) fclose(f);
-    char *joined = at && text ? malloc((size_t)(at - src) + sizeof mark + (size_t)len + 1) : NULL;
-    if (!joined) {
-      FAIL("%s: cannot read %s in place of templates/flash.cu", label, alt);
-      free(src), free(text);
-      return NULL;
-    }
-    sprintf(joined, "%.*s%s%s", (int)(at - src), src, mark, text);
-    free(src), free(text);
-    src = joined;
-  }
-  char *ptx = NULL, *log = NULL;
-  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
-  free(src);
-  ptx_module *m = NULL;
-  if (rc == ATTN_ENODEV) *no_nvrtc = 1;
-  else if (rc != ATTN_OK) FAIL("%s: NVRTC does not compile the kernel:\n%s", label, log ? log : "(no log)");
-  else if (!(m = ptx_parse(ptx, err, sizeof err))) FAIL("%s: the PTX interpreter refuses NVRTC's PTX: %s", label, err);
-  free(ptx);
-  free(log);
-  return m;
-}
-
-/* fp64 lse [batch][heads][n] of p on q, k (no mask: every row sees every key) */
-static void ref_lse(const attn_problem *p, const float *q, const float *k, double *out) {
-  const long n = p->n, nkv = p->n_kv, d = p->d, G = p->heads / p->heads_kv;
-  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
-    const long b = bh / p->heads, h = bh % p->heads;
-    const float *kh = k + (b * p->heads_kv + h / G) * nkv * d;
-    for (long i = 0; i < n; i++) {
-      const float *qi = q + (bh * n + i) * d;
-      double mx = -INFINITY, sum = 0;
-      for (int pass = 0; pass < 2; pass++)
-        for (long j = 0; j < nkv; j++) {
-          double acc = 0;
-          for (long c = 0; c < d; c++) acc += (double)qi[c] * kh[j * d + c];
-          const double s = attn_score_mod(p, acc * p->scale, h, i, j);
-          if (pass == 0) mx = s > mx ? s : mx;
-          else sum += exp(s - mx);
-        }
-      out[bh * n + i] = mx + log(sum);
-    }
-  }
+  return emu_spec_ptx(s, label, no_nvrtc, &failures);
 }
 
 typedef struct opts {
@@ -277,7 +215,7 @@ static void run_case(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, ctx_sync_
   attn_from_dtype(p.dtype, o[0], no, f);
   attn_problem pr = plan->p; /* normalised: scale */
   attn_reference(&pr, xq, xk, xv, ref);
-  ref_lse(&pr, xq, xk, ref + no);
+  emu_ref_lse(&pr, xq, xk, ref + no);
   /* non-finite inputs: the NaN pattern (O and lse) exactly the reference's, then those entries set aside */
   size_t nans = 0, mismatched = 0;
   for (size_t i = 0; i < no + nl; i++) {

@@ -42,23 +42,6 @@ __attribute__((unused)) static ptx_module *emu_load_ptx(int rc, char *ptx, char 
   return m;
 }
 
-/* The kernel of spec s as users run it (no I/O counting) through NVRTC, loaded by the interpreter: as emu_load_ptx,
- * with a "FAIL label: ..." line too where s has no source. */
-__attribute__((unused)) static ptx_module *emu_spec_ptx(const attn_spec *s, const char *label, int *no_nvrtc,
-                                                        int *failures) {
-  char err[512];
-  char *src = attn_spec_source(s, 0, err, sizeof err);
-  if (!src) {
-    printf("FAIL %s: %s\n", label, err);
-    ++*failures;
-    return NULL;
-  }
-  char *ptx = NULL, *log = NULL;
-  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
-  free(src);
-  return emu_load_ptx(rc, ptx, log, label, no_nvrtc, failures);
-}
-
 /* The whole file at p, NUL-terminated and malloc'd; NULL when it cannot be read. */
 __attribute__((unused)) static char *emu_read_text(const char *p) {
   FILE *f = fopen(p, "rb");
@@ -104,6 +87,56 @@ __attribute__((unused)) static int emu_substitute(char **src, const char *file) 
   free(*src);
   *src = n;
   return 0;
+}
+
+/* The kernel of spec s as users run it (no I/O counting) through NVRTC, loaded by the interpreter: as emu_load_ptx,
+ * with a "FAIL label: ..." line too where s has no source; with $ATTN_EMU_TEMPLATE set, that file in place of the
+ * template (emu_substitute: a mutation test's modified copy). */
+__attribute__((unused)) static ptx_module *emu_spec_ptx(const attn_spec *s, const char *label, int *no_nvrtc,
+                                                        int *failures) {
+  char err[512];
+  char *src = attn_spec_source(s, 0, err, sizeof err);
+  if (!src) {
+    printf("FAIL %s: %s\n", label, err);
+    ++*failures;
+    return NULL;
+  }
+  const char *alt = getenv("ATTN_EMU_TEMPLATE");
+  if (alt && *alt && emu_substitute(&src, alt) != 0) {
+    printf("FAIL %s: cannot read %s in place of the template\n", label, alt);
+    ++*failures;
+    free(src);
+    return NULL;
+  }
+  char *ptx = NULL, *log = NULL;
+  const int rc = attn_nvrtc_ptx(src, "attn_kernel.cu", s->arch, &ptx, &log);
+  free(src);
+  return emu_load_ptx(rc, ptx, log, label, no_nvrtc, failures);
+}
+
+/* fp64 lse [batch][heads][n] of p on q [batch][heads][n][d] and k [batch][heads_kv][n_kv][d], with attn.h's mask
+ * and score modifiers (attn_visible_keys, attn_score_mod); -inf for a row that sees no key. */
+__attribute__((unused)) static void emu_ref_lse(const attn_problem *p, const float *q, const float *k, double *out) {
+  const long n = p->n, nkv = p->n_kv, d = p->d, G = p->heads / p->heads_kv;
+  for (long bh = 0; bh < (long)p->batch * p->heads; bh++) {
+    const long b = bh / p->heads, h = bh % p->heads;
+    const float *kh = k + (b * p->heads_kv + h / G) * nkv * d;
+    for (long i = 0; i < n; i++) {
+      const float *qi = q + (bh * n + i) * d;
+      long lo, hi;
+      attn_visible_keys(p, i, &lo, &hi);
+      double mx = -INFINITY, sum = 0;
+      for (int pass = 0; pass < 2; pass++)
+        for (long j = lo; j < hi; j++) {
+          double acc = 0;
+          for (long c = 0; c < d; c++) acc += (double)qi[c] * kh[j * d + c];
+          const double s = attn_score_mod(p, acc * p->scale, h, i, j);
+          if (pass == 0) mx = s > mx ? s : mx;
+          else sum += exp(s - mx);
+        }
+      out[bh * n + i] = hi > lo ? mx + log(sum) : -INFINITY;
+    }
+  }
 }
 
 __attribute__((unused)) static double emu_unit_roundoff(attn_dtype t) {

@@ -43,6 +43,9 @@ if(TARGET attntune)
   endforeach()
   # they compile a kernel per configuration, dtype and counting build: on two loaded cores that is minutes
   set_tests_properties(tuner_cli_dv tuner_cli_cpu_half PROPERTIES TIMEOUT 300)
+  # nightly (about 20 s each, cold compiles): the Lua annealer measured on the CPU (CI keeps the Lua strategies on the
+  # model, genetic, and the lua_* host tests) and --jobs 2's parallel compiles in a cache of their own
+  set_tests_properties(tuner_cli_anneal tuner_cli_jobs PROPERTIES LABELS "tuner;nightly")
   # a few NVRTC compiles; skipped without NVRTC
   set_tests_properties(tuner_cli_compiled_rerank PROPERTIES SKIP_RETURN_CODE 77)
 endif()
