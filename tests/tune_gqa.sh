@@ -21,7 +21,7 @@ run)
   [ "$(grep -o '"heads_kv": *[0-9]*' "$W/show.json" | tr -d ' ' | sort | tr '\n' ' ')" = '"heads_kv":32 "heads_kv":8 ' ] ||
     fail "show --json: not one best row for each of heads_kv 8 and 32"
   # measured: every configuration checked against the fp64 reference of the grouped problem
-  "$T" tune --gpu cpu --d 16 --n 33 --n-kv 70 --heads 4 --heads-kv 2 --budget 1 --reps 1 --time-cap 0.02 \
+  "$T" tune --gpu cpu --d 64 --n 33 --n-kv 70 --heads 4 --heads-kv 2 --budget 1 --reps 1 --time-cap 0.02 \
     --db "$W/c.db" >>"$out" 2>&1 || fail "cpu tune exit $?"
   [ "$(q "$W/c.db" "SELECT count(*) FROM measurements WHERE heads = 4 AND heads_kv = 2 AND status = 'ok' AND
        error IS NOT NULL AND error < 1e-4")" -ge 1 ] || fail "no checked GQA row measured on the CPU"
