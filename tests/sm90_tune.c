@@ -221,6 +221,13 @@ static int serve(void) {
     return 0;
   }
   attn_close(rt);
+  /* the plans below compile their kernels through NVRTC: without it there is nothing to serve */
+  char why[256];
+  int major = 0, minor = 0;
+  if (attn_nvrtc_version(&major, &minor, why, sizeof why) == ATTN_ENODEV) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
   const char *db = getenv("ATTN_DB");
   if (!db || !db[0]) {
     fprintf(stderr, "sm90_tune serve: set ATTN_DB to a scratch path\n");
