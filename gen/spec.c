@@ -419,7 +419,8 @@ int attn_spec_parse_fields(const char *text, attn_spec *s, char *err, size_t len
   attn_spec t;
   memset(&t, 0, sizeof t);
   char *save = NULL;
-  int pos = 0;
+  int pos = 0, nseen = 0;
+  const char *seen[48]; /* the keys so far: a key given twice would mean one thing here and another to a reader */
   for (char *tok = strtok_r(buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save), pos++) {
     if (pos == 0 || pos == 1 || pos == 2) {
       int v = pos == 0 ? attn_algo_parse(tok) : pos == 1 ? attn_target_parse(tok) : attn_dtype_parse(tok);
@@ -435,6 +436,11 @@ int attn_spec_parse_fields(const char *text, attn_spec *s, char *err, size_t len
     if (!eq) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': '%s' is not key=value", text, tok);
     *eq = '\0';
     const char *key = tok, *val = eq + 1;
+    for (int i = 0; i < nseen; i++)
+      if (strcmp(seen[i], key) == 0) return attn_errf(err, len, ATTN_EINVAL, "spec '%s': %s= given twice", text, key);
+    if (nseen == (int)(sizeof seen / sizeof seen[0]))
+      return attn_errf(err, len, ATTN_EINVAL, "spec '%s': too many key=value fields", text);
+    seen[nseen++] = key;
     long x = 0;
     static const struct { const char *key; size_t off; } ints[] = {
         {"d", offsetof(attn_spec, d)},           {"br", offsetof(attn_spec, br)},
