@@ -295,18 +295,13 @@ int main(int argc, char **argv) {
                     "needed\n");
     return 2;
   }
-  if (setenv("ATTN_LIBCUDA", argv[1], 1) || setenv("FAKE_LIBCUDA", "", 1)) return 1;
-  attn_runtime *rt = NULL;
-  int rc = attn_open(NULL, ATTN_TARGET_CUDA, &rt);
-  if (rc != ATTN_OK) {
-    printf("FAIL attn_open on the fake driver %s: %s\n", argv[1], attn_last_error(NULL));
-    return 1;
-  }
+  fake_cuda_set_hook_fn set_hook = NULL;
+  attn_runtime *rt = emu_fake_open(argv[1], &set_hook);
+  if (!rt) return 1;
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
-  fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
   ctx_sync_fn ctx_sync = lib ? (ctx_sync_fn)dlsym(lib, "cuCtxSynchronize") : NULL;
-  if (!set_hook || !ctx_sync) {
-    printf("FAIL the fake driver %s has no fake_cuda_set_hook or cuCtxSynchronize\n", argv[1]);
+  if (!ctx_sync) {
+    printf("FAIL the fake driver %s has no cuCtxSynchronize\n", argv[1]);
     attn_close(rt);
     return 1;
   }

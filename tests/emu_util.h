@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include "fake_libcuda.h"
 #include "internal.h"
 #include "ptx/ptx.h"
 
@@ -114,6 +116,25 @@ __attribute__((unused)) static ptx_module *emu_spec_ptx(const attn_spec *s, cons
   return emu_load_ptx(rc, ptx, log, label, no_nvrtc, failures);
 }
 
+
+/* A CUDA runtime on the fake driver at libcuda (tests/fake_libcuda.c) and its launch hook's setter, through which a
+ * test runs each of the runtime's launches on the interpreter: NULL, with a "FAIL ..." line, where either is missing. */
+__attribute__((unused)) static attn_runtime *emu_fake_open(const char *libcuda, fake_cuda_set_hook_fn *set_hook) {
+  if (setenv("ATTN_LIBCUDA", libcuda, 1) || setenv("FAKE_LIBCUDA", "", 1)) return NULL;
+  attn_runtime *rt = NULL;
+  if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
+    printf("FAIL attn_open on the fake driver %s: %s\n", libcuda, attn_last_error(NULL));
+    return NULL;
+  }
+  void *lib = dlopen(libcuda, RTLD_NOW | RTLD_NOLOAD);
+  *set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
+  if (!*set_hook) {
+    printf("FAIL the fake driver %s has no fake_cuda_set_hook\n", libcuda);
+    attn_close(rt);
+    return NULL;
+  }
+  return rt;
+}
 /* fp64 lse [batch][heads][n] of p on q [batch][heads][n][d] and k [batch][heads_kv][n_kv][d], with attn.h's mask
  * and score modifiers (attn_visible_keys, attn_score_mod); -inf for a row that sees no key. */
 __attribute__((unused)) static void emu_ref_lse(const attn_problem *p, const float *q, const float *k, double *out) {
