@@ -75,7 +75,8 @@ static void unit(void) {
               "geometry of %s: block %u grid %u: %s", text, g.block, g.grid, err);
       }
   /* what does not fit is named */
-  refused(BASE "d=128 br=128 bc=128 causal=0 warps=12 stages=2 arch=sm_90", ATTN_EINVAL, "needs arch=sm_90a");
+  refused("flash cuda bf16 unroll=0 tile=0 feature=taylor degree=0 rank=0 seed=0 arch=sm_90 impl=wgmma d=128 br=128 "
+          "bc=128 causal=0 warps=12 stages=2", ATTN_EINVAL, "needs arch=sm_90a");
   refused("flash cuda f32 unroll=0 tile=0 feature=taylor degree=0 rank=0 seed=0 arch=sm_90a impl=wgmma d=64 br=128 "
           "bc=128 causal=0 warps=12 stages=2", ATTN_EUNSUPPORTED, "f16 or bf16");
   refused(BASE "d=60 br=128 bc=128 causal=0 warps=12 stages=2", ATTN_EUNSUPPORTED, "multiples of 8");
