@@ -117,10 +117,17 @@ __attribute__((unused)) static ptx_module *emu_spec_ptx(const attn_spec *s, cons
 }
 
 
-/* A CUDA runtime on the fake driver at libcuda (tests/fake_libcuda.c) and its launch hook's setter, through which a
- * test runs each of the runtime's launches on the interpreter: NULL, with a "FAIL ..." line, where either is missing. */
-__attribute__((unused)) static attn_runtime *emu_fake_open(const char *libcuda, fake_cuda_set_hook_fn *set_hook) {
-  if (setenv("ATTN_LIBCUDA", libcuda, 1) || setenv("FAKE_LIBCUDA", "", 1)) return NULL;
+/* emu_fake_open with the fake's settings and its record: $FAKE_LIBCUDA set to settings (NULL: the environment's kept,
+ * as the test's ENVIRONMENT gave it: a device posed as an H100), and where rec is not NULL, the record's reader
+ * (fake_cuda_record) in *rec. NULL, with a "FAIL ..." line, where libcuda is NULL or anything is missing. */
+__attribute__((unused)) static attn_runtime *emu_fake_open_as(const char *libcuda, const char *settings,
+                                                              fake_cuda_set_hook_fn *set_hook,
+                                                              fake_cuda_record_fn *rec) {
+  if (!libcuda || !*libcuda) {
+    printf("FAIL no fake driver given (ATTN_LIBCUDA)\n");
+    return NULL;
+  }
+  if (setenv("ATTN_LIBCUDA", libcuda, 1) || (settings && setenv("FAKE_LIBCUDA", settings, 1))) return NULL;
   attn_runtime *rt = NULL;
   if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
     printf("FAIL attn_open on the fake driver %s: %s\n", libcuda, attn_last_error(NULL));
@@ -128,12 +135,19 @@ __attribute__((unused)) static attn_runtime *emu_fake_open(const char *libcuda, 
   }
   void *lib = dlopen(libcuda, RTLD_NOW | RTLD_NOLOAD);
   *set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
-  if (!*set_hook) {
-    printf("FAIL the fake driver %s has no fake_cuda_set_hook\n", libcuda);
+  if (rec) *rec = lib ? (fake_cuda_record_fn)dlsym(lib, "fake_cuda_record") : NULL;
+  if (!*set_hook || (rec && !*rec)) {
+    printf("FAIL the fake driver %s has no %s\n", libcuda, !*set_hook ? "fake_cuda_set_hook" : "fake_cuda_record");
     attn_close(rt);
     return NULL;
   }
   return rt;
+}
+
+/* A CUDA runtime on the fake driver at libcuda (tests/fake_libcuda.c) and its launch hook's setter, through which a
+ * test runs each of the runtime's launches on the interpreter: NULL, with a "FAIL ..." line, where either is missing. */
+__attribute__((unused)) static attn_runtime *emu_fake_open(const char *libcuda, fake_cuda_set_hook_fn *set_hook) {
+  return emu_fake_open_as(libcuda, "", set_hook, NULL);
 }
 /* fp64 lse [batch][heads][n] of p on q [batch][heads][n][d] and k [batch][heads_kv][n_kv][d], with attn.h's mask
  * and score modifiers (attn_visible_keys, attn_score_mod); -inf for a row that sees no key. */

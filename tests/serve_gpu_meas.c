@@ -15,7 +15,6 @@
  *       `attntune tune ARGS` in this process, every layout launch on the interpreter (tests/serve_gpu_meas.sh checks
  *       its rows). Prints the launches run and failed.
  * Exit 77 (skipped) without NVRTC. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,19 +132,11 @@ int __wrap_attn_cuda_launch_layout(attn_runtime *rt, attn_cuda_tables *t, attn_c
                                         what);
 }
 
+/* the fake driver's (emu_fake_open_as, on $ATTN_LIBCUDA with the test's $FAKE_LIBCUDA: an H100) */
+static fake_cuda_set_hook_fn set_hook;
 static fake_cuda_record_fn rec;
 
-static int install_hook(int on) {
-  void *lib = dlopen(getenv("ATTN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  fake_cuda_set_hook_fn set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
-  rec = lib ? (fake_cuda_record_fn)dlsym(lib, "fake_cuda_record") : NULL;
-  if (!set_hook || !rec) {
-    FAIL("the fake driver (ATTN_LIBCUDA) was not loaded, or has no fake_cuda_set_hook");
-    return -1;
-  }
-  set_hook(on ? on_launch : NULL, NULL);
-  return 0;
-}
+static attn_runtime *fake_open(void) { return emu_fake_open_as(getenv("ATTN_LIBCUDA"), NULL, &set_hook, &rec); }
 
 /* ---- measure ---- */
 
@@ -184,7 +175,7 @@ static void measure_case(attn_runtime *rt, const meas_case *mc) {
   fake_cuda_calls fc;
 
   /* the kernels run: ok, the error real */
-  if (install_hook(1) != 0) goto out;
+  set_hook(on_launch, NULL);
   cur.corrupt = 0, cur.runs = cur.fails = 0;
   rec(&fc, 1);
   attn_measure(&c, &s, &r);
@@ -221,7 +212,7 @@ static void measure_case(attn_runtime *rt, const meas_case *mc) {
         r.status, r.error);
 
   /* the fake's kernels do nothing: the poisoned output comes back */
-  if (install_hook(0) != 0) goto out;
+  set_hook(NULL, NULL);
   rec(&fc, 1);
   attn_measure(&c, &s, &r);
   rec(&fc, 0);
@@ -241,11 +232,8 @@ out:
 }
 
 static int measure(void) {
-  attn_runtime *rt = NULL;
-  if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK) {
-    printf("FAIL attn_open on the fake driver: %s\n", attn_last_error(NULL));
-    return 1;
-  }
+  attn_runtime *rt = fake_open();
+  if (!rt) return 1;
   /* grouped-query decode over pages of 8 (13 keys: the last page part full), the packed kernel */
   const meas_case paged = {.name = "paged decode, heads 4/2, pages of 8",
                            .p = {.batch = 2, .heads = 4, .heads_kv = 2, .n = 1, .n_kv = 13, .d = 64,
@@ -278,12 +266,10 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "measure") == 0) {
     rc = measure();
   } else if (strcmp(argv[1], "tune") == 0) {
-    /* the driver is loaded by the tune run's first attn_open: the hook is set at each wrapped launch */
-    attn_runtime *rt = NULL;
-    if (attn_open(NULL, ATTN_TARGET_CUDA, &rt) != ATTN_OK || install_hook(1) != 0) {
-      printf("FAIL attn_open on the fake driver: %s\n", attn_last_error(NULL));
-      return 1;
-    }
+    /* the tune run's runtime loads the same fake driver: the hook set here takes its launches */
+    attn_runtime *rt = fake_open();
+    if (!rt) return 1;
+    set_hook(on_launch, NULL);
     rc = attn_cmd_tune(argc - 1, argv + 1);
     attn_close(rt);
     printf("launches on the interpreter: %d run, %d failed\n", cur.runs, cur.fails);
