@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "internal.h"
+#include "launch.h"
 #include "spec_bwd.h"
 
 /* The shared library hides everything but the public API. */
@@ -452,11 +453,44 @@ static int tuned_spec(attn_runtime *rt, const attn_problem *p, const char *pass,
   return 0;
 }
 
+/* Untuned CUDA flash whose query blocks leave SMs idle (decode: n <= 16 rows, as the tuner's space has it) splits
+ * each block's key range into S parts (split-KV: templates/flash.cu, then attn_combine's launch). S is the largest
+ * power of two with blocks x S <= the device's SMs, at most 64 and the key blocks, and only while the split spares
+ * each block at least 8 key blocks. The performance model (tuner/model.c) over A100, H100, H200, L4, L40S, d = 64..256,
+ * n = 1..16, 1..64 heads, n_kv = 64..65536: 1.10x its best split's time (geometric mean; no split: 2.52x), and no
+ * slower than no split by over 5% outside L40S (63 of 8910 shapes, at most 1.19x); S up to two waves of SMs was
+ * slower than no split on 129 shapes outside L40S (A100, L4: up to 1.14x at 1000 keys), where the second launch and
+ * the partials cost more than the idle SMs give. The blocks are the launch's (gen/launch.c), GQA-packed where attn_cuda_gqa_packs holds.
+ * Causal only at n = 1 (attn_cuda_decode_unmasked: the split kernel has no mask); window, impl=wgmma and plans for
+ * paged or varlen calls never (runtime/cuda_serve.c's kernels have no split). */
+static int default_split_cuda(const attn_runtime *rt, const attn_problem *p, const attn_spec *s) {
+  if (s->algo != ATTN_ALGO_FLASH || s->impl == ATTN_IMPL_WGMMA || s->window || s->layout || p->page_size > 0 ||
+      p->varlen || p->n > 16 || (p->causal && !attn_cuda_decode_unmasked(p, s)))
+    return 0;
+  attn_cuda_info_t dev;
+  if (attn_cuda_info(rt, &dev) != ATTN_OK || dev.sms < 2) return 0;
+  attn_spec t = *s;
+  t.split = 0;
+  const int packs = attn_cuda_gqa_packs(p, s);
+  const long long bh = (long long)p->batch * (packs ? p->heads_kv : p->heads);
+  const long long rows = packs ? (long long)p->n * (p->heads / p->heads_kv) : p->n;
+  attn_cuda_geom g;
+  char err[256];
+  if (attn_cuda_geometry(&t, bh, rows, p->n_kv, 0, &g, err, sizeof err) != ATTN_OK) return 0;
+  const long long kblocks = ((long long)p->n_kv + s->bc - 1) / s->bc;
+  int split = 1;
+  while (split < 64 && g.items * split * 2 <= dev.sms && split * 2 <= kblocks) split *= 2;
+  while (split > 1 && kblocks - (kblocks + split - 1) / split < 8) split /= 2;
+  t.split = split;
+  return split > 1 && attn_spec_check(&t, err, sizeof err) == ATTN_OK ? split : 0;
+}
+
 /* Untuned CPU flash with fewer query blocks than threads (decode: n = 1) would leave cores idle: split each
  * block's key range so that there are about twice as many items as threads (the dynamic schedule then balances
  * them), in a power of two of parts, no more than the key blocks. Measured at n = 1, n_kv = 65536, d = 128 on 2
  * cores: 11.4 ms unsplit, 7.1 ms with 2 parts, 6.5 ms with 4 (docs/results/cpu.md). */
 static int default_split(const attn_runtime *rt, const attn_problem *p, const attn_spec *s) {
+  if (s->target == ATTN_TARGET_CUDA) return default_split_cuda(rt, p, s);
   if (s->target != ATTN_TARGET_CPU || s->algo != ATTN_ALGO_FLASH || rt->threads < 2) return 0;
   /* flash.c packs the query heads of a KV head into one block when n < Br (its fl_packed): count its blocks */
   const long group = p->heads / p->heads_kv;

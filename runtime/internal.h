@@ -101,7 +101,8 @@ static inline attn_kargs attn_problem_kargs(const attn_problem *p, const void *q
 int attn_plan_choose(attn_runtime *rt, const attn_problem *p, attn_spec *s, char *origin, size_t olen);
 
 /* The untuned default configuration of a normalised problem for algo (AUTO and LOWRANK: flash), as attn_plan_choose
- * uses it when no row fits: the template's default tiles, and split-K where query blocks leave threads idle. */
+ * uses it when no row fits: the template's default tiles, and split-K where query blocks leave threads idle (CUDA:
+ * decode's split-KV where they leave the device's SMs idle). */
 void attn_plan_default(const attn_runtime *rt, const attn_problem *p, attn_algo algo, attn_spec *s);
 
 /* A plan with an explicit spec (the tuner's entry point); origin is "tuned", "default", ... for describe. */

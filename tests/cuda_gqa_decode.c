@@ -256,7 +256,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   fake_cuda_set_hook_fn set_hook = NULL;
-  attn_runtime *rt = emu_fake_open(argv[1], &set_hook);
+  /* one SM: the untuned plans stay one launch, which the hook runs (their split-KV: tests/cuda_defsplit.c) */
+  attn_runtime *rt = emu_fake_open_as(argv[1], "sms=1", &set_hook, NULL);
   if (!rt) return 1;
   int no_nvrtc = 0;
   for (int i = first_case; i < argc && !no_nvrtc; i++)

@@ -5,6 +5,7 @@
  *   ctx=N    cuDevicePrimaryCtxRetain returns N [0]                        alloc=N  cuMemAlloc_v2 returns N [0]
  *   pools=N  the device attribute "memory pools supported" (stream-ordered allocation) [1]
  *   smem=N   the per-block shared memory opt-in in bytes [166912: an A100's]
+ *   sms=N    multiprocessors [4] (an H100 has 132: the untuned CUDA plan's split-KV counts them)
  *   hang=1   a kernel that never ends: once one was launched, every wait for the device (stream, context, event)
  *            blocks forever [0]
  * $FAKE_LIBCUDA_NAME: the device's name [Fake GPU N]
@@ -205,7 +206,7 @@ API int cuDeviceGetAttribute(int *v, int attr, int dev) {
   (void)dev;
   const int cc = setting("cc", 80);
   switch (attr) {
-  case ATTR_SMS: *v = 4; return 0;
+  case ATTR_SMS: *v = setting("sms", 4); return 0;
   case ATTR_L2: *v = 1 << 20; return 0;
   case ATTR_CC_MAJOR: *v = cc / 10; return 0;
   case ATTR_CC_MINOR: *v = cc % 10; return 0;
