@@ -137,7 +137,8 @@ __attribute__((unused)) static attn_runtime *emu_fake_open_as(const char *libcud
   *set_hook = lib ? (fake_cuda_set_hook_fn)dlsym(lib, "fake_cuda_set_hook") : NULL;
   if (rec) *rec = lib ? (fake_cuda_record_fn)dlsym(lib, "fake_cuda_record") : NULL;
   if (!*set_hook || (rec && !*rec)) {
-    printf("FAIL the fake driver %s has no %s\n", libcuda, !*set_hook ? "fake_cuda_set_hook" : "fake_cuda_record");
+    const char *missing = !*set_hook ? "fake_cuda_set_hook" : "fake_cuda_record";
+    printf("FAIL the fake driver %s has no %s\n", libcuda, missing);
     attn_close(rt);
     return NULL;
   }
