@@ -620,6 +620,60 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
   return ATTN_OK;
 }
 
+/* What queue(user, stream) queues on stream s, waited for; ms: between two CUDA events recorded on s around it. */
+static int time_queued(attn_runtime *rt, attn_cuda *c, CUstream s, int (*queue)(void *user, void *stream),
+                       void *user, const char *what, double *ms) {
+  CUevent ev[2] = {NULL, NULL};
+  CUresult r = 0;
+  int rc = ATTN_OK;
+  if (ms && ((r = c->cuEventCreate(&ev[0], 0)) != 0 || (r = c->cuEventCreate(&ev[1], 0)) != 0 ||
+             (r = c->cuEventRecord(ev[0], s)) != 0)) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
+    goto done;
+  }
+  rc = queue(user, s);
+  if (rc != ATTN_OK) goto done;
+  if (ms && (r = c->cuEventRecord(ev[1], s)) != 0) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));
+    goto done;
+  }
+  if ((r = c->cuStreamSynchronize(s)) != 0) {
+    rc = attn_fail(rt, ATTN_ERUNTIME, "%s failed: %s", what, cu_err(c, r));
+    goto done;
+  }
+  if (ms) {
+    float t = 0;
+    if ((r = c->cuEventElapsedTime(&t, ev[0], ev[1])) != 0) {
+      rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventElapsedTime: %s", cu_err(c, r));
+      goto done;
+    }
+    *ms = t;
+  }
+done:
+  if (ev[0]) c->cuEventDestroy_v2(ev[0]);
+  if (ev[1]) c->cuEventDestroy_v2(ev[1]);
+  return rc;
+}
+
+int attn_cuda_time_queued(attn_runtime *rt, void *stream, int (*queue)(void *user, void *stream), void *user,
+                          const char *what, double *ms) {
+  if (!rt || !rt->cuda) return attn_fail(rt, ATTN_ENODEV, "no CUDA device open");
+  const int rc = make_current(rt, rt->cuda);
+  return rc != ATTN_OK ? rc : time_queued(rt, rt->cuda, (CUstream)stream, queue, user, what, ms);
+}
+
+/* run_sync's launch, queued by time_queued */
+typedef struct fwd_queue {
+  attn_runtime *rt;
+  const attn_cuda_kernel *k;
+  const attn_cuda_geom *g;
+  attn_cuda_kargs *a;
+} fwd_queue;
+static int queue_forward(void *user, void *stream) {
+  const fwd_queue *f = user;
+  return launch_forward(f->rt, f->k, f->g, f->a, (CUstream)stream);
+}
+
 /* One launch on stream s, waited for: attn_execute's, and the tuner's with I/O counters and event timing. */
 static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, CUstream s, const void *q,
                     const void *kk, const void *v, void *o, float *lse, attn_io *io, double *ms, const char *what) {
@@ -630,7 +684,6 @@ static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_prob
   if (rc != ATTN_OK) return rc;
   a.lse = lse;
   CUdeviceptr scratch = 0, counters = 0;
-  CUevent ev[2] = {NULL, NULL};
   CUresult r = 0;
   /* Scratch per call: a plan may run in several threads at once (smallcache and split-KV flash need it). */
   if (g.scratch > 0 && (r = c->cuMemAlloc_v2(&scratch, (size_t)g.scratch)) != 0) {
@@ -646,29 +699,9 @@ static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_prob
     }
     a.io = (unsigned long long *)(uintptr_t)counters;
   }
-  if (ms && ((r = c->cuEventCreate(&ev[0], 0)) != 0 || (r = c->cuEventCreate(&ev[1], 0)) != 0 ||
-             (r = c->cuEventRecord(ev[0], s)) != 0)) {
-    rc = attn_fail(rt, ATTN_ERUNTIME, "CUDA events: %s", cu_err(c, r));
-    goto done;
-  }
-  rc = launch_forward(rt, k, &g, &a, s);
+  fwd_queue f = {rt, k, &g, &a};
+  rc = time_queued(rt, c, s, queue_forward, &f, "attn_kernel", ms);
   if (rc != ATTN_OK) goto done;
-  if (ms && (r = c->cuEventRecord(ev[1], s)) != 0) {
-    rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventRecord: %s", cu_err(c, r));
-    goto done;
-  }
-  if ((r = c->cuStreamSynchronize(s)) != 0) {
-    rc = attn_fail(rt, ATTN_ERUNTIME, "attn_kernel failed: %s", cu_err(c, r));
-    goto done;
-  }
-  if (ms) {
-    float t = 0;
-    if ((r = c->cuEventElapsedTime(&t, ev[0], ev[1])) != 0) {
-      rc = attn_fail(rt, ATTN_ERUNTIME, "cuEventElapsedTime: %s", cu_err(c, r));
-      goto done;
-    }
-    *ms = t;
-  }
   if (io) {
     unsigned long long h[2];
     if ((r = c->cuMemcpyDtoH_v2(h, counters, sizeof h)) != 0) {
@@ -679,8 +712,6 @@ static int run_sync(attn_runtime *rt, const attn_cuda_kernel *k, const attn_prob
     io->writes = h[1];
   }
 done:
-  if (ev[0]) c->cuEventDestroy_v2(ev[0]);
-  if (ev[1]) c->cuEventDestroy_v2(ev[1]);
   if (scratch) c->cuMemFree_v2(scratch);
   if (counters) c->cuMemFree_v2(counters);
   return rc;

@@ -137,6 +137,11 @@ int  attn_cuda_load(attn_runtime *rt, const attn_spec *s, int count_io, attn_cud
  * Either may be NULL. */
 int  attn_cuda_run(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q, const void *kk,
                    const void *v, void *o, attn_io *io, double *ms);
+/* attn_cuda_run's timing for other work: what queue(user, stream) queues on stream (a CUstream; NULL: the legacy
+ * default stream), then the stream waited for ("<what> failed: ..." when that fails); ms (NULL: none): the time
+ * between CUDA events recorded on stream before and after the queueing. The tuner's serving layouts' calls. */
+int  attn_cuda_time_queued(attn_runtime *rt, void *stream, int (*queue)(void *user, void *stream), void *user,
+                           const char *what, double *ms);
 /* One launch queued on stream (a CUstream; NULL: the default stream), not waited for (attn_execute_async): scratch
  * is allocated and freed in the stream's order (cuMemAllocAsync); a driver or device without memory pools makes a
  * kernel that needs scratch wait for its launch instead. */

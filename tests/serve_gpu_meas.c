@@ -6,11 +6,12 @@
  *   serve_gpu_meas measure
  *       attn_measure on a CUDA runtime for grouped-query paged decode (the packed kernel, pages of 8 in shuffled
  *       order, 13 keys) and a varlen batch (sequences with no key, with no query, odd lengths; causal): with the
- *       kernels run, "ok" with the error against fp64 real (non-zero, within f16's limit) and a time by the host's
- *       clock, no I/O count; with the fake's kernels doing nothing (no hook), "wrong" with an infinite error (the
- *       poisoned output copied back); with one output element of the last sequence changed after the kernel ran,
- *       "wrong"; an impl=wgmma spec "invalid" with the reason, nothing compiled or launched for it. The launches read
- *       the tables the calls were given (the shuffled block table, the lengths).
+ *       kernels run, "ok" with the error against fp64 real (non-zero, within f16's limit), no I/O count, and the time
+ *       by CUDA events on the call's stream around its table copy and launch (the fake's event time, method
+ *       "events"), as measure.c times a dense launch; with the fake's kernels doing nothing (no hook), "wrong" with
+ *       an infinite error (the poisoned output copied back); with one output element of the last sequence changed
+ *       after the kernel ran, "wrong"; an impl=wgmma spec "invalid" with the reason, nothing compiled or launched for
+ *       it. The launches read the tables the calls were given (the shuffled block table, the lengths).
  *   serve_gpu_meas tune ARGS...
  *       `attntune tune ARGS` in this process, every layout launch on the interpreter (tests/serve_gpu_meas.sh checks
  *       its rows). Prints the launches run and failed.
@@ -182,11 +183,23 @@ static void measure_case(attn_runtime *rt, const meas_case *mc) {
   if (no_nvrtc) goto out;
   rec(&fc, 0);
   CHECK(strcmp(r.status, "ok") == 0 && r.error > 0 && r.error <= tol && r.time_ms > 0 && !r.have_io &&
-            strcmp(r.method, "events") != 0 && cur.runs >= 2 && cur.fails == 0,
-        "%s: the kernel on the interpreter: status %s (%s), error %g (want in (0, %g]), %g ms by %s, I/O %s, %d "
-        "launches run (want >= 2: the check and a timed run), %d failed",
-        mc->name, r.status, r.message, r.error, tol, r.time_ms, r.method ? r.method : "-",
-        r.have_io ? "counted" : "none", cur.runs, cur.fails);
+            cur.runs >= 2 && cur.fails == 0,
+        "%s: the kernel on the interpreter: status %s (%s), error %g (want in (0, %g]), %g ms, I/O %s, %d launches "
+        "run (want >= 2: the check and a timed run), %d failed",
+        mc->name, r.status, r.message, r.error, tol, r.time_ms, r.have_io ? "counted" : "none", cur.runs, cur.fails);
+  /* timed by CUDA events on the call's stream, as a dense launch: every launch but the check's between an event
+   * recorded before the call's table copy and one after its launch (and the staging's own event), then the stream
+   * waited for; the time is the fake's cuEventElapsedTime (1 ms for any pair), which the host's clock never reads */
+  char timed[256];
+  snprintf(timed, sizeof timed, "record@%p copy@%p launch@%p record@%p record@%p sync@%p ", (void *)0, (void *)0,
+           (void *)0, (void *)0, (void *)0, (void *)0);
+  int bracketed = 0;
+  for (const char *at = strstr(fc.log, timed); at; at = strstr(at + 1, timed)) bracketed++;
+  CHECK(r.method && strcmp(r.method, "events") == 0 && r.time_ms == 1.0 && fc.launches >= 2 &&
+            bracketed == fc.launches - 1,
+        "%s: timed by %s, %g ms (want events, the fake's 1 ms), %d of %d timed launches between events on the "
+        "stream (calls: %s)",
+        mc->name, r.method ? r.method : "-", r.time_ms, bracketed, fc.launches - 1, fc.log);
   /* the checked launch read the call's tables: the lengths, and for pages the shuffled table */
   if (fc.ran > 0 && mc->p.page_size > 0) {
     int shuffled = 0, lens = 1;

@@ -19,12 +19,15 @@ fake)
   # shellcheck disable=SC2086
   "$T" tune $paged $quick --db "$W/s.db" >"$out" 2>&1
   rc=$?
+  # the layout's kernel neither cached nor compiled: a skip, not the check that fails on the kernel's output
+  if grep -q "NVRTC is not available" "$out"; then echo "SKIP (fake): NVRTC is not available"; exit 77; fi
   [ $rc -eq 1 ] || fail "paged tune exit $rc, want 1 (no configuration ran correctly)"
   grep -q "^H100 is present (NVIDIA H100 80GB HBM3, sm_90): measuring on the device" "$out" || fail "not measured"
   grep -q "^best n=1 n_kv=13 d=64 paged=8 f16 causal=0: none of 1 evaluated" "$out" || fail "no paged best line"
   # shellcheck disable=SC2086
   "$T" tune $varlen $quick --db "$W/s.db" >"$out" 2>&1
   rc=$?
+  if grep -q "NVRTC is not available" "$out"; then echo "SKIP (fake): NVRTC is not available"; exit 77; fi
   [ $rc -eq 1 ] || fail "varlen tune exit $rc, want 1"
   grep -q "^best n=7 n_kv=9 d=64 varlen f16 causal=1: none of 1 evaluated" "$out" || fail "no varlen best line"
   [ "$(q "$W/s.db" "SELECT count(*) FROM measurements WHERE provenance = 'measured' AND status = 'wrong' AND

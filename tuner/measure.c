@@ -254,8 +254,12 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
   }
   const int set = c->next_set;
   c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
-  /* a serving layout times the call itself: its staging is part of what it costs (on CUDA the synchronous call:
-   * its tables' copy, the launch and the wait, by the host's clock) */
+  /* a serving layout times the call itself: its staging is part of what it costs (on CUDA by events on the stream,
+   * as the dense launch: its tables' copy and its kernel) */
+  if (rt->target == ATTN_TARGET_CUDA) {
+    *delay = 0;
+    return attn_meas_serve_time(c, plan, set, ms);
+  }
   attn_kargs a = c->serve ? (attn_kargs){0} : plan->backward ? attn_meas_bwd_kargs(c, set) : kargs(c, set);
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
   int rc = c->serve ? attn_meas_serve_run(c, plan, set) : attn_cpu_run(rt, plan->cpu, &a, NULL);
@@ -286,7 +290,7 @@ static void fill_timing(attn_meas_ctx *c, const attn_timing_stats *st, attn_meas
   r->ci_rel = st->ci_rel;
   r->reps = st->reps;
   r->clean = st->clean;
-  r->method = c->rt->target == ATTN_TARGET_CUDA && !c->serve ? "events" : st->method;
+  r->method = c->rt->target == ATTN_TARGET_CUDA ? "events" : st->method;
   r->load = c->load;
 }
 

@@ -127,6 +127,8 @@ void attn_meas_bwd_free(attn_meas_ctx *c);
  * against the fp64 reference of that sequence alone) and the counting build on each sequence as the call runs it. */
 int  attn_meas_serve_ensure(attn_meas_ctx *c, char *err, size_t errlen);
 int  attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set);
+/* A CUDA plan's timed run on set: its call between CUDA events (attn_cuda_time_queued), the time in *ms. */
+int  attn_meas_serve_time(attn_meas_ctx *c, const attn_plan *plan, int set, double *ms);
 int  attn_meas_serve_check(attn_meas_ctx *c, const attn_plan *plan, double *error, char *err, size_t errlen);
 int  attn_meas_serve_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io);
 void attn_meas_serve_free(attn_meas_ctx *c);

@@ -7,7 +7,8 @@
  * does (batch 1, the sequence's lengths): the kernel's transfers, not the staging copies.
  * On a CUDA plan the sets live on the device (rotated past the L2 cache, as the dense sets of measure.c), each laid
  * out on the host and copied there; the tables stay on the host, as the calls take them; the checked run's output is
- * poisoned on the device and copied back; the counting build runs on the CPU only (the tuner counts no CUDA layout). */
+ * poisoned on the device and copied back; a timed run is the call's async form between CUDA events on its stream, as
+ * measure.c times a dense launch; the counting build runs on the CPU only (the tuner counts no CUDA layout). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,14 +253,42 @@ oom:
   return ATTN_ENOMEM;
 }
 
-int attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set) {
+/* The call on set `set`: synchronous, or (async) its _async form queued on stream. */
+static int serve_call(const attn_meas_ctx *c, const attn_plan *plan, int set, int async, void *stream) {
   const attn_meas_serve *sv = c->serve;
   const char *q = (const char *)(sv->cuda ? sv->dev_arena : sv->arena) + (size_t)set * sv->set_bytes,
              *k = q + sv->k_off, *v = q + sv->v_off;
   void *o = sv->cuda ? sv->dev_out : sv->out;
+  if (sv->paged && async)
+    return attn_execute_paged_async(plan, stream, q, k, v, sv->num_pages, sv->page_size, sv->table, sv->max_pages,
+                                    sv->lk, o);
   if (sv->paged)
     return attn_execute_paged(plan, q, k, v, sv->num_pages, sv->page_size, sv->table, sv->max_pages, sv->lk, o);
+  if (async) return attn_execute_varlen_async(plan, stream, sv->cu_q, sv->cu_kv, q, k, v, o);
   return attn_execute_varlen(plan, sv->cu_q, sv->cu_kv, q, k, v, o);
+}
+
+int attn_meas_serve_run(attn_meas_ctx *c, const attn_plan *plan, int set) { return serve_call(c, plan, set, 0, NULL); }
+
+/* attn_meas_serve_time's call, queued by attn_cuda_time_queued */
+typedef struct serve_queue {
+  const attn_meas_ctx *c;
+  const attn_plan *plan;
+  int set;
+} serve_queue;
+static int queue_call(void *user, void *stream) {
+  const serve_queue *u = user;
+  return serve_call(u->c, u->plan, u->set, 1, stream);
+}
+
+int attn_meas_serve_time(attn_meas_ctx *c, const attn_plan *plan, int set, double *ms) {
+  if (!c->serve->cuda)
+    return attn_fail(c->rt, ATTN_EUNSUPPORTED, "event timing: the layout's sets are not on a CUDA device");
+  /* as the dense launches (attn_cuda_run): CUDA events on the legacy default stream around the call's async form,
+   * which queues its tables' copy and its kernel there, then the stream waited for */
+  serve_queue u = {c, plan, set};
+  return attn_cuda_time_queued(c->rt, NULL, queue_call, &u,
+                               c->serve->paged ? "attn_execute_paged_async" : "attn_execute_varlen_async", ms);
 }
 
 int attn_meas_serve_spec(const attn_meas_ctx *c, const attn_spec *s, char *err, size_t errlen) {
