@@ -59,7 +59,11 @@
  *            also where the bounds cut one), with e = i0 + n_kv - n, L = min(n_kv, e + rows) causal,
  *            min(n_kv, e + rows - 1 + w) windowed, else n_kv, and J = 0, or floor(max(0, e - w + 1)/Bc)*Bc windowed;
  *            in closed form (d + d_v)*(min(ceil(L/Bc)*Bc, n_kv) - J) when L > J, else 0
- *   writes = rows*d_v (O_i). */
+ *   writes = rows*d_v (O_i).
+ * Split-KV (ATTN_SPLIT = S) shares those key blocks out among the block's S parts: Q_i is read by each part that has
+ * a key block (min(S, key blocks) parts: one without reads nothing), each part writes its partial, rows*(d_v + 2)
+ * entries (O, m, l) in place of O_i, and attn_combine reads the S partials and writes O_i: S*rows*(d_v + 2) read
+ * and rows*d_v written (tuner/io_theory.c's flash_block). */
 
 #define FA_D ATTN_D
 #define FA_DV ATTN_DV
@@ -1372,6 +1376,11 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       fa_zero_pads(sbase, tid);
       __syncthreads(); /* before any warp reads its tiles */
     }
+#if FA_SPLIT
+    /* A part without key blocks reads no Q and computes nothing: its partial is fa_init's (O = 0, m = -inf, l = 0),
+     * which attn_combine weighs 0. The condition is the block's, so no barrier is skipped by some warps only. */
+    if (nb > jb0) {
+#endif
 #if ATTN_LAYOUT == 1
     st.os = heads * FA_DV;
     fa_load_q_rows(sbase, q, heads * FA_D, rows, wr0, cg * 32 + lane);
@@ -1468,6 +1477,9 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
       stage = stage == FA_S - 1 ? 0 : stage + 1;
     }
 #endif
+#if FA_SPLIT
+    } /* nb > jb0 */
+#endif
 
 #if FA_SPLIT
     {
@@ -1538,8 +1550,21 @@ __device__ __forceinline__ fa_elem fa_round(float x) {
 #endif
 }
 extern "C" __global__ void attn_combine(attn_cuda_kargs a) {
+  ATTN_CIO_DECL;
   const long long R = a.batch * a.heads * a.n;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+#ifdef ATTN_COUNT_IO
+  {
+    /* the block's entries [e0, e1) of O: each reads its S partial entries and writes its entry; the entry in column 0
+     * of a row also counts the row's S values of m and of l (read once per row, as the lse is written) */
+    const long long e0 = (long long)blockIdx.x * blockDim.x, end = e0 + blockDim.x;
+    const long long e1 = end < R * FA_DV ? end : R * FA_DV;
+    if (e1 > e0) {
+      ATTN_CIO_READ(ATTN_SPLIT * (e1 - e0) + 2LL * ATTN_SPLIT * ((e1 - 1) / FA_DV - (e0 + FA_DV - 1) / FA_DV + 1));
+      ATTN_CIO_WRITE(e1 - e0);
+    }
+  }
+#endif
   if (idx < R * FA_DV) {
     const long long r = idx / FA_DV;
     const int c = (int)(idx % FA_DV);
@@ -1558,5 +1583,6 @@ extern "C" __global__ void attn_combine(attn_cuda_kargs a) {
     ((fa_elem *)a.o)[r * FA_DV + c] = fa_round(acc * (1.0f / l));
     if (a.lse && c == 0) a.lse[r] = fa_lse(mx, l, true);
   }
+  ATTN_CIO_FLUSH(a);
 }
 #endif

@@ -53,7 +53,9 @@ static void flash_block(const attn_spec *s, long rows, long c, unsigned long lon
   const long d = s->d, dv = attn_spec_dv(s);
   if (s->split > 1) {
     /* split-K: Q_i read by each part that has a key block (min(S, key blocks) of them); every part writes O, m, l
-     * (rows (d_v + 2)); the merge reads the S partials and writes O_i */
+     * (rows (d_v + 2)), one without keys the empty partial (O = 0, m = -inf, l = 0) that lets the merge read every
+     * part alike; the merge reads the S partials and writes O_i. flash.c and flash.cu (attn_combine included) count
+     * exactly this. */
     const long S = s->split, parts = lmin(S, cdiv(c, s->bc));
     *r = sat_add(*r, (unsigned long long)(parts * rows * d + c * (d + dv) + S * rows * (dv + 2)));
     *w = sat_add(*w, (unsigned long long)(S * rows * (dv + 2) + rows * dv));
