@@ -3,9 +3,12 @@
  * (key rows per step, also the query rows per step), ATTN_CAUSAL, ATTN_WARPS, ATTN_DTYPE and ATTN_FEATURE
  * (0: Taylor features of degree ATTN_DEGREE, Alman & Song; 1: ATTN_RANK positive random features from ATTN_SEED).
  *   Taylor: phi_alpha(x) = x^alpha / sqrt(alpha!) for |alpha| <= g, x = sqrt(scale) q, built degree by degree from
- *     the monomial table of lowrank.c (parent, variable, coefficient).
- *   Random: phi_t(x) = exp(w_t.x - |x|^2/2 - c), w_t the Gaussian directions of lowrank.c's lr_gauss; c is the
- *     keys' running max (the state is rescaled when it grows) or a query row's own max; it cancels in the ratio.
+ *     the monomial table (parent, variable, coefficient: lowrank_feat.h's lf_taylor_table, lowrank.c's).
+ *   Random: phi_t(x) = exp(w_t.x - |x|^2/2 - c), w_t the Gaussian directions (lowrank_feat.h's generator, lowrank.c's
+ *     and the fp64 reference's); c is the keys' running max (the state is rescaled when it grows) or a query row's
+ *     own max; it cancels in the ratio.
+ * The rank, the table, the directions and the exponent are lowrank_feat.h's, compiled here for the device, so that a
+ * spec's features are the same on both targets.
  * attn_init fills a.consts once per plan: the directions (stored transposed, d x r, so that threads reading
  * consecutive features read consecutive words) or the Taylor table. They are the kernel's constants, as the CPU
  * template's scratch tables are, not attention I/O: reading them is not counted.
@@ -53,18 +56,7 @@
 #ifndef ATTN_DTYPE
 #define ATTN_DTYPE 1
 #endif
-#ifndef ATTN_FEATURE
-#define ATTN_FEATURE 1
-#endif
-#ifndef ATTN_DEGREE
-#define ATTN_DEGREE 2
-#endif
-#ifndef ATTN_RANK
-#define ATTN_RANK 256
-#endif
-#ifndef ATTN_SEED
-#define ATTN_SEED 1u
-#endif
+#include "lowrank_feat.h"
 
 #define LR_D ATTN_D
 #define LR_DV ATTN_DV
@@ -77,17 +69,7 @@
 
 static_assert(LR_BC % 16 == 0, "Bc is a multiple of 16");
 
-/* C(d+m, m): monomials of degree <= m in d variables, built as lowrank.c does (exact at each step). */
-constexpr long long lr_monomials(int m) {
-  long long r = 1;
-  for (int i = 1; i <= m; i++) r = r * (LR_D + i) / i;
-  return r;
-}
-#if ATTN_FEATURE == 0
-constexpr int LR_R = (int)lr_monomials(ATTN_DEGREE);
-#else
-constexpr int LR_R = ATTN_RANK;
-#endif
+constexpr int LR_R = (int)lf_rank();
 constexpr int LR_R4 = (LR_R + 3) / 4 * 4;
 constexpr int LR_RS = LR_R4 + 4 + (LR_R4 & 4);
 constexpr int LR_NIT = LR_DP / 4;   /* float4 columns of an X row of K or Q */
@@ -392,7 +374,7 @@ static __device__ __forceinline__ bool lr_rowstats(const float *X, const float *
     bad = __any_sync(0xffffffffu, bad);
     if (lane == 0) {
       NRM[j] = nr;
-      RMAX[j] = bad ? LR_NAN : mx - 0.5f * nr; /* rounding is monotone: the max of the rounded exponents */
+      RMAX[j] = bad ? LR_NAN : lf_rf_expo(mx, nr); /* rounding is monotone: the max of the rounded exponents */
     }
     any |= bad;
   }
@@ -427,7 +409,7 @@ static __device__ __forceinline__ void lr_taylor(const int *__restrict__ par, co
   const int tid = threadIdx.x;
 #pragma unroll 1
   for (int k = 1; k <= ATTN_DEGREE; k++) {
-    const int lo = (int)lr_monomials(k - 1), hi = (int)lr_monomials(k);
+    const int lo = (int)lf_monomials(k - 1), hi = (int)lf_monomials(k);
     for (int t = lo + tid; t < hi; t += LR_NT) {
       const int p = __ldg(par + t), v = __ldg(var + t);
       const float cf = __ldg(coef + t);
@@ -734,10 +716,10 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
       }                                                                                                        \
     }                                                                                                          \
     for (int j = 0; j < vr_; j++) {                                                                            \
-      const float h_ = 0.5f * NRM[j], m_ = (key) ? c : RMAX[j];                                                \
+      const float nrm_ = NRM[j], m_ = (key) ? c : RMAX[j];                                                    \
       const bool live_ = !(key) || (j < (valid) && RMAX[j] == RMAX[j]);                                        \
       for (int t = tid; t < LR_R; t += LR_NT)                                                                  \
-        F[j * LR_RS + t] = live_ ? __expf((F[j * LR_RS + t] - h_) - m_) : 0.0f;                                \
+        F[j * LR_RS + t] = live_ ? __expf(lf_rf_expo(F[j * LR_RS + t], nrm_) - m_) : 0.0f;                     \
     }                                                                                                          \
     __syncthreads();                                                                                           \
   } while (0)
@@ -837,56 +819,27 @@ extern "C" __global__ void __launch_bounds__(LR_NT, 1) attn_kernel(attn_cuda_kar
 
 /* Per-plan constants (q, k, v, o are NULL here). */
 #if ATTN_FEATURE == 1
-/* lr_gauss of lowrank.c: splitmix64 from the seed, then Box-Muller. Draw m (1-based) of splitmix64 mixes
- * state0 + m * 0x9E3779B97F4A7C15, so the pair p (entries 2p, 2p+1 of w, row-major r x d) takes draws 2p+1 and
- * 2p+2 and needs no sequential walk. Stored transposed: wT[i*r + t] = w[t*d + i]. Any grid covers it. */
-static __device__ __forceinline__ unsigned long long lr_mix(unsigned long long z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/* The directions, lowrank_feat.h's: a pair of entries (2p, 2p + 1 of w, row-major r x d) per thread, any grid.
+ * Stored transposed: wT[i*r + t] = w[t*d + i]. */
 extern "C" __global__ void attn_init(attn_cuda_kargs a) {
   float *const wT = reinterpret_cast<float *>(a.consts);
-  const unsigned long long st0 = (unsigned long long)ATTN_SEED * 0x2545F4914F6CDD1Dull + 1ull;
-  const unsigned long long golden = 0x9E3779B97F4A7C15ull;
+  const attn_lf_u64 st0 = attn_lf_state(ATTN_SEED);
   const long long cnt = (long long)LR_R * LR_D, pairs = (cnt + 1) / 2;
   for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs;
        p += (long long)gridDim.x * blockDim.x) {
-    const unsigned long long z1 = lr_mix(st0 + (2ull * (unsigned long long)p + 1ull) * golden);
-    const unsigned long long z2 = lr_mix(st0 + (2ull * (unsigned long long)p + 2ull) * golden);
-    const double u1 = ((double)(z1 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    const double u2 = (double)(z2 >> 11) * (1.0 / 9007199254740992.0);
-    const double rad = sqrt(-2.0 * log(u1));
-    const long long e = 2 * p; /* entries e and e + 1 of w, row-major r x d (an odd d splits pairs over rows) */
-    wT[(e % LR_D) * LR_R + e / LR_D] = (float)(rad * cos(6.283185307179586 * u2));
-    if (e + 1 < cnt) wT[((e + 1) % LR_D) * LR_R + (e + 1) / LR_D] = (float)(rad * sin(6.283185307179586 * u2));
+    float w0, w1;
+    attn_lf_pair(st0, (attn_lf_u64)p, &w0, &w1);
+    const long long e = 2 * p; /* an odd d splits pairs over rows */
+    wT[(e % LR_D) * LR_R + e / LR_D] = w0;
+    if (e + 1 < cnt) wT[((e + 1) % LR_D) * LR_R + (e + 1) / LR_D] = w1;
   }
 }
 #else
-/* lr_taylor_table of lowrank.c, by one thread (r is small): par[r] | var[r] | coef[r]. */
+/* The monomial table, lowrank_feat.h's, by one thread (r is small): par[r] | var[r] | coef[r]. */
 extern "C" __global__ void attn_init(attn_cuda_kargs a) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   int *const par = reinterpret_cast<int *>(a.consts);
   int *const var = par + LR_R;
-  float *const coef = reinterpret_cast<float *>(var + LR_R);
-  int cnt = 1, lo = 0;
-  par[0] = -1;
-  var[0] = -1;
-  coef[0] = 1.0f;
-  for (int deg = 1; deg <= ATTN_DEGREE; deg++) {
-    const int hi = cnt;
-    for (int p = lo; p < hi; p++) {
-      const int lastv = var[p];
-      int runlen = 0;
-      for (int t = p; t > 0 && var[t] == lastv; t = par[t]) runlen++;
-      for (int i = lastv < 0 ? 0 : lastv; i < LR_D; i++) {
-        par[cnt] = p;
-        var[cnt] = i;
-        coef[cnt] = __frcp_rn(__fsqrt_rn((float)(i == lastv ? runlen + 1 : 1))); /* 1.0f / sqrtf(m), rounded */
-        cnt++;
-      }
-    }
-    lo = hi;
-  }
+  lf_taylor_table(par, var, reinterpret_cast<float *>(var + LR_R));
 }
 #endif
