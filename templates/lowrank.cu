@@ -97,7 +97,7 @@ typedef unsigned short lr_elem;
 #define LR_VEC 8
 #endif
 
-/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_lowrank.h in their place. */
+/* Inline PTX lives only in these wrappers, so the instructions the template emits are read in one place. */
 /* ---- PTX wrappers ---- */
 #if ATTN_DTYPE == 1
 static __device__ __forceinline__ float lr_half(unsigned h) {

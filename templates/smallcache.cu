@@ -90,7 +90,7 @@ static_assert(4LL * (3LL * kT * kT + 2LL * kBR) == ATTN_SMALLCACHE_SMEM(ATTN_D, 
 
 __device__ __forceinline__ int sc_swz(int c) { return kSwizzle ? (c / kSwRows) & kSwMask : 0; }
 
-/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_smallcache.h in their place. */
+/* Inline PTX lives only in these wrappers, so the instructions the template emits are read in one place. */
 /* ---- PTX wrappers ---- */
 __device__ __forceinline__ float sc_h2f(unsigned short h) {
   float f;

@@ -1,8 +1,9 @@
 /* gen_embed: a header the templates share (lowrank_feat.h) is embedded in place of their #include (gen/embed.cmake):
- * the embedded lowrank.c and lowrank_bwd.c are the files on disk (argv[1]: the templates folder) with the #include
- * line replaced by the header's text between #line markers that keep the compiler's line numbers those of the files,
- * and the generated source of a lowrank kernel, forward and backward, whose hash is the compiled kernel's cache key
- * (runtime/cc.c), holds the header's text: a change to the header rebuilds the kernels that use it. */
+ * the embedded lowrank.c, lowrank_bwd.c and lowrank.cu are the files on disk (argv[1]: the templates folder) with
+ * the #include line replaced by the header's text between #line markers that keep the compiler's line numbers those
+ * of the files, and the generated source of a lowrank kernel, forward and backward, whose hash is the compiled
+ * kernel's cache key (runtime/cc.c), holds the header's text: a change to the header rebuilds the kernels that use it.
+ */
 #include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,7 @@ int main(int argc, char **argv) {
   if (!header) return 1;
   check_template(argv[1], "lowrank.c", header);
   check_template(argv[1], "lowrank_bwd.c", header);
+  check_template(argv[1], "lowrank.cu", header);
   /* the generated sources (and so the cache keys) hold the header, Taylor and random features alike */
   for (int feat = 0; feat < 2; feat++) {
     attn_spec s = attn_spec_default(ATTN_ALGO_LOWRANK, ATTN_TARGET_CPU, ATTN_F32, 16, 1);
