@@ -760,6 +760,42 @@ int attn_cuda_launch(attn_runtime *rt, attn_cuda_kernel *k, const attn_problem *
 int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
                            const void *kk, const void *v, const void *o, const float *lse, const void *dout, void *dq,
                            void *dk, void *dv) {
+  return attn_cuda_run_backward_timed(rt, k, p, q, kk, v, o, lse, dout, dq, dk, dv, NULL);
+}
+
+/* attn_cuda_run_backward_timed's launches, queued by time_queued */
+typedef struct bwd_queue {
+  attn_runtime *rt;
+  const attn_cuda_kernel *k;
+  const attn_cuda_bwd_geom *g;
+  attn_cuda_bwd_kargs *a;
+} bwd_queue;
+static int queue_backward(void *user, void *stream) {
+  const bwd_queue *b = user;
+  attn_cuda *c = b->k->cu;
+  const attn_cuda_bwd_geom *g = b->g;
+  CUstream s = stream;
+  void *params[] = {b->a};
+  CUresult r;
+  int rc = ATTN_OK;
+  if ((r = c->cuLaunchKernel(b->k->pre, g->pre_grid, 1, 1, g->block, 1, 1, 0, s, params, NULL)) != 0)
+    rc = attn_fail(b->rt, ATTN_ERUNTIME, "launching attn_bwd_pre (grid %u, block %u): %s", g->pre_grid, g->block,
+                   cu_err(c, r));
+  else if ((r = c->cuLaunchKernel(b->k->fn, g->grid, 1, 1, g->block, 1, 1, (unsigned)g->smem, s, params, NULL)) != 0)
+    rc = attn_fail(b->rt, ATTN_ERUNTIME, "launching the backward's attn_kernel (grid %u, block %u, %lld bytes of "
+                   "shared memory): %s", g->grid, g->block, g->smem, cu_err(c, r));
+  else if (g->post_grid &&
+           (r = c->cuLaunchKernel(b->k->post, g->post_grid, 1, 1, g->block, 1, 1, 0, s, params, NULL)) != 0)
+    rc = attn_fail(b->rt, ATTN_ERUNTIME, "launching attn_bwd_post (grid %u, block %u): %s", g->post_grid, g->block,
+                   cu_err(c, r));
+  /* a launch refused: what was queued before it still reads delta, which the caller frees next */
+  if (rc != ATTN_OK) c->cuStreamSynchronize(s);
+  return rc;
+}
+
+int attn_cuda_run_backward_timed(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                                 const void *kk, const void *v, const void *o, const float *lse, const void *dout,
+                                 void *dq, void *dk, void *dv, double *ms) {
   attn_cuda *c = k->cu;
   if (!k->backward) return attn_fail(rt, ATTN_EINVAL, "attn_execute_backward: not a backward kernel");
   /* the backward loads rows of whole 16-byte chunks as 16-byte vectors */
@@ -788,18 +824,9 @@ int attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const at
   a.batch = p->batch, a.heads = p->heads, a.heads_kv = p->heads_kv, a.n = p->n, a.n_kv = p->n_kv;
   a.scale = p->scale;
   a.items_kv = g.items_kv, a.items_q = g.items_q;
-  void *params[] = {&a};
-  if ((r = c->cuLaunchKernel(k->pre, g.pre_grid, 1, 1, g.block, 1, 1, 0, NULL, params, NULL)) != 0)
-    rc = attn_fail(rt, ATTN_ERUNTIME, "launching attn_bwd_pre (grid %u, block %u): %s", g.pre_grid, g.block,
-                   cu_err(c, r));
-  else if ((r = c->cuLaunchKernel(k->fn, g.grid, 1, 1, g.block, 1, 1, (unsigned)g.smem, NULL, params, NULL)) != 0)
-    rc = attn_fail(rt, ATTN_ERUNTIME, "launching the backward's attn_kernel (grid %u, block %u, %lld bytes of shared "
-                   "memory): %s", g.grid, g.block, g.smem, cu_err(c, r));
-  else if (g.post_grid && (r = c->cuLaunchKernel(k->post, g.post_grid, 1, 1, g.block, 1, 1, 0, NULL, params, NULL)))
-    rc = attn_fail(rt, ATTN_ERUNTIME, "launching attn_bwd_post (grid %u, block %u): %s", g.post_grid, g.block,
-                   cu_err(c, r));
-  if ((r = c->cuStreamSynchronize(NULL)) != 0 && rc == ATTN_OK)
-    rc = attn_fail(rt, ATTN_ERUNTIME, "the backward failed: %s", cu_err(c, r));
+  /* the legacy default stream, as attn_execute's; timed: its launches (pre, kernel, post) between two events */
+  bwd_queue b = {rt, k, &g, &a};
+  rc = time_queued(rt, c, NULL, queue_backward, &b, "the backward", ms);
   c->cuMemFree_v2(delta);
   return rc;
 }

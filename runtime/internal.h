@@ -160,6 +160,11 @@ int  attn_cuda_load_backward_spec(attn_runtime *rt, const attn_spec *s, attn_spe
 int  attn_cuda_run_backward(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
                             const void *kk, const void *v, const void *o, const float *lse, const void *dout,
                             void *dq, void *dk, void *dv);
+/* attn_cuda_run_backward with its time: ms (NULL: none) between CUDA events recorded on the legacy default stream
+ * before and after its launches (attn_cuda_time_queued's), as attn_cuda_run times the forward. */
+int  attn_cuda_run_backward_timed(attn_runtime *rt, const attn_cuda_kernel *k, const attn_problem *p, const void *q,
+                                  const void *kk, const void *v, const void *o, const float *lse, const void *dout,
+                                  void *dq, void *dk, void *dv, double *ms);
 /* The plan's ALiBi slopes (heads floats) copied to the device, where the kernel's launches read them: once, at plan
  * creation (NULL: none). */
 int  attn_cuda_set_alibi(attn_runtime *rt, attn_cuda_kernel *k, const float *slopes, int heads);
