@@ -52,7 +52,8 @@
  * by 0). Rows that see no key output zeros whatever the inputs hold.
  *
  * Vector code: GCC/Clang vector extensions, so the compiler maps them onto whatever -march gives (AVX-512, AVX2,
- * SSE, NEON); fused multiply-add through intrinsics where the target has them. */
+ * SSE, NEON); fused multiply-add through intrinsics (AVX-512) or the compiler's builtins (AVX2) where the target has
+ * them. */
 #ifndef ATTN_D
 #define ATTN_D 64
 #endif
@@ -91,7 +92,9 @@
 #endif
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX__) || defined(__AVX512F__)
+/* AVX-512 only: 256-bit vectors take the compiler's builtins below, since parsing <immintrin.h> was a fifth of a
+ * kernel's compile time (0.3 of 1.7 s, gcc 12, d = 64) */
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -180,8 +183,8 @@ FL_INLINE void fl_st(float *p, fl_vf x) {
 FL_INLINE fl_vf fl_splat(float s) {
 #if FL_VW == 16
   return (fl_vf)_mm512_set1_ps(s);
-#elif FL_VW == 8 && defined(__AVX__)
-  return (fl_vf)_mm256_set1_ps(s);
+#elif FL_VW == 8
+  return (fl_vf){s, s, s, s, s, s, s, s};
 #else
   fl_vf r;
   for (int i = 0; i < FL_VW; i++) r[i] = s;
@@ -193,8 +196,9 @@ FL_INLINE fl_vf fl_splat(float s) {
 #define FL_FMA(a, b, c) ((fl_vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
 #define FL_MAX(a, b) ((fl_vf)_mm512_max_ps((__m512)(a), (__m512)(b)))
 #elif FL_VW == 8 && defined(__FMA__)
-#define FL_FMA(a, b, c) ((fl_vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
-#define FL_MAX(a, b) ((fl_vf)_mm256_max_ps((__m256)(a), (__m256)(b)))
+/* _mm256_fmadd_ps and _mm256_max_ps without their header (GCC and Clang name them alike) */
+#define FL_FMA(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#define FL_MAX(a, b) __builtin_ia32_maxps256((a), (b))
 #else
 #define FL_FMA(a, b, c) ((a) * (b) + (c))
 #define FL_MAX(a, b) fl_max_generic((a), (b))
@@ -327,10 +331,21 @@ FL_INLINE void fl_pv_tile(const float *restrict vb, const float *restrict st, co
 FL_INLINE float fl_hsum(fl_vf x) {
 #if FL_VW == 16
   return _mm512_reduce_add_ps((__m512)x);
-#elif FL_VW == 8 && defined(__AVX__)
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128((__m256)x), _mm256_extractf128_ps((__m256)x, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+#elif FL_VW == 8
+  /* the halves' sum, then its upper pair onto its lower, then lane 1 onto lane 0 (the intrinsics' order and code) */
+  typedef float fl_v4 __attribute__((vector_size(16)));
+#if defined(__clang__) || __GNUC__ >= 12
+  fl_v4 t = __builtin_shufflevector(x, x, 0, 1, 2, 3) + __builtin_shufflevector(x, x, 4, 5, 6, 7);
+  t += __builtin_shufflevector(t, t, 2, 3, 2, 3);
+  return (t + __builtin_shufflevector(t, t, 1, 1, 1, 1))[0];
+#else
+  fl_v4 lo, hi;
+  memcpy(&lo, &x, sizeof lo);
+  memcpy(&hi, (const char *)&x + sizeof lo, sizeof hi);
+  fl_v4 t = lo + hi;
+  t += (fl_v4){t[2], t[3], t[2], t[3]};
+  return t[0] + t[1];
+#endif
 #else
   float r = 0.0f;
   for (int i = 0; i < FL_VW; i++) r += x[i];
@@ -922,14 +937,20 @@ FL_INLINE void fl_write_row(attn_el *restrict dst, const float *restrict o, floa
 #endif
 }
 
-/* fl_blocks on the dot kernels' four rows, out of line: dense items of two to four rows and grouped items' blocks that
- * go head by head share this one copy (each copy of the inlined block loop adds to every kernel's compile time). */
-static __attribute__((noinline)) void fl_blocks_dot4(const fl_kv *kv, float *kc, float *vc, const float *qt,
-                                                     const float *qd, float *st, float *o, float *m, float *l,
-                                                     float *alpha, long X0, long gp, long j_begin, long j_end,
-                                                     long off, long w, const fl_mod *md, attn_io *io) {
-  fl_blocks(kv, kc, vc, qt, qd, st, o, m, l, alpha, X0, gp, j_begin, j_end, off, w, md, FL_DOT, 1, 1, io);
-}
+/* fl_blocks' copies with compile-time row counts, each out of line (GCC's time for a function grows faster than its
+ * size: one function holding them all compiled 0.05 s slower): full query blocks (lane kernels), one row (dot), and
+ * the dot kernels' four rows, which dense items of two to four rows and grouped items' blocks that go head by head
+ * share (each copy of the inlined block loop adds to every kernel's compile time). */
+#define FL_BLOCKS_COPY(NAME, ROWS, NRV, DOT)                                                                          \
+  static __attribute__((noinline)) void NAME(const fl_kv *kv, float *kc, float *vc, const float *qt, const float *qd, \
+                                             float *st, float *o, float *m, float *l, float *alpha, long X0, long gp,  \
+                                             long j_begin, long j_end, long off, long w, const fl_mod *md,            \
+                                             attn_io *io) {                                                           \
+    fl_blocks(kv, kc, vc, qt, qd, st, o, m, l, alpha, X0, gp, j_begin, j_end, off, w, md, ROWS, NRV, DOT, io);      \
+  }
+FL_BLOCKS_COPY(fl_blocks_full, FL_BR, FL_NRV, 0)
+FL_BLOCKS_COPY(fl_blocks_dot1, 1, 1, 1)
+FL_BLOCKS_COPY(fl_blocks_dot4, FL_DOT, 1, 1)
 
 /* The K and V rows of KV head bkv (batch * heads_kv + hk) with n_kv keys: dense [batch][heads_kv][n_kv] rows,
  * token-major (ATTN_LAYOUT_KV_TOKENS) or paged rows, heads_kv heads wide. */
@@ -969,9 +990,11 @@ FL_INLINE void fl_key_span(const fl_item *t, long off, long n_kv, long w, long *
 
 /* An item's state before its first key block: its Q rows scaled (by scale * log2(e): scores in base 2), transposed
  * into qt and row-major into qd (rows past the item's zero), O = 0, m = -inf, l = 0, and the score modifiers' values
- * (ALiBi's per-row slopes and positions after qd). */
-FL_INLINE void fl_item_init(const attn_kargs *a, const fl_item *t, long off, float *restrict qt, float *restrict qd,
-                            float *restrict o, float *restrict m, float *restrict l, fl_mod *md, attn_io *io) {
+ * (ALiBi's per-row slopes and positions after qd). Out of line, as is fl_item_done: once an item, and the dense and
+ * grouped items' inlined copies cost 0.09 s of each kernel's compile time. */
+static __attribute__((noinline)) void fl_item_init(const attn_kargs *a, const fl_item *t, long off,
+                                                   float *restrict qt, float *restrict qd, float *restrict o,
+                                                   float *restrict m, float *restrict l, fl_mod *md, attn_io *io) {
   const int rows = t->rows;
   const float scale = (a->scale != 0.0f ? a->scale : 1.0f / __builtin_sqrtf((float)FL_D)) * 1.4426950408889634f;
   ATTN_IO_READ(io, (long)rows * FL_D);
@@ -1015,8 +1038,9 @@ FL_INLINE void fl_item_init(const attn_kargs *a, const fl_item *t, long off, flo
 /* An item's result: its rows of O (rows that see no key: zeros), or (split-K) its part's partial, unnormalised (the
  * merge rescales it against the other parts' maxima); o NULL: an empty partial (O = 0, m = -inf, l = 0), so that the
  * merge reads every part alike. block: the item's block in fl_item_of's numbering. */
-FL_INLINE void fl_item_done(const attn_kargs *a, const fl_item *t, long block, long part, long off,
-                            const float *restrict o, const float *restrict m, const float *restrict l, attn_io *io) {
+static __attribute__((noinline)) void fl_item_done(const attn_kargs *a, const fl_item *t, long block, long part,
+                                                   long off, const float *restrict o, const float *restrict m,
+                                                   const float *restrict l, attn_io *io) {
   const int rows = t->rows;
 #if ATTN_SPLIT > 1
   (void)off;
@@ -1228,15 +1252,13 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
    * compute scores for all Br rows. Full blocks, and blocks of one vector of rows (decode), take a copy of the loop
    * with a compile-time count, so that their register tiles have constant shapes. */
   const int nrv = (rows + FL_VW - 1) / FL_VW;
-#define FL_RUN(ROWS, NRV, DOT) \
-  fl_blocks(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, ROWS, NRV, DOT, io)
-  /* Four copies (each inlines the whole block loop, and compile time grows with them): full blocks, one row, two to
-   * four rows as four (the rows past `rows` have zero queries in qd and are never written out), the rest. */
-  if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(FL_BR, FL_NRV, 0);
-  else if (rows == 1) FL_RUN(1, 1, 1);
-  else if (rows <= FL_DOT && FL_VW >= FL_DOT)
-    fl_blocks_dot4(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, io);
-  else FL_RUN(rows, nrv, 0);
+#define FL_RUN(COPY) COPY(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, io)
+  /* Four copies of the block loop (compile time grows with them): full blocks, one row, two to four rows as four (the
+   * rows past `rows` have zero queries in qd and are never written out), the rest (inlined here). */
+  if (rows == FL_BR && FL_BR > FL_DOT) FL_RUN(fl_blocks_full);
+  else if (rows == 1) FL_RUN(fl_blocks_dot1);
+  else if (rows <= FL_DOT && FL_VW >= FL_DOT) FL_RUN(fl_blocks_dot4);
+  else fl_blocks(&kv, kc, vc, qt, qd, st, o, m, l, alpha, t.X0, t.gp, j_begin, j_end, off, w, &md, rows, nrv, 0, io);
 #undef FL_RUN
   fl_item_done(a, &t, item, part, off, o, m, l, io);
 }
