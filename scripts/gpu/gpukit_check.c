@@ -9,12 +9,14 @@
  *   gpukit_check bwd        the CUDA backward's variants (Br, Bc apart, warps, stages, dQ by fp32 atomics: spec
  *                           dq=atomic; what attn_spec_check_backward_cuda refuses on this device is printed, not run)
  *                           against the fp64 backward (tests/bwd_util.h's limits), then each variant's time beside
- *                           the forward's at bf16 d = 128 n = 4096, 4 x 16 heads, causal both ways (host clock
- *                           around calls that wait, the median of 5)
+ *                           the forward's at bf16 d = 128 n = 4096, 4 x 16 heads, causal both ways (CUDA events
+ *                           around the launches on the default stream: attn_cuda_run's, attn_cuda_run_backward_timed's;
+ *                           the median of 5 after one warm-up)
  *   gpukit_check serve      attn_execute_varlen and attn_execute_paged against fp64 sequence by sequence (lengths 0,
  *                           1, odd, no keys, GQA, causal, pages shuffled); then paged decode against dense decode of
  *                           the same keys at bf16 d = 128, 8 sequences of 8192 keys, 32/8 heads: outputs within 1e-2,
- *                           times and KV bandwidth
+ *                           times (CUDA events around each call's async form on the default stream, the median of 10
+ *                           after one warm-up) and KV bandwidth
  *   gpukit_check decode     dense decode (n = 1) at f16 and bf16, d = 128 (and 64 at n_kv = 4096), n_kv = 4096 and
  *                           32768, batch/heads/heads_kv 1/32/8, 8/32/8, 1/16/16, causal both ways: the default plan
  *                           (GQA-packed where it applies), split-KV S = 4 and 16 (what attn_spec_check refuses is
@@ -26,15 +28,15 @@
  *                           right after the call: the same bits as attn_execute_paged
  * Each case is printed ("case ...") before its kernels are compiled and "run" before its first launch, so that a run
  * killed by its time limit names the case, and whether it hung on the device or was still compiling.
- * Figures: one line "RESULT {json}" each (validate.sh gathers them). Exit 0 ok, 1 a failure, 2 usage, 77 no CUDA
- * device (sm90 modes: a device that is not sm_90), with the reason. */
+ * Figures: one line "RESULT {json}" each (validate.sh gathers them); a time's "method" is "events" (CUDA events on the
+ * stream the work is queued on, never the host's clock). Exit 0 ok, 1 a failure, 2 usage, 77 no CUDA device (sm90
+ * modes: a device that is not sm_90), with the reason. */
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "check.h"
 #include "internal.h"
 #include "bwd_util.h"
@@ -45,12 +47,6 @@
 
 static attn_runtime *rt;
 static attn_cuda_info_t info;
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -271,7 +267,8 @@ static int sm90_time_mode(void) {
         printf(
             "RESULT {\"kind\": \"sm90_time\", \"dtype\": \"bf16\", \"batch\": %d, \"heads\": %d, \"n\": %d, \"d\": %d, "
             "\"causal\": %d, \"wgmma_ms\": %s, \"wgmma_tflops\": %s, \"mma_sync_ms\": %s, "
-            "\"mma_sync_tflops\": %s, \"speedup\": %s, \"err_vs_mma_sync\": %s, \"mma_sync_spec\": \"%s\"}\n",
+            "\"mma_sync_tflops\": %s, \"speedup\": %s, \"err_vs_mma_sync\": %s, \"mma_sync_spec\": \"%s\", "
+            "\"method\": \"events\"}\n",
             p.batch, p.heads, p.n, p.d, p.causal, JN(mw, "%.4f"), JN(tflops(&p, mw), "%.1f"), JN(mf, "%.4f"),
             JN(tflops(&p, mf), "%.1f"), JN(mw > 0 ? mf / mw : NAN, "%.3f"), JN(e, "%.3e"), fs);
       }
@@ -397,18 +394,16 @@ static void bwd_time(int causal) {
   double fwd_ms = NAN, t[5];
   if (ok) {
     printf("case bwd-time %s forward\nrun\n", what);
-    /* q k v o=d[3] lse=d[4] dout=d[0] (any values) dq..dv=d[5..7] */
+    /* q k v o=d[3] lse=d[4] dout=d[0] (any values) dq..dv=d[5..7]; the warm-up writes lse, the timed launches (the
+     * plan's kernel by CUDA events, as the tuner times it) only o */
     ok = attn_execute_lse(fwd, d[0], d[1], d[2], d[3], d[4]) == ATTN_OK;
-    for (int r = 0; r < 5 && ok; r++) {
-      const double t0 = now();
-      ok = attn_execute_lse(fwd, d[0], d[1], d[2], d[3], d[4]) == ATTN_OK;
-      t[r] = 1e3 * (now() - t0);
-    }
+    for (int r = 0; r < 5 && ok; r++)
+      ok = attn_cuda_run(rt, fwd->cuda, &fwd->p, d[0], d[1], d[2], d[3], NULL, &t[r]) == ATTN_OK;
     CHECK(ok, "%s: forward: %s", what, attn_last_error(rt));
     if (ok) fwd_ms = median(t, 5);
     printf(
         "RESULT {\"kind\": \"bwd_time\", \"pass\": \"fwd\", \"case\": \"%s\", \"plan\": \"%s\", \"ms\": %s, "
-        "\"tflops\": %s}\n",
+        "\"tflops\": %s, \"method\": \"events\"}\n",
         what, attn_plan_describe(fwd), JN(fwd_ms, "%.4f"), JN(tflops(&p, fwd_ms), "%.1f"));
   }
   for (int vi = 0; vi < NVARIANTS && ok; vi++) {
@@ -419,18 +414,17 @@ static void bwd_time(int causal) {
     int rc = attn_plan_create_backward_spec(rt, &p, &s, 0, "gpukit", &bwd);
     if (rc == ATTN_OK) puts("run");
     if (rc == ATTN_OK) rc = attn_execute_backward(bwd, d[0], d[1], d[2], d[3], d[4], d[0], d[5], d[6], d[7]);
-    for (int r = 0; r < 5 && rc == ATTN_OK; r++) {
-      const double t0 = now();
-      rc = attn_execute_backward(bwd, d[0], d[1], d[2], d[3], d[4], d[0], d[5], d[6], d[7]);
-      t[r] = 1e3 * (now() - t0);
-    }
+    /* its launches (pre, kernel, post) between CUDA events on the default stream */
+    for (int r = 0; r < 5 && rc == ATTN_OK; r++)
+      rc = attn_cuda_run_backward_timed(rt, bwd->cuda, &bwd->p, d[0], d[1], d[2], d[3], d[4], d[0], d[5], d[6], d[7],
+                                        &t[r]);
     CHECK(rc == ATTN_OK, "%s tiles=%s: backward: %s", what, variants[vi], attn_last_error(rt));
     if (rc == ATTN_OK) {
       const double ms = median(t, 5);
       /* the backward's useful work: 2.5 times the forward's products (dQ, dK, dV, dP, and S again) */
       printf(
           "RESULT {\"kind\": \"bwd_time\", \"pass\": \"bwd\", \"case\": \"%s\", \"tiles\": \"%s\", \"plan\": \"%s\", "
-          "\"ms\": %s, \"tflops\": %s, \"bwd_over_fwd\": %s}\n",
+          "\"ms\": %s, \"tflops\": %s, \"bwd_over_fwd\": %s, \"method\": \"events\"}\n",
           what, variants[vi], attn_plan_describe(bwd), JN(ms, "%.4f"), JN(2.5 * tflops(&p, ms), "%.1f"),
           JN(fwd_ms > 0 ? ms / fwd_ms : NAN, "%.3f"));
     }
@@ -642,8 +636,30 @@ out:
   free(q), free(k), free(v), free(o), free(kp), free(vp), free(sk), free(sv), free(table);
 }
 
-/* Paged decode against dense decode of the same keys: outputs, times (host clock around calls that wait, the median
- * of 10), and the bandwidth of reading K and V once */
+/* One call of decode_time: dense (page_size 0) or paged, in its async form on the stream attn_cuda_time_queued gives */
+typedef struct decode_call {
+  const attn_plan *plan;
+  const void *q, *k, *v;
+  void *o;
+  int num_pages, page_size, max_pages;
+  const int *table, *lens;
+} decode_call;
+static int queue_decode(void *user, void *stream) {
+  const decode_call *c = user;
+  return c->page_size ? attn_execute_paged_async(c->plan, stream, c->q, c->k, c->v, c->num_pages, c->page_size,
+                                                 c->table, c->max_pages, c->lens, c->o)
+                      : attn_execute_async(c->plan, stream, c->q, c->k, c->v, c->o);
+}
+/* its time by CUDA events on the default stream around its queueing (the paged call's table copy and launch), as the
+ * tuner times a layout's call; NAN when it fails */
+static double decode_call_ms(decode_call *c) {
+  double ms = NAN;
+  const char *what = c->page_size ? "attn_execute_paged_async" : "attn_execute_async";
+  return attn_cuda_time_queued(rt, NULL, queue_decode, c, what, &ms) == ATTN_OK ? ms : NAN;
+}
+
+/* Paged decode against dense decode of the same keys: outputs, times (CUDA events around each call, the median of 10
+ * after one warm-up), and the bandwidth of reading K and V once */
 static void decode_time(int ps) {
   enum { B = 8, H = 32, HKV = 8, D = 128, NKV = 8192 };
   const attn_dtype t = ATTN_BF16;
@@ -682,13 +698,13 @@ static void decode_time(int ps) {
   puts("run");
   rc = attn_execute(dense, dq, dk, dv, dod);
   if (rc == ATTN_OK) rc = attn_execute_paged(paged, dq, dkp, dvp, num_pages, ps, table, max_pages, lens, dop);
+  decode_call cd = {.plan = dense, .q = dq, .k = dk, .v = dv, .o = dod};
+  decode_call cp = {.plan = paged, .q = dq, .k = dkp, .v = dvp, .o = dop, .num_pages = num_pages, .page_size = ps,
+                    .max_pages = max_pages, .table = table, .lens = lens};
   for (int r = 0; r < 10 && rc == ATTN_OK; r++) {
-    double t0 = now();
-    rc = attn_execute(dense, dq, dk, dv, dod);
-    td[r] = 1e3 * (now() - t0);
-    t0 = now();
-    if (rc == ATTN_OK) rc = attn_execute_paged(paged, dq, dkp, dvp, num_pages, ps, table, max_pages, lens, dop);
-    tp[r] = 1e3 * (now() - t0);
+    td[r] = decode_call_ms(&cd);
+    tp[r] = isnan(td[r]) ? NAN : decode_call_ms(&cp);
+    if (isnan(tp[r])) rc = ATTN_ERUNTIME;
   }
   CHECK(rc == ATTN_OK, "decode page_size=%d: %s", ps, attn_last_error(rt));
   if (rc != ATTN_OK) goto out;
@@ -702,7 +718,8 @@ static void decode_time(int ps) {
   printf(
       "RESULT {\"kind\": \"decode_time\", \"page_size\": %d, \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, "
       "\"n_kv\": %d, \"d\": %d, \"dense_ms\": %s, \"paged_ms\": %s, \"dense_gbs\": %s, \"paged_gbs\": %s, "
-      "\"paged_over_dense\": %s, \"err_vs_dense\": %s, \"dense_plan\": \"%s\", \"paged_plan\": \"%s\"}\n",
+      "\"paged_over_dense\": %s, \"err_vs_dense\": %s, \"dense_plan\": \"%s\", \"paged_plan\": \"%s\", "
+      "\"method\": \"events\"}\n",
       ps, B, H, HKV, NKV, D, JN(md, "%.4f"), JN(mp, "%.4f"), JN(bytes / (md * 1e-3) / 1e9, "%.0f"),
       JN(bytes / (mp * 1e-3) / 1e9, "%.0f"), JN(md > 0 ? mp / md : NAN, "%.3f"), JN(e, "%.3e"),
       attn_plan_describe(dense), attn_plan_describe(paged));
@@ -918,7 +935,7 @@ static void decode_case(const attn_problem *p, void *stream, const float *q, con
     printf("RESULT {\"kind\": \"decode\", \"dtype\": \"%s\", \"batch\": %d, \"heads\": %d, \"heads_kv\": %d, "
            "\"n_kv\": %d, \"d\": %d, \"causal\": %d, \"variant\": \"%s\", \"split\": %d, \"plan\": \"%s\", "
            "\"ms\": %s, \"gbs\": %s, \"bw_fraction\": %s, \"err_fp64\": %s, \"err_vs_default\": %s, "
-           "\"model_split\": %d, \"same_bits\": %s, \"ok\": %s}\n",
+           "\"model_split\": %d, \"same_bits\": %s, \"ok\": %s, \"method\": \"events\"}\n",
            attn_dtype_name(p->dtype), p->batch, p->heads, p->heads_kv, p->n_kv, p->d, p->causal, label,
            si == 0 ? 0 : S, desc, JN(t, "%.4f"), JN(gbs, "%.0f"), JN(frac, "%.3f"), JN(e, "%.3e"), JN(ed, "%.3e"),
            ms, same ? "true" : "false",
