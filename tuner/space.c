@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "internal.h"
 #include "io_theory.h"
 #include "kernel_abi_cuda.h"
 #include "launch.h"
@@ -186,6 +187,25 @@ static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *wh
   return 0;
 }
 
+/* The query blocks (work items before any split) of c's launch for the space's problem, counted as the runtime
+ * launches them (and as its untuned default split counts them): gen/launch.c's geometry over the rows a block takes,
+ * a KV head's G query heads packed as G n rows where attn_cuda_gqa_packs holds (*packs 1). -1 when the problem is
+ * beyond one launch. */
+static long long cuda_query_blocks(const attn_space_opts *o, const attn_spec *c, int *packs) {
+  const long hkv = o->heads_kv > 0 ? o->heads_kv : o->heads;
+  *packs = 0;
+  if (o->heads > 0x7fffffffL || o->n > 0x7fffffffL || o->n_kv > 0x7fffffffL) return -1;
+  const attn_problem p = {.batch = 1, .heads = (int)o->heads, .heads_kv = (int)hkv, .n = (int)o->n,
+                          .n_kv = (int)o->n_kv, .causal = o->causal};
+  attn_spec t = *c;
+  t.split = 0;
+  *packs = attn_cuda_gqa_packs(&p, &t);
+  const long long bh = *packs ? p.heads_kv : p.heads, rows = *packs ? (long long)p.n * (p.heads / p.heads_kv) : p.n;
+  attn_cuda_geom g;
+  char err[256];
+  return attn_cuda_geometry(&t, bh, rows, p.n_kv, 0, &g, err, sizeof err) == ATTN_OK ? g.items : -1;
+}
+
 int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
   if (o->backward) return admit_backward(o, c, why, len);
   char err[256];
@@ -234,14 +254,17 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
   if (c->split > 1 && o->target == ATTN_TARGET_CUDA && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->gpu) {
     /* split-KV (templates/flash.cu) pays for its partials and the combine's launch only where the query blocks
      * leave SMs idle: decode */
-    const long items = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
+    const long kblocks = (o->n_kv + c->bc - 1) / c->bc;
     if (c->causal && o->n != 1) {
       snprintf(why, len, "split=%d: causal n=%ld (only causal n = 1 builds its kernel without causal)", c->split, o->n);
       return -1;
     }
-    if (o->n > 16 || items >= o->gpu->sms) {
-      snprintf(why, len, "split=%d: n=%ld and %ld query blocks of Br=%d on %d SMs are not decode that leaves SMs idle",
-               c->split, o->n, items, c->br, o->gpu->sms);
+    int packs = 0;
+    const long long items = cuda_query_blocks(o, c, &packs);
+    if (o->n > 16 || items < 0 || items >= o->gpu->sms) {
+      snprintf(why, len,
+               "split=%d: n=%ld and %lld query blocks of Br=%d%s on %d SMs are not decode that leaves SMs idle",
+               c->split, o->n, items, c->br, packs ? " (a KV head's query heads packed)" : "", o->gpu->sms);
       return -1;
     }
     if (c->split > kblocks) {

@@ -28,11 +28,15 @@ typedef struct attn_space_opts {
   double fast_mem_bytes;   /* CPU: one core's L2; CUDA: shared memory per block */
   const attn_gpu *gpu;     /* CUDA: registers and shared memory per SM; NULL on the CPU */
   char arch[16];           /* CUDA: "sm_90" */
-  /* The problem, for CPU flash's split (0: unknown, and every split value stays in the space). When known, split > 1
-   * is admitted only where the query blocks leave threads idle (heads * ceil(n / Br) < threads) and every part gets
-   * a key block (split <= ceil(n_kv / Bc)). */
+  /* The problem, for flash's split (0: unknown, and every split value stays in the space). When known, split > 1
+   * is admitted only where the query blocks leave threads idle (CPU: heads * ceil(n / Br) < threads; CUDA: decode,
+   * the launch's blocks < SMs) and every part gets a key block (split <= ceil(n_kv / Bc)). */
   long n, n_kv;            /* query rows and keys per head */
   long heads;              /* batch * query heads */
+  /* batch * KV heads (0: heads). CUDA counts its query blocks as the runtime launches them: a KV head's query heads
+   * packed as the rows of its blocks where attn_cuda_gqa_packs holds, so split-KV is admitted where those leave SMs
+   * idle. */
+  long heads_kv;
   int threads;             /* CPU worker threads */
   /* CUDA: the compiled kernel's resources (0 and *out filled, or nonzero when unknown: the estimate is used). With
    * it, admission rules out what really spills or does not fit; without it, attn_cuda_regs_estimate decides. */

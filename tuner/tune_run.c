@@ -338,6 +338,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
                                 .n_kv = o->kv[ni], .threads = rt ? rt->threads : 0,
                                 /* paged and varlen run their kernel on one sequence at a time */
                                 .heads = (long)(o->page_size || o->nvl ? 1 : o->batch) * o->heads,
+                                .heads_kv = (long)(o->page_size || o->nvl ? 1 : o->batch) * o->heads_kv,
                                 .dv = dv, .backward = pa, .nondeterministic = o->nondeterministic};
           so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
           if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
