@@ -23,14 +23,17 @@
 static const char replay_usage[] =
     "usage: attntune replay --from FULL.db --strategy NAME|FILE.lua [--strategy ...] [--budget K] [--seeds S]\n"
     "                --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST] [--dtype LIST]\n"
-    "                [--causal 0,1] [--heads H] [--batch B] [--tolerance EPS] [--partial] [--json] [--plot FILE.svg]\n"
+    "                [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--tolerance EPS] [--partial] [--json]\n"
+    "                [--plot FILE.svg]\n"
     "  runs each strategy against the rows FULL.db holds for each problem whose whole search space is stored\n"
-    "  (tune --strategy exhaustive, measured or model rows): tune.evaluate answers with the stored time, status and\n"
-    "  I/O; nothing is compiled or timed, and the same arguments give the same output\n"
+    "  (tune --strategy exhaustive, measured or model rows of the dense forward pass): tune.evaluate answers with\n"
+    "  the stored time, status and I/O; nothing is compiled or timed, and the same arguments give the same output\n"
     "  --strategy exhaustive|random|anneal|genetic|bayes|guided|FILE.lua: once per strategy to compare (one at least)\n"
     "  --budget K: evaluations per run (default: the whole space); --seeds S: runs per strategy and problem, seeded\n"
     "  0..S-1 (default 10)\n"
-    "  the problem options are tune's, with its defaults (attntune tune --help)\n"
+    "  the problem options are tune's, with its defaults (attntune tune --help), but for --heads-kv G: without it,\n"
+    "  each K/V head count stored for the problem is a problem of its own, its space built for that count (GQA\n"
+    "  decode's split-KV points); with it, only the rows of G K/V heads\n"
     "  --partial: replay problems whose space is stored in part too; evaluating a configuration with no row is an\n"
     "  error that names it\n"
     "  --json: the report as JSON; --plot FILE.svg: the median curves of best found / optimum, a panel per problem\n"
@@ -55,7 +58,7 @@ static int usage(const char *fmt, ...) {
 typedef struct mrow {
   char *device, *spec;
   char prov[16];
-  int n, n_kv, d, d_v, batch, heads, causal, threads;
+  int n, n_kv, d, d_v, batch, heads, heads_kv, causal, threads;
   attn_dtype dtype;
   attn_eval e;
 } mrow;
@@ -73,6 +76,9 @@ static int final_status(const char *s) {
 static int collect_row(void *ctx, const attn_db_meas *m) {
   rows *r = ctx;
   if (!m->status || !final_status(m->status) || !m->spec || !m->device) return 0;
+  /* the space replayed is the dense forward pass's: backward rows (tune --pass bwd, under the same spec texts) and
+   * those of a layout or score modifier (a variant) time other kernels */
+  if ((m->pass && strcmp(m->pass, "fwd") != 0) || (m->variant && m->variant[0])) return 0;
   if (r->count == r->cap) {
     int cap = r->cap ? 2 * r->cap : 256;
     mrow *v = realloc(r->v, sizeof *v * (size_t)cap);
@@ -95,6 +101,7 @@ static int collect_row(void *ctx, const attn_db_meas *m) {
   }
   snprintf(w->prov, sizeof w->prov, "%s", m->provenance ? m->provenance : "");
   w->n = m->n, w->n_kv = m->n_kv, w->d = m->d, w->d_v = m->d_v, w->batch = m->batch, w->heads = m->heads;
+  w->heads_kv = m->heads_kv > 0 ? m->heads_kv : m->heads;
   w->causal = m->causal, w->threads = m->threads, w->dtype = m->dtype;
   attn_eval *e = &w->e;
   snprintf(e->status, sizeof e->status, "%s", m->status);
@@ -139,14 +146,26 @@ static int collect_device(void *ctx, const attn_db_device *d) {
   return 0;
 }
 
+/* "n=.. [n_kv=..] d=.. [d_v=..] DTYPE causal=.. heads=.. [heads_kv=..] batch=..": heads_kv where GQA (hkv given, not
+ * the heads). */
+static void problem_label(char *buf, size_t size, const attn_problem *p, int hkv) {
+  char kvs[24] = "", dvl[24] = "", hks[24] = "";
+  if (p->n_kv != p->n) snprintf(kvs, sizeof kvs, " n_kv=%d", p->n_kv);
+  if (p->d_v && p->d_v != p->d) snprintf(dvl, sizeof dvl, " d_v=%d", p->d_v);
+  if (hkv && hkv != p->heads) snprintf(hks, sizeof hks, " heads_kv=%d", hkv);
+  snprintf(buf, size, "n=%d%s d=%d%s %s causal=%d heads=%d%s batch=%d", p->n, kvs, p->d, dvl,
+           attn_dtype_name(p->dtype), p->causal, p->heads, hks, p->batch);
+}
+
 static int cmp_spec(const void *a, const void *b) {
   return strcmp(((const mrow *const *)a)[0]->spec, ((const mrow *const *)b)[0]->spec);
 }
 
-/* One problem's rows on one device, under one thread count and provenance: a group replayed on its own. */
+/* One problem's rows on one device, under one thread count, provenance and K/V head count: a group replayed on its
+ * own (GQA's space differs: decode's packed query blocks admit split-KV points the same shape without GQA lacks). */
 typedef struct group {
   const char *device, *prov;
-  int threads;
+  int threads, heads_kv;
 } group;
 
 /* One strategy run's evaluation callback: the stored row, and the best time after each evaluation. */
@@ -358,6 +377,7 @@ static int print_json(const done_problem *dp, int ndp, const strat *st, int nst,
     json_object_set_new(o, "n", json_integer(d->p.n));
     json_object_set_new(o, "n_kv", json_integer(d->p.n_kv));
     json_object_set_new(o, "heads", json_integer(d->p.heads));
+    json_object_set_new(o, "heads_kv", json_integer(d->p.heads_kv));
     json_object_set_new(o, "batch", json_integer(d->p.batch));
     json_object_set_new(o, "space", json_integer(d->space));
     json_object_set_new(o, "budget", json_integer(d->budget));
@@ -483,7 +503,7 @@ int attn_cmd_replay(int argc, char **argv) {
   const char *from = NULL, *gpu_name = NULL, *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL,
              *algo_s = "flash", *dtype_s = NULL, *causal_s = "0", *plot = NULL;
   strat st[MAX_STRATEGIES];
-  int nst = 0, budget = 0, seeds = 10, heads = 0, batch = 1, json = 0, partial = 0;
+  int nst = 0, budget = 0, seeds = 10, heads = 0, heads_kv = 0, batch = 1, json = 0, partial = 0;
   double tolerance = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -502,7 +522,7 @@ int attn_cmd_replay(int argc, char **argv) {
     static const char *const with_value[] = {"--from",  "--strategy", "--budget", "--seeds", "--gpu",
                                              "--d",     "--dv",       "--n",      "--n-kv",  "--algo",
                                              "--dtype", "--causal",   "--heads",  "--batch", "--tolerance",
-                                             "--plot"};
+                                             "--plot",  "--heads-kv"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune replay --help)", a);
@@ -524,6 +544,8 @@ int attn_cmd_replay(int argc, char **argv) {
       if (attn_parse_int(v, 1, 10000, &seeds)) return usage("--seeds %s: expected 1..10000", v);
     } else if (strcmp(a, "--heads") == 0) {
       if (attn_parse_int(v, 1, 4096, &heads)) return usage("--heads %s: expected 1..4096", v);
+    } else if (strcmp(a, "--heads-kv") == 0) {
+      if (attn_parse_int(v, 1, 4096, &heads_kv)) return usage("--heads-kv %s: expected 1..4096", v);
     } else if (strcmp(a, "--batch") == 0) {
       if (attn_parse_int(v, 1, 4096, &batch)) return usage("--batch %s: expected 1..4096", v);
     } else if (strcmp(a, "--tolerance") == 0) {
@@ -588,6 +610,9 @@ int attn_cmd_replay(int argc, char **argv) {
     ncausal = 2;
   } else return usage("--causal %s: expected 0, 1 or 0,1", causal_s);
   if (!heads) heads = target == ATTN_TARGET_CPU ? 2 : 16;
+  if (heads_kv && heads % heads_kv)
+    return usage("--heads-kv %d: the %d query heads must be a whole multiple of it (each K/V head serves H/G query "
+                 "heads)", heads_kv, heads);
 
   int *ds = NULL, nd = 0, *dvs = NULL, ndv = 0, *ns = NULL, nn = 0, *nkvs = NULL, nnkv = 0;
   int status = 0;
@@ -655,25 +680,26 @@ int attn_cmd_replay(int argc, char **argv) {
               const int d = ds[di], dv = dvs ? dvs[vi] : d, n = ns[ni], nkv = nkvs ? nkvs[ki] : n;
               attn_problem p = {.batch = batch, .heads = heads, .n = n, .n_kv = nkv, .d = d, .dtype = (attn_dtype)t,
                                 .causal = causals[c], .tolerance = tolerance, .d_v = dv == d ? 0 : dv};
-              char pl[160], kvs[24] = "", dvl[24] = "";
-              if (nkv != n) snprintf(kvs, sizeof kvs, " n_kv=%d", nkv);
-              if (dv != d) snprintf(dvl, sizeof dvl, " d_v=%d", dv);
-              snprintf(pl, sizeof pl, "n=%d%s d=%d%s %s causal=%d heads=%d batch=%d", n, kvs, d, dvl,
-                       attn_dtype_name(p.dtype), p.causal, heads, batch);
-              /* the groups: (device, threads, provenance) with rows for this problem, in the order first stored */
+              char pl[160];
+              problem_label(pl, sizeof pl, &p, heads_kv);
+              /* the groups: (device, threads, provenance, K/V heads) with rows for this problem, in the order first
+               * stored */
               group gs[64];
               int ng = 0;
               for (int r = 0; r < rs.count; r++) {
                 const mrow *m = &rs.v[r];
                 if (m->n != n || m->n_kv != nkv || m->d != d || m->d_v != dv || m->dtype != p.dtype ||
-                    m->causal != p.causal || m->batch != batch || m->heads != heads)
+                    m->causal != p.causal || m->batch != batch || m->heads != heads ||
+                    (heads_kv && m->heads_kv != heads_kv))
                   continue;
                 if (gpu ? strcmp(m->device, gpu->name) != 0 : strncmp(m->device, "cpu:", 4) != 0) continue;
                 int g = 0;
                 while (g < ng && (strcmp(gs[g].device, m->device) || strcmp(gs[g].prov, m->prov) ||
-                                  gs[g].threads != m->threads))
+                                  gs[g].threads != m->threads || gs[g].heads_kv != m->heads_kv))
                   g++;
-                if (g == ng && ng < 64) gs[ng++] = (group){.device = m->device, .prov = m->prov, .threads = m->threads};
+                if (g == ng && ng < 64)
+                  gs[ng++] = (group){.device = m->device, .prov = m->prov, .threads = m->threads,
+                                     .heads_kv = m->heads_kv};
               }
               if (!ng) {
                 json_t *o = json_pack("{s:s,s:s}", "problem", pl, "reason", "no rows stored");
@@ -684,7 +710,8 @@ int attn_cmd_replay(int argc, char **argv) {
               for (int g = 0; g < ng && !status; g++) {
                 attn_space_opts so = {.target = target, .dtype = p.dtype, .d = d, .causal = p.causal, .algos = algos,
                                       .tolerance = tolerance, .gpu = gpu, .n = n, .n_kv = nkv,
-                                      .heads = (long)batch * heads, .threads = gs[g].threads, .dv = dvs ? dv : 0};
+                                      .heads = (long)batch * heads, .heads_kv = (long)batch * gs[g].heads_kv,
+                                      .threads = gs[g].threads, .dv = dvs ? dv : 0};
                 so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
                 for (int k = 0; !gpu && k < dv_l2.count; k++)
                   if (!strcmp(dv_l2.v[k].name, gs[g].device)) so.fast_mem_bytes = dv_l2.v[k].l2;
@@ -693,9 +720,12 @@ int attn_cmd_replay(int argc, char **argv) {
                   so.resources = attn_kres_get;
                   so.resources_ctx = &kres;
                 }
-                char label[256];
+                attn_problem gp = p;
+                gp.heads_kv = gs[g].heads_kv;
+                char label[256], gpl[160];
+                problem_label(gpl, sizeof gpl, &gp, gp.heads_kv);
                 snprintf(label, sizeof label, "%s %s%s%.0d %s", gs[g].device, gs[g].prov,
-                         gs[g].threads ? " threads=" : "", gs[g].threads, pl);
+                         gs[g].threads ? " threads=" : "", gs[g].threads, gpl);
                 attn_space sp;
                 if (attn_space_build(&so, &sp, err, sizeof err) != ATTN_OK) {
                   fprintf(stderr, "attntune replay: %s: %s\n", label, err);
@@ -708,7 +738,8 @@ int attn_cmd_replay(int argc, char **argv) {
                   mrow *m = &rs.v[r];
                   if (m->n == n && m->n_kv == nkv && m->d == d && m->d_v == dv && m->dtype == p.dtype &&
                       m->causal == p.causal && m->batch == batch && m->heads == heads && m->threads == gs[g].threads &&
-                      !strcmp(m->device, gs[g].device) && !strcmp(m->prov, gs[g].prov))
+                      m->heads_kv == gs[g].heads_kv && !strcmp(m->device, gs[g].device) &&
+                      !strcmp(m->prov, gs[g].prov))
                     sub[nsub++] = m;
                 }
                 qsort(sub, (size_t)nsub, sizeof *sub, cmp_spec);
@@ -755,7 +786,7 @@ int attn_cmd_replay(int argc, char **argv) {
                   done_problem *D = &dp[ndp];
                   memset(D, 0, sizeof *D);
                   snprintf(D->label, sizeof D->label, "%s", label);
-                  D->p = p;
+                  D->p = gp;
                   snprintf(D->device, sizeof D->device, "%s", gs[g].device);
                   snprintf(D->prov, sizeof D->prov, "%s", gs[g].prov);
                   D->threads = gs[g].threads;
@@ -777,8 +808,10 @@ int attn_cmd_replay(int argc, char **argv) {
                     status = 1;
                   } else {
                     typedef unsigned long long u64;
+                    /* (GQA's K/V heads enter only where they differ from the heads: the seeds of MHA stay) */
                     const u64 pseed = mix64((u64)n) ^ mix64((u64)nkv << 20) ^ mix64((u64)d << 40 | (u64)dv << 50) ^
-                                      mix64((u64)t << 8 | (u64)p.causal);
+                                      mix64((u64)t << 8 | (u64)p.causal) ^
+                                      (gp.heads_kv != heads ? mix64((u64)gp.heads_kv << 32 | 0x6b76u) : 0);
                     status = replay_problem(&sp, stored, have, D->opt, D->budget, seeds, pseed, tolerance, st, nst,
                                             D->res, from, label);
                   }
