@@ -335,7 +335,7 @@ FL_INLINE float fl_hsum(fl_vf x) {
   /* the halves' sum, then its upper pair onto its lower, then lane 1 onto lane 0 (the intrinsics' order and code) */
   typedef float fl_v4 __attribute__((vector_size(16)));
 #if defined(__clang__) || __GNUC__ >= 12
-  fl_v4 t = __builtin_shufflevector(x, x, 0, 1, 2, 3) + __builtin_shufflevector(x, x, 4, 5, 6, 7);
+  fl_v4 t = __builtin_shufflevector(x, x, 0, 1, 2, 3) + __builtin_ia32_vextractf128_ps256(x, 1);
   t += __builtin_shufflevector(t, t, 2, 3, 2, 3);
   return (t + __builtin_shufflevector(t, t, 1, 1, 1, 1))[0];
 #else
