@@ -10,7 +10,10 @@
  *            blocks forever [0]
  * $FAKE_LIBCUDA_NAME: the device's name [Fake GPU N]
  * Built twice: fake_libcuda has every entry point attn_cuda_open resolves, fake_libcuda_noctx (FAKE_NO_CTX) lacks
- * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. What the runtime
+ * cuDevicePrimaryCtxRetain. Kernels "run" without doing anything; device memory is host memory. A launch copies its
+ * kernel's parameter block, as the driver does: attn_cuda_bwd_kargs for a backward module's entries (a module whose
+ * attn_bwd_pre was asked for: templates/flash_bwd.cu's attn_bwd_pre, attn_kernel and attn_bwd_post take it),
+ * attn_cuda_kargs for the others. What the runtime
  * asked for is recorded (fake_libcuda.h: launches and their streams, synchronizations, memory freed while a queued
  * launch still uses it, the calls' order and the serving tables a launch reads when it runs) for a test to read
  * through fake_cuda_record. */
@@ -21,6 +24,9 @@
 #include <unistd.h>
 #include "fake_libcuda.h"
 #include "kernel_abi_cuda.h"
+#include "kernel_abi_cuda_bwd.h"
+
+_Static_assert(sizeof(attn_cuda_bwd_kargs) <= sizeof(attn_cuda_kargs), "a queued launch keeps either block");
 
 #define API __attribute__((visibility("default")))
 #define ATTR_SMS 16
@@ -52,6 +58,7 @@ static struct {
   void *stream;
   const void *scratch, *consts;
   long seq;               /* its place among the stream-ordered work */
+  int backward;           /* a is an attn_cuda_bwd_kargs (the rest zero) */
   attn_cuda_kargs a;
   unsigned grid, block, smem;
 } queued[MAX_PENDING];
@@ -109,11 +116,12 @@ static int readable(const void *p, long count) {
 }
 
 /* What a launch reads of its serving layout's tables when it runs, and the test's hook (called with mu held). */
-static void run_launch(const attn_cuda_kargs *a, unsigned grid, unsigned block, unsigned smem) {
+static void run_launch(const attn_cuda_kargs *a, int backward, unsigned grid, unsigned block, unsigned smem) {
   if (hook) hook(a, grid, block, smem, hook_user);
   const int i = rec.ran++;
   if (i >= FAKE_RAN) return;
   memset(&rec.ran_tables[i], 0, sizeof rec.ran_tables[i]);
+  if (backward) return; /* no tables */
   rec.ran_tables[i].batch = (int)a->batch;
   const int b = a->batch < 0 ? 0 : a->batch < 64 ? (int)a->batch : 64;
   if (readable(a->cu_q, b + 1)) memcpy(rec.ran_tables[i].cu_q, a->cu_q, sizeof(int) * (size_t)(b + 1));
@@ -156,7 +164,7 @@ static void run_upto(void *s, int all, long upto) {
       memcpy(copies[ci].dst, copies[ci].src, copies[ci].n);
       copies[ci] = copies[--n_copies];
     } else {
-      run_launch(&queued[li].a, queued[li].grid, queued[li].block, queued[li].smem);
+      run_launch(&queued[li].a, queued[li].backward, queued[li].grid, queued[li].block, queued[li].smem);
       queued[li].seq = -1;
     }
   }
@@ -183,8 +191,8 @@ static void drain(void *s, int all) {
 static int in_use(const void *p) {
   for (int i = 0; i < rec.pending; i++)
     if (p && queued[i].seq >= 0 &&
-        (queued[i].scratch == p || queued[i].consts == p || (const void *)queued[i].a.cu_q == p ||
-         (const void *)queued[i].a.seq_kv == p))
+        (queued[i].scratch == p || queued[i].consts == p ||
+         (!queued[i].backward && ((const void *)queued[i].a.cu_q == p || (const void *)queued[i].a.seq_kv == p))))
       return 1;
   for (int i = 0; i < n_copies; i++)
     if (p && copies[i].dst == p) return 1;
@@ -226,16 +234,43 @@ API int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
 #endif
 API int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
 API int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
-static int module_object, function_object;
-API int cuModuleLoadData(void **mod, const void *image) { (void)image; *mod = &module_object; return 0; }
+/* A module and the entries asked of it: a function is its module's entry of that name. */
+#define MAX_ENTRIES 8
+typedef struct fake_module fake_module;
+typedef struct fake_function {
+  fake_module *mod;
+  char name[32];
+} fake_function;
+struct fake_module {
+  int backward; /* its attn_bwd_pre was asked for: every entry takes attn_cuda_bwd_kargs */
+  int entries;
+  fake_function fn[MAX_ENTRIES];
+};
+API int cuModuleLoadData(void **mod, const void *image) {
+  (void)image;
+  *mod = calloc(1, sizeof(fake_module));
+  return *mod ? 0 : 2;
+}
 API int cuModuleUnload(void *mod) {
-  (void)mod;
   pthread_mutex_lock(&mu);
   if (rec.pending) rec.unloaded_in_use++;
   pthread_mutex_unlock(&mu);
+  free(mod);
   return 0;
 }
-API int cuModuleGetFunction(void **fn, void *mod, const char *name) { (void)mod, (void)name; *fn = &function_object; return 0; }
+API int cuModuleGetFunction(void **fn, void *mod, const char *name) {
+  fake_module *m = mod;
+  int i = 0;
+  while (i < m->entries && strcmp(m->fn[i].name, name) != 0) i++;
+  if (i == MAX_ENTRIES || strlen(name) >= sizeof m->fn[i].name) return 500; /* CUDA_ERROR_NOT_FOUND */
+  if (i == m->entries) {
+    m->fn[m->entries].mod = m;
+    snprintf(m->fn[m->entries++].name, sizeof m->fn[i].name, "%s", name);
+  }
+  if (strcmp(name, "attn_bwd_pre") == 0) m->backward = 1;
+  *fn = &m->fn[i];
+  return 0;
+}
 API int cuFuncSetAttribute(void *fn, int attr, int v) { (void)fn, (void)attr, (void)v; return 0; }
 API int cuFuncGetAttribute(int *v, int attr, void *fn) { (void)attr, (void)fn; *v = 64; return 0; }
 API int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *fn, int block, size_t smem) {
@@ -245,20 +280,26 @@ API int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *fn, int block,
 }
 API int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, void **extra) {
-  (void)fn, (void)gy, (void)gz, (void)by, (void)bz, (void)extra;
-  /* the driver copies the arguments now, as here: the caller's parameter block may go away once this returns */
+  (void)gy, (void)gz, (void)by, (void)bz, (void)extra;
+  /* the driver copies the kernel's parameter block now, as here: the caller's may go away once this returns */
+  const int backward = ((const fake_function *)fn)->mod->backward;
   attn_cuda_kargs a;
-  memcpy(&a, params[0], sizeof a);
+  attn_cuda_bwd_kargs b;
+  memset(&a, 0, sizeof a);
+  memcpy(&a, params[0], backward ? sizeof b : sizeof a);
+  memcpy(&b, &a, sizeof b);
   pthread_mutex_lock(&mu);
   rec.launches++;
   rec.last_stream = stream;
-  rec.last_window = a.window, rec.last_softcap = a.softcap, rec.last_alibi = a.alibi;
-  rec.last_grid = gx, rec.last_heads = a.heads, rec.last_n = a.n;
+  rec.last_window = backward ? 0 : a.window, rec.last_softcap = backward ? 0 : a.softcap;
+  rec.last_alibi = backward ? NULL : a.alibi;
+  rec.last_grid = gx, rec.last_heads = backward ? b.heads : a.heads, rec.last_n = backward ? b.n : a.n;
   note("launch", stream);
   if (rec.pending < MAX_PENDING) {
     queued[rec.pending].stream = stream;
-    queued[rec.pending].scratch = a.scratch;
-    queued[rec.pending].consts = a.consts;
+    queued[rec.pending].scratch = backward ? (const void *)b.delta : a.scratch;
+    queued[rec.pending].consts = backward ? NULL : a.consts;
+    queued[rec.pending].backward = backward;
     queued[rec.pending].seq = ++seq_now;
     queued[rec.pending].a = a;
     queued[rec.pending].grid = gx, queued[rec.pending].block = bx, queued[rec.pending].smem = smem;

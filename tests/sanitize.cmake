@@ -18,7 +18,7 @@ set(ATTN_SANITIZE_TESTS
     tuner_cli_compile_error tuner_cli_anneal tuner_cli_shard tuner_cli_help tuner_cli_gpu_alias
     tuner_cli_lua_error tuner_cli_lua_runaway tuner_cli_lua_nonsense tuner_cli_lua_gc tuner_cli_lua_xpcall
     tuner_cli_lua_pattern tuner_cli_lua_sigint
-    meas_rounds cpu_cache_fifo tuner_cli_too_many tuner_cli_row_limit)
+    meas_rounds cpu_cache_fifo tuner_cli_too_many tuner_cli_row_limit fake_bwd_launch)
 function(attn_label_sanitize)
   foreach(t ${ATTN_SANITIZE_TESTS})
     if(TEST ${t})
