@@ -590,8 +590,8 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
    * and V are read once per KV head, not once per query head. Only a kernel without the causal mask: a causal one
    * would hide keys from all but the last of the packed rows. */
   attn_problem pk = *p;
-  if (!k->backward && !k->spec.causal && attn_cuda_gqa_packs(p, &k->spec))
-    pk.n = p->n * (p->heads / p->heads_kv), pk.heads = p->heads_kv;
+  const int packed = !k->backward && !k->spec.causal && attn_cuda_gqa_packs(p, &k->spec);
+  if (packed) pk.n = p->n * (p->heads / p->heads_kv), pk.heads = p->heads_kv;
   p = &pk;
   char err[256];
   const long long bh = (long long)p->batch * p->heads;
@@ -613,6 +613,9 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
   a->grid_items = (int)(g->items < 0x7fffffff ? g->items : 0x7fffffff);
   /* the score modifiers' values; the kernel applies those its spec switches on */
   a->window = p->window;
+  /* a windowed decode launched packed (n = 1: every row is the query at n_kv - 1, not rows of consecutive positions)
+   * is told so by the window's sign (templates/flash.cu's FA_WPACK) */
+  if (packed && k->spec.window && p->window > 0) a->window = -p->window;
   a->softcap = p->softcap;
   a->alibi = (const float *)(uintptr_t)k->alibi;
   if (k->spec.alibi && !k->alibi)

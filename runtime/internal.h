@@ -71,12 +71,14 @@ static inline int attn_problem_has_mods(const attn_problem *p) {
  * same memory as [batch][heads_kv][G·n][d] with G = heads/heads_kv (o and lse likewise), so the kernel launched with
  * heads' = heads_kv and n' = G·n takes a KV head's G query heads (each n rows, in order) as rows of its blocks. Valid
  * where a row's position does not matter: no causal mask (not causal, or n = 1, whose one row sees every key: the
- * plan then compiles the non-causal kernel), no window and no ALiBi (slopes per query head); softcap is per score.
+ * plan then compiles the non-causal kernel), no window unless n = 1 (every packed row is then the one query at
+ * n_kv - 1, which the launch tells the kernel: templates/flash.cu's FA_WPACK), no ALiBi (slopes per query head);
+ * softcap is per score.
  * 1 when a launch of spec s for problem p (heads_kv 0: heads) runs so (runtime/cuda.c; tuner/model.c models it). */
 static inline int attn_cuda_gqa_packs(const attn_problem *p, const attn_spec *s) {
-  return s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->layout == 0 && !s->window && !s->alibi &&
-         p->heads_kv > 0 && p->heads > p->heads_kv && p->heads % p->heads_kv == 0 && (!p->causal || p->n == 1) &&
-         (long long)p->n * (p->heads / p->heads_kv) <= ATTN_MAX_ROWS;
+  return s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->layout == 0 && (!s->window || p->n == 1) &&
+         !s->alibi && p->heads_kv > 0 && p->heads > p->heads_kv && p->heads % p->heads_kv == 0 &&
+         (!p->causal || p->n == 1) && (long long)p->n * (p->heads / p->heads_kv) <= ATTN_MAX_ROWS;
 }
 /* A causal CUDA flash plan with n = 1 (its row sees every key at the bottom right) builds the kernel without causal,
  * its spec keeping causal: the same kernel serves causal and non-causal decode, split-KV included. */

@@ -105,6 +105,11 @@
 #endif
 #define FA_PAGED (ATTN_LAYOUT >= 2)
 #define FA_PACK (ATTN_LAYOUT == 3)
+/* A dense windowed kernel without causal may be launched GQA-packed for decode (runtime/cuda.c, attn_cuda_gqa_packs:
+ * n = 1, a KV head's G query heads as the rows of its blocks; causal decode runs this kernel too): its rows are then
+ * all the one query at i' = n_kv - 1, not rows at consecutive positions, and the launch says so by a negative window,
+ * -w (pk in attn_kernel and fa_fix). */
+#define FA_WPACK (FA_WIN && !ATTN_CAUSAL && ATTN_LAYOUT == 0)
 /* O's row stride in entries: varlen's rows are heads·d_v apart (fa_state's os) */
 #if ATTN_LAYOUT == 1
 #define FA_OS st.os
@@ -254,6 +259,9 @@ struct fa_mods {
                  * int: a float costs the tensor-core kernels a register they do not have) */
   int lw;       /* window: key c of the key block is hidden from warp row rr when c < lw + rr (clamped to
                  * [-RW, Bc]) */
+#if FA_WPACK
+  int ls;       /* window: 1, or 0 in a GQA-packed decode launch (c < lw for every row: they share one position) */
+#endif
 #if FA_PACK
   const float *alp; /* ALiBi: the slopes of the warp's rows (query heads), the first alr + 1 of them valid */
   int alr;
@@ -543,7 +551,15 @@ __device__ __forceinline__ int fa_limit(int cols, int lb, int) { return FA_MASK 
 __device__ __forceinline__ int fa_low(const fa_mods &md, int) { return FA_WIN ? md.lw : 0; }
 #else
 __device__ __forceinline__ int fa_limit(int cols, int lb, int rr) { return FA_MASK ? min(cols, lb + rr) : cols; }
+#if FA_WPACK
+/* a GQA-packed decode launch's rows share one position: each row's low bound is the first row's (md.ls = 0) */
+__device__ __forceinline__ int fa_low(const fa_mods &md, int r) {
+  const int rr = r * md.ls;
+  return FA_WIN ? md.lw + rr : 0;
+}
+#else
 __device__ __forceinline__ int fa_low(const fa_mods &md, int rr) { return FA_WIN ? md.lw + rr : 0; }
+#endif
 #endif
 
 /* Tile row r sees a key iff r + ev >= 0: ev = i' of the block's first row (causal), that + w - 1 (a window, not
@@ -1144,10 +1160,18 @@ __device__ __noinline__ void fa_fix(const fa_elem *qp, fa_elem *kp, fa_elem *vp,
   md.co = ATTN_SOFTCAP ? cap * 1.4426950408889634f : 0.0f;
   md.al = ATTN_ALIBI ? alibi[bh % heads] * 1.4426950408889634f : 0.0f;
   md.ib = 0, md.lw = 0;
+#if FA_WPACK
+  const bool pk = w < 0; /* a GQA-packed decode launch (FA_WPACK): every row at n_kv - 1, window -w */
+  w = w > 0 ? w : pk ? -w : 0x7fffffff;
+#else
   w = FA_WIN ? (w > 0 ? w : 0x7fffffff) : 0;
+#endif
 #if FA_PACK
   const long long e0 = (long long)n_kv - 1; /* i' of every row: packed decode's rows are query heads */
   const long long rs = 0;                   /* i' of row r is e0 + rs * r */
+#elif FA_WPACK
+  const long long e0 = pk ? (long long)n_kv - 1 : (long long)i0 + n_kv - n;
+  const long long rs = pk ? 0 : 1;
 #else
   const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
   const long long rs = 1;
@@ -1302,11 +1326,18 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
 
 #if FA_PACK
     const long long e0 = (long long)n_kv - 1; /* i' of every row (the one query of each query head) */
+#elif FA_WPACK
+    const bool pk = a.window < 0; /* GQA-packed decode (FA_WPACK): every row at i' = n_kv - 1 */
+    const long long e0 = pk ? (long long)n_kv - 1 : (long long)i0 + n_kv - n;
 #else
     const long long e0 = (long long)i0 + n_kv - n; /* i' of the block's first row */
 #endif
     /* a windowed kernel given no window (0: one that hides nothing) runs as if the window were 2^31 - 1 */
+#if FA_WPACK
+    const int w = a.window > 0 ? a.window : pk ? -a.window : 0x7fffffff;
+#else
     const int w = FA_WIN ? (a.window > 0 ? a.window : 0x7fffffff) : 0;
+#endif
     /* keys visible to some row of the block: [jlo, L); L = min(n_kv, max(0, e0 + rows)) causal, min(n_kv, max(0,
      * e0 + rows - 1 + w)) windowed, else n_kv; jlo = min(n_kv, max(0, e0 - w + 1)) windowed, else 0. Key blocks
      * jb0 .. nb-1 are loaded. */
@@ -1352,7 +1383,11 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     const int lw0 = lwl < -FA_RW ? -FA_RW : (int)lwl, ew = (int)e0;
 #else
     /* the warp's first row: its lowest visible key (clamped below at -RW: the masks are the same) and i' */
+#if FA_WPACK
+    const long long lwl = e0 + (pk ? 0 : wr0) - w + 1; /* packed: the one position's (diag is n_kv - 1 there) */
+#else
     const long long lwl = e0 + wr0 - w + 1;
+#endif
     const int lw0 = lwl < -FA_RW ? -FA_RW : (int)lwl, ew = (int)(e0 + wr0); /* both <= n_kv + Br */
 #endif
     fa_mods md;
@@ -1360,6 +1395,9 @@ extern "C" __global__ void __launch_bounds__(FA_T, 1) attn_kernel(attn_cuda_karg
     md.co = ATTN_SOFTCAP ? a.softcap * 1.4426950408889634f : 0.0f;
     md.al = ATTN_ALIBI ? a.alibi[bh % heads] * 1.4426950408889634f : 0.0f;
     md.ib = 0, md.lw = 0;
+#if FA_WPACK
+    md.ls = pk ? 0 : 1;
+#endif
 #if FA_PACK
     /* the warp's rows' slopes: query heads hk·G + i0 + wr0 .., G = n; a warp without rows reads head 0's */
     md.alr = rows - 1 - wr0;

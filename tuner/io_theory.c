@@ -76,17 +76,29 @@ int attn_io_formula_gqa_window(const attn_spec *s, long batch, long heads, long 
   if (batch < 0 || heads < 0 || heads_kv <= 0 || heads % heads_kv || n < 0 || n_kv < 0 || window < 0)
     return ATTN_EINVAL;
   const long G = heads / heads_kv;
-  if (s->algo != ATTN_ALGO_FLASH || s->target != ATTN_TARGET_CPU || n >= s->br || G < 2)
+  /* CUDA: packed where the runtime packs (attn_cuda_gqa_packs, runtime/cuda.c), with the kernel it runs there (no
+   * causal mask: not causal, or n = 1, whose rows see every key up to theirs) */
+  attn_problem pp = {.batch = (int)batch, .heads = (int)heads, .heads_kv = (int)heads_kv, .n = (int)n,
+                     .n_kv = (int)n_kv, .causal = s->causal, .window = (int)window};
+  attn_spec sw = *s;
+  sw.window = window > 0;
+  const int cuda_packs = s->target == ATTN_TARGET_CUDA && heads <= INT_MAX && n <= INT_MAX && n_kv <= INT_MAX &&
+                         window <= INT_MAX && attn_cuda_gqa_packs(&pp, &sw);
+  if (s->algo != ATTN_ALGO_FLASH || (s->target == ATTN_TARGET_CPU ? n >= s->br || G < 2 : !cuda_packs))
     return attn_io_formula_window(s, batch * heads, n, n_kv, window, reads, writes);
+  sw.causal = s->target == ATTN_TARGET_CPU && s->causal;
   /* packed: the G*n rows X = i*G + g of a KV head in blocks of Br; a block's rows ask queries X0/G to
-   * (X0+rows-1)/G */
+   * (X0+rows-1)/G (CUDA: unmasked but for a window, and that only at n = 1, every row at n_kv - 1; whole key blocks
+   * from the one holding the first key seen) */
   unsigned long long r = 0, w = 0;
   const long total = n * G;
   for (long X0 = 0; X0 < total; X0 += s->br) {
     const long rows = lmin(s->br, total - X0);
     long lo, hi;
-    seen_keys(s->causal, window, X0 / G + (n_kv - n), (X0 + rows - 1) / G + (n_kv - n), n_kv, &lo, &hi);
-    flash_block(s, rows, hi > lo ? hi - lo : 0, &r, &w);
+    seen_keys(sw.causal, window, X0 / G + (n_kv - n), (X0 + rows - 1) / G + (n_kv - n), n_kv, &lo, &hi);
+    long c = hi > lo ? hi - lo : 0;
+    if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(hi, s->bc) * s->bc) - lo / s->bc * s->bc;
+    flash_block(s, rows, c, &r, &w);
   }
   *reads = sat_mul(r, (unsigned long long)(batch * heads_kv));
   *writes = sat_mul(w, (unsigned long long)(batch * heads_kv));
