@@ -244,7 +244,7 @@ static int ensure_device_inputs(attn_meas_ctx *c, char *err, size_t errlen) {
  * suffered meanwhile (-1 unknown; 0 for CUDA events, which do not see the host's scheduler). */
 static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_probe *sp, double *ms, double *delay) {
   attn_runtime *rt = c->rt;
-  if (rt->target == ATTN_TARGET_CUDA && !c->serve) {
+  if (rt->target == ATTN_TARGET_CUDA && !c->serve && !c->backward) {
     const size_t es = attn_dtype_size(c->p.dtype);
     const char *b = (const char *)c->dev_arena + (size_t)c->dev_next * c->dev_set_bytes;
     c->dev_next = (c->dev_next + 1) % c->dev_sets;
@@ -255,10 +255,10 @@ static int run_once(attn_meas_ctx *c, const attn_plan *plan, const attn_sched_pr
   const int set = c->next_set;
   c->next_set = c->next_set + 1 < c->sets ? c->next_set + 1 : 0; /* every set rotates, set 0 (checked) too */
   /* a serving layout times the call itself: its staging is part of what it costs (on CUDA by events on the stream,
-   * as the dense launch: its tables' copy and its kernel) */
+   * as the dense launch: its tables' copy and its kernel); the backward its launches between events */
   if (rt->target == ATTN_TARGET_CUDA) {
     *delay = 0;
-    return attn_meas_serve_time(c, plan, set, ms);
+    return c->backward ? attn_meas_bwd_time(c, plan, set, ms) : attn_meas_serve_time(c, plan, set, ms);
   }
   attn_kargs a = c->serve ? (attn_kargs){0} : plan->backward ? attn_meas_bwd_kargs(c, set) : kargs(c, set);
   double d0 = attn_sched_delay_ms(sp), t0 = now_ms();
@@ -432,21 +432,17 @@ static int ensure_layout(attn_meas_ctx *c, char *err, size_t errlen) {
 }
 
 /* attn_measure of the backward: the plan of attn_execute_backward for s, checked on set 0 with poisoned gradients,
- * timed on the rotated sets, counted once. */
+ * timed on the rotated sets (CUDA: by events), counted once (CUDA: the backward has no counting build). */
 static void measure_backward(attn_meas_ctx *c, const attn_spec *s, attn_plan *plan, attn_meas_result *r) {
-  attn_runtime *rt = c->rt;
   char err[256];
-  attn_meas_bwd_poison(c);
-  attn_kargs a = attn_meas_bwd_kargs(c, 0);
-  int rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
-  if (rc == ATTN_OK) rc = attn_meas_bwd_error(c, &r->error, err, sizeof err);
-  else snprintf(err, sizeof err, "%s", attn_last_error(rt));
+  int rc = attn_meas_bwd_check(c, plan, &r->error, err, sizeof err);
   if (rc != ATTN_OK) {
     set_status(r, "error", err);
     attn_plan_destroy(plan);
     return;
   }
-  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)), attn_meas_bwd_count, r);
+  measure_finish(c, s, plan, !(r->error <= attn_meas_exact_tolerance(s->dtype)),
+                 c->rt->target == ATTN_TARGET_CUDA ? NULL : attn_meas_bwd_count, r);
 }
 
 /* attn_measure of a serving layout (paged, varlen): the plan run through attn_execute_paged or

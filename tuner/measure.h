@@ -112,12 +112,17 @@ void attn_meas_final_caps(const attn_meas_ctx *c, double cap_s, attn_rounds_caps
 int attn_meas_confirm_keeps(double round_ms, double round_ci_rel, const attn_meas_result *conf);
 
 /* measure_bwd.c: the backward's input sets (q, k, v, dout and the forward's o and lse, made by the default forward
- * plan on each set, rotated like the forward's), its outputs, and its check: the largest relative error of dq, dk
- * and dv against the fp64 backward on set 0, the outputs poisoned before. */
+ * plan on set 0 and copied to the others, rotated like the forward's; on CUDA on the device), its outputs, and its
+ * check: the largest relative error of dq, dk and dv against the fp64 backward on set 0, the outputs poisoned
+ * before. */
 int  attn_meas_bwd_ensure(attn_meas_ctx *c, char *err, size_t errlen);
-attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set);
+attn_kargs attn_meas_bwd_kargs(const attn_meas_ctx *c, int set); /* CPU: set's arrays */
 void attn_meas_bwd_poison(attn_meas_ctx *c);
 int  attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errlen);
+/* The checked run: the gradients poisoned, plan run on set 0 (CUDA: untimed, the gradients copied back), *error. */
+int  attn_meas_bwd_check(attn_meas_ctx *c, const attn_plan *plan, double *error, char *err, size_t errlen);
+/* A CUDA plan's timed run on set: attn_cuda_run_backward_timed, its launches between CUDA events, the time in *ms. */
+int  attn_meas_bwd_time(attn_meas_ctx *c, const attn_plan *plan, int set, double *ms);
 int  attn_meas_bwd_count(attn_meas_ctx *c, const attn_plan *counting, attn_io *io); /* counting build, set 0 */
 void attn_meas_bwd_free(attn_meas_ctx *c);
 

@@ -105,8 +105,9 @@ void attn_tune_take_timing(attn_eval *e, const attn_meas_result *r);
 int attn_tune_finalist_round(tune_state *ts, attn_tuner *tu, attn_spec *best, attn_eval *best_eval, char *why,
                              size_t wlen);
 void attn_tune_confirm_pass(tune_state *ts);
-/* tune_run.c: the backward's untuned default for a problem, attn_plan_create_backward's without a tuned row */
-attn_spec attn_tune_backward_default(const attn_problem *p);
+/* tune_run.c: the backward's untuned default for a problem on rt's target, attn_plan_create_backward's without a
+ * tuned row */
+attn_spec attn_tune_backward_default(const attn_runtime *rt, const attn_problem *p);
 /* tune_report.c */
 void attn_tune_progress(tune_state *ts, const attn_spec *s, const attn_eval *e, int resumed);
 

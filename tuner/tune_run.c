@@ -10,6 +10,7 @@
 #include "db.h"
 #include "shard.h"
 #include "space.h"
+#include "spec_bwd_cuda.h"
 #include "timing_env.h"
 #include "tune.h"
 
@@ -148,11 +149,22 @@ static void prefetch_cb(attn_tuner *t, const int *idx, int count) {
   free(specs);
 }
 
-attn_spec attn_tune_backward_default(const attn_problem *p) {
-  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, p->dtype, p->d, p->causal);
+attn_spec attn_tune_backward_default(const attn_runtime *rt, const attn_problem *p) {
+  attn_spec s = attn_spec_default(ATTN_ALGO_FLASH, rt->target, p->dtype, p->d, p->causal);
   s.dv = p->d_v > 0 && p->d_v != p->d ? p->d_v : 0;
   s.br = 64; /* runtime/api.c's attn_plan_create_backward */
   s.bc = 64;
+  attn_spec t;
+  attn_cuda_info_t info;
+  char err[256];
+  /* CUDA: attn_spec_backward_cuda's tiles (api.c's create_backward_cuda) on the space's base spec, so that the
+   * default is the space's point of the same tiles */
+  if (rt->target == ATTN_TARGET_CUDA && attn_cuda_info(rt, &info) == ATTN_OK &&
+      attn_spec_backward_cuda(p->dtype, p->d, p->d_v, p->causal, info.arch, &t, err, sizeof err) == ATTN_OK) {
+    s.br = t.br, s.bc = t.bc, s.warps = t.warps, s.stages = t.stages;
+    s.unroll = 0, s.split = 0, s.tile = 0, s.dq = 0;
+    snprintf(s.arch, sizeof s.arch, "%s", t.arch);
+  }
   return s;
 }
 
@@ -221,10 +233,6 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
       if (!o->algos) FAIL_USAGE("--algo lowrank alone cannot be ranked by the model: add flash or smallcache");
     }
   }
-  /* the CUDA backward is ranked by the model only: the measuring harness runs it on the CPU */
-  if (gpu && !ts.model && (o->passes & 2))
-    FAIL_USAGE("--pass bwd: %s is present, and the CUDA backward is not measured by the tuner yet: add --model to "
-               "rank it by the performance model", gpu->name);
   ts.provenance = ts.model ? "model" : "measured";
   /* Measured tuning times under the one environment bench and the finalist round use (timing_env.c). */
   if (!ts.model) attn_timing_env("tune", 0);
@@ -434,7 +442,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             ts.meas.backward = pa;
             ts.meas.serve_lq = o->vl_q; /* --varlen's sequences (NULL: each n queries, n_kv keys) */
             ts.meas.serve_lk = o->vl_kv;
-            if (pa) ts.default_cfg = attn_tune_backward_default(&ts.meas.p);
+            if (pa) ts.default_cfg = attn_tune_backward_default(rt, &ts.meas.p);
             else attn_plan_default(rt, &ts.meas.p, ATTN_ALGO_FLASH, &ts.default_cfg);
             /* the device's arch, as the space's points carry it: attn_spec_default writes sm_80, so on an sm_90
              * device the default was a point of its own (its row keyed sm_80, never the space's twin) */
