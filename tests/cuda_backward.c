@@ -16,7 +16,8 @@
  *       fresh random inputs (f16, bf16, f32; n = 1, odd n, n_kv != n both ways, GQA, d_v != d, causal both ways):
  *       lse against fp64's, dQ, dK and dV against the fp64 backward of the kernel's O (tests/bwd_util.h's limits),
  *       the gradients written (poisoned before) and bitwise the same in a second run; then the time of the forward
- *       and of the backward at n = 4096, d = 128, 8 heads, f16 and bf16 (printed, not checked)
+ *       and of the backward at n = 4096, d = 128, 8 heads, f16 and bf16, causal and not: medians of 9 runs each
+ *       timed by CUDA events (attn_cuda_run, attn_cuda_run_backward_timed; printed, not checked)
  * Exit 77 (skipped) without NVRTC, or (gpu) without a device, with the reason. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -277,10 +278,11 @@ static int fake_mode(void) {
   return 0;
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+/* gpu mode's times: the median of TIME_REPS runs timed by CUDA events, after the checked runs (the warm-up) */
+#define TIME_REPS 9
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
 }
 
 /* Device copies of count floats in dtype t (NULL count: poisoned, all bits set); NULL when it fails. */
@@ -358,20 +360,14 @@ static void gpu_case(attn_runtime *rt, const attn_problem *p0, int time_it) {
     CHECK(0, "%s: device memory: %s", what, attn_last_error(rt));
     goto out;
   }
-  double t0 = now();
   rc = attn_execute_lse(fwd, dq, dk, dv, dout, dlse);
-  const double t_fwd = now() - t0;
   CHECK(rc == ATTN_OK, "%s: attn_execute_lse: %s", what, attn_last_error(rt));
   if (rc != ATTN_OK) goto out;
   const size_t c3[3] = {cq, ck, cv};
   for (int rep = 0; rep < 2; rep++) {
-    t0 = now();
     rc = attn_execute_backward(bwd, dq, dk, dv, dout, dlse, dgo, g[0], g[1], g[2]);
-    const double t_bwd = now() - t0;
     CHECK(rc == ATTN_OK, "%s: attn_execute_backward: %s", what, attn_last_error(rt));
     if (rc != ATTN_OK) goto out;
-    if (time_it) printf("time %s: forward %.3f ms (first call), backward %.3f ms (call %d)\n", what, 1e3 * t_fwd,
-                        1e3 * t_bwd, rep + 1);
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
       const size_t bytes = c3[i] * attn_dtype_size(p.dtype);
@@ -382,7 +378,22 @@ static void gpu_case(attn_runtime *rt, const attn_problem *p0, int time_it) {
       off += bytes;
     }
   }
-  if (time_it) goto out; /* too large for the fp64 reference */
+  if (time_it) { /* too large for the fp64 reference: the times, by CUDA events (the device's, no host wake-up) */
+    double fms[TIME_REPS], bms[TIME_REPS];
+    for (int i = 0; i < TIME_REPS && rc == ATTN_OK; i++) {
+      rc = attn_cuda_run(rt, fwd->cuda, &fwd->p, dq, dk, dv, dout, NULL, &fms[i]);
+      if (rc == ATTN_OK)
+        rc = attn_cuda_run_backward_timed(rt, bwd->cuda, &bwd->p, dq, dk, dv, dout, dlse, dgo, g[0], g[1], g[2],
+                                          &bms[i]);
+    }
+    CHECK(rc == ATTN_OK, "%s: timed runs: %s", what, attn_last_error(rt));
+    if (rc != ATTN_OK) goto out;
+    qsort(fms, TIME_REPS, sizeof fms[0], cmp_double);
+    qsort(bms, TIME_REPS, sizeof bms[0], cmp_double);
+    printf("time %s: forward %.3f ms, backward %.3f ms (CUDA events, medians of %d; backward range %.3f..%.3f)\n",
+           what, fms[TIME_REPS / 2], bms[TIME_REPS / 2], TIME_REPS, bms[0], bms[TIME_REPS - 1]);
+    goto out;
+  }
   /* the kernel's O and lse, as a training step hands them over */
   if (host_of(rt, p.dtype, dout, co, o64, raw) != 0 || attn_cuda_copy(rt, lse, dlse, rows * 4, 0) != ATTN_OK) {
     CHECK(0, "%s: the forward's outputs: %s", what, attn_last_error(rt));
