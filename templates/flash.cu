@@ -155,7 +155,7 @@ typedef float fa_elem;
 typedef unsigned short fa_elem;
 #endif
 
-/* Inline PTX only between these markers: the host emulator puts tests/emu/ptx_flash.h in their place. */
+/* Inline PTX lives only in these wrappers, so the instructions the template emits are read in one place. */
 /* ---- PTX wrappers ---- */
 __device__ __forceinline__ unsigned fa_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; bytes = 0 zero-fills without reading src */

@@ -28,7 +28,7 @@ typedef struct attn_cuda_kargs {
   int grid_items;          /* work items (query blocks x heads, or heads); the grid may be smaller and loop */
   /* score modifiers (attn.h), read only by kernels built with them (flash: ATTN_WINDOW, ATTN_SOFTCAP, ATTN_ALIBI) */
   const float *alibi;      /* device pointer: one slope per query head, copied at plan creation; NULL without */
-  int window;              /* > 0 in a windowed kernel */
+  int window;              /* > 0 in a windowed kernel; -w: a GQA-packed decode, every row the query at n_kv - 1 */
   float softcap;           /* > 0 in a soft-capping kernel */
   float *lse;              /* flash: NULL, or [batch][heads][n] fp32 written with O (attn_execute_lse) */
 #if !(defined(__CUDACC__) || defined(__CUDACC_RTC__)) || defined(ATTN_LAYOUT)

@@ -1,6 +1,7 @@
 # Grouped-query attention on the runtime's dense CUDA flash plans, K and V read once per KV head (tests/cuda_gqa_decode.c):
 # real plans on the fake driver (tests/cuda.cmake's fake_libcuda), each launch run on the PTX interpreter through
-# fake_cuda_set_hook; O and lse against fp64, and the packed launches' K and V read sectors within 1.10x their bytes.
+# fake_cuda_set_hook; O and lse against fp64, and the packed launches' K and V read sectors: 1.000x their bytes where
+# rows are whole 32-byte sectors and a KV head's rows fit one block, else within the bound cuda_gqa_decode.c states.
 # Without NVRTC these tests exit 77 (skipped).
 add_executable(cuda_gqa_decode ${CMAKE_CURRENT_LIST_DIR}/cuda_gqa_decode.c)
 target_include_directories(cuda_gqa_decode PRIVATE ${CMAKE_CURRENT_LIST_DIR})

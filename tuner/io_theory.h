@@ -19,7 +19,8 @@ int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long 
                            unsigned long long *writes);
 
 /* The same for batch x heads query heads on heads_kv KV heads: CPU flash packs the heads/heads_kv query heads of a KV
- * head into one block when n < Br (templates/flash.c, decode), so that K and V are read once per KV head; every
+ * head into one block when n < Br (templates/flash.c, decode), and CUDA flash launches a KV head's G·n query rows as
+ * one head's where attn_cuda_gqa_packs holds (runtime/cuda.c), so that K and V are read once per KV head; every
  * other case is attn_io_formula on batch * heads heads. */
 int attn_io_formula_gqa(const attn_spec *s, long batch, long heads, long heads_kv, long n, long n_kv,
                         unsigned long long *reads, unsigned long long *writes);
