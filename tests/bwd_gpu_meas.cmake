@@ -4,7 +4,9 @@
 # changed dK element or kernels that write nothing (tests/bwd_gpu_meas.c).
 # bwd_gpu_tune_fake: `attntune tune --pass bwd --gpu H100` on the fake H100 measures (provenance measured, 1 ms by
 # events; the fake's kernels write nothing: rows wrong with the reason); bwd_gpu_tune_interp: the same tune
-# in-process with the checked launches on the interpreter, rows ok (tests/bwd_gpu_meas.sh)
+# in-process with the checked launches on the interpreter, rows ok (tests/bwd_gpu_meas.sh); nightly_bwd_gpu_tune_sweep:
+# that over f32 and bf16, d_v != d, n = 1 and 33, GQA, causal and not, with dq=atomic (one SM: the untuned forward of
+# n = 1 does not split, so its one launch runs on the interpreter; about 60 s)
 add_executable(bwd_gpu_meas ${CMAKE_CURRENT_LIST_DIR}/bwd_gpu_meas.c)
 target_include_directories(bwd_gpu_meas PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(bwd_gpu_meas PRIVATE attn_tuner attn_ptx m ${CMAKE_DL_LIBS})
@@ -23,4 +25,11 @@ if(TARGET attntune)
     set_tests_properties(bwd_gpu_tune_${c} PROPERTIES LABELS "tuner;cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
                          ENVIRONMENT "${ATTN_BWD_MEAS_ENV}")
   endforeach()
+  add_test(NAME nightly_bwd_gpu_tune_sweep
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bwd_gpu_meas.sh sweep $<TARGET_FILE:attntune>
+                   ${CMAKE_CURRENT_BINARY_DIR}/bwd-gpu-tune-sweep $<TARGET_FILE:bwd_gpu_meas>)
+  set(ATTN_BWD_SWEEP_ENV ${ATTN_BWD_MEAS_ENV})
+  list(TRANSFORM ATTN_BWD_SWEEP_ENV REPLACE "^FAKE_LIBCUDA=cc=90$" "FAKE_LIBCUDA=cc=90,sms=1")
+  set_tests_properties(nightly_bwd_gpu_tune_sweep PROPERTIES LABELS nightly TIMEOUT 900 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${ATTN_BWD_SWEEP_ENV}")
 endif()

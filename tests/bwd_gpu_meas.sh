@@ -7,6 +7,9 @@
 #   interp: the same tune in-process (bwd_gpu_meas tune; two configurations, the default and the finalist round)
 #           with every checked launch on the PTX interpreter: rows ok, each with its real error against fp64
 #           (non-zero, within f16's limit) and the fake's event time, one chosen row
+#   sweep:  (nightly) the same over f32 and bf16, d = 40 with d_v = 24, n = 1 and 33 against 17 keys, 3 query heads on
+#           one KV head, causal and not, with --nondeterministic's dq=atomic points: every row ok at 1 ms within the
+#           dtype's limit, some dq=atomic, one chosen a problem
 set -u
 case_=$1 T=$2 W=$3 MEAS=$4
 # shellcheck source-path=SCRIPTDIR source=sh_util.sh
@@ -43,6 +46,20 @@ interp)
   [ "$(q "$W/b.db" "SELECT count(*) FROM kernels WHERE spec LIKE '%arch=sm_80%' OR spec NOT LIKE '%cuda%'")" -eq 0 ] ||
     fail "a kernel not the sm_90 device's"
   [ "$(q "$W/b.db" "SELECT count(*) FROM measurements WHERE chosen = 1")" -eq 1 ] || fail "not one chosen row"
+  ;;
+sweep)
+  "$MEAS" tune --gpu H100 --pass bwd --nondeterministic --d 40 --dv 24 --n 1,33 --n-kv 17,17 --heads 3 --heads-kv 1 \
+    --dtype f32,bf16 --causal 0,1 --strategy random --budget 3 --reps 1 --time-cap 0.02 --db "$W/b.db" >"$out" 2>&1
+  rc=$?
+  [ $rc -eq 77 ] && { cat "$out"; exit 77; }
+  [ $rc -eq 0 ] || fail "tune exit $rc"
+  grep -q "^launches on the interpreter: [1-9][0-9]* run, 0 failed" "$out" || fail "launches failed or none ran"
+  [ "$(q "$W/b.db" "SELECT count(*) FROM measurements WHERE NOT (status = 'ok' AND provenance = 'measured' AND
+       time_ms = 1.0 AND error > 0 AND error <= CASE dtype WHEN 'f32' THEN 1e-4 ELSE 1e-2 END)")" -eq 0 ] ||
+    fail "a row not measured ok at 1 ms within its dtype's limit"
+  [ "$(q "$W/b.db" "SELECT count(DISTINCT dtype || n || causal) FROM measurements WHERE chosen = 1")" -eq 8 ] ||
+    fail "not a chosen row for each of the 8 problems"
+  [ "$(q "$W/b.db" "SELECT count(*) FROM kernels WHERE spec LIKE '%dq=atomic%'")" -gt 0 ] || fail "no dq=atomic row"
   ;;
 *)
   echo "unknown case $case_" >&2
