@@ -263,6 +263,14 @@ double attn_score_mod(const attn_problem *p, double s, long h, long i, long j);
  * The window, softcap and ALiBi as attn_reference applies them; softcap c multiplies dS by 1 − tanh²(s/c). */
 void   attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
                                const float *dout, double *dq, double *dk, double *dv);
+/* The same two on up to `threads` threads (the runtime's: rt->threads), bit for bit the single-threaded result: the
+ * forward splits by head and row block, the backward by KV head (batch x heads_kv units, so MQA with batch 1 runs on
+ * one). A thread that cannot be started leaves its share to the others; out of memory gives NaN (o, dq) as above. */
+void   attn_reference_threads(const attn_problem *p, int threads, const float *q, const float *k, const float *v,
+                              double *o);
+void   attn_reference_backward_threads(const attn_problem *p, int threads, const float *q, const float *k,
+                                       const float *v, const float *o, const float *dout, double *dq, double *dk,
+                                       double *dv);
 /* lowrank's approximation (templates/lowrank.c, spec s: its features, rank and seed) in fp64: o as the kernel's
  * O_i = sum_j a_ij v_j / sum_j a_ij with a_ij = phi(q_i).phi(k_j) over the keys row i sees (0 for none); and, when dq
  * is not NULL, the gradients of L = sum(dout ∘ O) in q, k and v (GQA: dk, dv summed over the query heads), the

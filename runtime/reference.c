@@ -2,6 +2,8 @@
  * bottom-right causal mask, window, softcap, ALiBi, zero rows), the relative error, reproducible random inputs, and
  * poisoning. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,47 +30,112 @@ double attn_score_mod(const attn_problem *p, double s, long h, long i, long j) {
   return s;
 }
 
-void attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o) {
+/* The references' threads. The work is cut into units whose outputs no other unit touches (the forward: a block
+ * of one head's rows; the backward: one KV head, whose dK and dV sum over its query heads); each unit is computed
+ * by the same code, in the same order, as the single-threaded loop, so any thread count gives the same bits. The
+ * threads claim units from a shared counter. A thread that cannot be created (or get its scratch) leaves its units
+ * to the others; the calling thread always works. */
+typedef struct ref_job ref_job;
+struct ref_job {
+  void (*unit)(const ref_job *j, long u, double *scratch);
+  long units;
+  size_t scratch; /* doubles per worker */
+  atomic_long next;
+  const attn_problem *p;
+  const float *q, *k, *v, *o, *dout;
+  double *out, *dq, *dk, *dv;
+};
+
+typedef struct {
+  ref_job *job;
+  double *scratch;
+  pthread_t tid;
+  int started;
+} ref_worker;
+
+static void ref_work(ref_job *j, double *scratch) {
+  for (long u; (u = atomic_fetch_add(&j->next, 1)) < j->units;) j->unit(j, u, scratch);
+}
+
+static void *ref_thread(void *arg) {
+  ref_worker *w = arg;
+  ref_work(w->job, w->scratch);
+  return NULL;
+}
+
+/* Runs every unit of j on up to `threads` threads; -1 when the calling thread's scratch cannot be had (nothing run). */
+static int ref_run(ref_job *j, int threads) {
+  const long want = threads < 1 ? 1 : threads < j->units ? threads : j->units;
+  double *mine = malloc(sizeof(double) * j->scratch);
+  if (!mine) return -1;
+  atomic_init(&j->next, 0);
+  ref_worker *w = want > 1 ? calloc((size_t)want - 1, sizeof *w) : NULL;
+  const long extra = w ? want - 1 : 0;
+  for (long t = 0; t < extra; t++) {
+    w[t].job = j;
+    w[t].scratch = malloc(sizeof(double) * j->scratch);
+    w[t].started = w[t].scratch && pthread_create(&w[t].tid, NULL, ref_thread, &w[t]) == 0;
+  }
+  ref_work(j, mine);
+  for (long t = 0; t < extra; t++) {
+    if (w[t].started) pthread_join(w[t].tid, NULL);
+    free(w[t].scratch);
+  }
+  free(w);
+  free(mine);
+  return 0;
+}
+
+/* Forward rows per unit: fine enough that causal heads (whose last rows cost the most) spread over the threads. */
+#define REF_ROWS 32
+
+static void ref_forward_unit(const ref_job *jb, long u, double *s) {
+  const attn_problem *p = jb->p;
   const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dv = p->d_v > 0 ? p->d_v : p->d;
   const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
   const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
-  double *s = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
-  if (!s) {
-    /* No way to report from here: NaN output makes the comparison fail loudly instead of passing. */
-    for (long i = 0; i < (long)p->batch * heads * n * dv; i++) o[i] = NAN;
-    return;
-  }
-  for (long b = 0; b < p->batch; b++)
-    for (long h = 0; h < heads; h++) {
-      const long hk = h / group;
-      const float *qh = q + (b * heads + h) * n * d;
-      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dv;
-      double *oh = o + (b * heads + h) * n * dv;
-      for (long i = 0; i < n; i++) {
-        long lo, hi;
-        attn_visible_keys(p, i, &lo, &hi);
-        double *orow = oh + i * dv;
-        memset(orow, 0, sizeof(double) * (size_t)dv);
-        if (hi <= lo) continue;
-        double mx = -INFINITY;
-        for (long j = lo; j < hi; j++) {
-          double acc = 0;
-          for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-          s[j] = attn_score_mod(p, acc * scale, h, i, j);
-          if (s[j] > mx) mx = s[j];
-        }
-        double sum = 0;
-        for (long j = lo; j < hi; j++) {
-          s[j] = exp(s[j] - mx);
-          sum += s[j];
-        }
-        for (long j = lo; j < hi; j++) {
-          const double w = s[j] / sum;
-          for (long c = 0; c < dv; c++) orow[c] += w * (double)vh[j * dv + c];
-        }
-      }
+  const long blocks = (n + REF_ROWS - 1) / REF_ROWS, bh = u / blocks, i0 = u % blocks * REF_ROWS;
+  const long b = bh / heads, h = bh % heads, hk = h / group, i1 = i0 + REF_ROWS < n ? i0 + REF_ROWS : n;
+  const float *qh = jb->q + (b * heads + h) * n * d;
+  const float *kh = jb->k + (b * heads_kv + hk) * n_kv * d, *vh = jb->v + (b * heads_kv + hk) * n_kv * dv;
+  double *oh = jb->out + (b * heads + h) * n * dv;
+  for (long i = i0; i < i1; i++) {
+    long lo, hi;
+    attn_visible_keys(p, i, &lo, &hi);
+    double *orow = oh + i * dv;
+    memset(orow, 0, sizeof(double) * (size_t)dv);
+    if (hi <= lo) continue;
+    double mx = -INFINITY;
+    for (long j = lo; j < hi; j++) {
+      double acc = 0;
+      for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+      s[j] = attn_score_mod(p, acc * scale, h, i, j);
+      if (s[j] > mx) mx = s[j];
     }
-  free(s);
+    double sum = 0;
+    for (long j = lo; j < hi; j++) {
+      s[j] = exp(s[j] - mx);
+      sum += s[j];
+    }
+    for (long j = lo; j < hi; j++) {
+      const double w = s[j] / sum;
+      for (long c = 0; c < dv; c++) orow[c] += w * (double)vh[j * dv + c];
+    }
+  }
+}
+
+void attn_reference_threads(const attn_problem *p, int threads, const float *q, const float *k, const float *v,
+                            double *o) {
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, dv = p->d_v > 0 ? p->d_v : p->d;
+  ref_job j = {.unit = ref_forward_unit, .units = (long)p->batch * p->heads * ((n + REF_ROWS - 1) / REF_ROWS),
+               .scratch = (size_t)(n_kv > 0 ? n_kv : 1), .p = p, .q = q, .k = k, .v = v, .out = o};
+  if (ref_run(&j, threads) != 0)
+    /* No way to report from here: NaN output makes the comparison fail loudly instead of passing. */
+    for (long i = 0; i < (long)p->batch * p->heads * n * dv; i++) o[i] = NAN;
+}
+
+void attn_reference(const attn_problem *p, const float *q, const float *k, const float *v, double *o) {
+  attn_reference_threads(p, 1, q, k, v, o);
 }
 
 double attn_rel_error(const double *ref, const float *out, size_t count) {
@@ -113,79 +180,86 @@ void attn_poison(float *x, size_t count) {
   for (size_t i = 0; i < count; i++) x[i] = NAN;
 }
 
-void attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
-                             const float *dout, double *dq, double *dk, double *dv) {
+/* One KV head (b, hk) of the backward: its query heads in order, as the single-threaded loop visits them. */
+static void ref_backward_unit(const ref_job *jb, long u, double *P) {
+  const attn_problem *p = jb->p;
   const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
   const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
   const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
-  memset(dq, 0, sizeof(double) * (size_t)(p->batch * heads * n * d));
-  memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
-  memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
-  double *P = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
-  double *C = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
-  double *orow = malloc(sizeof(double) * (size_t)dvw);
-  if (!P || !C || !orow) {
-    /* no way to report from here: NaN gradients fail the comparison loudly */
-    for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;
-    free(P);
-    free(C);
-    free(orow);
-    return;
-  }
-  for (long b = 0; b < p->batch; b++)
-    for (long h = 0; h < heads; h++) {
-      const long hk = h / group;
-      const float *qh = q + (b * heads + h) * n * d, *gh = dout + (b * heads + h) * n * dvw;
-      const float *oh = o ? o + (b * heads + h) * n * dvw : NULL;
-      const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dvw;
-      double *dqh = dq + (b * heads + h) * n * d;
-      double *dkh = dk + (b * heads_kv + hk) * n_kv * d, *dvh = dv + (b * heads_kv + hk) * n_kv * dvw;
-      for (long i = 0; i < n; i++) {
-        long lo, hi;
-        attn_visible_keys(p, i, &lo, &hi);
-        if (hi <= lo) continue;
-        double mx = -INFINITY, sum = 0;
-        for (long j = lo; j < hi; j++) {
-          double acc = 0;
-          for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-          P[j] = attn_score_mod(p, acc * scale, h, i, j);
-          /* the softcap's derivative d/ds c tanh(s/c) = 1 - tanh^2(s/c), applied to dS below */
-          if (p->softcap > 0) {
-            const double t = tanh(acc * scale / (double)p->softcap);
-            C[j] = 1.0 - t * t;
-          } else {
-            C[j] = 1.0;
-          }
-          if (P[j] > mx) mx = P[j];
+  const long b = u / heads_kv, hk = u % heads_kv;
+  double *C = P + (n_kv > 0 ? n_kv : 1), *orow = C + (n_kv > 0 ? n_kv : 1);
+  const float *q = jb->q, *k = jb->k, *v = jb->v, *o = jb->o, *dout = jb->dout;
+  for (long h = hk * group; h < (hk + 1) * group; h++) {
+    const float *qh = q + (b * heads + h) * n * d, *gh = dout + (b * heads + h) * n * dvw;
+    const float *oh = o ? o + (b * heads + h) * n * dvw : NULL;
+    const float *kh = k + (b * heads_kv + hk) * n_kv * d, *vh = v + (b * heads_kv + hk) * n_kv * dvw;
+    double *dqh = jb->dq + (b * heads + h) * n * d;
+    double *dkh = jb->dk + (b * heads_kv + hk) * n_kv * d, *dvh = jb->dv + (b * heads_kv + hk) * n_kv * dvw;
+    for (long i = 0; i < n; i++) {
+      long lo, hi;
+      attn_visible_keys(p, i, &lo, &hi);
+      if (hi <= lo) continue;
+      double mx = -INFINITY, sum = 0;
+      for (long j = lo; j < hi; j++) {
+        double acc = 0;
+        for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+        P[j] = attn_score_mod(p, acc * scale, h, i, j);
+        /* the softcap's derivative d/ds c tanh(s/c) = 1 - tanh^2(s/c), applied to dS below */
+        if (p->softcap > 0) {
+          const double t = tanh(acc * scale / (double)p->softcap);
+          C[j] = 1.0 - t * t;
+        } else {
+          C[j] = 1.0;
         }
-        for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
-        for (long j = lo; j < hi; j++) P[j] /= sum;
-        /* D = rowsum(dO ∘ O), O the given one or this forward's */
+        if (P[j] > mx) mx = P[j];
+      }
+      for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
+      for (long j = lo; j < hi; j++) P[j] /= sum;
+      /* D = rowsum(dO ∘ O), O the given one or this forward's */
+      for (long c = 0; c < dvw; c++) {
+        orow[c] = 0;
+        if (oh) orow[c] = oh[i * dvw + c];
+        else
+          for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+      }
+      double D = 0;
+      for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+      for (long j = lo; j < hi; j++) {
+        double dp = 0;
         for (long c = 0; c < dvw; c++) {
-          orow[c] = 0;
-          if (oh) orow[c] = oh[i * dvw + c];
-          else
-            for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+          dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
+          dvh[j * dvw + c] += P[j] * (double)gh[i * dvw + c];
         }
-        double D = 0;
-        for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
-        for (long j = lo; j < hi; j++) {
-          double dp = 0;
-          for (long c = 0; c < dvw; c++) {
-            dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
-            dvh[j * dvw + c] += P[j] * (double)gh[i * dvw + c];
-          }
-          const double ds = P[j] * (dp - D) * C[j];
-          for (long c = 0; c < d; c++) {
-            dqh[i * d + c] += scale * ds * (double)kh[j * d + c];
-            dkh[j * d + c] += scale * ds * (double)qh[i * d + c];
-          }
+        const double ds = P[j] * (dp - D) * C[j];
+        for (long c = 0; c < d; c++) {
+          dqh[i * d + c] += scale * ds * (double)kh[j * d + c];
+          dkh[j * d + c] += scale * ds * (double)qh[i * d + c];
         }
       }
     }
-  free(P);
-  free(C);
-  free(orow);
+  }
+}
+
+void attn_reference_backward_threads(const attn_problem *p, int threads, const float *q, const float *k,
+                                     const float *v, const float *o, const float *dout, double *dq, double *dk,
+                                     double *dv) {
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads;
+  memset(dq, 0, sizeof(double) * (size_t)(p->batch * heads * n * d));
+  memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
+  memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
+  /* scratch: P and C (a row's keys), and O's row */
+  ref_job j = {.unit = ref_backward_unit, .units = (long)p->batch * heads_kv,
+               .scratch = 2 * (size_t)(n_kv > 0 ? n_kv : 1) + (size_t)dvw, .p = p, .q = q, .k = k, .v = v, .o = o,
+               .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+  if (ref_run(&j, threads) != 0)
+    /* no way to report from here: NaN gradients fail the comparison loudly */
+    for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;
+}
+
+void attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
+                             const float *dout, double *dq, double *dk, double *dv) {
+  attn_reference_backward_threads(p, 1, q, k, v, o, dout, dq, dk, dv);
 }
 
 /* lowrank's feature map (templates/lowrank.c) in fp64: the same Taylor table, or the same Gaussian directions (the

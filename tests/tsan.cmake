@@ -28,3 +28,12 @@ if(ATTN_HAVE_TSAN AND NOT ATTN_SANITIZE)
   set_tests_properties(cpu_tsan_plans PROPERTIES LABELS cpu TIMEOUT 120
                        ENVIRONMENT "ATTN_THREADS=1;TSAN_OPTIONS=exitcode=66:second_deadlock_stack=1")
 endif()
+# The fp64 references' threads (tests/ref_par.c's tiny group): reference.c under TSan, the rest of attn_core as built.
+if(ATTN_HAVE_TSAN AND NOT ATTN_SANITIZE)
+  add_executable(tsan_ref_par ${CMAKE_CURRENT_LIST_DIR}/ref_par.c ${PROJECT_SOURCE_DIR}/runtime/reference.c)
+  target_compile_options(tsan_ref_par PRIVATE -fsanitize=thread -O1 -g)
+  target_link_options(tsan_ref_par PRIVATE -fsanitize=thread)
+  target_link_libraries(tsan_ref_par PRIVATE attn_core m)
+  add_test(NAME cpu_tsan_ref_par COMMAND tsan_ref_par tiny)
+  set_tests_properties(cpu_tsan_ref_par PROPERTIES LABELS cpu TIMEOUT 60 ENVIRONMENT "TSAN_OPTIONS=exitcode=66")
+endif()
