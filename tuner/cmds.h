@@ -12,5 +12,6 @@ int attn_cmd_gpus(int argc, char **argv);    /* tuner/cmd_gpus.c */
 int attn_cmd_io(int argc, char **argv);      /* tuner/cmd_io.c */
 int attn_cmd_bench(int argc, char **argv);   /* tuner/cmd_bench.c */
 int attn_cmd_replay(int argc, char **argv);  /* tuner/cmd_replay.c */
+int attn_cmd_source(int argc, char **argv);  /* tuner/cmd_source.c */
 
 #endif

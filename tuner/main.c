@@ -26,6 +26,7 @@ static const struct {
     {"io", attn_cmd_io, "count a kernel's transfers against the theory"},
     {"bench", attn_cmd_bench, "tuned plan against the baselines"},
     {"replay", attn_cmd_replay, "search strategies replayed against stored whole spaces, compared"},
+    {"source", attn_cmd_source, "the source a spec generates (what the runtime compiles), or NVRTC's PTX of it"},
 };
 #define NVERBS (sizeof verbs / sizeof verbs[0])
 
