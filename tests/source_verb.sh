@@ -81,7 +81,12 @@ cuda)
 ptx)
   "$T" source "$CUDA" --ptx >"$W/s.ptx" 2>"$out"
   rc=$?
-  if [ $rc -eq 1 ] && grep -q "NVRTC" "$out"; then cat "$out"; echo "SKIP: no NVRTC"; exit 77; fi
+  # NVRTC absent or without what the compile needs: a skip; a failed compile is a failure
+  if [ $rc -eq 1 ] && grep -Eq "NVRTC is not available|NVRTC library found lacks" "$out"; then
+    cat "$out"
+    echo "SKIP: no usable NVRTC"
+    exit 77
+  fi
   [ $rc -eq 0 ] || fail "--ptx exit $rc"
   grep -q "^\.target sm_80\$" "$W/s.ptx" && grep -q "\.entry attn_kernel(" "$W/s.ptx" || fail "not sm_80 PTX"
   "$T" source "$CUDA" --ptx --arch sm_90a >"$W/a.ptx" 2>"$out" || fail "--arch sm_90a exit $?"
