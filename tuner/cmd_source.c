@@ -36,7 +36,7 @@ static int usage(const char *fmt, const char *arg) {
 
 /* An --arch value: sm_NN or sm_NNa with NN >= 80 (every template needs cp.async and mma.sync). */
 static int arch_ok(const char *a) {
-  if (strncmp(a, "sm_", 3) != 0 || strlen(a) >= sizeof ((attn_spec *)0)->arch) return 0;
+  if (strncmp(a, "sm_", 3) != 0 || strlen(a) >= sizeof(((attn_spec *)0)->arch)) return 0; /* sizeof: not evaluated */
   char *end;
   const long v = strtol(a + 3, &end, 10);
   return end > a + 3 && a[3] >= '0' && a[3] <= '9' && v >= 80 && v <= 200 && (!*end || strcmp(end, "a") == 0);
