@@ -168,7 +168,7 @@ static int make_reference(attn_meas_ctx *c) {
   attn_problem sub = c->p;
   sub.n = c->check_rows;
   if (q) gather_rows(c, set0_q(c), (size_t)c->p.d, q);
-  attn_reference(&sub, q ? q : set0_q(c), set0_k(c), set0_v(c), c->ref);
+  attn_reference_threads(&sub, c->rt ? c->rt->threads : 1, q ? q : set0_q(c), set0_k(c), set0_v(c), c->ref);
   free(q);
   return ATTN_OK;
 }

@@ -249,8 +249,9 @@ int attn_meas_bwd_error(attn_meas_ctx *c, double *error, char *err, size_t errle
       return ATTN_ENOMEM;
     }
     const float *x = b->f32;
-    attn_reference_backward(&c->p, x, x + b->nq, x + b->nq + b->nk, x + b->nq + b->nk + b->nv,
-                            x + b->nq + b->nk + b->nv + b->no, b->ref, b->ref + b->nq, b->ref + b->nq + b->nk);
+    attn_reference_backward_threads(&c->p, c->rt ? c->rt->threads : 1, x, x + b->nq, x + b->nq + b->nk,
+                                    x + b->nq + b->nk + b->nv, x + b->nq + b->nk + b->nv + b->no, b->ref,
+                                    b->ref + b->nq, b->ref + b->nq + b->nk);
   }
   const void *grad[3] = {b->dq, b->dk, b->dv};
   const size_t cnt[3] = {b->nq, b->nk, b->nv}, at[3] = {0, b->nq, b->nq + b->nk};

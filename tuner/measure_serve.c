@@ -82,8 +82,8 @@ static void lay_out(const attn_meas_serve *sv, const attn_problem *p, const floa
   }
 }
 
-/* The fp64 reference of each sequence's checked rows, from set 0's dense values. */
-static int make_reference(attn_meas_serve *sv, const attn_problem *p) {
+/* The fp64 reference of each sequence's checked rows, from set 0's dense values, on `threads` threads. */
+static int make_reference(attn_meas_serve *sv, const attn_problem *p, int threads) {
   sv->ref_count = 0;
   size_t most_q = 0;
   for (int b = 0; b < p->batch; b++) {
@@ -118,7 +118,7 @@ static int make_reference(attn_meas_serve *sv, const attn_problem *p) {
     sub.n_kv = (int)lk;
     sub.page_size = 0;
     sub.varlen = 0;
-    attn_reference(&sub, rows, k, v, r);
+    attn_reference_threads(&sub, threads, rows, k, v, r);
     r += cnt;
   }
   free(rows);
@@ -243,7 +243,7 @@ int attn_meas_serve_ensure(attn_meas_ctx *c, char *err, size_t errlen) {
     attn_meas_serve_free(c);
     return rc;
   }
-  if (make_reference(sv, p) != ATTN_OK) goto oom;
+  if (make_reference(sv, p, c->rt ? c->rt->threads : 1) != ATTN_OK) goto oom;
   c->sets = sv->sets;
   c->next_set = 1;
   return ATTN_OK;
