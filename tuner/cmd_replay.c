@@ -1,8 +1,9 @@
 /* cmd_replay.c: `attntune replay`: runs search strategies against the measurements a database already holds for
- * whole search spaces (stored by `attntune --strategy exhaustive`, measured or model rows), so strategies can be
- * compared in seconds and reproducibly: the space is built as tune builds it (space.c), the strategy runs under the
- * same runner (strategy.h: the tuner's evaluation gate, budget and memory; the Lua host), and only the evaluation
- * callback differs: it answers from the stored rows. Nothing is compiled, timed or written. */
+ * whole search spaces (stored by `attntune --strategy exhaustive`, measured or model rows, the forward's or with
+ * --pass bwd the backward's), so strategies can be compared in seconds and reproducibly: the space is built as tune
+ * builds it (space.c), the strategy runs under the same runner (strategy.h: the tuner's evaluation gate, budget and
+ * memory; the Lua host), and only the evaluation callback differs: it answers from the stored rows. Nothing is
+ * compiled, timed or written. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -23,17 +24,22 @@
 static const char replay_usage[] =
     "usage: attntune replay --from FULL.db --strategy NAME|FILE.lua [--strategy ...] [--budget K] [--seeds S]\n"
     "                --gpu NAME|cpu --d RANGE [--dv RANGE] [--n RANGE] [--n-kv RANGE] [--algo LIST] [--dtype LIST]\n"
-    "                [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--tolerance EPS] [--partial] [--json]\n"
-    "                [--plot FILE.svg]\n"
+    "                [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--tolerance EPS] [--pass fwd,bwd]\n"
+    "                [--nondeterministic] [--partial] [--json] [--plot FILE.svg]\n"
     "  runs each strategy against the rows FULL.db holds for each problem whose whole search space is stored\n"
-    "  (tune --strategy exhaustive, measured or model rows of the dense forward pass): tune.evaluate answers with\n"
-    "  the stored time, status and I/O; nothing is compiled or timed, and the same arguments give the same output\n"
+    "  (tune --strategy exhaustive, measured or model rows of dense attention): tune.evaluate answers with the\n"
+    "  stored time, status and I/O; nothing is compiled or timed, and the same arguments give the same output\n"
     "  --strategy exhaustive|random|anneal|genetic|bayes|guided|FILE.lua: once per strategy to compare (one at least)\n"
     "  --budget K: evaluations per run (default: the whole space); --seeds S: runs per strategy and problem, seeded\n"
     "  0..S-1 (default 10)\n"
     "  the problem options are tune's, with its defaults (attntune tune --help), but for --heads-kv G: without it,\n"
     "  each K/V head count stored for the problem is a problem of its own, its space built for that count (GQA\n"
     "  decode's split-KV points); with it, only the rows of G K/V heads\n"
+    "  --pass fwd,bwd: the forward's rows (fwd, the default), the backward's (bwd: tune --pass bwd's rows over the\n"
+    "  backward's own space, Br and Bc apart from the forward's), or both: each pass of each problem a problem of its\n"
+    "  own, its header and JSON saying the pass\n"
+    "  --nondeterministic: a GPU's backward space holds dQ summed by fp32 atomics too (dq=atomic), as tune's option\n"
+    "  builds it; without it, a backward space holds them where its rows stored have them\n"
     "  --partial: replay problems whose space is stored in part too; evaluating a configuration with no row is an\n"
     "  error that names it\n"
     "  --json: the report as JSON; --plot FILE.svg: the median curves of best found / optimum, a panel per problem\n"
@@ -58,6 +64,7 @@ static int usage(const char *fmt, ...) {
 typedef struct mrow {
   char *device, *spec;
   char prov[16];
+  int bwd;                /* the pass: 1 the backward's row (tune --pass bwd) */
   int n, n_kv, d, d_v, batch, heads, heads_kv, causal, threads;
   attn_dtype dtype;
   attn_eval e;
@@ -76,9 +83,10 @@ static int final_status(const char *s) {
 static int collect_row(void *ctx, const attn_db_meas *m) {
   rows *r = ctx;
   if (!m->status || !final_status(m->status) || !m->spec || !m->device) return 0;
-  /* the space replayed is the dense forward pass's: backward rows (tune --pass bwd, under the same spec texts) and
-   * those of a layout or score modifier (a variant) time other kernels */
-  if ((m->pass && strcmp(m->pass, "fwd") != 0) || (m->variant && m->variant[0])) return 0;
+  /* the spaces replayed are dense attention's, the forward's and the backward's (its rows kept apart by their pass:
+   * the same spec texts time other kernels); those of a layout or score modifier (a variant) time other kernels */
+  const int bwd = m->pass && strcmp(m->pass, "bwd") == 0;
+  if ((m->pass && strcmp(m->pass, "fwd") != 0 && !bwd) || (m->variant && m->variant[0])) return 0;
   if (r->count == r->cap) {
     int cap = r->cap ? 2 * r->cap : 256;
     mrow *v = realloc(r->v, sizeof *v * (size_t)cap);
@@ -100,6 +108,7 @@ static int collect_row(void *ctx, const attn_db_meas *m) {
     return 1;
   }
   snprintf(w->prov, sizeof w->prov, "%s", m->provenance ? m->provenance : "");
+  w->bwd = bwd;
   w->n = m->n, w->n_kv = m->n_kv, w->d = m->d, w->d_v = m->d_v, w->batch = m->batch, w->heads = m->heads;
   w->heads_kv = m->heads_kv > 0 ? m->heads_kv : m->heads;
   w->causal = m->causal, w->threads = m->threads, w->dtype = m->dtype;
@@ -146,14 +155,14 @@ static int collect_device(void *ctx, const attn_db_device *d) {
   return 0;
 }
 
-/* "n=.. [n_kv=..] d=.. [d_v=..] DTYPE causal=.. heads=.. [heads_kv=..] batch=..": heads_kv where GQA (hkv given, not
- * the heads). */
-static void problem_label(char *buf, size_t size, const attn_problem *p, int hkv) {
+/* "[bwd ]n=.. [n_kv=..] d=.. [d_v=..] DTYPE causal=.. heads=.. [heads_kv=..] batch=..": heads_kv where GQA (hkv
+ * given, not the heads); "bwd " for the backward's problem, as tune's "best bwd" line. */
+static void problem_label(char *buf, size_t size, const attn_problem *p, int hkv, int bwd) {
   char kvs[24] = "", dvl[24] = "", hks[24] = "";
   if (p->n_kv != p->n) snprintf(kvs, sizeof kvs, " n_kv=%d", p->n_kv);
   if (p->d_v && p->d_v != p->d) snprintf(dvl, sizeof dvl, " d_v=%d", p->d_v);
   if (hkv && hkv != p->heads) snprintf(hks, sizeof hks, " heads_kv=%d", hkv);
-  snprintf(buf, size, "n=%d%s d=%d%s %s causal=%d heads=%d%s batch=%d", p->n, kvs, p->d, dvl,
+  snprintf(buf, size, "%sn=%d%s d=%d%s %s causal=%d heads=%d%s batch=%d", bwd ? "bwd " : "", p->n, kvs, p->d, dvl,
            attn_dtype_name(p->dtype), p->causal, p->heads, hks, p->batch);
 }
 
@@ -166,6 +175,7 @@ static int cmp_spec(const void *a, const void *b) {
 typedef struct group {
   const char *device, *prov;
   int threads, heads_kv;
+  int dq_atomic;          /* the backward's: rows of dq=atomic points stored */
 } group;
 
 /* One strategy run's evaluation callback: the stored row, and the best time after each evaluation. */
@@ -311,7 +321,7 @@ typedef struct done_problem {
   char label[256];
   attn_problem p;
   char device[256], prov[16];
-  int threads, space, budget;
+  int bwd, threads, space, budget;
   double opt;
   char opt_spec[512];
   strat_res *res;         /* [nst] */
@@ -370,6 +380,7 @@ static int print_json(const done_problem *dp, int ndp, const strat *st, int nst,
     json_object_set_new(o, "device", json_string(d->device));
     json_object_set_new(o, "provenance", json_string(d->prov));
     json_object_set_new(o, "threads", json_integer(d->threads));
+    json_object_set_new(o, "pass", json_string(d->bwd ? "bwd" : "fwd"));
     json_object_set_new(o, "dtype", json_string(attn_dtype_name(d->p.dtype)));
     json_object_set_new(o, "causal", json_integer(d->p.causal));
     json_object_set_new(o, "d", json_integer(d->p.d));
@@ -491,6 +502,9 @@ static int write_plot(const char *path, const done_problem *dp, int ndp, const s
   return 0;
 }
 
+/* --pass's names, as tune's: bit 0 the forward, bit 1 the backward */
+static int pass_parse(const char *s) { return strcmp(s, "fwd") == 0 ? 0 : strcmp(s, "bwd") == 0 ? 1 : -1; }
+
 static void free_rows(rows *r) {
   for (int i = 0; i < r->count; i++) {
     free(r->v[i].device);
@@ -501,9 +515,9 @@ static void free_rows(rows *r) {
 
 int attn_cmd_replay(int argc, char **argv) {
   const char *from = NULL, *gpu_name = NULL, *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL,
-             *algo_s = "flash", *dtype_s = NULL, *causal_s = "0", *plot = NULL;
+             *algo_s = "flash", *dtype_s = NULL, *causal_s = "0", *plot = NULL, *pass_s = "fwd";
   strat st[MAX_STRATEGIES];
-  int nst = 0, budget = 0, seeds = 10, heads = 0, heads_kv = 0, batch = 1, json = 0, partial = 0;
+  int nst = 0, budget = 0, seeds = 10, heads = 0, heads_kv = 0, batch = 1, json = 0, partial = 0, nondet = 0;
   double tolerance = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -519,10 +533,14 @@ int attn_cmd_replay(int argc, char **argv) {
       partial = 1;
       continue;
     }
+    if (strcmp(a, "--nondeterministic") == 0) {
+      nondet = 1;
+      continue;
+    }
     static const char *const with_value[] = {"--from",  "--strategy", "--budget", "--seeds", "--gpu",
                                              "--d",     "--dv",       "--n",      "--n-kv",  "--algo",
                                              "--dtype", "--causal",   "--heads",  "--batch", "--tolerance",
-                                             "--plot",  "--heads-kv"};
+                                             "--plot",  "--heads-kv", "--pass"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return usage("unknown option '%s' (see attntune replay --help)", a);
@@ -538,6 +556,7 @@ int attn_cmd_replay(int argc, char **argv) {
     else if (strcmp(a, "--dtype") == 0) dtype_s = v;
     else if (strcmp(a, "--causal") == 0) causal_s = v;
     else if (strcmp(a, "--plot") == 0) plot = v;
+    else if (strcmp(a, "--pass") == 0) pass_s = v;
     else if (strcmp(a, "--budget") == 0) {
       if (attn_parse_int(v, 1, 1000000, &budget)) return usage("--budget %s: expected a count >= 1", v);
     } else if (strcmp(a, "--seeds") == 0) {
@@ -590,7 +609,12 @@ int attn_cmd_replay(int argc, char **argv) {
     if (!gpu) return usage("%s", err);
     target = ATTN_TARGET_CUDA;
   }
-  unsigned algos = 0, dtypes = 0;
+  unsigned algos = 0, dtypes = 0, passes = 0;
+  if (attn_names_parse(pass_s, pass_parse, &passes, bad, sizeof bad))
+    return usage("--pass: unknown pass '%s' (fwd, bwd)", bad);
+  if (nondet && (!(passes & 2) || target != ATTN_TARGET_CUDA))
+    return usage("--nondeterministic admits the CUDA backward's dQ summed by fp32 atomics: give a GPU and --pass bwd "
+                 "(or fwd,bwd)");
   if (attn_names_parse(algo_s, attn_algo_parse_exact, &algos, bad, sizeof bad))
     return usage("--algo: unknown algorithm '%s' (flash, smallcache, lowrank)", bad);
   if ((algos & ATTN_ALGO_BIT(ATTN_ALGO_LOWRANK)) && tolerance <= 0)
@@ -636,7 +660,8 @@ int attn_cmd_replay(int argc, char **argv) {
     for (int j = 0; j < ndv; j++)
       if (attn_space_dims_ok(target, ds[i], dvs ? dvs[j] : 0, err, sizeof err) != 0) FAIL_USAGE("%s", err);
   {
-    const long long total = (long long)__builtin_popcount(dtypes) * ncausal * nd * ndv * nn * nnkv;
+    const long long total =
+        (long long)__builtin_popcount(passes) * __builtin_popcount(dtypes) * ncausal * nd * ndv * nn * nnkv;
     if (total > 4096) FAIL_USAGE("the options make %lld problems, more than the 4096 one replay takes", total);
   }
 
@@ -670,7 +695,9 @@ int attn_cmd_replay(int argc, char **argv) {
     goto out;
   }
 
-  for (int t = 0; t < 3 && !status; t++) {
+  /* the passes in tune's order: the forward's problems, then the backward's */
+  for (int pa = 0; pa < 2 && !status; pa++)
+  for (int t = 0; t < 3 && !status && (passes >> pa & 1); t++) {
     if (!((dtypes >> t) & 1)) continue;
     for (int c = 0; c < ncausal && !status; c++)
       for (int di = 0; di < nd && !status; di++)
@@ -681,14 +708,14 @@ int attn_cmd_replay(int argc, char **argv) {
               attn_problem p = {.batch = batch, .heads = heads, .n = n, .n_kv = nkv, .d = d, .dtype = (attn_dtype)t,
                                 .causal = causals[c], .tolerance = tolerance, .d_v = dv == d ? 0 : dv};
               char pl[160];
-              problem_label(pl, sizeof pl, &p, heads_kv);
+              problem_label(pl, sizeof pl, &p, heads_kv, pa);
               /* the groups: (device, threads, provenance, K/V heads) with rows for this problem, in the order first
                * stored */
               group gs[64];
               int ng = 0;
               for (int r = 0; r < rs.count; r++) {
                 const mrow *m = &rs.v[r];
-                if (m->n != n || m->n_kv != nkv || m->d != d || m->d_v != dv || m->dtype != p.dtype ||
+                if (m->bwd != pa || m->n != n || m->n_kv != nkv || m->d != d || m->d_v != dv || m->dtype != p.dtype ||
                     m->causal != p.causal || m->batch != batch || m->heads != heads ||
                     (heads_kv && m->heads_kv != heads_kv))
                   continue;
@@ -700,9 +727,12 @@ int attn_cmd_replay(int argc, char **argv) {
                 if (g == ng && ng < 64)
                   gs[ng++] = (group){.device = m->device, .prov = m->prov, .threads = m->threads,
                                      .heads_kv = m->heads_kv};
+                /* a backward space holds dQ by atomics where tune's --nondeterministic stored such rows */
+                if (g < ng && pa && strstr(m->spec, "dq=atomic")) gs[g].dq_atomic = 1;
               }
               if (!ng) {
-                json_t *o = json_pack("{s:s,s:s}", "problem", pl, "reason", "no rows stored");
+                json_t *o = json_pack("{s:s,s:s,s:s}", "problem", pl, "reason", "no rows stored", "pass",
+                                      pa ? "bwd" : "fwd");
                 json_array_append_new(skipped, o);
                 if (!json) printf("%s: skipped: no rows stored\n", pl);
                 continue;
@@ -711,19 +741,20 @@ int attn_cmd_replay(int argc, char **argv) {
                 attn_space_opts so = {.target = target, .dtype = p.dtype, .d = d, .causal = p.causal, .algos = algos,
                                       .tolerance = tolerance, .gpu = gpu, .n = n, .n_kv = nkv,
                                       .heads = (long)batch * heads, .heads_kv = (long)batch * gs[g].heads_kv,
-                                      .threads = gs[g].threads, .dv = dvs ? dv : 0};
+                                      .threads = gs[g].threads, .dv = dvs ? dv : 0, .backward = pa,
+                                      .nondeterministic = pa && (nondet || gs[g].dq_atomic)};
                 so.fast_mem_bytes = gpu ? gpu->smem_per_block_kb * 1024.0 : attn_cpu_l2_bytes();
                 for (int k = 0; !gpu && k < dv_l2.count; k++)
                   if (!strcmp(dv_l2.v[k].name, gs[g].device)) so.fast_mem_bytes = dv_l2.v[k].l2;
                 if (gpu) snprintf(so.arch, sizeof so.arch, "%s", gpu->arch);
-                if (gpu && kres.compiler[0]) {
+                if (gpu && kres.compiler[0] && !pa) { /* compiled resources are the forward kernels' (as tune) */
                   so.resources = attn_kres_get;
                   so.resources_ctx = &kres;
                 }
                 attn_problem gp = p;
                 gp.heads_kv = gs[g].heads_kv;
                 char label[256], gpl[160];
-                problem_label(gpl, sizeof gpl, &gp, gp.heads_kv);
+                problem_label(gpl, sizeof gpl, &gp, gp.heads_kv, pa);
                 snprintf(label, sizeof label, "%s %s%s%.0d %s", gs[g].device, gs[g].prov,
                          gs[g].threads ? " threads=" : "", gs[g].threads, gpl);
                 attn_space sp;
@@ -736,7 +767,7 @@ int attn_cmd_replay(int argc, char **argv) {
                 int nsub = 0;
                 for (int r = 0; r < rs.count; r++) {
                   mrow *m = &rs.v[r];
-                  if (m->n == n && m->n_kv == nkv && m->d == d && m->d_v == dv && m->dtype == p.dtype &&
+                  if (m->bwd == pa && m->n == n && m->n_kv == nkv && m->d == d && m->d_v == dv && m->dtype == p.dtype &&
                       m->causal == p.causal && m->batch == batch && m->heads == heads && m->threads == gs[g].threads &&
                       m->heads_kv == gs[g].heads_kv && !strcmp(m->device, gs[g].device) &&
                       !strcmp(m->prov, gs[g].prov))
@@ -780,13 +811,15 @@ int attn_cmd_replay(int argc, char **argv) {
                 } else if (best < 0)
                   snprintf(reason, sizeof reason, "no usable configuration stored");
                 if (reason[0]) {
-                  json_array_append_new(skipped, json_pack("{s:s,s:s}", "problem", label, "reason", reason));
+                  json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "problem", label, "reason", reason, "pass",
+                                                           pa ? "bwd" : "fwd"));
                   if (!json) printf("%s: skipped: %s\n", label, reason);
                 } else {
                   done_problem *D = &dp[ndp];
                   memset(D, 0, sizeof *D);
                   snprintf(D->label, sizeof D->label, "%s", label);
                   D->p = gp;
+                  D->bwd = pa;
                   snprintf(D->device, sizeof D->device, "%s", gs[g].device);
                   snprintf(D->prov, sizeof D->prov, "%s", gs[g].prov);
                   D->threads = gs[g].threads;
@@ -811,7 +844,8 @@ int attn_cmd_replay(int argc, char **argv) {
                     /* (GQA's K/V heads enter only where they differ from the heads: the seeds of MHA stay) */
                     const u64 pseed = mix64((u64)n) ^ mix64((u64)nkv << 20) ^ mix64((u64)d << 40 | (u64)dv << 50) ^
                                       mix64((u64)t << 8 | (u64)p.causal) ^
-                                      (gp.heads_kv != heads ? mix64((u64)gp.heads_kv << 32 | 0x6b76u) : 0);
+                                      (gp.heads_kv != heads ? mix64((u64)gp.heads_kv << 32 | 0x6b76u) : 0) ^
+                                      (pa ? mix64(0x627764u) : 0); /* "bwd": the forward's seeds stay */
                     status = replay_problem(&sp, stored, have, D->opt, D->budget, seeds, pseed, tolerance, st, nst,
                                             D->res, from, label);
                   }
