@@ -38,14 +38,23 @@ static void seen_keys(int causal, long window, long a, long z, long n_kv, long *
   if (*hi < 0) *hi = 0;
 }
 
-/* Keys one flash block of rows [i0, i0 + rows) loads: the CPU kernel those it sees; the CUDA kernel whole key blocks
- * from the one holding the first seen key to the one holding the last (rows past n_kv are zero-filled, not read). */
-static long flash_keys(const attn_spec *s, long i0, long rows, long n, long n_kv, long window) {
+long attn_io_flash_keys(const attn_spec *s, long a, long z, long n_kv, long window, long *first) {
   long lo, hi;
-  seen_keys(s->causal, window, i0 + n_kv - n, i0 + rows - 1 + n_kv - n, n_kv, &lo, &hi);
-  if (s->target != ATTN_TARGET_CUDA) return hi > lo ? hi - lo : 0;
+  seen_keys(s->causal, window, a, z, n_kv, &lo, &hi);
+  if (first) *first = 0;
+  if (hi <= lo) return 0;
+  if (s->target != ATTN_TARGET_CUDA) {
+    if (first) *first = lo;
+    return hi - lo;
+  }
   lo = lo / s->bc * s->bc;
-  return hi > lo ? lmin(n_kv, cdiv(hi, s->bc) * s->bc) - lo : 0;
+  if (first) *first = lo;
+  return lmin(n_kv, cdiv(hi, s->bc) * s->bc) - lo;
+}
+
+/* Keys one flash block of rows [i0, i0 + rows) loads. */
+static long flash_keys(const attn_spec *s, long i0, long rows, long n, long n_kv, long window) {
+  return attn_io_flash_keys(s, i0 + n_kv - n, i0 + rows - 1 + n_kv - n, n_kv, window, NULL);
 }
 
 /* One flash block of rows query rows that reads the first c keys. */
@@ -94,10 +103,7 @@ int attn_io_formula_gqa_window(const attn_spec *s, long batch, long heads, long 
   const long total = n * G;
   for (long X0 = 0; X0 < total; X0 += s->br) {
     const long rows = lmin(s->br, total - X0);
-    long lo, hi;
-    seen_keys(sw.causal, window, X0 / G + (n_kv - n), (X0 + rows - 1) / G + (n_kv - n), n_kv, &lo, &hi);
-    long c = hi > lo ? hi - lo : 0;
-    if (s->target == ATTN_TARGET_CUDA && c > 0) c = lmin(n_kv, cdiv(hi, s->bc) * s->bc) - lo / s->bc * s->bc;
+    const long c = attn_io_flash_keys(&sw, X0 / G + (n_kv - n), (X0 + rows - 1) / G + (n_kv - n), n_kv, window, NULL);
     flash_block(s, rows, c, &r, &w);
   }
   *reads = sat_mul(r, (unsigned long long)(batch * heads_kv));

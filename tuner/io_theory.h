@@ -18,6 +18,12 @@ int attn_io_formula(const attn_spec *s, long bh, long n, long n_kv, unsigned lon
 int attn_io_formula_window(const attn_spec *s, long bh, long n, long n_kv, long window, unsigned long long *reads,
                            unsigned long long *writes);
 
+/* Keys a flash block loads whose rows ask the queries at shifted positions a..z (i' = i + n_kv - n; a GQA-packed
+ * decode block's rows are all at n_kv - 1), under s->causal and the window (0: none): the CPU kernel the keys some row
+ * sees, the CUDA kernel whole key blocks from the one holding the first seen key to the one holding the last (rows
+ * past n_kv are zero-filled, not read). The first key loaded into *first (NULL allowed; 0 when none). */
+long attn_io_flash_keys(const attn_spec *s, long a, long z, long n_kv, long window, long *first);
+
 /* The same for batch x heads query heads on heads_kv KV heads: CPU flash packs the heads/heads_kv query heads of a KV
  * head into one block when n < Br (templates/flash.c, decode), and CUDA flash launches a KV head's G·n query rows as
  * one head's where attn_cuda_gqa_packs holds (runtime/cuda.c), so that K and V are read once per KV head; every

@@ -11,7 +11,7 @@
  * latency needs) is what few resident warps cannot hide.
  * Blocks are dispatched in grid order (causal: each head's heaviest query blocks first) to the SM slots the
  * occupancy allows (registers and shared memory of the compiled kernel, or their estimate); each block runs its
- * own number of key blocks (causal: those it sees). The makespan is the compute time.
+ * own number of key blocks (causal or windowed: those it sees). The makespan is the compute time.
  * Memory: the I/O closed form's entries all pass through L2; DRAM sees Q, K, V and O once plus the K/V re-reads
  * that miss L2, judged by the K/V of the heads being worked on at once (not every head's) against the L2.
  *   time = max(compute, DRAM, L2) + launch;   bound = the term that decides it.
@@ -45,24 +45,34 @@ static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 /* A count kept in double, as an int field: saturated, since converting a double beyond INT_MAX is undefined. */
 static int clamp_int(double x) { return x < INT_MAX ? (int)x : INT_MAX; }
 
-/* Visible (query, key) pairs of one head: all, or bottom-right causal (row i sees min(n_kv, max(0, i + 1 + n_kv -
- * n)) keys), in closed form. */
-static double pairs(int causal, double n, double n_kv) {
-  if (!causal) return n * n_kv;
-  /* rows with i + 1 + n_kv - n in [1, n_kv]: i from max(0, n - n_kv) to n - 1, seeing i + 1 + n_kv - n keys */
-  const double first = fmax(0, n - n_kv); /* rows before it see nothing (n > n_kv) */
-  const double rows = n - first, lo = first + 1 + n_kv - n, hi = n_kv;
-  return rows * (lo + hi) / 2.0;
+/* sum of min(N, max(0, t)) over t = t0 .. t1, in closed form */
+static double sum_clamped(double t0, double t1, double N) {
+  double sum = 0;
+  const double a = fmax(t0, 1), b = fmin(t1, N - 1); /* 0 < t < N: t itself */
+  if (b >= a) sum += (a + b) * (b - a + 1) / 2.0;
+  const double c = fmax(t0, N); /* t >= N: N */
+  if (t1 >= c) sum += N * (t1 - c + 1);
+  return sum;
 }
 
-/* Key blocks query block q (0-based, in query order) of a head loads: those below the causal limit L. */
-static double key_blocks(const attn_spec *s, int causal, long q, double n, double n_kv) {
-  double L = n_kv;
-  if (causal) {
-    const double i0 = (double)q * s->br, rows = fmin(s->br, n - i0);
-    L = fmin(n_kv, fmax(0, i0 + rows + n_kv - n));
-  }
-  return L > 0 ? ceil(L / s->bc) : 0;
+/* Visible (query, key) pairs of one head, in closed form: row i at i' = i + n_kv - n sees keys [lo, hi) (attn.h),
+ * hi = min(n_kv, max(0, i' + 1)) causal, min(n_kv, max(0, i' + w)) windowed, else n_kv; lo = min(n_kv, max(0, i' - w +
+ * 1)) windowed, else 0 (hi >= lo always). */
+static double pairs(int causal, long window, double n, double n_kv) {
+  const double x0 = n_kv - n, x1 = n_kv - 1; /* the rows' i' */
+  const double w = (double)window;
+  const double hi = causal ? sum_clamped(x0 + 1, x1 + 1, n_kv) : window > 0 ? sum_clamped(x0 + w, x1 + w, n_kv)
+                                                                           : n * n_kv;
+  return hi - (window > 0 ? sum_clamped(x0 - w + 1, x1 - w + 1, n_kv) : 0);
+}
+
+/* Key blocks query block q (0-based, in query order) of a head loads (tuner/io_theory.c's attn_io_flash_keys: those
+ * from the block holding the first key some row sees, under s->causal and the window, to the one holding the last).
+ * group: query rows at one position (a GQA-packed launch's query heads, n the packed rows; else 1). */
+static double key_blocks(const attn_spec *s, long window, long group, long q, double n, double n_kv) {
+  const double i0 = (double)q * s->br, rows = fmin(s->br, n - i0), shift = n_kv - n / group;
+  const long a = (long)(floor(i0 / group) + shift), z = (long)(floor((i0 + rows - 1) / group) + shift);
+  return ceil((double)attn_io_flash_keys(s, a, z, (long)n_kv, window, NULL) / s->bc);
 }
 
 /* min-heap of slot finish times */
@@ -81,27 +91,26 @@ static void heap_down(double *h, long n, long i) {
 
 /* Makespan in cycles of bh heads' blocks (grid order: head-major, causal heaviest first) on `slots` slots, each
  * block costing kb_cyc per key block plus start_cyc; also the ideal (total / slots). */
-static double schedule(const attn_spec *s, int causal, double bh, double n, double n_kv, long slots, double kb_cyc,
-                       double start_cyc, double *ideal) {
+static double schedule(const attn_spec *s, long window, long group, double bh, double n, double n_kv, long slots,
+                       double kb_cyc, double start_cyc, double *ideal) {
   const long nqb = (long)ceil(n / s->br);
   const double blocks = bh * nqb;
-  /* one head's blocks, heaviest first (the grid's order within a head) */
   double per_head = 0, heaviest = 0;
   for (long q = 0; q < nqb; q++) {
-    const double c = key_blocks(s, causal, q, n, n_kv) * kb_cyc + start_cyc;
+    const double c = key_blocks(s, window, group, q, n, n_kv) * kb_cyc + start_cyc;
     per_head += c;
     if (c > heaviest) heaviest = c;
   }
   *ideal = per_head * bh / slots;
-  if (!causal) /* equal blocks: whole waves */
+  if (!s->causal && window == 0) /* equal blocks: whole waves */
     return ceil(blocks / slots) * heaviest;
   if (blocks > SIM_MAX_BLOCKS) return fmax(*ideal, heaviest) + heaviest * 0.5; /* greedy's bound, roughly */
   double *h = calloc((size_t)slots, sizeof *h);
   if (!h) return fmax(*ideal, heaviest) + heaviest * 0.5;
   double end = 0;
   for (long head = 0; head < (long)bh; head++)
-    for (long q = nqb - 1; q >= 0; q--) { /* heaviest first: the last query blocks see the most keys */
-      h[0] += key_blocks(s, causal, q, n, n_kv) * kb_cyc + start_cyc;
+    for (long i = 0; i < nqb; i++) { /* causal: heaviest first, the last query blocks see the most keys */
+      h[0] += key_blocks(s, window, group, s->causal ? nqb - 1 - i : i, n, n_kv) * kb_cyc + start_cyc;
       if (h[0] > end) end = h[0];
       heap_down(h, slots, 0);
     }
@@ -171,10 +180,11 @@ static double sectors(double o, double w) {
   return w > 0 ? (last - first + 1) * 32.0 : 0;
 }
 
-/* Paged K/V of one sequence of L keys, tiles of Bc rows, pages of ps slots of hk KV heads' rows of `row` bytes
- * (K's or V's). */
-static void paged_runs(double L, int bc, int ps, int hk, double row, double *bytes, double *dram, double *l2) {
-  for (double j0 = 0; j0 < L; j0 += bc) {
+/* Paged K/V of one sequence's keys [first, L) (first a tile's start), tiles of Bc rows, pages of ps slots of hk KV
+ * heads' rows of `row` bytes (K's or V's). */
+static void paged_runs(double first, double L, int bc, int ps, int hk, double row, double *bytes, double *dram,
+                       double *l2) {
+  for (double j0 = first; j0 < L; j0 += bc) {
     const double end = fmin(j0 + bc, L);
     for (double j = j0; j < end;) {
       const double stop = fmin(end, (floor(j / ps) + 1) * ps), len = stop - j, slot = fmod(j, ps);
@@ -191,25 +201,27 @@ static void paged_runs(double L, int bc, int ps, int hk, double row, double *byt
   }
 }
 
-static model_paged paged_factors(const attn_problem *p, const attn_spec *s, int ps) {
+/* keys: those [first, first + keys) the query blocks load (a window's) */
+static model_paged paged_factors(const attn_problem *p, const attn_spec *s, int ps, double first, double keys) {
   model_paged f = {1.0, 1.0};
   const double es = (double)attn_dtype_size(s->dtype);
   double bytes = 0, dram = 0, l2 = 0;
-  paged_runs(p->n_kv, s->bc, ps, p->heads_kv, p->d * es, &bytes, &dram, &l2);
-  paged_runs(p->n_kv, s->bc, ps, p->heads_kv, p->d_v * es, &bytes, &dram, &l2);
+  paged_runs(first, first + keys, s->bc, ps, p->heads_kv, p->d * es, &bytes, &dram, &l2);
+  paged_runs(first, first + keys, s->bc, ps, p->heads_kv, p->d_v * es, &bytes, &dram, &l2);
   if (bytes > 0) f.dram_factor = dram / bytes, f.l2_factor = fmax(1.0, l2 / bytes);
   return f;
 }
 
 /* varlen's grid in its order: blocks of sequence b, head h, query block q (causal: the sequence's heaviest first),
  * those past the sequence's rows exiting at once; the makespan on `slots` slots, the ideal in *ideal. */
-static double schedule_varlen(const attn_spec *s, int causal, const attn_model_layout *lay, double heads, long nqb,
+static double schedule_varlen(const attn_spec *s, long window, const attn_model_layout *lay, double heads, long nqb,
                               long slots, double kb_cyc, double start_cyc, double *ideal) {
+  const int causal = s->causal;
   double work = 0, heaviest = 0;
   for (int b = 0; b < lay->nseq; b++) {
     const long own = (lay->lq[b] + s->br - 1) / s->br;
     for (long q = 0; q < nqb; q++) {
-      const double c = q < own ? key_blocks(s, causal, q, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
+      const double c = q < own ? key_blocks(s, window, 1, q, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
                                : EMPTY_BLOCK_CYC;
       work += c * heads;
       if (c > heaviest) heaviest = c;
@@ -226,7 +238,7 @@ static double schedule_varlen(const attn_spec *s, int causal, const attn_model_l
     for (long hd = 0; hd < (long)heads; hd++)
       for (long i = 0; i < nqb; i++) {
         const long q = i < own ? own - 1 - i : i; /* the grid's heaviest-first order within the sequence */
-        h[0] += i < own ? key_blocks(s, causal, causal ? q : i, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
+        h[0] += i < own ? key_blocks(s, window, 1, causal ? q : i, lay->lq[b], lay->lk[b]) * kb_cyc + start_cyc
                         : EMPTY_BLOCK_CYC;
         if (h[0] > end) end = h[0];
         heap_down(h, slots, 0);
@@ -236,40 +248,55 @@ static double schedule_varlen(const attn_spec *s, int causal, const attn_model_l
   return end;
 }
 
+/* pos_rows: the grid's rows at one position (a GQA-packed launch: a KV head's G query heads, prob->n their G·n rows);
+ * else 1 */
 static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
-                         const attn_model_layout *lay, attn_model_result *out, char *err, size_t errlen);
+                         const attn_model_layout *lay, long group, attn_model_result *out, char *err, size_t errlen);
 
-int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
-                        attn_model_result *out, char *err, size_t errlen) {
+/* The problem's window as the runtime applies it (attn_problem_normalize: one that hides no key is none), and the
+ * spec's window flag with it (the kernel the runtime compiles for the problem). */
+static void model_window(attn_problem *p, attn_spec *s) {
+  if (p->n_kv == 0) p->n_kv = p->n;
+  if (p->window > 0 && p->window >= (p->causal ? p->n_kv : p->n > p->n_kv ? p->n : p->n_kv)) p->window = 0;
+  if (p->window >= 0) s->window = p->window > 0;
+}
+
+int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_spec *spec,
+                        const attn_kernel_res *res, attn_model_result *out, char *err, size_t errlen) {
   attn_problem p = *prob;
+  attn_spec sw = *spec;
+  const attn_spec *s = &sw;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
+  model_window(&p, &sw);
   if (!attn_cuda_gqa_packs(&p, s)) {
-    if (!attn_cuda_decode_unmasked(&p, s)) return model_forward(g, prob, s, res, NULL, out, err, errlen);
+    if (!attn_cuda_decode_unmasked(&p, s)) return model_forward(g, &p, s, res, NULL, 1, out, err, errlen);
     /* causal n = 1 runs the kernel without causal (its row sees every key): the same grid, split-KV's included */
     attn_problem k = p;
     attn_spec ks = *s;
     k.causal = ks.causal = 0;
-    return model_forward(g, &k, &ks, res, NULL, out, err, errlen);
+    return model_forward(g, &k, &ks, res, NULL, 1, out, err, errlen);
   }
   /* the runtime's grouped-query packing: the grid's problem has a KV head's query heads as its rows, unmasked, so
-   * K and V are counted once per KV head; the flops stay the problem's */
+   * K and V are counted once per KV head (windowed: n = 1, every row at n_kv - 1); the flops stay the problem's */
   attn_problem k = p;
   k.n = p.n * (p.heads / p.heads_kv), k.heads = p.heads_kv, k.causal = 0;
   attn_spec ks = *s;
   ks.causal = 0;
-  const int rc = model_forward(g, &k, &ks, res, NULL, out, err, errlen);
+  const int rc = model_forward(g, &k, &ks, res, NULL, p.heads / p.heads_kv, out, err, errlen);
   if (rc != ATTN_OK) return rc;
-  out->flops = 2.0 * (p.d + (p.d_v ? p.d_v : p.d)) * pairs(p.causal, p.n, p.n_kv ? p.n_kv : p.n) * (double)p.batch *
+  out->flops = 2.0 * (p.d + (p.d_v ? p.d_v : p.d)) * pairs(p.causal, p.window, p.n, p.n_kv) * (double)p.batch *
                p.heads;
   return ATTN_OK;
 }
 
-int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const attn_spec *s,
+int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const attn_spec *spec,
                            const attn_kernel_res *res, const attn_model_layout *lay, attn_model_result *out,
                            char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   const int varlen = lay && lay->nseq > 0, paged = lay && lay->page_size > 0;
-  if (!varlen && !paged) return attn_model_time_res(g, prob, s, res, out, err, errlen);
+  if (!varlen && !paged) return attn_model_time_res(g, prob, spec, res, out, err, errlen);
+  attn_spec sw = *spec;
+  const attn_spec *s = &sw;
   if (varlen && paged) {
     snprintf(err, errlen, "a problem is paged or varlen, not both");
     return ATTN_EINVAL;
@@ -285,6 +312,7 @@ int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const at
   if (p.n_kv == 0) p.n_kv = p.n;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
   if (p.d_v == 0) p.d_v = p.d;
+  model_window(&p, &sw);
   const int packed = paged && p.n == 1 && p.heads > p.heads_kv && p.heads_kv > 0 && p.heads % p.heads_kv == 0;
   attn_spec t = *s;
   t.layout = varlen ? 1 : packed ? 3 : 2;
@@ -308,21 +336,23 @@ int attn_model_time_layout(const attn_gpu *g, const attn_problem *prob, const at
       return ATTN_EINVAL;
     }
     p.batch = lay->nseq, p.n = (int)most_q, p.n_kv = most_kv > 0 ? (int)most_kv : 1;
-    return model_forward(g, &p, s, res, lay, out, err, errlen);
+    return model_forward(g, &p, s, res, lay, 1, out, err, errlen);
   }
-  attn_problem k = p; /* the grid's problem: packed decode's rows are a KV head's query heads, no mask among them */
+  /* the grid's problem: packed decode's rows are a KV head's query heads at one position, no mask among them */
+  attn_problem k = p;
   if (packed) k.n = p.heads / p.heads_kv, k.heads = p.heads_kv, k.causal = 0;
   attn_spec ks = *s;
   ks.causal = k.causal;
-  const int rc = model_forward(g, &k, &ks, res, lay, out, err, errlen);
+  const int rc = model_forward(g, &k, &ks, res, lay, packed ? k.n : 1, out, err, errlen);
   if (rc != ATTN_OK) return rc;
   /* the flops are the problem's */
-  out->flops = 2.0 * (p.d + p.d_v) * pairs(p.causal, p.n, p.n_kv) * (double)p.batch * p.heads;
+  out->flops = 2.0 * (p.d + p.d_v) * pairs(p.causal, p.window, p.n, p.n_kv) * (double)p.batch * p.heads;
   return ATTN_OK;
 }
 
 static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn_spec *s, const attn_kernel_res *res,
-                         const attn_model_layout *lay, attn_model_result *out, char *err, size_t errlen) {
+                         const attn_model_layout *lay, long pos_rows, attn_model_result *out, char *err,
+                         size_t errlen) {
   memset(out, 0, sizeof *out);
   const int varlen = lay && lay->nseq > 0;
   if (s->target != ATTN_TARGET_CUDA) {
@@ -339,6 +369,19 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
              p.batch, p.heads, p.n, p.n_kv, p.d, p.d_v, s->d, attn_spec_dv(s));
     return ATTN_EINVAL;
   }
+  if (p.window < 0) {
+    snprintf(err, errlen, "window=%d must be >= 0 (0: no window)", p.window);
+    return ATTN_EINVAL;
+  }
+  /* a window: each query block loads only the key blocks its rows' windows reach (templates/flash.cu) */
+  const long window = p.window;
+  if (window > 0 && (s->algo != ATTN_ALGO_FLASH || s->split > 1 || s->impl == ATTN_IMPL_WGMMA)) {
+    snprintf(err, errlen, "%s applies no window (mma.sync flash without split-KV does)",
+             s->algo != ATTN_ALGO_FLASH ? attn_algo_name(s->algo) : s->split > 1 ? "split-KV" : "impl=wgmma flash");
+    return ATTN_EINVAL;
+  }
+  attn_spec ms = *s; /* the key blocks' mask: the problem's */
+  ms.causal = p.causal;
   /* Q K^T is d deep, P V d_v wide; Q, K rows are d and V, O rows d_v entries */
   const double bh = (double)p.batch * p.heads, n = p.n, n_kv = p.n_kv, d = p.d, dv = p.d_v;
   const double esize = (double)attn_dtype_size(s->dtype);
@@ -346,7 +389,11 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
    * stays below 2^64 up to n = 2^31 for the usual tiles, while the total passes 2^64 from n = 2^29 at 32 heads. The
    * reported totals saturate at ULLONG_MAX there; the times, taken from the doubles, keep growing with n. */
   unsigned long long rd1 = 0, wr1 = 0;
-  if (attn_io_formula(s, 1, p.n, p.n_kv, &rd1, &wr1) != ATTN_OK) {
+  attn_spec dense = *s; /* a packed windowed decode: the dense launch's count (attn_io_formula_gqa_window packs it) */
+  dense.layout = 0;
+  if ((pos_rows > 1 && window > 0
+           ? attn_io_formula_gqa_window(&dense, 1, pos_rows, 1, p.n / pos_rows, p.n_kv, window, &rd1, &wr1)
+           : attn_io_formula_window(s, 1, p.n, p.n_kv, window, &rd1, &wr1)) != ATTN_OK) {
     snprintf(err, errlen, "no I/O closed form for %s", attn_algo_name(s->algo));
     return ATTN_EINVAL;
   }
@@ -354,7 +401,13 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
   if (__builtin_mul_overflow(rd1, ubh, &out->reads)) out->reads = ULLONG_MAX;
   if (__builtin_mul_overflow(wr1, ubh, &out->writes)) out->writes = ULLONG_MAX;
   double reads = (double)rd1 * bh, writes = (double)wr1 * bh;
-  out->flops = 2.0 * (d + dv) * pairs(p.causal, n, n_kv) * bh;
+  out->flops = 2.0 * (d + dv) * pairs(p.causal, window, n, n_kv) * bh;
+  /* the keys some query block of a head loads (each at least once: a window's consecutive ranges overlap), from
+   * key kv_first */
+  long kv_first = 0;
+  const long shift = p.n_kv - p.n / pos_rows; /* i' of the first row */
+  const double kv_keys =
+      (double)attn_io_flash_keys(&ms, shift, (p.n - 1) / pos_rows + shift, p.n_kv, window, &kv_first);
   /* varlen: each sequence's closed form, FLOPs and compulsory bytes (a sequence with no key writes zero rows) */
   double seq_bytes = 0, work_qb = 0;
   if (varlen) {
@@ -363,12 +416,13 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
     for (int b = 0; b < lay->nseq; b++) {
       const long lq = lay->lq[b], lk = lay->lk[b];
       unsigned long long r1 = 0, w1 = 0;
-      if (lq > 0 && lk > 0 && attn_io_formula(s, 1, lq, lk, &r1, &w1) == ATTN_OK)
+      if (lq > 0 && lk > 0 && attn_io_formula_window(s, 1, lq, lk, window, &r1, &w1) == ATTN_OK)
         reads += (double)r1 * heads, writes += (double)w1 * heads;
       else if (lq > 0)
         writes += (double)lq * dv * heads;
-      out->flops += 2.0 * (d + dv) * pairs(p.causal, (double)lq, (double)lk) * heads;
-      seq_bytes += (heads * lq + hkv * lk) * (d + dv) * esize;
+      out->flops += 2.0 * (d + dv) * pairs(p.causal, window, (double)lq, (double)lk) * heads;
+      const double keys = lq > 0 ? (double)attn_io_flash_keys(&ms, lk - lq, lk - 1, lk, window, NULL) : 0;
+      seq_bytes += (heads * lq + hkv * keys) * (d + dv) * esize;
       work_qb += ceil((double)lq / s->br) * heads;
     }
     out->reads = reads < 1.8e19 ? (unsigned long long)reads : ULLONG_MAX;
@@ -422,19 +476,21 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
   /* Memory: every entry of the closed form through L2; DRAM sees each input once, O once, and the re-reads of K, V
    * that the K/V of the heads in flight push out of L2. */
   const double group = (double)p.heads / p.heads_kv;
-  const double compulsory = varlen ? seq_bytes : (bh * n * (d + dv) + (bh / group) * n_kv * (d + dv)) * esize;
+  const double compulsory = varlen ? seq_bytes : (bh * n * (d + dv) + (bh / group) * kv_keys * (d + dv)) * esize;
   const double total = (reads + writes) * esize, rereads = total > compulsory ? total - compulsory : 0;
   const double in_flight = fmin(working, (double)slots);
   const double heads_in_flight = fmin(bh, ceil(in_flight / (varlen ? fmax(1.0, working / bh) : nqb)) + 1);
-  out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * n_kv * (d + dv) * esize;
+  /* a head's K/V at once: all of it, or with a window what its query blocks in flight reach */
+  const double head_keys = window > 0 ? fmin(n_kv, fmin(n, in_flight * s->br) / pos_rows + window + s->bc) : n_kv;
+  out->l2_resident_bytes = fmin(bh / group, ceil(heads_in_flight / group) + 1) * head_keys * (d + dv) * esize;
   const double l2 = L2_USABLE * g->l2_mb * 1048576.0;
   const double hit = out->l2_resident_bytes <= l2 ? 1.0 : l2 / out->l2_resident_bytes;
   const double bw = g->bandwidth_tbs * 1e12;
   out->t_dram_ms = (compulsory + rereads * (1 - hit)) / (bw * DRAM_EFF) * 1e3;
   out->t_l2_ms = (total + partials) / (bw * L2_OVER_HBM) * 1e3;
   if (lay && lay->page_size > 0) { /* K/V in page runs: their DRAM bytes and L2 sectors (paged_factors) */
-    const model_paged f = paged_factors(&p, s, lay->page_size);
-    const double kv = (bh / group) * n_kv * (d + dv) * esize, qo = bh * n * (d + dv) * esize;
+    const model_paged f = paged_factors(&p, s, lay->page_size, kv_first, kv_keys);
+    const double kv = (bh / group) * kv_keys * (d + dv) * esize, qo = bh * n * (d + dv) * esize;
     const double kv_l2 = total > qo ? total - qo : 0;
     out->t_dram_ms = (compulsory + kv * (f.dram_factor - 1) + rereads * (1 - hit) * f.dram_factor) /
                      (bw * DRAM_EFF) * 1e3;
@@ -467,8 +523,8 @@ static int model_forward(const attn_gpu *g, const attn_problem *prob, const attn
     const double per_kb = fmax(share, out->cyc_key_block + fmax(0, KEY_LATENCY_CYC - depth * share));
     double ideal = 0;
     const double makespan =
-        varlen ? schedule_varlen(s, p.causal, lay, p.heads, nqb, slots, per_kb, BLOCK_LATENCY_CYC, &ideal)
-               : schedule(s, p.causal, bh * nsplit, n, part_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
+        varlen ? schedule_varlen(&ms, window, lay, p.heads, nqb, slots, per_kb, BLOCK_LATENCY_CYC, &ideal)
+               : schedule(&ms, window, pos_rows, bh * nsplit, n, part_kv, slots, per_kb, BLOCK_LATENCY_CYC, &ideal);
     out->t_compute_ms = makespan / clk * 1e3;
     /* the schedule (few blocks, the last wave's tail) or exposed latency cost more than the units: occupancy */
     const double units_only = ideal * (share / per_kb);
@@ -597,7 +653,7 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
   const double bh = (double)p.batch * p.heads, bhk = (double)p.batch * p.heads_kv, G = bh / bhk;
   const double n = p.n, n_kv = p.n_kv, d = p.d, dv = p.d_v, es = (double)attn_dtype_size(s->dtype);
   /* FlashAttention's count: 2.5 times the forward's 2 n n_kv (d + d_v) a head (causal: the visible pairs) */
-  out->flops = 2.5 * 2.0 * (d + dv) * pairs(p.causal, n, n_kv) * bh;
+  out->flops = 2.5 * 2.0 * (d + dv) * pairs(p.causal, 0, n, n_kv) * bh;
 
   /* occupancy */
   const int threads = 32 * s->warps;
@@ -659,7 +715,7 @@ int attn_model_time_bwd(const attn_gpu *g, const attn_problem *prob, const attn_
         st = G * (nqb - ib0);
         steps_kv += st * heads;
       } else {
-        st = key_blocks(s, p.causal, b, n, n_kv);
+        st = key_blocks(s, 0, 1, b, n, n_kv);
         steps_q += st * heads;
       }
       const double c = st * (kind ? pkv : pq) + BLOCK_LATENCY_CYC;
