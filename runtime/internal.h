@@ -264,8 +264,9 @@ double attn_score_mod(const attn_problem *p, double s, long h, long i, long j);
 void   attn_reference_backward(const attn_problem *p, const float *q, const float *k, const float *v, const float *o,
                                const float *dout, double *dq, double *dk, double *dv);
 /* The same two on up to `threads` threads (the runtime's: rt->threads), bit for bit the single-threaded result: the
- * forward splits by head and row block, the backward by KV head (batch x heads_kv units, so MQA with batch 1 runs on
- * one). A thread that cannot be started leaves its share to the others; out of memory gives NaN (o, dq) as above. */
+ * forward splits by head and row block; the backward by KV head, or, with at least twice as many threads as
+ * batch x heads_kv, in two passes (row blocks: dQ; key blocks: dK, dV; about 1.4x the work). A thread that cannot be
+ * started leaves its share to the others; out of memory gives NaN (o, dq) as above. */
 void   attn_reference_threads(const attn_problem *p, int threads, const float *q, const float *k, const float *v,
                               double *o);
 void   attn_reference_backward_threads(const attn_problem *p, int threads, const float *q, const float *k,

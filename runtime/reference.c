@@ -44,6 +44,7 @@ struct ref_job {
   const attn_problem *p;
   const float *q, *k, *v, *o, *dout;
   double *out, *dq, *dk, *dv;
+  double *rows; /* the split backward's max, sum and D of each row (batch x heads x n x 3) */
 };
 
 typedef struct {
@@ -240,6 +241,104 @@ static void ref_backward_unit(const ref_job *jb, long u, double *P) {
   }
 }
 
+/* The split backward, where there are fewer KV heads than threads have use for: pass 1, one block of one query head's
+ * rows, gives dQ and each row's max, sum and D; pass 2, one block of one KV head's keys, gives their dK and dV from
+ * the scores recomputed with those rows' max and sum, over the query heads and rows in ref_backward_unit's order.
+ * Each value is the same operation on the same operands as there, so the bits too; the scores and dP are computed
+ * twice (about 1.4 times the work at d_v = d). */
+#define REF_KEYS 32
+
+static void ref_bwd_rows_unit(const ref_job *jb, long u, double *P) {
+  const attn_problem *p = jb->p;
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
+  const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
+  const long blocks = (n + REF_ROWS - 1) / REF_ROWS, bh = u / blocks, i0 = u % blocks * REF_ROWS;
+  const long b = bh / heads, h = bh % heads, hk = h / group, i1 = i0 + REF_ROWS < n ? i0 + REF_ROWS : n;
+  double *C = P + (n_kv > 0 ? n_kv : 1), *orow = C + (n_kv > 0 ? n_kv : 1), *st = jb->rows + bh * n * 3;
+  const float *qh = jb->q + (b * heads + h) * n * d, *gh = jb->dout + (b * heads + h) * n * dvw;
+  const float *oh = jb->o ? jb->o + (b * heads + h) * n * dvw : NULL;
+  const float *kh = jb->k + (b * heads_kv + hk) * n_kv * d, *vh = jb->v + (b * heads_kv + hk) * n_kv * dvw;
+  double *dqh = jb->dq + (b * heads + h) * n * d;
+  for (long i = i0; i < i1; i++) {
+    long lo, hi;
+    attn_visible_keys(p, i, &lo, &hi);
+    if (hi <= lo) continue;
+    double mx = -INFINITY, sum = 0;
+    for (long j = lo; j < hi; j++) {
+      double acc = 0;
+      for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+      P[j] = attn_score_mod(p, acc * scale, h, i, j);
+      if (p->softcap > 0) {
+        const double t = tanh(acc * scale / (double)p->softcap);
+        C[j] = 1.0 - t * t;
+      } else {
+        C[j] = 1.0;
+      }
+      if (P[j] > mx) mx = P[j];
+    }
+    for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
+    for (long j = lo; j < hi; j++) P[j] /= sum;
+    for (long c = 0; c < dvw; c++) {
+      orow[c] = 0;
+      if (oh) orow[c] = oh[i * dvw + c];
+      else
+        for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+    }
+    double D = 0;
+    for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+    st[i * 3] = mx, st[i * 3 + 1] = sum, st[i * 3 + 2] = D;
+    for (long j = lo; j < hi; j++) {
+      double dp = 0;
+      for (long c = 0; c < dvw; c++) dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
+      const double ds = P[j] * (dp - D) * C[j];
+      for (long c = 0; c < d; c++) dqh[i * d + c] += scale * ds * (double)kh[j * d + c];
+    }
+  }
+}
+
+static void ref_bwd_keys_unit(const ref_job *jb, long u, double *unused) {
+  (void)unused;
+  const attn_problem *p = jb->p;
+  const long n = p->n, n_kv = p->n_kv > 0 ? p->n_kv : p->n, d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  const long heads = p->heads, heads_kv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = heads / heads_kv;
+  const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)d);
+  const long blocks = (n_kv + REF_KEYS - 1) / REF_KEYS, bk = u / blocks, j0 = u % blocks * REF_KEYS;
+  const long b = bk / heads_kv, hk = bk % heads_kv, j1 = j0 + REF_KEYS < n_kv ? j0 + REF_KEYS : n_kv;
+  const float *kh = jb->k + (b * heads_kv + hk) * n_kv * d, *vh = jb->v + (b * heads_kv + hk) * n_kv * dvw;
+  double *dkh = jb->dk + (b * heads_kv + hk) * n_kv * d, *dvh = jb->dv + (b * heads_kv + hk) * n_kv * dvw;
+  for (long h = hk * group; h < (hk + 1) * group; h++) {
+    const float *qh = jb->q + (b * heads + h) * n * d, *gh = jb->dout + (b * heads + h) * n * dvw;
+    const double *st = jb->rows + (b * heads + h) * n * 3;
+    for (long i = 0; i < n; i++) {
+      long lo, hi;
+      attn_visible_keys(p, i, &lo, &hi);
+      if (lo < j0) lo = j0;
+      if (hi > j1) hi = j1;
+      if (hi <= lo) continue;
+      const double mx = st[i * 3], sum = st[i * 3 + 1], D = st[i * 3 + 2];
+      for (long j = lo; j < hi; j++) {
+        double acc = 0, C = 1.0;
+        for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+        double P = attn_score_mod(p, acc * scale, h, i, j);
+        if (p->softcap > 0) {
+          const double t = tanh(acc * scale / (double)p->softcap);
+          C = 1.0 - t * t;
+        }
+        P = exp(P - mx);
+        P /= sum;
+        double dp = 0;
+        for (long c = 0; c < dvw; c++) {
+          dp += (double)gh[i * dvw + c] * (double)vh[j * dvw + c];
+          dvh[j * dvw + c] += P * (double)gh[i * dvw + c];
+        }
+        const double ds = P * (dp - D) * C;
+        for (long c = 0; c < d; c++) dkh[j * d + c] += scale * ds * (double)qh[i * d + c];
+      }
+    }
+  }
+}
+
 void attn_reference_backward_threads(const attn_problem *p, int threads, const float *q, const float *k,
                                      const float *v, const float *o, const float *dout, double *dq, double *dk,
                                      double *dv) {
@@ -249,9 +348,24 @@ void attn_reference_backward_threads(const attn_problem *p, int threads, const f
   memset(dk, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * d));
   memset(dv, 0, sizeof(double) * (size_t)(p->batch * heads_kv * n_kv * dvw));
   /* scratch: P and C (a row's keys), and O's row */
+  const size_t scratch = 2 * (size_t)(n_kv > 0 ? n_kv : 1) + (size_t)dvw;
+  const long kv_units = (long)p->batch * heads_kv;
+  double *rows = threads > 1 && 2 * kv_units <= threads && n > 0 && n_kv > 0
+                     ? malloc(sizeof(double) * 3 * (size_t)(p->batch * heads * n))
+                     : NULL;
+  if (rows) { /* the split backward; without the rows' memory, the one by KV head */
+    ref_job r = {.unit = ref_bwd_rows_unit, .units = (long)p->batch * heads * ((n + REF_ROWS - 1) / REF_ROWS),
+                 .scratch = scratch, .p = p, .q = q, .k = k, .v = v, .o = o, .dout = dout, .dq = dq, .rows = rows};
+    ref_job kj = {.unit = ref_bwd_keys_unit, .units = kv_units * ((n_kv + REF_KEYS - 1) / REF_KEYS), .scratch = 1,
+                  .p = p, .q = q, .k = k, .v = v, .dout = dout, .dk = dk, .dv = dv, .rows = rows};
+    const int rc = ref_run(&r, threads) != 0 || ref_run(&kj, threads) != 0;
+    free(rows);
+    if (rc)
+      for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;
+    return;
+  }
   ref_job j = {.unit = ref_backward_unit, .units = (long)p->batch * heads_kv,
-               .scratch = 2 * (size_t)(n_kv > 0 ? n_kv : 1) + (size_t)dvw, .p = p, .q = q, .k = k, .v = v, .o = o,
-               .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+               .scratch = scratch, .p = p, .q = q, .k = k, .v = v, .o = o, .dout = dout, .dq = dq, .dk = dk, .dv = dv};
   if (ref_run(&j, threads) != 0)
     /* no way to report from here: NaN gradients fail the comparison loudly */
     for (long i = 0; i < (long)p->batch * heads * n * d; i++) dq[i] = NAN;

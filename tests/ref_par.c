@@ -1,13 +1,16 @@
 /* ref_par: the fp64 references on several threads (attn_reference_threads, attn_reference_backward_threads) give the
  * single-threaded result bit for bit (memcmp; the loops as they were before threads, copied below), with 1, 2, 3 and 7
- * threads, as do attn_reference and attn_reference_backward: GQA (G = 4), MHA, causal both ways, a
+ * threads (the backward by KV head, or split where there are at least twice as many threads as KV heads), as do
+ * attn_reference and attn_reference_backward: GQA (G = 4), MHA, causal both ways, a
  * window, ALiBi, a softcap, d_v != d, n_kv != n both ways, n = 1, rows that see no key, the backward from a given O
  * and from its own. argv[1]:
  *   bits   those cases;
  *   tiny   one of them on 2 and 7 threads: what the TSan build runs (tests/tsan.cmake);
  *   fail   (built with -Wl,--wrap=pthread_create,--wrap=malloc, REF_PAR_WRAP) thread creation failing always and
  *          once: the calling thread does the rest, same bits; a worker's scratch not allocated: same bits; the
- *          calling thread's not allocated: NaN output (o, dq), as out of memory always gave.
+ *          calling thread's not allocated: NaN output (o, dq), as out of memory always gave; the split backward's
+ *          rows not allocated: the backward by KV head, same bits;
+ *   time N D HEADS THREADS   not a test: the wall and CPU time on 1 and THREADS threads (docs/results/cpu.md).
  * Exit 0 when every check holds, 1 otherwise. */
 #include <math.h>
 #include <pthread.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "internal.h"
 
 static int failures, checks;
@@ -280,21 +284,24 @@ static void group_bits(void) {
       prob(1, 8, 2, 66, 66, 24, 16, 1, 5, 3.0f, 1), /* causal window, softcap, ALiBi */
       prob(3, 3, 3, 33, 17, 8, 8, 0, 0, 0, 0),       /* MHA, odd sizes */
       prob(1, 4, 1, 1, 29, 16, 24, 1, 0, 0, 0),      /* MQA decode: n = 1, one backward unit */
+      prob(1, 4, 1, 50, 70, 16, 24, 0, 11, 2.0f, 1), /* MQA, window both sides, softcap, ALiBi */
   };
   for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) check_case(&ps[i], 1000 + i, threads, 4);
 }
 
-/* One small GQA case (causal window, ALiBi, d_v != d) on 2 and 7 threads: what the TSan build runs. */
+/* One small GQA case (causal window, ALiBi, d_v != d) on 2 threads (the backward by KV head) and 7 (split): what the
+ * TSan build runs. */
 static void group_tiny(void) {
   static const int threads[2] = {2, 7};
-  const attn_problem p = prob(2, 8, 2, 40, 44, 8, 12, 1, 9, 0, 1);
+  const attn_problem p = prob(1, 8, 2, 40, 44, 8, 12, 1, 9, 0, 1);
   check_case(&p, 5, threads, 2);
 }
 
 #ifdef REF_PAR_WRAP
 /* One failure mode: the threaded results against the single-threaded ones, or all-NaN o and dq (oom). */
-static void fail_case(const char *what, int threads, int malloc_k, int create_k, int create_all, int oom) {
-  const attn_problem p = prob(2, 8, 2, 40, 40, 16, 24, 1, 0, 0, 1);
+static void fail_case(const char *what, int heads_kv, int threads, int malloc_k, int create_k, int create_all,
+                      int oom, int bwd_only) {
+  const attn_problem p = prob(heads_kv > 1 ? 2 : 1, 8, heads_kv, 40, 40, 16, 24, 1, 0, 0, 1);
   ref_case c;
   if (case_init(&c, &p, 77) != 0) {
     CHECK(0, "%s: out of memory for the case", what);
@@ -303,7 +310,7 @@ static void fail_case(const char *what, int threads, int malloc_k, int create_k,
   }
   attn_reference(&c.p, c.q, c.k, c.v, c.ro);
   attn_reference_backward(&c.p, c.q, c.k, c.v, NULL, c.g, c.rq, c.rk, c.rv);
-  for (int pass = 0; pass < 2; pass++) { /* forward, backward: each with the failure armed anew */
+  for (int pass = bwd_only; pass < 2; pass++) { /* forward, backward: each with the failure armed anew */
     scribble(&c);
     atomic_store(&creates, 0);
     atomic_store(&malloc_fail_in, malloc_k);
@@ -332,16 +339,60 @@ static void fail_case(const char *what, int threads, int malloc_k, int create_k,
 }
 
 static void group_fail(void) {
-  fail_case("no thread can be created, 7 asked", 7, 0, 0, 1, 0);
-  fail_case("the second thread cannot be created, 3 asked", 3, 0, 2, 0, 0);
-  fail_case("a worker's scratch is not allocated, 3 asked", 3, 2, 0, 0, 0);
-  fail_case("the calling thread's scratch is not allocated, 3 asked", 3, 1, 0, 0, 1);
-  fail_case("the calling thread's scratch is not allocated, 1 asked", 1, 1, 0, 0, 1);
+  /* 2 x 2 KV heads: the backward by KV head */
+  fail_case("no thread can be created, 7 asked", 2, 7, 0, 0, 1, 0, 0);
+  fail_case("the second thread cannot be created, 3 asked", 2, 3, 0, 2, 0, 0, 0);
+  fail_case("a worker's scratch is not allocated, 3 asked", 2, 3, 2, 0, 0, 0, 0);
+  fail_case("the calling thread's scratch is not allocated, 3 asked", 2, 3, 1, 0, 0, 1, 0);
+  fail_case("the calling thread's scratch is not allocated, 1 asked", 2, 1, 1, 0, 0, 1, 0);
+  /* one KV head: the split backward (its first allocation the rows' max, sum and D) */
+  fail_case("split backward: no thread can be created, 3 asked", 1, 3, 0, 0, 1, 0, 1);
+  fail_case("split backward: the rows' memory is not allocated, 3 asked", 1, 3, 1, 0, 0, 0, 1);
+  fail_case("split backward: a worker's scratch is not allocated, 3 asked", 1, 3, 3, 0, 0, 0, 1);
+  fail_case("split backward: the calling thread's scratch is not allocated, 3 asked", 1, 3, 2, 0, 0, 1, 1);
+  fail_case("split backward: the key pass's scratch is not allocated, 2 asked", 1, 2, 4, 0, 0, 1, 1);
 }
 #endif
 
+/* Wall and process CPU seconds of the forward and the backward (O its own) at batch 1, n = n_kv, d = d_v, MHA, not causal, on 1 and
+ * `threads` threads, the bits compared: docs/results/cpu.md's figures. Not a test. */
+static int group_time(long n, int d, int heads, int threads) {
+  const attn_problem p = prob(1, heads, heads, (int)n, (int)n, d, d, 0, 0, 0, 0);
+  ref_case c;
+  if (case_init(&c, &p, 9) != 0) {
+    fprintf(stderr, "ref_par time: out of memory\n");
+    case_free(&c);
+    return 1;
+  }
+  double sec[2][2], cpu[2][2]; /* wall and process CPU seconds */
+  const int th[2] = {1, threads};
+  for (int t = 0; t < 2; t++) {
+    double *o = t ? c.to : c.ro, *dq = t ? c.tq : c.rq, *dk = t ? c.tk : c.rk, *dv = t ? c.tv : c.rv;
+    struct timespec w[3], u[3];
+    clock_gettime(CLOCK_MONOTONIC, &w[0]), clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &u[0]);
+    attn_reference_threads(&c.p, th[t], c.q, c.k, c.v, o);
+    clock_gettime(CLOCK_MONOTONIC, &w[1]), clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &u[1]);
+    attn_reference_backward_threads(&c.p, th[t], c.q, c.k, c.v, NULL, c.g, dq, dk, dv);
+    clock_gettime(CLOCK_MONOTONIC, &w[2]), clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &u[2]);
+    for (int i = 0; i < 2; i++) {
+      sec[t][i] = (double)(w[i + 1].tv_sec - w[i].tv_sec) + 1e-9 * (double)(w[i + 1].tv_nsec - w[i].tv_nsec);
+      cpu[t][i] = (double)(u[i + 1].tv_sec - u[i].tv_sec) + 1e-9 * (double)(u[i + 1].tv_nsec - u[i].tv_nsec);
+    }
+  }
+  const int same = !memcmp(c.ro, c.to, c.no * sizeof(double)) && !memcmp(c.rq, c.tq, c.nq * sizeof(double)) &&
+                   !memcmp(c.rk, c.tk, c.nk * sizeof(double)) && !memcmp(c.rv, c.tv, c.nv * sizeof(double));
+  printf("n=%ld d=%d heads=%d, wall (CPU) seconds: forward %.2f (%.2f) on 1 thread, %.2f (%.2f) on %d; backward %.2f "
+         "(%.2f), %.2f (%.2f); bits %s\n",
+         n, d, heads, sec[0][0], cpu[0][0], sec[1][0], cpu[1][0], threads, sec[0][1], cpu[0][1], sec[1][1], cpu[1][1],
+         same ? "equal" : "DIFFER");
+  case_free(&c);
+  return same ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   const char *g = argc > 1 ? argv[1] : "";
+  if (!strcmp(g, "time") && argc == 6)
+    return group_time(strtol(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   if (!strcmp(g, "bits")) {
     group_bits();
   } else if (!strcmp(g, "tiny")) {
@@ -351,7 +402,7 @@ int main(int argc, char **argv) {
     group_fail();
 #endif
   } else {
-    fprintf(stderr, "usage: ref_par bits|tiny|fail\n");
+    fprintf(stderr, "usage: ref_par bits|tiny|fail, or ref_par time N D HEADS THREADS\n");
     return 2;
   }
   printf("ref_par %s: %d checks, %d failed\n", g, checks, failures);
