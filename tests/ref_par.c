@@ -10,7 +10,8 @@
  *          once: the calling thread does the rest, same bits; a worker's scratch not allocated: same bits; the
  *          calling thread's not allocated: NaN output (o, dq), as out of memory always gave; the split backward's
  *          rows not allocated: the backward by KV head, same bits;
- *   time N D HEADS THREADS   not a test: the wall and CPU time on 1 and THREADS threads (docs/results/cpu.md).
+ *   time N D HEADS THREADS [HEADS_KV]   not a test: the wall and CPU time on 1 and THREADS threads
+ *          (docs/results/cpu.md).
  * Exit 0 when every check holds, 1 otherwise. */
 #include <math.h>
 #include <pthread.h>
@@ -354,10 +355,10 @@ static void group_fail(void) {
 }
 #endif
 
-/* Wall and process CPU seconds of the forward and the backward (O its own) at batch 1, n = n_kv, d = d_v, MHA, not causal, on 1 and
- * `threads` threads, the bits compared: docs/results/cpu.md's figures. Not a test. */
-static int group_time(long n, int d, int heads, int threads) {
-  const attn_problem p = prob(1, heads, heads, (int)n, (int)n, d, d, 0, 0, 0, 0);
+/* Wall and process CPU seconds of the forward and the backward (O its own) at batch 1, n = n_kv, d = d_v, not causal,
+ * on 1 and `threads` threads, the bits compared: docs/results/cpu.md's figures. Not a test. */
+static int group_time(long n, int d, int heads, int heads_kv, int threads) {
+  const attn_problem p = prob(1, heads, heads_kv, (int)n, (int)n, d, d, 0, 0, 0, 0);
   ref_case c;
   if (case_init(&c, &p, 9) != 0) {
     fprintf(stderr, "ref_par time: out of memory\n");
@@ -381,18 +382,19 @@ static int group_time(long n, int d, int heads, int threads) {
   }
   const int same = !memcmp(c.ro, c.to, c.no * sizeof(double)) && !memcmp(c.rq, c.tq, c.nq * sizeof(double)) &&
                    !memcmp(c.rk, c.tk, c.nk * sizeof(double)) && !memcmp(c.rv, c.tv, c.nv * sizeof(double));
-  printf("n=%ld d=%d heads=%d, wall (CPU) seconds: forward %.2f (%.2f) on 1 thread, %.2f (%.2f) on %d; backward %.2f "
-         "(%.2f), %.2f (%.2f); bits %s\n",
-         n, d, heads, sec[0][0], cpu[0][0], sec[1][0], cpu[1][0], threads, sec[0][1], cpu[0][1], sec[1][1], cpu[1][1],
-         same ? "equal" : "DIFFER");
+  printf("n=%ld d=%d heads=%d/%d, wall (CPU) seconds: forward %.2f (%.2f) on 1 thread, %.2f (%.2f) on %d; "
+         "backward %.2f (%.2f), %.2f (%.2f); bits %s\n",
+         n, d, heads, heads_kv, sec[0][0], cpu[0][0], sec[1][0], cpu[1][0], threads, sec[0][1], cpu[0][1],
+         sec[1][1], cpu[1][1], same ? "equal" : "DIFFER");
   case_free(&c);
   return same ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
   const char *g = argc > 1 ? argv[1] : "";
-  if (!strcmp(g, "time") && argc == 6)
-    return group_time(strtol(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  if (!strcmp(g, "time") && (argc == 6 || argc == 7))
+    return group_time(strtol(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]), atoi(argv[argc == 7 ? 6 : 4]),
+                      atoi(argv[5]));
   if (!strcmp(g, "bits")) {
     group_bits();
   } else if (!strcmp(g, "tiny")) {
@@ -402,7 +404,7 @@ int main(int argc, char **argv) {
     group_fail();
 #endif
   } else {
-    fprintf(stderr, "usage: ref_par bits|tiny|fail, or ref_par time N D HEADS THREADS\n");
+    fprintf(stderr, "usage: ref_par bits|tiny|fail, or ref_par time N D HEADS THREADS [HEADS_KV]\n");
     return 2;
   }
   printf("ref_par %s: %d checks, %d failed\n", g, checks, failures);
