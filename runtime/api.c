@@ -469,18 +469,14 @@ static int default_split_cuda(const attn_runtime *rt, const attn_problem *p, con
     return 0;
   attn_cuda_info_t dev;
   if (attn_cuda_info(rt, &dev) != ATTN_OK || dev.sms < 2) return 0;
-  attn_spec t = *s;
-  t.split = 0;
-  const int packs = attn_cuda_gqa_packs(p, s);
-  const long long bh = (long long)p->batch * (packs ? p->heads_kv : p->heads);
-  const long long rows = packs ? (long long)p->n * (p->heads / p->heads_kv) : p->n;
-  attn_cuda_geom g;
-  char err[256];
-  if (attn_cuda_geometry(&t, bh, rows, p->n_kv, 0, &g, err, sizeof err) != ATTN_OK) return 0;
+  const long long items = attn_cuda_query_blocks(p, s);
+  if (items < 0) return 0;
   const long long kblocks = ((long long)p->n_kv + s->bc - 1) / s->bc;
   int split = 1;
-  while (split < 64 && g.items * split * 2 <= dev.sms && split * 2 <= kblocks) split *= 2;
+  while (split < 64 && items * split * 2 <= dev.sms && split * 2 <= kblocks) split *= 2;
   while (split > 1 && kblocks - (kblocks + split - 1) / split < 8) split /= 2;
+  attn_spec t = *s;
+  char err[256];
   t.split = split;
   return split > 1 && attn_spec_check(&t, err, sizeof err) == ATTN_OK ? split : 0;
 }
@@ -493,10 +489,7 @@ static int default_split(const attn_runtime *rt, const attn_problem *p, const at
   if (s->target == ATTN_TARGET_CUDA) return default_split_cuda(rt, p, s);
   if (s->target != ATTN_TARGET_CPU || s->algo != ATTN_ALGO_FLASH || rt->threads < 2) return 0;
   /* flash.c packs the query heads of a KV head into one block when n < Br (its fl_packed): count its blocks */
-  const long group = p->heads / p->heads_kv;
-  const long blocks = p->n < s->br && group > 1
-                          ? (long)p->batch * p->heads_kv * (((long)p->n * group + s->br - 1) / s->br)
-                          : (long)p->batch * p->heads * (((long)p->n + s->br - 1) / s->br);
+  const long blocks = attn_cpu_query_blocks(p, s);
   const long kblocks = ((long)p->n_kv + s->bc - 1) / s->bc;
   if (blocks >= rt->threads) return 0;
   int split = 1;

@@ -590,8 +590,7 @@ static int prepare(attn_runtime *rt, const attn_cuda_kernel *k, const attn_probl
    * and V are read once per KV head, not once per query head. Only a kernel without the causal mask: a causal one
    * would hide keys from all but the last of the packed rows. */
   attn_problem pk = *p;
-  const int packed = !k->backward && !k->spec.causal && attn_cuda_gqa_packs(p, &k->spec);
-  if (packed) pk.n = p->n * (p->heads / p->heads_kv), pk.heads = p->heads_kv;
+  const int packed = !k->backward && !k->spec.causal && attn_cuda_launch_problem(p, &k->spec, &pk);
   p = &pk;
   char err[256];
   const long long bh = (long long)p->batch * p->heads;

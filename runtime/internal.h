@@ -12,6 +12,7 @@
 #include "db.h"
 #include "kernel_abi.h"
 #include "error.h"
+#include "launch.h"
 
 /* $ATTN_THREADS is clamped to min(4 x cores, this): OpenMP exits the process when it cannot start the threads. */
 #define ATTN_THREADS_CAP 1024
@@ -85,6 +86,37 @@ static inline int attn_cuda_gqa_packs(const attn_problem *p, const attn_spec *s)
 static inline int attn_cuda_decode_unmasked(const attn_problem *p, const attn_spec *s) {
   return s->target == ATTN_TARGET_CUDA && s->algo == ATTN_ALGO_FLASH && s->causal && p->causal && p->n == 1 &&
          !s->window && s->layout == 0;
+}
+/* The problem a CUDA launch of spec s for p (heads_kv filled) runs as: where attn_cuda_gqa_packs holds, a KV head's G
+ * query heads as one head's G·n rows with no causal mask among them (heads' = heads_kv, n' = G·n); else p. 1 when
+ * packed. The launch (runtime/cuda.c), the untuned split, the tuner's space and its models all take it from here. */
+static inline int attn_cuda_launch_problem(const attn_problem *p, const attn_spec *s, attn_problem *out) {
+  *out = *p;
+  if (!attn_cuda_gqa_packs(p, s)) return 0;
+  out->n = p->n * (p->heads / p->heads_kv);
+  out->heads = p->heads_kv;
+  out->causal = 0;
+  return 1;
+}
+/* The query blocks (work items before any split) of that launch: gen/launch.c's geometry over the launch problem's
+ * batch x heads' heads of n' rows; -1 when it is beyond one launch. */
+static inline long long attn_cuda_query_blocks(const attn_problem *p, const attn_spec *s) {
+  attn_problem lp;
+  attn_spec t = *s;
+  t.split = 0;
+  attn_cuda_launch_problem(p, &t, &lp);
+  attn_cuda_geom g;
+  char err[256];
+  return attn_cuda_geometry(&t, (long long)lp.batch * lp.heads, lp.n, lp.n_kv, 0, &g, err, sizeof err) == ATTN_OK
+             ? g.items
+             : -1;
+}
+/* The work items of a CPU flash call before any split: templates/flash.c packs a KV head's G query heads into one
+ * block when n < Br (its fl_packed: batch x heads_kv x ceil(G·n / Br)), else batch x heads x ceil(n / Br). */
+static inline long attn_cpu_query_blocks(const attn_problem *p, const attn_spec *s) {
+  const long hkv = p->heads_kv > 0 ? p->heads_kv : p->heads, group = p->heads / hkv;
+  return p->n < s->br && group > 1 ? (long)p->batch * hkv * (((long)p->n * group + s->br - 1) / s->br)
+                                   : (long)p->batch * p->heads * (((long)p->n + s->br - 1) / s->br);
 }
 /* A CPU kernel's arguments for problem p on q, k, v and o: its sizes, scale and score modifiers, the rest zero (lse,
  * partials and the backward's arrays are the caller's to set). */

@@ -268,18 +268,16 @@ int attn_model_time_res(const attn_gpu *g, const attn_problem *prob, const attn_
   const attn_spec *s = &sw;
   if (p.heads_kv == 0) p.heads_kv = p.heads;
   model_window(&p, &sw);
-  if (!attn_cuda_gqa_packs(&p, s)) {
+  attn_problem k;
+  if (!attn_cuda_launch_problem(&p, s, &k)) {
     if (!attn_cuda_decode_unmasked(&p, s)) return model_forward(g, &p, s, res, NULL, 1, out, err, errlen);
     /* causal n = 1 runs the kernel without causal (its row sees every key): the same grid, split-KV's included */
-    attn_problem k = p;
     attn_spec ks = *s;
     k.causal = ks.causal = 0;
     return model_forward(g, &k, &ks, res, NULL, 1, out, err, errlen);
   }
   /* the runtime's grouped-query packing: the grid's problem has a KV head's query heads as its rows, unmasked, so
    * K and V are counted once per KV head (windowed: n = 1, every row at n_kv - 1); the flops stay the problem's */
-  attn_problem k = p;
-  k.n = p.n * (p.heads / p.heads_kv), k.heads = p.heads_kv, k.causal = 0;
   attn_spec ks = *s;
   ks.causal = 0;
   const int rc = model_forward(g, &k, &ks, res, NULL, p.heads / p.heads_kv, out, err, errlen);

@@ -78,13 +78,12 @@ static int sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *
  * problem's either way (packing needs no mask, or n = 1, whose causal row sees every key). */
 int attn_model_sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out,
                          char *err, size_t len) {
-  attn_problem q = *p;
+  attn_problem q = *p, k;
   if (q.heads_kv == 0) q.heads_kv = q.heads;
-  if (!s || !attn_cuda_gqa_packs(&q, s)) return sm90_time(g, p, s, out, err, len);
-  q.n *= q.heads / q.heads_kv, q.heads = q.heads_kv, q.causal = 0;
+  if (!s || !attn_cuda_launch_problem(&q, s, &k)) return sm90_time(g, p, s, out, err, len);
   attn_spec ks = *s;
   ks.causal = 0;
-  return sm90_time(g, &q, &ks, out, err, len);
+  return sm90_time(g, &k, &ks, out, err, len);
 }
 
 static int sm90_time(const attn_gpu *g, const attn_problem *p, const attn_spec *s, attn_model_result *out, char *err,

@@ -197,13 +197,8 @@ static long long cuda_query_blocks(const attn_space_opts *o, const attn_spec *c,
   if (o->heads > 0x7fffffffL || o->n > 0x7fffffffL || o->n_kv > 0x7fffffffL) return -1;
   const attn_problem p = {.batch = 1, .heads = (int)o->heads, .heads_kv = (int)hkv, .n = (int)o->n,
                           .n_kv = (int)o->n_kv, .causal = o->causal};
-  attn_spec t = *c;
-  t.split = 0;
-  *packs = attn_cuda_gqa_packs(&p, &t);
-  const long long bh = *packs ? p.heads_kv : p.heads, rows = *packs ? (long long)p.n * (p.heads / p.heads_kv) : p.n;
-  attn_cuda_geom g;
-  char err[256];
-  return attn_cuda_geometry(&t, bh, rows, p.n_kv, 0, &g, err, sizeof err) == ATTN_OK ? g.items : -1;
+  *packs = attn_cuda_gqa_packs(&p, c);
+  return attn_cuda_query_blocks(&p, c);
 }
 
 int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
@@ -274,8 +269,12 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
   }
   if (c->split > 1 && o->target == ATTN_TARGET_CPU && o->n > 0 && o->n_kv > 0 && o->heads > 0 && o->threads > 0) {
     /* split-K pays for its partials only by filling threads the query blocks leave idle, and a part without a key
-     * block is pure overhead */
-    const long blocks = o->heads * ((o->n + c->br - 1) / c->br), kblocks = (o->n_kv + c->bc - 1) / c->bc;
+     * block is pure overhead; the blocks are the kernel's, a KV head's query heads packed where n < Br (as the
+     * untuned default split counts them) */
+    const long hkv = o->heads_kv > 0 ? o->heads_kv : o->heads;
+    const attn_problem p = {.batch = 1, .heads = (int)o->heads, .heads_kv = (int)hkv, .n = (int)o->n,
+                            .n_kv = (int)o->n_kv};
+    const long blocks = attn_cpu_query_blocks(&p, c), kblocks = (o->n_kv + c->bc - 1) / c->bc;
     if (blocks >= o->threads) {
       snprintf(why, len, "split=%d: the %ld query blocks of Br=%d already keep the %d threads busy", c->split, blocks,
                c->br, o->threads);
