@@ -29,8 +29,9 @@ typedef struct attn_space_opts {
   const attn_gpu *gpu;     /* CUDA: registers and shared memory per SM; NULL on the CPU */
   char arch[16];           /* CUDA: "sm_90" */
   /* The problem, for flash's split (0: unknown, and every split value stays in the space). When known, split > 1
-   * is admitted only where the query blocks leave threads idle (CPU: heads * ceil(n / Br) < threads; CUDA: decode,
-   * the launch's blocks < SMs) and every part gets a key block (split <= ceil(n_kv / Bc)). */
+   * is admitted only where the query blocks leave threads idle (CPU: attn_cpu_query_blocks < threads, a KV head's
+   * G query heads one block's rows when n < Br; CUDA: decode, the launch's blocks < SMs) and every part gets a key
+   * block (split <= ceil(n_kv / Bc)). */
   long n, n_kv;            /* query rows and keys per head */
   long heads;              /* batch * query heads */
   /* batch * KV heads (0: heads). CUDA counts its query blocks as the runtime launches them: a KV head's query heads
