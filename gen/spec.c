@@ -304,9 +304,14 @@ int attn_spec_check(const attn_spec *s, char *err, size_t len) {
     return attn_errf(err, len, ATTN_EINVAL,
                      "layout=%d must be 0 (dense), 1 (varlen), 2 (paged) or 3 (paged decode, query heads packed)",
                      s->layout);
-  if (s->layout && (s->target != ATTN_TARGET_CUDA || s->algo != ATTN_ALGO_FLASH))
-    return attn_errf(err, len, ATTN_EUNSUPPORTED, "layout=%d: only cuda flash has varlen and paged kernels (not %s %s)",
-                     s->layout, attn_algo_name(s->algo), attn_target_name(s->target));
+  /* CPU flash: layout=2 is the paged kernel (runtime/paged.c); its varlen runs the dense kernel on token-major rows */
+  if (s->layout && s->target == ATTN_TARGET_CPU && s->algo == ATTN_ALGO_FLASH && s->layout != 2)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "layout=%d: cpu flash has only layout=2 (paged); its varlen runs the dense kernel", s->layout);
+  if (s->layout && s->algo != ATTN_ALGO_FLASH)
+    return attn_errf(err, len, ATTN_EUNSUPPORTED,
+                     "layout=%d: only flash has varlen and paged kernels (cuda 1, 2, 3; cpu 2), not %s %s", s->layout,
+                     attn_algo_name(s->algo), attn_target_name(s->target));
   if ((unsigned)s->impl > ATTN_IMPL_WGMMA)
     return attn_errf(err, len, ATTN_EINVAL, "impl=%d must be 0 (mma.sync) or 1 (wgmma)", s->impl);
   if ((unsigned)s->dq > 1)

@@ -39,9 +39,10 @@ typedef struct attn_spec {
   int window;           /* sliding window: key blocks outside it skipped, the rest masked */
   int softcap;          /* c·tanh(s/c) on the scaled scores */
   int alibi;            /* -slope_h·|i' - j| on the scores */
-  /* The arrays' layout (CUDA flash only): 0 dense; 1 varlen, 2 paged, 3 paged decode with each KV head's query heads
+  /* The arrays' layout (flash only): 0 dense; 1 varlen, 2 paged, 3 paged decode with each KV head's query heads
    * packed as the rows of a block: the kernels of attn_execute_varlen and attn_execute_paged
-   * (runtime/cuda_serve.c), made from the plan's spec with this set (ATTN_LAYOUT). */
+   * (runtime/cuda_serve.c), made from the plan's spec with this set (ATTN_LAYOUT). CPU flash has 2 alone, the paged
+   * kernel of runtime/paged.c (templates/flash.c's paged code is in no other). */
   int layout;
   int impl;             /* attn_impl: CUDA flash's template (0: mma.sync, flash.cu) */
   /* CUDA flash backward: 0 dQ in its own blocks (7 products, bitwise the same run to run); 1 dQ summed by fp32

@@ -323,8 +323,11 @@ int attn_plan_create_spec(attn_runtime *rt, const attn_problem *prob, const attn
                      "attn_plan_create: split=%d with causal needs n = 1 (this is n=%d): the split kernel has no causal "
                      "mask", s->split, p.n);
   }
+  /* CPU flash: a plan made for pages compiles the paged kernel, which runs dense calls too (runtime/paged.c) */
+  if (attn_cpu_plan_paged(&p, s)) ks.layout = 2;
+  plan->count_io = count_io;
   rc = rt->target == ATTN_TARGET_CUDA ? attn_cuda_load(rt, &ks, count_io, &plan->cuda)
-                                      : attn_cpu_load(rt, s, count_io, &plan->cpu);
+                                      : attn_cpu_load(rt, &ks, count_io, &plan->cpu);
   /* CUDA: the slopes on the device once; every launch of the plan reads them there */
   if (rc == ATTN_OK && plan->cuda && plan->alibi &&
       (rc = attn_cuda_set_alibi(rt, plan->cuda, plan->alibi, p.heads)) != ATTN_OK)
@@ -762,6 +765,7 @@ ATTN_API void attn_plan_destroy(attn_plan *plan) {
   if (!plan) return;
   attn_runtime *rt = plan->rt;
   if (plan->cpu) attn_cpu_unload(plan->cpu);
+  attn_cpu_unload(atomic_exchange(&plan->cpu_paged, NULL)); /* runtime/paged.c's, NULL unless loaded */
   attn_cuda_serve_release(plan); /* the varlen and paged kernels (cuda_serve.c), before the release too */
   if (plan->cuda) attn_cuda_unload(plan->cuda); /* before the release: it needs the runtime's CUDA context */
   free(plan->alibi);

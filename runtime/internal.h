@@ -55,6 +55,10 @@ struct attn_plan {
   _Atomic(attn_cuda_kernel *) serve[3];
   /* CUDA: the staging of their host tables (attn_cuda_tables), made by the first such call */
   _Atomic(struct attn_cuda_tables *) serve_tables;
+  /* CPU flash: the paged kernel (spec.layout 2, runtime/paged.c), loaded by the plan's first attn_execute_paged
+   * unless the plan's own kernel is it (a plan made for pages: p.page_size > 0) */
+  _Atomic(attn_cpu_kernel *) cpu_paged;
+  int count_io;            /* the plan's kernels are the counting builds */
 };
 
 /* Validates and normalises a problem (fills n_kv, heads_kv, scale; a window that hides nothing becomes 0);
@@ -158,6 +162,11 @@ int  attn_cpu_run(attn_runtime *rt, const attn_cpu_kernel *k, const attn_kargs *
 void attn_cpu_unload(attn_cpu_kernel *k);
 /* The backward kernel of a CPU flash spec (attn_spec_source_backward). */
 int  attn_cpu_load_backward(attn_runtime *rt, const attn_spec *s, int count_io, attn_cpu_kernel **out);
+/* 1 when a CPU forward plan's own kernel (plan->cpu) is flash's paged kernel (spec.layout 2): a plan made for pages
+ * (p.page_size > 0) or given a layout=2 spec. Other CPU flash plans load it on their first paged call. */
+static inline int attn_cpu_plan_paged(const attn_problem *p, const attn_spec *s) {
+  return s->target == ATTN_TARGET_CPU && s->algo == ATTN_ALGO_FLASH && (s->layout == 2 || p->page_size > 0);
+}
 /* 1 when the last attn_cpu_load found a compiled object in the cache instead of compiling. */
 int  attn_cpu_was_cached(const attn_cpu_kernel *k);
 

@@ -2,7 +2,8 @@
  * once on the whole batch and reads K and V through the block table (attn_kargs.block_table, seq_lens): no copy, so
  * decode moves the bytes dense decode moves, each page once per KV head; flash's decode items take every KV head of
  * a sequence's key block in turn (templates/flash.c, fl_group), so a page's interleaved heads cross the memory bus
- * once. */
+ * once. Flash runs its paged kernel (spec.layout 2, paged_kernel), so that dense kernels carry no paged code. */
+#include <stdint.h>
 #include <string.h>
 #include "internal.h"
 
@@ -60,6 +61,33 @@ int attn_paged_check_layout(const attn_plan *plan, const char *what, int num_pag
   return ATTN_OK;
 }
 
+/* The kernel a CPU plan's paged call runs: flash's paged kernel (spec.layout 2; templates/flash.c has the paged code
+ * in no other), the plan's own where it is that (attn_cpu_plan_paged), else loaded by the plan's first paged call and
+ * kept until the plan is destroyed: two threads that race both load, one keeps its kernel and the other unloads its
+ * own. Other algorithms (smallcache) read pages with their one kernel. */
+static int paged_kernel(const attn_plan *plan, const char *what, const attn_cpu_kernel **out) {
+  if (plan->spec.algo != ATTN_ALGO_FLASH || attn_cpu_plan_paged(&plan->p, &plan->spec)) {
+    *out = plan->cpu;
+    return ATTN_OK;
+  }
+  /* the plan is const to the caller; its slot is a cache filled by the first call */
+  _Atomic(attn_cpu_kernel *) *slot = &((attn_plan *)(uintptr_t)plan)->cpu_paged;
+  attn_cpu_kernel *k = atomic_load(slot);
+  if (!k) {
+    attn_spec s = plan->spec;
+    s.layout = 2;
+    const int rc = attn_cpu_load(plan->rt, &s, plan->count_io, &k);
+    if (rc != ATTN_OK) return attn_fail(plan->rt, rc, "%s: its paged kernel: %s", what, attn_last_error(plan->rt));
+    attn_cpu_kernel *none = NULL;
+    if (!atomic_compare_exchange_strong(slot, &none, k)) {
+      attn_cpu_unload(k);
+      k = none;
+    }
+  }
+  *out = k;
+  return ATTN_OK;
+}
+
 /* Both entry points: on CUDA queued on stream, and waited for when sync; on the CPU the one synchronous run. */
 static int execute_paged(const char *what, const attn_plan *plan, void *stream, int sync, const void *q,
                          const void *k_pages, const void *v_pages, int num_pages, int page_size,
@@ -81,7 +109,9 @@ static int execute_paged(const char *what, const attn_plan *plan, void *stream, 
   a.page_size = page_size;
   a.max_pages = max_pages;
   a.seq_lens = seq_lens_kv;
-  rc = attn_cpu_run(rt, plan->cpu, &a, NULL);
+  const attn_cpu_kernel *kern = NULL;
+  rc = paged_kernel(plan, what, &kern);
+  if (rc == ATTN_OK) rc = attn_cpu_run(rt, kern, &a, NULL);
   /* a sequence without keys: zero rows, as rows that see no key are (all-zero bits are 0 in every dtype) */
   for (int b = 0; b < p->batch && rc == ATTN_OK; b++)
     if (seq_lens_kv[b] == 0) memset((char *)o + (size_t)b * oseq, 0, oseq);

@@ -16,9 +16,10 @@
  * kernels (items of at most FL_DOT rows) read K and V in place: bound by memory bandwidth, they lose nothing to
  * split loads, and a copy would cost them a pass.
  * Packed rows (decode: n < BR and G = heads / heads_kv > 1): an item takes the G*n query rows that share one KV head
- * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes. Paged, such an item takes every
- * KV head of its sequence, a key block at a time for each head in turn (fl_group: vLLM's pages interleave the heads'
- * rows, and each page then crosses the memory bus once).
+ * (fl_item), so K and V stream once per KV head and the rows fill the vector lanes. Paged (the kernel built with
+ * ATTN_LAYOUT 2, which alone reads pages: FL_PAGED), such an item takes every KV head of its sequence, a key block
+ * at a time for each head in turn (fl_group: vLLM's pages interleave the heads' rows, and each page then crosses the
+ * memory bus once).
  * Causal masking is bottom-right aligned (key j visible to query i iff j <= i + n_kv - n); key blocks that are fully
  * masked are never loaded, and a query row with no visible key outputs zeros.
  * Score modifiers (attn.h), each compiled in only when its spec asks: ATTN_WINDOW (a->window = w > 0: with
@@ -86,6 +87,14 @@
 #endif
 /* blocks may hide keys from some of their rows */
 #define FL_MASK (ATTN_CAUSAL || ATTN_WINDOW)
+/* ATTN_LAYOUT 2: the paged kernel (attn_execute_paged's: runtime/paged.c loads it for a plan's first paged call).
+ * Only it holds the paged code (the grouped items, the page prefetches: 0.6 s of a kernel's compile time); any
+ * other kernel reads K and V as dense or token-major rows and is never handed a block table. */
+#if defined(ATTN_LAYOUT) && ATTN_LAYOUT == 2
+#define FL_PAGED 1
+#else
+#define FL_PAGED 0
+#endif
 
 #ifndef ATTN_KERNEL_ABI_H
 #include "kernel_abi.h"
@@ -608,14 +617,15 @@ typedef struct fl_kv {
 
 /* Key j's row in units of the row stride (its K row is k + row * ks): j itself, or paged its page's row. */
 FL_INLINE long fl_kv_row(const fl_kv *kv, long j) {
-  return kv->table ? (long)kv->table[j / kv->ps] * kv->ps + j % kv->ps : j;
+  return FL_PAGED && kv->table ? (long)kv->table[j / kv->ps] * kv->ps + j % kv->ps : j;
 }
 
 /* The keys j .. j + len - 1 (len <= left) whose rows are evenly spaced: up to the end of j's page. */
 FL_INLINE int fl_kv_run(const fl_kv *kv, long j, int left) {
-  return kv->table && kv->ps - j % kv->ps < left ? (int)(kv->ps - j % kv->ps) : left;
+  return FL_PAGED && kv->table && kv->ps - j % kv->ps < left ? (int)(kv->ps - j % kv->ps) : left;
 }
 
+#if FL_PAGED
 /* Paged: the first FL_PF_LINES cache lines of K's (or V's: isv) run of keys from j, before j_end. Inlined: a call
  * from the block loops costs more than the prefetch (their live vectors are spilled around it: one KV head's 16-key
  * pages ran 15% slower). */
@@ -684,6 +694,11 @@ FL_INLINE void fl_prefetch_rows(const fl_pf *nx, int r0, int r1) {
   for (int r = r0; r < r1 && r < nx->rows; r++)
     for (long x = 0; x < nx->bytes; x += 64) __builtin_prefetch(nx->p + r * nx->stride + x);
 }
+#else
+FL_INLINE void fl_prefetch_pages(const fl_kv *kv, int isv, long j0, int cols) {
+  (void)kv, (void)isv, (void)j0, (void)cols;
+}
+#endif
 
 /* The block [j0, j0 + cols) converted or gathered into staging: K rows into kc, V rows into vc (NULL: not staged);
  * paged, the next block's first rows are fetched meanwhile. Out of line: once a block, and its copies in every
@@ -694,10 +709,14 @@ static __attribute__((noinline)) void fl_stage(const fl_kv *kv, float *restrict 
     for (int c = 0; c < cols; c++) attn_load_row(kc + c * FL_D, kv->k + fl_kv_row(kv, j0 + c) * kv->ks, FL_D);
   if (vc)
     for (int c = 0; c < cols; c++) attn_load_row(vc + c * FL_DVP, kv->v + fl_kv_row(kv, j0 + c) * kv->vs, FL_DV);
+#if FL_PAGED
   if (kv->table) {
     fl_prefetch_run(kv, 0, j0 + cols, j_end, FL_PF_LINES);
     fl_prefetch_run(kv, 1, j0 + cols, j_end, FL_PF_LINES);
   }
+#else
+  (void)j_end;
+#endif
 }
 
 /* The key blocks [j_begin, j_end) of an item's rows (nrv of its query-row vectors hold rows): scores, online
@@ -745,11 +764,17 @@ FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc
       for (int c = 0, len; c < cols; c += len) {
         len = stage_k ? cols : fl_kv_run(kv, j0 + c, cols - c);
         /* paged: FL_PF_STEP rows at a time, the next run's as many rows fetched before each (dense: one step) */
+#if FL_PAGED
         const int pg = kv->table && !stage_k, step = pg ? FL_PF_STEP : len;
         const fl_pf nx = pg ? fl_next_run(kv, 0, j0, c, len, cols, j_end) : (fl_pf){0, 0, 0, 0};
+#else
+        const int step = len;
+#endif
         const float *kb = stage_k ? kc : (const float *)(kv->k + fl_kv_row(kv, j0 + c) * ks);
         for (int i = 0; i < len; i += step) {
+#if FL_PAGED
           if (pg) fl_prefetch_rows(&nx, i, i + step < len ? i + step : nx.rows);
+#endif
           fl_vf mc;
           fl_scores_dot(kb + i * (stage_k ? FL_D : ks), stage_k ? FL_D : ks, qd, st + (c + i) * FL_BRP, &mc,
                         FL_MIN(step, len - i), rows, rows == 1 ? 4 : 2);
@@ -777,11 +802,17 @@ FL_INLINE void fl_blocks(const fl_kv *kv, float *restrict kc, float *restrict vc
       if (!stage_v) fl_prefetch_pages(kv, 1, j0 + c0, c1 - c0);
       for (int c = c0, len; c < c1; c += len) {
         len = stage_v ? c1 - c : fl_kv_run(kv, j0 + c, c1 - c);
+#if FL_PAGED
         const int pg = kv->table && !stage_v, step = pg ? FL_PF_STEP : len;
         const fl_pf nx = pg ? fl_next_run(kv, 1, j0, c, len, cols, j_end) : (fl_pf){0, 0, 0, 0};
+#else
+        const int step = len;
+#endif
         const float *vb = stage_v ? vc + c * FL_DVP : (const float *)(kv->v + fl_kv_row(kv, j0 + c) * vs);
         for (int i = 0; i < len; i += step) {
+#if FL_PAGED
           if (pg) fl_prefetch_rows(&nx, i, i + step < len ? i + step : nx.rows);
+#endif
           fl_pv_dot_keys(vb, stage_v ? FL_DVP : vs, st + c * FL_BRP, o, i, FL_MIN(i + step, len), rows, 2);
         }
       }
@@ -867,7 +898,9 @@ FL_INLINE long fl_qo(const attn_kargs *a, const fl_item *t, long x, long width) 
 
 /* Staging for K blocks: half-precision K, and fp32 K rows the lane kernels cannot read in place (not D apart). */
 static long fl_kc_sz(const attn_kargs *a) {
-  return FL_STAGE_K || a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS) ? FL_RUP(FL_BC * FL_D, 16) : 0;
+  return FL_STAGE_K || (FL_PAGED && a->block_table) || (a->layout & ATTN_LAYOUT_KV_TOKENS)
+             ? FL_RUP(FL_BC * FL_D, 16)
+             : 0;
 }
 
 /* KV heads per work item: 1, or (paged, every KV head's rows one query block: decode) all heads_kv of a sequence.
@@ -881,8 +914,8 @@ static long fl_kc_sz(const attn_kargs *a) {
 #define FL_GROUP_MAX 16 /* more KV heads than this: one to an item */
 static long fl_group(const attn_kargs *a) {
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
-  if (!a->block_table || heads_kv < 2 || heads_kv > FL_GROUP_MAX || a->n * (a->heads / heads_kv) > FL_DOT ||
-      FL_VW < FL_DOT || a->batch * FL_NSPLIT < heads_kv)
+  if (!FL_PAGED || !a->block_table || heads_kv < 2 || heads_kv > FL_GROUP_MAX ||
+      a->n * (a->heads / heads_kv) > FL_DOT || FL_VW < FL_DOT || a->batch * FL_NSPLIT < heads_kv)
     return 1;
   return heads_kv;
 }
@@ -958,7 +991,7 @@ FL_INLINE fl_kv fl_kv_of(const attn_kargs *a, long bkv, long n_kv) {
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads, hk = bkv % heads_kv, b = bkv / heads_kv;
   fl_kv kv = {(const attn_el *)a->k + bkv * n_kv * FL_D, (const attn_el *)a->v + bkv * n_kv * FL_DV, FL_D, FL_DV,
               NULL, 1, 1};
-  if (a->block_table) {
+  if (FL_PAGED && a->block_table) {
     kv.k = (const attn_el *)a->k + hk * FL_D;
     kv.v = (const attn_el *)a->v + hk * FL_DV;
     kv.table = a->block_table + b * a->max_pages;
@@ -967,7 +1000,7 @@ FL_INLINE fl_kv fl_kv_of(const attn_kargs *a, long bkv, long n_kv) {
     kv.k = (const attn_el *)a->k + (b * n_kv * heads_kv + hk) * FL_D;
     kv.v = (const attn_el *)a->v + (b * n_kv * heads_kv + hk) * FL_DV;
   }
-  if (a->block_table || (a->layout & ATTN_LAYOUT_KV_TOKENS)) {
+  if ((FL_PAGED && a->block_table) || (a->layout & ATTN_LAYOUT_KV_TOKENS)) {
     kv.ks = heads_kv * FL_D;
     kv.vs = heads_kv * FL_DV;
   }
@@ -1069,6 +1102,7 @@ static __attribute__((noinline)) void fl_item_done(const attn_kargs *a, const fl
 #endif
 }
 
+#if FL_PAGED
 /* One KV head of an item: its rows, its K and V rows and its state in the thread's scratch. */
 typedef struct fl_head {
   fl_item t;
@@ -1209,6 +1243,7 @@ static __attribute__((noinline)) void fl_run_group(const attn_kargs *a, long ite
   }
   for (int h = 0; h < H; h++) fl_item_done(a, &hd[h].t, item * H + h, part, off, hd[h].o, hd[h].m, hd[h].l, io);
 }
+#endif
 
 void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io) {
 #if ATTN_SPLIT > 1
@@ -1218,11 +1253,13 @@ void attn_kernel_run(const attn_kargs *a, long item, void *scratch, attn_io *io)
 #else
   const long part = 0;
 #endif
+#if FL_PAGED
   const long group = fl_group(a);
   if (group > 1) {
     fl_run_group(a, item, part, (int)group, scratch, io);
     return;
   }
+#endif
   const fl_item t = fl_item_of(a, item);
   const long heads_kv = a->heads_kv > 0 ? a->heads_kv : a->heads;
   const long n_kv = a->seq_lens ? a->seq_lens[t.bkv / heads_kv] : a->n_kv, off = n_kv - a->n, w = fl_window(a);

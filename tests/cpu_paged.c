@@ -127,7 +127,10 @@ static void paged_check(attn_plan *plan, paged *c, double tol, const char *what)
 static void paged_io(attn_runtime *rt, const attn_spec *s, paged *c, const char *what) {
   const attn_problem *p = &c->p;
   attn_plan *plan = NULL;
-  int rc = attn_plan_create_spec(rt, p, s, 1, "test", &plan);
+  attn_spec sp = *s; /* flash: the paged kernel (layout 2), the one attn_execute_paged runs and the only one reading
+                      * pages; the same kernel runs the dense calls below */
+  if (sp.algo == ATTN_ALGO_FLASH) sp.layout = 2;
+  int rc = attn_plan_create_spec(rt, p, &sp, 1, "test", &plan);
   CHECK(rc == ATTN_OK, "%s: counting plan: %s", what, attn_last_error(rt));
   if (rc != ATTN_OK) return;
   const size_t qseq = (size_t)p->heads * p->n * p->d, oseq = (size_t)p->heads * p->n * p->d_v;

@@ -1339,20 +1339,22 @@ static int spec_mode(void) {
     free(src);
     cases++;
   }
-  /* only CUDA flash has these kernels; 4 is no layout */
+  /* only flash has these kernels (CPU flash the paged one alone); 4 is no layout */
   attn_spec c = attn_spec_default(ATTN_ALGO_SMALLCACHE, ATTN_TARGET_CUDA, ATTN_F16, 64, 0);
   c.layout = 1;
-  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only cuda flash"),
+  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only flash"),
         "smallcache with a layout: %s", err);
   c = attn_spec_default(ATTN_ALGO_FLASH, ATTN_TARGET_CPU, ATTN_F32, 64, 0);
+  c.layout = 1;
+  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only layout=2"),
+        "cpu flash with layout 1: %s", err);
   c.layout = 2;
-  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_EUNSUPPORTED && strstr(err, "only cuda flash"),
-        "cpu flash with a layout: %s", err);
+  CHECK(attn_spec_check(&c, err, sizeof err) == ATTN_OK, "cpu flash with layout 2: %s", err);
   CHECK(attn_spec_parse("flash cuda f16 d=64 br=64 bc=64 causal=0 unroll=0 warps=4 stages=2 arch=sm_80 tile=0 "
                         "feature=taylor degree=0 rank=0 seed=0 layout=4", &c, err, sizeof err) == ATTN_EINVAL &&
             strstr(err, "layout=4"),
         "layout=4: %s", err);
-  cases += 3;
+  cases += 4;
   printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "PASSED", cases, failures);
   return failures ? 1 : 0;
 }
