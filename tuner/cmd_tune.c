@@ -4,6 +4,8 @@
  * stored, so SIGINT loses at most the measurement in flight.
  * Here: the arguments and every problem's checks; the run is tune_run.c and its parts (tune.h). */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@ static const char tune_usage[] =
     "                [--strategy NAME|FILE.lua] [--budget K] [--tolerance EPS] [--db PATH] [--model] [--jobs J]\n"
     "                [--dtype LIST] [--causal 0,1] [--heads H] [--heads-kv G] [--batch B] [--reps R] [--time-cap S] [--remeasure]\n"
     "                [--compiled] [--shard K/N] [--pass fwd,bwd] [--nondeterministic] [--page-size P | --varlen LENS]\n"
+    "                [--window W] [--softcap C] [--alibi]\n"
     "  RANGE: 64..256 (doubling), 64..256:32 (step), 64,80,128 (list), 64\n"
     "  --d RANGE head dimension of Q and K; --dv RANGE head dimension of V and O (default: the same as d; every d\n"
     "  with every d_v): each in 1..576 (tiles that do not fit a GPU's shared memory are left out of its space)\n"
@@ -62,6 +65,16 @@ static const char tune_usage[] =
     "  per sequence; --gpu NAME: flash, measured on the GPU present (the layout's kernel on device buffers, checked\n"
     "  against fp64 per sequence, not counted), else ranked by the performance model (the layout's kernel: paged\n"
     "  decode's page runs, varlen's query tiles per sequence)\n"
+    "  --window W, --softcap C, --alibi: score modifiers (attn_problem.window, .softcap, .alibi_slopes), each problem\n"
+    "  tuned with them under its own key: rows of variant window=W, softcap=C, alibi (joined by ','), which serve the\n"
+    "  plans made with the same window and cap and with ALiBi on (any slopes), never those without. W: keys, > 0 (a\n"
+    "  problem whose rows all see their keys within W is the one without a window, as its plans are, and tuned so);\n"
+    "  C > 0, finite (scores become C*tanh(s/C)); --alibi: the standard slopes of the H query heads, 2^(-8(i+1)/H)\n"
+    "  for a power-of-two H, else the ALiBi paper's: those of the largest power of two P below H, then the\n"
+    "  odd-indexed of 2P's. Any layout, GQA, d_v, causal; each kernel applies them and is checked against the fp64\n"
+    "  reference that does (or ranked by the model: windows' visited key blocks; softcap and ALiBi cost it nothing).\n"
+    "  Left out, with the reason: the algorithms that cannot apply them (lowrank; smallcache on a GPU); a GPU's\n"
+    "  --pass bwd is refused (the CUDA backward applies none; the CPU's does)\n"
     "  --db PATH (default $ATTN_DB, else $XDG_CACHE_HOME/attntune/attntune.db, else ~/.cache/attntune/attntune.db)\n";
 
 /* Problems one command tunes at most: each holds its search space for the whole run, and a model run of this many
@@ -127,6 +140,16 @@ bad:
   return -1;
 }
 
+/* ALiBi's standard slopes for h query heads (Press et al., as BLOOM and MPT build them): 2^(-8(i+1)/h) when h is a
+ * power of two; else those of p, the largest power of two below h, then 2^(-4(2k+1)/p) for k < h - p (every other
+ * slope of 2p heads, the odd-indexed ones). */
+static void alibi_slopes(int h, float *out) {
+  int p = 1;
+  while (p * 2 <= h) p *= 2;
+  for (int i = 0; i < h; i++)
+    out[i] = (float)exp2(i < p ? -8.0 * (i + 1) / p : -4.0 * (2 * (i - p) + 1) / p);
+}
+
 /* --pass's names: bit 0 the forward, bit 1 the backward */
 static int pass_parse(const char *s) { return strcmp(s, "fwd") == 0 ? 0 : strcmp(s, "bwd") == 0 ? 1 : -1; }
 
@@ -153,7 +176,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
                 .target = ATTN_TARGET_CPU};
   const char *d_s = NULL, *dv_s = NULL, *n_s = "1024", *nkv_s = NULL, *algo_s = "flash", *dtype_s = NULL,
              *causal_s = "0", *pass_s = "fwd", *varlen_s = NULL;
-  int n_given = 0, batch_given = 0;
+  int n_given = 0, batch_given = 0, alibi_given = 0;
   int i0 = argc > 0 && strcmp(argv[0], "tune") == 0 ? 1 : 0;
   for (int i = i0; i < argc; i++) {
     const char *a = argv[i];
@@ -177,11 +200,15 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       o.nondeterministic = 1;
       continue;
     }
+    if (strcmp(a, "--alibi") == 0) {
+      alibi_given = 1;
+      continue;
+    }
     static const char *const with_value[] = {"--gpu",  "--d",     "--n",    "--algo",  "--strategy",
                                              "--budget", "--tolerance", "--db", "--jobs", "--dtype",
                                              "--causal", "--heads", "--heads-kv", "--batch", "--reps", "--n-kv",
                                              "--time-cap", "--shard", "--dv", "--pass", "--page-size",
-                                             "--varlen"};
+                                             "--varlen", "--window", "--softcap"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
     if (!known) return attn_tune_usage("unknown option '%s' (see attntune tune --help)", a);
@@ -194,6 +221,19 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
     else if (strcmp(a, "--varlen") == 0) varlen_s = v;
     else if (strcmp(a, "--page-size") == 0) {
       if (attn_parse_int(v, 1, 65536, &o.page_size)) return attn_tune_usage("--page-size %s: expected 1..65536", v);
+    }
+    else if (strcmp(a, "--window") == 0) {
+      if (attn_parse_int(v, 1, INT_MAX, &o.window))
+        return attn_tune_usage("--window %s: expected a width in keys, 1..%d (no window: leave --window out)", v,
+                               INT_MAX);
+    } else if (strcmp(a, "--softcap") == 0) {
+      char *end;
+      errno = 0;
+      const double c = strtod(v, &end);
+      /* as the float the problem holds: one that rounds to 0 or overflows is no cap */
+      if (errno || end == v || *end || !(c > 0) || !isfinite(c) || !((float)c > 0) || !isfinite((float)c))
+        return attn_tune_usage("--softcap %s: expected a finite cap > 0 (scores become C*tanh(s/C))", v);
+      o.softcap = (float)c;
     }
     else if (strcmp(a, "--n-kv") == 0) nkv_s = v;
     else if (strcmp(a, "--algo") == 0) algo_s = v;
@@ -320,6 +360,43 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
   if (o.heads_kv && o.heads % o.heads_kv)
     FAIL_USAGE("--heads-kv %d: the %d query heads must be a whole multiple of it (each K/V head serves H/G query "
                "heads)", o.heads_kv, o.heads);
+  /* Score modifiers: the spaces' kernels apply them (tune_run.c); an algorithm whose kernel cannot is left out with
+   * attn_spec_check's reason (said once the arguments are all good, so that a usage error stays one line) */
+  char mods_note[1024] = "";
+  if (o.window > 0 || o.softcap > 0 || alibi_given) {
+    char names[40];
+    snprintf(names, sizeof names, "%s%s%s", o.window > 0 ? "--window" : "",
+             o.softcap > 0 ? (o.window > 0 ? ", --softcap" : "--softcap") : "",
+             alibi_given ? (o.window > 0 || o.softcap > 0 ? ", --alibi" : "--alibi") : "");
+    if ((o.passes & 2) && o.target == ATTN_TARGET_CUDA)
+      FAIL_USAGE("%s with --pass bwd on a GPU: the CUDA backward applies no window, softcap or ALiBi (the CPU "
+                 "backward does)", names);
+    attn_dtype dt = ATTN_F32;
+    while (!((o.dtypes >> dt) & 1)) dt++;
+    char first[400] = "";
+    size_t nl = 0;
+    for (int a = ATTN_ALGO_FLASH; a <= ATTN_ALGO_LOWRANK; a++) {
+      if (!(o.algos & ATTN_ALGO_BIT(a)) || !(o.passes & 1)) continue; /* the backward is flash's */
+      attn_spec s = attn_spec_default((attn_algo)a, o.target, dt, o.ds[0], o.causals[0]);
+      char why[400];
+      if (attn_spec_check(&s, why, sizeof why) != ATTN_OK) continue; /* not the modifiers' doing: the space says */
+      s.window = o.window > 0, s.softcap = o.softcap > 0, s.alibi = alibi_given;
+      if (attn_spec_check(&s, why, sizeof why) == ATTN_OK) continue;
+      if (!first[0]) snprintf(first, sizeof first, "%s", why);
+      o.algos &= ~ATTN_ALGO_BIT(a);
+      nl += (size_t)snprintf(mods_note + nl, nl < sizeof mods_note ? sizeof mods_note - nl : 0,
+                             "note: --algo %s is left out: %s\n", attn_algo_name((attn_algo)a), why);
+    }
+    if (!o.algos) FAIL_USAGE("%s: no algorithm of --algo %s applies them (%s)", names, algo_s, first);
+    if (alibi_given) {
+      if (!(o.alibi = malloc(sizeof *o.alibi * (size_t)o.heads))) {
+        fprintf(stderr, "attntune tune: out of memory\n");
+        status = 1;
+        goto out;
+      }
+      alibi_slopes(o.heads, o.alibi);
+    }
+  }
   /* a GPU's layouts: the layout's own kernel, measured where the GPU is present (tune_run.c decides) */
   if (layout && o.target == ATTN_TARGET_CUDA && !o.force_model)
     printf("note: %s on %s: the layout's own kernel, measured where %s is present, else ranked by the performance "
@@ -357,7 +434,8 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
         for (int ni = 0; ni < o.nn; ni++) {
           const attn_problem p = {.batch = o.batch, .heads = o.heads, .heads_kv = o.heads_kv, .n = o.ns[ni], .n_kv = o.kv[ni],
                                   .d = o.ds[di], .d_v = o.dvs ? o.dvs[vi] : 0, .dtype = ATTN_F32,
-                                  .page_size = o.page_size, .varlen = o.nvl > 0};
+                                  .page_size = o.page_size, .varlen = o.nvl > 0, .window = o.window,
+                                  .softcap = o.softcap, .alibi_slopes = o.alibi};
           attn_problem norm;
           if (attn_problem_normalize(NULL, &p, &norm) != ATTN_OK)
             FAIL_USAGE("%s (--n %d --n-kv %d --d %d --dv %d --heads %d --heads-kv %d --batch %d)",
@@ -382,6 +460,7 @@ static int tune_args(int argc, char **argv, tune_opts *op) {
       FAIL_USAGE("--strategy %s: %s", o.strategy, why);
     }
   }
+  fputs(mods_note, stdout);
   *op = o;
   return -1;
 out:
@@ -392,6 +471,7 @@ out:
   free(o.kv);
   free(o.vl_q);
   free(o.vl_kv);
+  free(o.alibi);
   return status;
 }
 

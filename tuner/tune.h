@@ -27,6 +27,11 @@ typedef struct tune_opts {
    * sequences have vl_q[i] queries and vl_kv[i] keys (batch = nvl, n and n_kv their maxima). 0 / NULL: dense. */
   int page_size;
   int *vl_q, *vl_kv, nvl;
+  /* Score modifiers, part of the rows' variant (attn_problem_variant): --window W, --softcap C, --alibi (the standard
+   * slopes of the query heads, heads floats; NULL: off). 0: off. */
+  int window;
+  float softcap;
+  float *alibi;
   /* from the arguments, for the run */
   const attn_gpu *gpu;     /* --gpu NAME's entry; NULL: cpu */
   attn_target target;

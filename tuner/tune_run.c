@@ -33,9 +33,50 @@ void attn_tune_db_failed(tune_state *ts, const char *err) {
   snprintf(ts->db_err, sizeof ts->db_err, "%s", err);
 }
 
+/* The score modifiers of --window, --softcap and --alibi on problem p, its window as attn_problem_normalize leaves it
+ * (one that hides no key of p is none: the problem, its plans and its rows are those without a window). */
+static void tune_mods(const tune_opts *o, attn_problem *p) {
+  p->window = o->window;
+  p->softcap = o->softcap;
+  p->alibi_slopes = o->alibi;
+  attn_problem norm;
+  if (p->window > 0 && attn_problem_normalize(NULL, p, &norm) == ATTN_OK) p->window = norm.window;
+}
+
+/* The kernel flags of p's modifiers on s (the kernel compiled for p applies them). */
+static void spec_mods(const attn_problem *p, attn_spec *s) {
+  s->window = p->window > 0;
+  s->softcap = p->softcap > 0;
+  s->alibi = p->alibi_slopes != NULL;
+}
+
+/* The space's points as kernels that apply p's modifiers, each admitted again (attn_spec_check refuses some with
+ * them: CUDA split-KV with a window, impl=wgmma); the space keeps those admitted, in order. The space itself is
+ * built for the kernels without modifiers (space.c), which share their tiles. */
+static void space_mods(attn_space *sp, const attn_problem *p) {
+  if (!attn_problem_has_mods(p)) return;
+  int kept = 0;
+  for (int i = 0; i < sp->count; i++) {
+    attn_spec c = sp->cfg[i];
+    spec_mods(p, &c);
+    char why[256];
+    if (attn_space_admit(&sp->o, &c, why, sizeof why) != 0) {
+      if (!sp->pruned_example[0]) snprintf(sp->pruned_example, sizeof sp->pruned_example, "%s", why);
+      if (sp->o.pruned) sp->o.pruned(sp->o.pruned_ctx, &c, why);
+      continue;
+    }
+    sp->cfg[kept++] = c;
+  }
+  sp->count = kept;
+}
+
 /* One evaluation (the strategy's eval): the stored row, else measured or modelled now and stored. */
-void attn_tune_eval(attn_tuner *t, const attn_spec *s, attn_eval *e) {
+void attn_tune_eval(attn_tuner *t, const attn_spec *s0, attn_eval *e) {
   tune_state *ts = t->user;
+  /* the problem's modifiers on the kernel: a Lua strategy's configuration names its tunables only */
+  attn_spec sm = *s0;
+  spec_mods(&ts->prob, &sm);
+  const attn_spec *s = &sm;
   char err[512];
   int found = ts->o->remeasure ? 0 : attn_store_find(ts->store, &ts->prob, s, ts->provenance, e, err, sizeof err);
   if (found < 0) attn_tune_db_failed(ts, err);
@@ -165,6 +206,7 @@ attn_spec attn_tune_backward_default(const attn_runtime *rt, const attn_problem 
     s.unroll = 0, s.split = 0, s.tile = 0, s.dq = 0;
     snprintf(s.arch, sizeof s.arch, "%s", t.arch);
   }
+  spec_mods(p, &s); /* as attn_plan_create_backward's default */
   return s;
 }
 
@@ -307,7 +349,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
    * one command computes the same partition, and a problem not in this part is neither built nor tuned */
   int *owner = calloc((size_t)nspaces, sizeof *owner);
   double *cost = calloc((size_t)nspaces, sizeof *cost);
-  int si = 0, empty = 0, nmine = 0, oom = !spaces || !owner || !cost;
+  int si = 0, empty = 0, nmine = 0, oom = !spaces || !owner || !cost, window_noted = 0;
   if (!oom && o->shard_n) {
     for (int pa = 0; pa < 2; pa++)
       for (int t = 0; t < 3 && (o->passes >> pa & 1); t++) {
@@ -354,20 +396,29 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             so.fast_mem_bytes = devinfo.smem_optin;
             snprintf(so.arch, sizeof so.arch, "%s", devinfo.arch);
           }
+          prune_ctx pc = {.ts = &ts, .p = {.batch = o->batch, .heads = o->heads, .heads_kv = o->heads_kv,
+                                           .n = o->ns[ni], .n_kv = o->kv[ni],
+                                           .d = so.d, .dtype = so.dtype, .causal = so.causal, .tolerance = o->tolerance,
+                                           .d_v = dv == so.d ? 0 : dv, .page_size = o->page_size,
+                                           .varlen = o->nvl > 0}};
+          tune_mods(o, &pc.p);
+          if (o->window > 0 && pc.p.window == 0 && !window_noted++)
+            printf("note: --window %d hides no key at n=%d n_kv=%d causal=%d (every row's keys are within it): "
+                   "tuned as the problem without a window, whose rows a plan with this window is served; so is every "
+                   "such problem here\n", o->window, pc.p.n, pc.p.n_kv, pc.p.causal);
           if (ts.kres && !pa) { /* compiled resources are the forward kernels' */
             so.resources = attn_kres_get;
             so.resources_ctx = ts.kres;
             if (o->compiled) { /* the grid's configurations first, compiled J at a time, then the space from them */
               attn_space probe;
               attn_kres_collect(ts.kres);
-              if (attn_space_build(&so, &probe, err, sizeof err) == ATTN_OK) attn_space_free(&probe);
+              if (attn_space_build(&so, &probe, err, sizeof err) == ATTN_OK) {
+                space_mods(&probe, &pc.p); /* the kernels with the modifiers are those ranked */
+                attn_space_free(&probe);
+              }
               attn_kres_fill(ts.kres, o->jobs);
             }
           }
-          prune_ctx pc = {.ts = &ts, .p = {.batch = o->batch, .heads = o->heads, .heads_kv = o->heads_kv,
-                                           .n = o->ns[ni], .n_kv = o->kv[ni],
-                                           .d = so.d, .dtype = so.dtype, .causal = so.causal, .tolerance = o->tolerance,
-                                           .d_v = dv == so.d ? 0 : dv}};
           if (ts.kres && !pa) { /* stored model rows of what the compiled kernels rule out are ruled out too */
             so.pruned = attn_tune_on_pruned;
             so.pruned_ctx = &pc;
@@ -377,6 +428,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             status = 1;
             continue;
           }
+          space_mods(&spaces[si], &pc.p);
           int cnt = spaces[si].count;
           if (cnt == 0 && first) { /* n only prunes split values: the first n's space speaks for the others */
             char dvs[24] = "";
@@ -425,6 +477,7 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
                             .n_kv = o->kv[ni], .d = o->ds[di],
                             .dtype = (attn_dtype)t, .causal = o->causals[c], .tolerance = o->tolerance,
                             .d_v = dv == o->ds[di] ? 0 : dv, .page_size = o->page_size, .varlen = o->nvl > 0};
+          tune_mods(o, &p);
           ts.prob = p;
           ts.backward = pa;
           attn_store_set_backward(store, pa);
@@ -487,11 +540,11 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
           if (ts.db_error) break;
           if (attn_tune_stop == 1) break; /* an interrupted problem has no best yet */
           tuned++;
-          char sum[256], kv[32] = "", dvs[80] = "";
+          char sum[256], kv[32] = "", dvs[24 + ATTN_DB_VARIANT_MAX] = "";
           const char *bwd = pa ? "bwd " : "";
           if (p.n_kv != p.n) snprintf(kv, sizeof kv, " n_kv=%d", p.n_kv);
           if (p.d_v && p.d_v != p.d) snprintf(dvs, sizeof dvs, " d_v=%d", p.d_v);
-          if (p.page_size || p.varlen) { /* the layout's variant, as the rows store it */
+          if (p.page_size || p.varlen || attn_problem_has_mods(&p)) { /* the variant, as the rows store it */
             const size_t l = strlen(dvs);
             dvs[l] = ' ';
             attn_problem_variant(&p, dvs + l + 1, sizeof dvs - l - 1);
@@ -551,5 +604,6 @@ out:
   free(o->kv);
   free(o->vl_q);
   free(o->vl_kv);
+  free(o->alibi);
   return status;
 }
