@@ -160,6 +160,15 @@ static double flash_words(const attn_spec *c, double *limit) {
   return mt * (cols + (c->causal ? 1.25 : 0.75) * c->bc) / 2.0;
 }
 
+/* -1 with the reason when c's modifier flags are not the space's (a kernel of another problem). */
+static int mods_differ(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
+  const int w = o->window > 0, sc = o->softcap != 0, al = o->alibi != 0;
+  if (!c->window == !w && !c->softcap == !sc && !c->alibi == !al) return 0;
+  snprintf(why, len, "configuration is for window=%d softcap=%d alibi=%d, the space for window=%d softcap=%d alibi=%d",
+           !!c->window, !!c->softcap, !!c->alibi, w, sc, al);
+  return -1;
+}
+
 /* The backward's constraints: its template's (attn_spec_check_backward) and the space's problem. */
 static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *why, size_t len) {
   char err[256];
@@ -184,7 +193,7 @@ static int admit_backward(const attn_space_opts *o, const attn_spec *c, char *wh
              attn_target_name(o->target), attn_dtype_name(o->dtype), o->d, odv, o->causal);
     return -1;
   }
-  return 0;
+  return mods_differ(o, c, why, len);
 }
 
 /* The query blocks (work items before any split) of c's launch for the space's problem, counted as the runtime
@@ -216,6 +225,7 @@ int attn_space_admit(const attn_space_opts *o, const attn_spec *c, char *why, si
              attn_target_name(o->target), attn_dtype_name(o->dtype), o->d, odv, o->causal);
     return -1;
   }
+  if (mods_differ(o, c, why, len) != 0) return -1;
   if (!(o->algos & ATTN_ALGO_BIT(c->algo))) {
     snprintf(why, len, "algorithm %s is not among those being tuned", attn_algo_name(c->algo));
     return -1;
@@ -426,6 +436,7 @@ int attn_space_dims_ok(attn_target t, int d, int dv, char *why, size_t len) {
 static attn_spec base_spec(const attn_space_opts *o, attn_algo algo) {
   attn_spec s = attn_spec_default(algo, o->target, o->dtype, o->d, o->causal);
   s.dv = o->dv > 0 && o->dv != o->d ? o->dv : 0;
+  s.window = o->window > 0, s.softcap = o->softcap != 0, s.alibi = o->alibi != 0; /* the problem's kernel */
   if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(s.arch, sizeof s.arch, "%s", o->arch);
   return s;
 }

@@ -56,6 +56,13 @@ typedef struct attn_space_opts {
    * the sum's order, and so dQ's last bits, vary from run to run); 0 (the default) the deterministic kernels only.
    * Rows of dq=atomic points belong under a variant that no deterministic problem asks for. */
   int nondeterministic;
+  /* The problem's score modifiers (attn_problem's window, softcap, alibi_slopes; 0: none): every point is the kernel
+   * that applies them (spec window, softcap, alibi 1), admitted as such from the start (attn_spec_check refuses CUDA
+   * split-KV and impl=wgmma with a window), so a --compiled probe compiles only those; window is the problem's w (as
+   * attn_problem_normalize leaves it: one that hides no key is 0), which the model's estimates count the visited key
+   * blocks of. A configuration whose flags are not these is not of the space. */
+  int window;
+  int softcap, alibi;      /* 1: on */
 } attn_space_opts;
 
 typedef struct attn_space {

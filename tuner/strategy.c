@@ -140,9 +140,10 @@ void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out) {
       return;
     }
     /* batch * heads as one batch: the model sees only their product and the KV grouping (none in tune) */
+    /* the window too: the model counts the key blocks a windowed kernel visits (softcap and ALiBi cost it nothing) */
     attn_problem p = {.batch = 1, .heads = (int)o->heads, .n = (int)o->n, .n_kv = (int)n_kv, .d = o->d,
                       .dtype = o->dtype, .causal = o->causal, .tolerance = o->tolerance,
-                      .d_v = o->dv && o->dv != o->d ? o->dv : 0};
+                      .d_v = o->dv && o->dv != o->d ? o->dv : 0, .window = o->window};
     attn_kernel_res kr;
     const int wgmma = s->impl == ATTN_IMPL_WGMMA; /* flash_sm90.cu: its own model (setmaxnreg sets its registers) */
     const int known = !wgmma && o->resources && o->resources(o->resources_ctx, s, &kr) == 0;
@@ -158,7 +159,8 @@ void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out) {
     snprintf(out->bound, sizeof out->bound, "%s", m.bound);
   } else {
     unsigned long long r, w;
-    if (attn_io_formula_gqa(s, 1, o->heads, o->heads, o->n, n_kv, &r, &w) != ATTN_OK) {
+    if ((o->window > 0 ? attn_io_formula_gqa_window(s, 1, o->heads, o->heads, o->n, n_kv, o->window, &r, &w)
+                       : attn_io_formula_gqa(s, 1, o->heads, o->heads, o->n, n_kv, &r, &w)) != ATTN_OK) {
       snprintf(out->why, sizeof out->why, "no I/O closed form for %s", attn_algo_name(s->algo));
       return;
     }

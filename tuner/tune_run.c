@@ -50,30 +50,10 @@ static void spec_mods(const attn_problem *p, attn_spec *s) {
   s->alibi = p->alibi_slopes != NULL;
 }
 
-/* The space's points as kernels that apply p's modifiers, each admitted again (attn_spec_check refuses some with
- * them: CUDA split-KV with a window, impl=wgmma); the space keeps those admitted, in order. The space itself is
- * built for the kernels without modifiers (space.c), which share their tiles. */
-static void space_mods(attn_space *sp, const attn_problem *p) {
-  if (!attn_problem_has_mods(p)) return;
-  int kept = 0;
-  for (int i = 0; i < sp->count; i++) {
-    attn_spec c = sp->cfg[i];
-    spec_mods(p, &c);
-    char why[256];
-    if (attn_space_admit(&sp->o, &c, why, sizeof why) != 0) {
-      if (!sp->pruned_example[0]) snprintf(sp->pruned_example, sizeof sp->pruned_example, "%s", why);
-      if (sp->o.pruned) sp->o.pruned(sp->o.pruned_ctx, &c, why);
-      continue;
-    }
-    sp->cfg[kept++] = c;
-  }
-  sp->count = kept;
-}
-
 /* One evaluation (the strategy's eval): the stored row, else measured or modelled now and stored. */
 void attn_tune_eval(attn_tuner *t, const attn_spec *s0, attn_eval *e) {
   tune_state *ts = t->user;
-  /* the problem's modifiers on the kernel: a Lua strategy's configuration names its tunables only */
+  /* the problem's modifiers on the kernel (the space's points and a Lua strategy's configurations carry them already) */
   attn_spec sm = *s0;
   spec_mods(&ts->prob, &sm);
   const attn_spec *s = &sm;
@@ -406,16 +386,17 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             printf("note: --window %d hides no key at n=%d n_kv=%d causal=%d (every row's keys are within it): "
                    "tuned as the problem without a window, whose rows a plan with this window is served; so is every "
                    "such problem here\n", o->window, pc.p.n, pc.p.n_kv, pc.p.causal);
+          /* the space is the kernels that apply them from the start: a --compiled probe compiles only those */
+          so.window = pc.p.window;
+          so.softcap = pc.p.softcap > 0;
+          so.alibi = pc.p.alibi_slopes != NULL;
           if (ts.kres && !pa) { /* compiled resources are the forward kernels' */
             so.resources = attn_kres_get;
             so.resources_ctx = ts.kres;
             if (o->compiled) { /* the grid's configurations first, compiled J at a time, then the space from them */
               attn_space probe;
               attn_kres_collect(ts.kres);
-              if (attn_space_build(&so, &probe, err, sizeof err) == ATTN_OK) {
-                space_mods(&probe, &pc.p); /* the kernels with the modifiers are those ranked */
-                attn_space_free(&probe);
-              }
+              if (attn_space_build(&so, &probe, err, sizeof err) == ATTN_OK) attn_space_free(&probe);
               attn_kres_fill(ts.kres, o->jobs);
             }
           }
@@ -428,7 +409,6 @@ int attn_tune_run(tune_opts *o, int argc, char **argv) {
             status = 1;
             continue;
           }
-          space_mods(&spaces[si], &pc.p);
           int cnt = spaces[si].count;
           if (cnt == 0 && first) { /* n only prunes split values: the first n's space speaks for the others */
             char dvs[24] = "";
