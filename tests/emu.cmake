@@ -167,6 +167,7 @@ set_tests_properties(ptx_unit PROPERTIES LABELS cuda TIMEOUT 60)
 # the 1e-2 limit and one block at a time let pass: a key block's mask skipped when n_kv is one below a multiple of Bc
 # (only the shapes at the tiles' edges have it), the swizzle dropped (8x bank conflicts, right results), every
 # smallcache block on the first block's scratch slice (a race across blocks), one key in 64 weighted 3.5% too much.
+# lowrank.cu's mutant compiles only with its #include of lowrank_feat.h inlined (emu_util.h's emu_substitute).
 set(ATTN_PTX_MUTATIONS
     "mma_bf16_a_operands|flash.cu|/f32.bf16.bf16.f32/,/r\"(b1)/ s/\"r\"(a\\[1\\]), \"r\"(a\\[2\\])/\"r\"(a[2]), \"r\"(a[1])/|relative error|--quick flash bf16 d=64"
     "ldmatrix_no_trans|flash.cu|s/x4\\.trans\\.shared/x4.shared/|relative error|--quick flash f16 d=64"
@@ -176,7 +177,8 @@ set(ATTN_PTX_MUTATIONS
     "no_swizzle|flash.cu|s/return (r >> SH) & (G - 1)/return 0 * r/|bank conflicts|--quick flash f16 d=64"
     "shared_scratch|smallcache.cu|s/a.scratch + (long long)blockIdx.x/a.scratch + 0 * (long long)blockIdx.x/|race across blocks|--quick smallcache f32 d=16"
     "misweighted_key|flash.cu|s/fa_ex2(sc.s\\[mt\\]\\[nt\\]\\[2 \\* h\\] - mu)/fa_ex2(sc.s[mt][nt][2 * h] - mu + (nt + t == 0 ? 0.05f : 0.0f))/|relative error|--quick flash f16 d=64"
-    "window_off_by_one|flash.cu|s/md.lw + rr :/md.lw + rr - 1 :/|relative error|--quick flash f16 d=64 window=63,130,1,64,65")
+    "window_off_by_one|flash.cu|s/md.lw + rr :/md.lw + rr - 1 :/|relative error|--quick flash f16 d=64 window=63,130,1,64,65"
+    "lowrank_half_denominator|lowrank.cu|s/z += FK\\[j \\* LR_RS + t\\]/z += 0.5f * FK[j * LR_RS + t]/|relative error|--quick lowrank f16 d=16")
 # the score modifiers' other mutants, nightly: a window that skips a key block it reaches, one that loads a block it
 # does not reach (traffic), the upper bound of a non-causal window off by one, ALiBi's sign, soft-capping dropped
 list(APPEND ATTN_PTX_MUTATIONS

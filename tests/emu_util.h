@@ -67,11 +67,48 @@ __attribute__((unused)) static char *emu_read_text(const char *p) {
   return b;
 }
 
+/* A raw template's lines #include "X" of a header the build embeds (lowrank_feat.h; the kernel_abi headers come
+ * first in a generated source) as gen/embed.cmake inlines them: X's text between #line markers, since NVRTC has no
+ * include path. t (freed here) as the template `name`; NULL where out of memory. */
+__attribute__((unused)) static char *emu_inline_headers(char *t, const char *name) {
+  const char *key = "#include \"";
+  for (size_t off = 0; t;) {
+    char *at = strstr(t + off, key);
+    if (!at) break;
+    char *q = at + strlen(key), *close = strchr(q, '"');
+    const size_t hl = close ? (size_t)(close - q) : 0;
+    char h[64] = "";
+    if (hl > 0 && hl < sizeof h && (at == t || at[-1] == '\n')) memcpy(h, q, hl), h[hl] = '\0';
+    const char *ht = h[0] && strncmp(h, "kernel_abi", 10) != 0 ? attn_template_text(h) : NULL;
+    if (!ht) {
+      off = (size_t)(at - t) + 1;
+      continue;
+    }
+    int next = 2; /* the line after the #include */
+    for (const char *c = t; c < at; c++) next += *c == '\n';
+    const char *eol = strchr(close, '\n'), *rest = eol ? eol + 1 : close + strlen(close);
+    const size_t hlen = strlen(ht), need = (size_t)(at - t) + hlen + strlen(rest) + 2 * strlen(name) + 64;
+    char *n = malloc(need);
+    if (n) {
+      const int w = snprintf(n, need, "%.*s#line 1 \"templates/%s\"\n%s%s", (int)(at - t), t, h, ht,
+                             hlen && ht[hlen - 1] == '\n' ? "" : "\n");
+      snprintf(n + w, need - (size_t)w, "#line %d \"templates/%s\"\n%s", next, name, rest);
+      off = (size_t)w;
+    }
+    free(t);
+    t = n;
+  }
+  return t;
+}
+
 /* ATTN_EMU_TEMPLATE=FILE: FILE in place of the template in a generated source *src (the text after the line
- * `#line 1 "templates/...`), so that a modified copy of a template is tested without rebuilding the project. 0, or
- * -1 with *src unchanged. */
+ * `#line 1 "templates/...`, its #include of an embedded header inlined as the build does), so that a modified copy
+ * of a template is tested without rebuilding the project. 0, or -1 with *src unchanged. */
 __attribute__((unused)) static int emu_substitute(char **src, const char *file) {
   char *t = emu_read_text(file), *at = strstr(*src, "\n#line 1 \"templates/");
+  char name[64] = "";
+  if (at) sscanf(at, "\n#line 1 \"templates/%63[^\"]", name);
+  if (t) t = emu_inline_headers(t, name);
   if (!t || !at) {
     free(t);
     return -1;
