@@ -181,6 +181,7 @@ static int to_cfg(lua_State *L, int idx, const attn_space *sp, attn_spec *s, cha
   *s = attn_spec_default(algo, o->target, o->dtype, o->d, o->causal);
   if (o->target == ATTN_TARGET_CUDA && o->arch[0]) snprintf(s->arch, sizeof s->arch, "%s", o->arch);
   s->window = o->window > 0, s->softcap = o->softcap != 0, s->alibi = o->alibi != 0; /* the problem's kernel */
+  s->dv = o->dv > 0 && o->dv != o->d ? o->dv : 0; /* the space's d_v, 0 where it is d (as its points carry it) */
   if (algo == ATTN_ALGO_LOWRANK && s->feature == ATTN_FEAT_TAYLOR) s->rank = 0;
   lua_pushnil(L);
   while (lua_next(L, idx)) {

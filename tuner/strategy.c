@@ -5,8 +5,8 @@
 #include "strategy.h"
 #include "db.h"
 #include "io_theory.h"
-#include "model.h"
-#include "model_sm90.h"
+#include "tune.h"
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,35 +132,42 @@ void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out) {
     snprintf(out->why, sizeof out->why, "the space was built without its problem size");
     return;
   }
+  if (o->heads > INT_MAX || o->heads_kv > INT_MAX || o->n > INT_MAX || o->n_kv > INT_MAX) {
+    snprintf(out->why, sizeof out->why, "the space's problem is beyond one launch");
+    return;
+  }
   const attn_spec *s = &t->space->cfg[idx];
-  const long n_kv = o->n_kv > 0 ? o->n_kv : o->n;
+  /* The space's problem: batch x query heads and batch x KV heads as one batch (a KV head's query heads pack as the
+   * runtime launches them), its window (softcap and ALiBi cost the model nothing). */
+  const attn_problem sp = {.batch = 1, .heads = (int)o->heads,
+                           .heads_kv = (int)(o->heads_kv > 0 ? o->heads_kv : o->heads), .n = (int)o->n,
+                           .n_kv = (int)(o->n_kv > 0 ? o->n_kv : o->n), .d = o->d, .dtype = o->dtype,
+                           .causal = o->causal, .tolerance = o->tolerance, .d_v = o->dv && o->dv != o->d ? o->dv : 0,
+                           .window = o->window};
   if (o->target == ATTN_TARGET_CUDA) {
     if (!o->gpu) {
       snprintf(out->why, sizeof out->why, "no GPU spec to model");
       return;
     }
-    /* batch * heads as one batch: the model sees only their product and the KV grouping (none in tune) */
-    /* the window too: the model counts the key blocks a windowed kernel visits (softcap and ALiBi cost it nothing) */
-    attn_problem p = {.batch = 1, .heads = (int)o->heads, .n = (int)o->n, .n_kv = (int)n_kv, .d = o->d,
-                      .dtype = o->dtype, .causal = o->causal, .tolerance = o->tolerance,
-                      .d_v = o->dv && o->dv != o->d ? o->dv : 0, .window = o->window};
-    attn_kernel_res kr;
-    const int wgmma = s->impl == ATTN_IMPL_WGMMA; /* flash_sm90.cu: its own model (setmaxnreg sets its registers) */
-    const int known = !wgmma && o->resources && o->resources(o->resources_ctx, s, &kr) == 0;
-    attn_model_result m;
-    char err[sizeof out->why];
-    if ((wgmma ? attn_model_sm90_time(o->gpu, &p, s, &m, err, sizeof err)
-               : attn_model_time_res(o->gpu, &p, s, known ? &kr : NULL, &m, err, sizeof err)) != ATTN_OK) {
-      snprintf(out->why, sizeof out->why, "%s", err);
+    /* tune's model rows are attn_tune_model_eval's for the problem being tuned: the estimate is that call itself,
+     * made for tune's problem (its batch, heads, layout and pass), else for the space's, with its resources */
+    tune_state own = {.gpu = o->gpu, .prob = sp, .backward = o->backward,
+                      .kres = o->resources == attn_kres_get ? o->resources_ctx : NULL};
+    tune_state *ts = t->eval == attn_tune_eval && t->user ? t->user : &own;
+    attn_eval e;
+    memset(&e, 0, sizeof e);
+    attn_tune_model_eval(ts, s, &e);
+    if (!e.ok) {
+      snprintf(out->why, sizeof out->why, "%.199s", e.message);
       return;
     }
-    out->time_ms = m.time_ms;
-    out->io = (double)m.reads + (double)m.writes;
-    snprintf(out->bound, sizeof out->bound, "%s", m.bound);
+    out->time_ms = e.time_ms;
+    out->io = e.io;
+    snprintf(out->bound, sizeof out->bound, "%s", e.bound);
   } else {
     unsigned long long r, w;
-    if ((o->window > 0 ? attn_io_formula_gqa_window(s, 1, o->heads, o->heads, o->n, n_kv, o->window, &r, &w)
-                       : attn_io_formula_gqa(s, 1, o->heads, o->heads, o->n, n_kv, &r, &w)) != ATTN_OK) {
+    if ((sp.window > 0 ? attn_io_formula_gqa_window(s, 1, sp.heads, sp.heads_kv, sp.n, sp.n_kv, sp.window, &r, &w)
+                       : attn_io_formula_gqa(s, 1, sp.heads, sp.heads_kv, sp.n, sp.n_kv, &r, &w)) != ATTN_OK) {
       snprintf(out->why, sizeof out->why, "no I/O closed form for %s", attn_algo_name(s->algo));
       return;
     }
