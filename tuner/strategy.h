@@ -71,7 +71,8 @@ typedef struct attn_model_est {
   char why[200];
 } attn_model_est;
 
-/* The model's estimate of t->space->cfg[idx] for the problem the space was built for (its opts' n, n_kv, heads). */
+/* The model's estimate of t->space->cfg[idx]: for tune's own tuner the row tune stores for the problem being tuned
+ * (attn_tune_model_eval), else the problem the space was built for (its opts' n, n_kv, heads, heads_kv). */
 void attn_tuner_model(const attn_tuner *t, int idx, attn_model_est *out);
 
 /* Built-in strategies: ATTN_OK (also when stopped or out of budget). */
