@@ -181,6 +181,41 @@ void attn_poison(float *x, size_t count) {
   for (size_t i = 0; i < count; i++) x[i] = NAN;
 }
 
+/* Row i of query head h over its visible keys [lo, hi): the probabilities P, the softcap's derivative
+ * d/ds c tanh(s/c) = 1 - tanh^2(s/c) in C (applied to dS), the softmax's max and sum, and D = rowsum(dO ∘ O) with O
+ * the given one (oh) or this row's. Both backwards take it, so their values are the same operations on the same
+ * operands. */
+static double ref_bwd_row(const attn_problem *p, double scale, long h, long i, long lo, long hi, const float *qh,
+                          const float *kh, const float *vh, const float *oh, const float *gh, double *P, double *C,
+                          double *orow, double *mx_out, double *sum_out) {
+  const long d = p->d, dvw = p->d_v > 0 ? p->d_v : p->d;
+  double mx = -INFINITY, sum = 0;
+  for (long j = lo; j < hi; j++) {
+    double acc = 0;
+    for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
+    P[j] = attn_score_mod(p, acc * scale, h, i, j);
+    if (p->softcap > 0) {
+      const double t = tanh(acc * scale / (double)p->softcap);
+      C[j] = 1.0 - t * t;
+    } else {
+      C[j] = 1.0;
+    }
+    if (P[j] > mx) mx = P[j];
+  }
+  for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
+  for (long j = lo; j < hi; j++) P[j] /= sum;
+  for (long c = 0; c < dvw; c++) {
+    orow[c] = 0;
+    if (oh) orow[c] = oh[i * dvw + c];
+    else
+      for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
+  }
+  double D = 0;
+  for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+  *mx_out = mx, *sum_out = sum;
+  return D;
+}
+
 /* One KV head (b, hk) of the backward: its query heads in order, as the single-threaded loop visits them. */
 static void ref_backward_unit(const ref_job *jb, long u, double *P) {
   const attn_problem *p = jb->p;
@@ -200,31 +235,8 @@ static void ref_backward_unit(const ref_job *jb, long u, double *P) {
       long lo, hi;
       attn_visible_keys(p, i, &lo, &hi);
       if (hi <= lo) continue;
-      double mx = -INFINITY, sum = 0;
-      for (long j = lo; j < hi; j++) {
-        double acc = 0;
-        for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-        P[j] = attn_score_mod(p, acc * scale, h, i, j);
-        /* the softcap's derivative d/ds c tanh(s/c) = 1 - tanh^2(s/c), applied to dS below */
-        if (p->softcap > 0) {
-          const double t = tanh(acc * scale / (double)p->softcap);
-          C[j] = 1.0 - t * t;
-        } else {
-          C[j] = 1.0;
-        }
-        if (P[j] > mx) mx = P[j];
-      }
-      for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
-      for (long j = lo; j < hi; j++) P[j] /= sum;
-      /* D = rowsum(dO ∘ O), O the given one or this forward's */
-      for (long c = 0; c < dvw; c++) {
-        orow[c] = 0;
-        if (oh) orow[c] = oh[i * dvw + c];
-        else
-          for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
-      }
-      double D = 0;
-      for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+      double mx, sum;
+      const double D = ref_bwd_row(p, scale, h, i, lo, hi, qh, kh, vh, oh, gh, P, C, orow, &mx, &sum);
       for (long j = lo; j < hi; j++) {
         double dp = 0;
         for (long c = 0; c < dvw; c++) {
@@ -264,29 +276,8 @@ static void ref_bwd_rows_unit(const ref_job *jb, long u, double *P) {
     long lo, hi;
     attn_visible_keys(p, i, &lo, &hi);
     if (hi <= lo) continue;
-    double mx = -INFINITY, sum = 0;
-    for (long j = lo; j < hi; j++) {
-      double acc = 0;
-      for (long c = 0; c < d; c++) acc += (double)qh[i * d + c] * (double)kh[j * d + c];
-      P[j] = attn_score_mod(p, acc * scale, h, i, j);
-      if (p->softcap > 0) {
-        const double t = tanh(acc * scale / (double)p->softcap);
-        C[j] = 1.0 - t * t;
-      } else {
-        C[j] = 1.0;
-      }
-      if (P[j] > mx) mx = P[j];
-    }
-    for (long j = lo; j < hi; j++) sum += (P[j] = exp(P[j] - mx));
-    for (long j = lo; j < hi; j++) P[j] /= sum;
-    for (long c = 0; c < dvw; c++) {
-      orow[c] = 0;
-      if (oh) orow[c] = oh[i * dvw + c];
-      else
-        for (long j = lo; j < hi; j++) orow[c] += P[j] * (double)vh[j * dvw + c];
-    }
-    double D = 0;
-    for (long c = 0; c < dvw; c++) D += (double)gh[i * dvw + c] * orow[c];
+    double mx, sum;
+    const double D = ref_bwd_row(p, scale, h, i, lo, hi, qh, kh, vh, oh, gh, P, C, orow, &mx, &sum);
     st[i * 3] = mx, st[i * 3 + 1] = sum, st[i * 3 + 2] = D;
     for (long j = lo; j < hi; j++) {
       double dp = 0;
