@@ -219,7 +219,9 @@ __attribute__((unused)) static double emu_unit_roundoff(attn_dtype t) {
 /* The limits on a kernel's relative error against fp64 for inputs uniform in [-1, 1]: Frobenius over the output
  * (*fro) and per row (*row). Soft-capping adds tanh's relative error times the size of the capped logits (at most c,
  * and about |scale| sqrt(d) for these inputs): tanh.approx.f32's documented 2^-10.987 on the tensor cores, the f32
- * kernel's 3 ulp (fa_tanh). */
+ * kernel's 3 ulp (fa_tanh). ALiBi's bias, up to the largest slope times the farthest key, is part of each logit, so
+ * its fp32 rounding (u32 times the logit's size) grows with it: rows far from every key carry logits of ~86 at
+ * n = 201 with slope 0.5. */
 __attribute__((unused)) static void emu_limits(const attn_problem *p, double *fro, double *row) {
   const double u = emu_unit_roundoff(p->dtype), u32 = 0x1p-24;
   const double c = p->dtype == ATTN_F32 ? 4.0 : 2.0;
@@ -227,7 +229,13 @@ __attribute__((unused)) static void emu_limits(const attn_problem *p, double *fr
   const double cap = p->softcap > 0 ? (p->dtype == ATTN_F32 ? 3 * u32 : exp2(-10.987)) *
                                           (logit < p->softcap ? logit : (double)p->softcap)
                                     : 0.0;
-  *fro = c * (u + u32 * (1.0 + logit) + cap);
+  double bias = 0;
+  if (p->alibi_slopes) { /* added after the cap (attn_score_mod), so not bounded by it */
+    const long n_kv = p->n_kv > 0 ? p->n_kv : p->n, far = n_kv > p->n ? n_kv : p->n;
+    for (int h = 0; h < p->heads; h++)
+      if (fabs((double)p->alibi_slopes[h]) * (double)far > bias) bias = fabs((double)p->alibi_slopes[h]) * (double)far;
+  }
+  *fro = c * (u + u32 * (1.0 + logit + bias) + cap);
   *row = (p->dtype == ATTN_F32 ? 2 : 1) * *fro;
 }
 
