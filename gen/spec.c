@@ -186,13 +186,15 @@ int attn_spec_fit(attn_spec *s, char *err, size_t len) {
 }
 
 /* CUDA lowrank: Taylor features of degree 2 wherever their rank C(d+2, 2) fits the shared memory (d <= 32): within
- * 3% of exact attention at the default scale on random inputs (tests/cuda_emu's LOWRANK_TOLERANCE, 5%), where 256
- * random features are 25-60% off at d = 16..64; random features beyond. */
+ * 3% of exact attention at the default scale on random inputs for d >= 8 (tests/cuda_emu's LOWRANK_TOLERANCE, 5%),
+ * where 256 random features are 25-60% off at d = 16..64; random features beyond. Below, the default scale
+ * 1/sqrt(d) leaves the logits near 1, where degree 2 is 5-8% off (d = 1..5): degree 4 there, whose rank C(d+4, 4)
+ * stays within degree 2's at d = 32 (561) up to d = 8 (495), is within 0.3%. */
 static void lowrank_feature(attn_spec *s) {
   if (s->algo != ATTN_ALGO_LOWRANK) return;
   attn_spec t = *s;
   t.feature = ATTN_FEAT_TAYLOR;
-  t.degree = 2;
+  t.degree = s->d <= 8 ? 4 : 2;
   t.rank = 0;
   const long long sm = attn_spec_cuda_smem(&t); /* -1: the rank is past its limit */
   if (sm > 0 && sm <= FIT_SMEM) *s = t;
