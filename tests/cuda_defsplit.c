@@ -27,53 +27,6 @@
 
 static int failures, cases;
 
-/* The launch hook of a split plan: launches alternate between the parts (attn_kernel: q, k, v in, the scratch out to
- * the fake's device memory, which is host memory) and attn_combine (the scratch in, o and lse out). */
-typedef struct hook_state {
-  const ptx_module *m;
-  const attn_spec *s;
-  size_t qb, kb, vb, ob, lb; /* bytes of q, k, v, o, lse */
-  int runs, fails;
-  unsigned grid[2]; /* the last parts' and combine's grids */
-} hook_state;
-
-static void on_launch(const void *params, unsigned grid, unsigned block, unsigned smem, void *user) {
-  hook_state *h = user;
-  attn_cuda_kargs a;
-  memcpy(&a, params, sizeof a);
-  const int combine = h->runs % 2;
-  char err[1024] = "";
-  ptx_machine *x = ptx_machine_new(h->m, err, sizeof err);
-  const size_t sb = (size_t)h->s->split * (size_t)(a.batch * a.heads * a.n) * (size_t)(attn_spec_dv(h->s) + 2) * 4;
-  uint64_t d[6] = {0};
-  const void *src[6] = {a.q, a.k, a.v, NULL, NULL, combine ? a.scratch : NULL};
-  const size_t bytes[6] = {combine ? 0 : h->qb, combine ? 0 : h->kb, combine ? 0 : h->vb, combine ? h->ob : 0,
-                           combine && a.lse ? h->lb : 0, sb};
-  static const char *names[6] = {"q", "k", "v", "o", "lse", "scratch"};
-  int ok = x != NULL && a.scratch != NULL;
-  for (int i = 0; ok && i < 6; i++)
-    if (bytes[i])
-      ok = (d[i] = ptx_alloc(x, bytes[i], names[i])) != 0 && (!src[i] || ptx_copy_in(x, d[i], src[i], bytes[i]) == 0);
-  unsigned char *o = a.o, *scratch = a.scratch;
-  float *lse = a.lse;
-  a.q = (const void *)(uintptr_t)d[0], a.k = (const void *)(uintptr_t)d[1], a.v = (const void *)(uintptr_t)d[2];
-  a.o = (void *)(uintptr_t)d[3], a.lse = (float *)(uintptr_t)d[4], a.scratch = (void *)(uintptr_t)d[5];
-  a.consts = NULL, a.io = NULL, a.alibi = NULL;
-  const ptx_launch_cfg kc = {.grid = grid, .block = block, .dyn_smem = smem};
-  ok = ok && ptx_launch(x, combine ? "attn_combine" : "attn_kernel", &kc, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err,
-                        sizeof err) == 0;
-  if (ok && combine)
-    ok = ptx_copy_out(x, d[3], o, h->ob, NULL) == 0 && (!lse || ptx_copy_out(x, d[4], lse, h->lb, NULL) == 0);
-  else if (ok)
-    ok = ptx_copy_out(x, d[5], scratch, sb, NULL) == 0;
-  if (!ok) printf("FAIL the runtime's %s launch on the interpreter: %s\n", combine ? "combine" : "parts",
-                  x ? (a.scratch ? err : "no scratch (not a split plan)") : "no machine");
-  h->fails += !ok;
-  h->grid[combine] = grid;
-  h->runs++;
-  ptx_machine_free(x);
-}
-
 static attn_problem problem(attn_dtype t, int d, int heads, int heads_kv, int n, int n_kv, int causal) {
   attn_problem p = {.batch = 1, .heads = heads, .heads_kv = heads_kv, .n = n, .n_kv = n_kv, .d = d, .d_v = d,
                     .dtype = t, .causal = causal, .algo = ATTN_ALGO_FLASH};
@@ -160,8 +113,8 @@ static void run_plan(attn_runtime *rt, fake_cuda_set_hook_fn set_hook, const att
     FAIL("%s: device memory on the fake: %s", what, attn_last_error(rt));
     goto out;
   }
-  hook_state h = {.m = kept, .s = ks, .qb = nq * es, .kb = nk * es, .vb = nv * es, .ob = no * es, .lb = nl * 4};
-  set_hook(on_launch, &h);
+  emu_split_hook h = {.m = kept, .s = ks, .qb = nq * es, .kb = nk * es, .vb = nv * es, .ob = no * es, .lb = nl * 4};
+  set_hook(emu_split_on_launch, &h);
   memset(dob, 0xff, no * es); /* the fake's device memory is host memory: poisoned in place */
   memset(dl, 0xff, nl * 4);   /* NaN */
   rc = attn_execute_lse(plan, dq, dk, dv, dob, dl);

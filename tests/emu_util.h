@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include "fake_libcuda.h"
 #include "internal.h"
+#include "kernel_abi_cuda.h"
 #include "ptx/ptx.h"
 
 /* A line "FAIL ...", counted in the including test's own `failures`. */
@@ -237,6 +239,57 @@ __attribute__((unused)) static void emu_limits(const attn_problem *p, double *fr
   }
   *fro = c * (u + u32 * (1.0 + logit + bias) + cap);
   *row = (p->dtype == ATTN_F32 ? 2 : 1) * *fro;
+}
+
+/* The launch hook of a split-KV plan on the fake driver (fake_cuda_set_hook): launches alternate between the parts
+ * (attn_kernel: q, k, v and the ALiBi slopes in, the scratch out to the fake's device memory, which is host memory)
+ * and attn_combine (the scratch in, o and lse out), each on a fresh machine; the grids of the last of each kept. */
+typedef struct emu_split_hook {
+  const ptx_module *m;
+  const attn_spec *s;
+  size_t qb, kb, vb, ob, lb; /* bytes of q, k, v, o, lse */
+  int runs, fails;
+  unsigned grid[2];          /* the last parts' and combine's grids */
+} emu_split_hook;
+
+__attribute__((unused)) static void emu_split_on_launch(const void *params, unsigned grid, unsigned block,
+                                                       unsigned smem, void *user) {
+  emu_split_hook *h = user;
+  attn_cuda_kargs a;
+  memcpy(&a, params, sizeof a);
+  const int combine = h->runs % 2;
+  char err[1024] = "";
+  ptx_machine *x = ptx_machine_new(h->m, err, sizeof err);
+  const size_t sb = (size_t)h->s->split * (size_t)(a.batch * a.heads * a.n) * (size_t)(attn_spec_dv(h->s) + 2) * 4;
+  uint64_t d[7] = {0};
+  const void *src[7] = {a.q, a.k, a.v, NULL, NULL, combine ? a.scratch : NULL, a.alibi};
+  /* ALiBi is never packed: a.heads is the problem's, a slope each */
+  const size_t bytes[7] = {combine ? 0 : h->qb, combine ? 0 : h->kb, combine ? 0 : h->vb, combine ? h->ob : 0,
+                           combine && a.lse ? h->lb : 0, sb, !combine && a.alibi ? sizeof(float) * (size_t)a.heads : 0};
+  static const char *names[7] = {"q", "k", "v", "o", "lse", "scratch", "alibi"};
+  int ok = x != NULL && a.scratch != NULL;
+  for (int i = 0; ok && i < 7; i++)
+    if (bytes[i])
+      ok = (d[i] = ptx_alloc(x, bytes[i], names[i])) != 0 && (!src[i] || ptx_copy_in(x, d[i], src[i], bytes[i]) == 0);
+  unsigned char *o = a.o, *scratch = a.scratch;
+  float *lse = a.lse;
+  a.q = (const void *)(uintptr_t)d[0], a.k = (const void *)(uintptr_t)d[1], a.v = (const void *)(uintptr_t)d[2];
+  a.o = (void *)(uintptr_t)d[3], a.lse = (float *)(uintptr_t)d[4], a.scratch = (void *)(uintptr_t)d[5];
+  a.alibi = (const float *)(uintptr_t)d[6];
+  a.consts = NULL, a.io = NULL;
+  const ptx_launch_cfg kc = {.grid = grid, .block = block, .dyn_smem = smem};
+  ok = ok && ptx_launch(x, combine ? "attn_combine" : "attn_kernel", &kc, &a, ATTN_CUDA_KARGS_DENSE_BYTES, err,
+                        sizeof err) == 0;
+  if (ok && combine)
+    ok = ptx_copy_out(x, d[3], o, h->ob, NULL) == 0 && (!lse || ptx_copy_out(x, d[4], lse, h->lb, NULL) == 0);
+  else if (ok)
+    ok = ptx_copy_out(x, d[5], scratch, sb, NULL) == 0;
+  if (!ok) printf("FAIL the runtime's %s launch on the interpreter: %s\n", combine ? "combine" : "parts",
+                  x ? (a.scratch ? err : "no scratch (not a split plan)") : "no machine");
+  h->fails += !ok;
+  h->grid[combine] = grid;
+  h->runs++;
+  ptx_machine_free(x);
 }
 
 #endif
